@@ -1,0 +1,251 @@
+"""Job definitions: every option of ``@scheduler.job(...)`` validated eagerly."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, get_args
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadCronError, CroniterError
+
+from ._durations import Duration, parse_duration
+from ._errors import ConfigError
+from ._model import GLOBAL, Scope
+from ._planning import (
+    CadenceSchedule,
+    CatchUp,
+    CronSchedule,
+    DstRepeated,
+    DstSkipped,
+    HookSchedule,
+    PlanCursor,
+    Planner,
+    Schedule,
+    unique_in_order,
+)
+
+Handler = Callable[..., Any]
+ScopesFn = Callable[[datetime], Iterable[Scope] | Awaitable[Iterable[Scope]]]
+Overlap = Literal["forbid", "allow"]
+
+_NAME_MAX = 200
+
+
+@dataclass(frozen=True, eq=False)
+class JobSpec:
+    """A validated job. Built only through :func:`build_job`."""
+
+    name: str
+    handler: Handler
+    is_async: bool
+    schedule: Schedule
+    static_scopes: tuple[Scope, ...] | None
+    scopes_fn: ScopesFn | None
+    catch_up: CatchUp
+    catch_up_window: timedelta
+    max_plans_per_tick: int
+    max_lateness: timedelta | None
+    schedule_delay: timedelta
+    overlap: Overlap
+    jitter: timedelta
+    run_timeout: timedelta
+    stale_timeout: timedelta
+    heartbeat_interval: timedelta
+    allow_stale_reentry: bool
+    max_attempts: int
+    retry_backoff: tuple[timedelta, ...]
+    max_running: int | None
+    priority: int
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def new_cursor(self) -> PlanCursor:
+        return PlanCursor(
+            self.schedule,
+            catch_up=self.catch_up,
+            schedule_delay=self.schedule_delay,
+            catch_up_window=self.catch_up_window,
+            max_lateness=self.max_lateness,
+        )
+
+    def retry_delay(self, attempt: int, max_attempts: int) -> timedelta | None:
+        """Delay before the attempt after ``attempt``, or None when no attempt is left."""
+        if attempt >= max_attempts:
+            return None
+        if not self.retry_backoff:
+            return timedelta(0)
+        return self.retry_backoff[min(attempt - 1, len(self.retry_backoff) - 1)]
+
+
+def build_job(
+    handler: Handler,
+    *,
+    name: str | None = None,
+    every: Duration | None = None,
+    cron: str | None = None,
+    planner: Planner | None = None,
+    timezone: str = "UTC",
+    scopes: Iterable[Scope] | ScopesFn | None = None,
+    catch_up: str = "latest_only",
+    catch_up_window: Duration = "1d",
+    max_plans_per_tick: int | None = None,
+    max_lateness: Duration | None = None,
+    schedule_delay: Duration = 0,
+    overlap: str = "forbid",
+    jitter: Duration = 0,
+    dst_repeated: str | None = None,
+    dst_skipped: str | None = None,
+    run_timeout: Duration = "10m",
+    stale_timeout: Duration | None = None,
+    heartbeat_interval: Duration | None = None,
+    allow_stale_reentry: bool = True,
+    max_attempts: int = 1,
+    retry_backoff: Sequence[Duration] = ("1m",),
+    max_running: int | None = None,
+    priority: int = 0,
+) -> JobSpec:
+    """Validate every option and return the job, or raise :class:`ConfigError`.
+
+    ``stale_timeout`` defaults to ``run_timeout`` + 1 minute and ``heartbeat_interval`` to a
+    third of ``stale_timeout`` (at most 30 s), which satisfies the SPEC's two inequalities.
+    """
+    if not callable(handler):
+        raise ConfigError(f"job handler {handler!r} is not callable")
+    job = name if name is not None else getattr(handler, "__name__", None)
+    if not isinstance(job, str) or not job or len(job) > _NAME_MAX or "\x00" in job:
+        raise ConfigError(f"job name={job!r} must be a non-empty string of at most 200 characters")
+
+    def bad(fld: str, value: object, why: str) -> ConfigError:
+        return ConfigError(f"job {job!r}: {fld}={value!r} {why}")
+
+    def dur(fld: str, value: object, allow_zero: bool = True) -> timedelta:
+        return parse_duration(value, field=fld, job=job, allow_zero=allow_zero)
+
+    def integer(fld: str, value: object, minimum: int) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise bad(fld, value, f"must be an integer >= {minimum}")
+        return value
+
+    def choice(fld: str, value: object, allowed: tuple[str, ...]) -> Any:
+        if value not in allowed:
+            raise bad(fld, value, f"must be one of {', '.join(map(repr, allowed))}")
+        return value
+
+    given = [k for k, v in (("every", every), ("cron", cron), ("planner", planner)) if v is not None]
+    if len(given) != 1:
+        raise ConfigError(
+            f"job {job!r}: exactly one of every=, cron= or planner= is required"
+            + (f" (got {', '.join(given)})" if given else "")
+        )
+    schedule: Schedule
+    if every is not None:
+        schedule = CadenceSchedule(dur("every", every, allow_zero=False))
+    elif cron is not None:
+        if not isinstance(cron, str):
+            raise bad("cron", cron, "must be a string")
+        try:
+            tz = ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError, TypeError):
+            raise bad("timezone", timezone, "is not a known IANA time zone") from None
+        try:
+            schedule = CronSchedule(
+                cron,
+                tz,
+                choice("dst_repeated", dst_repeated, (*get_args(DstRepeated), None)),
+                choice("dst_skipped", dst_skipped, (*get_args(DstSkipped), None)),
+            )
+        except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
+            raise bad("cron", cron, f"is not a valid cron expression: {exc}") from None
+        if schedule.next_after(datetime.now(UTC)) is None:
+            raise bad("cron", cron, "never fires")
+    else:
+        if not isinstance(planner, Planner):
+            raise bad("planner", planner, "must have a plans_between(start, end) method")
+        schedule = HookSchedule(planner)
+
+    static_scopes: tuple[Scope, ...] | None = None
+    scopes_fn: ScopesFn | None = None
+    if scopes is None:
+        static_scopes = (GLOBAL,)
+    elif callable(scopes):
+        scopes_fn = scopes
+    else:
+        try:
+            items = list(scopes)
+        except TypeError:
+            raise bad("scopes", scopes, "must be Scopes, or a callable returning them") from None
+        if any(not isinstance(s, Scope) for s in items):
+            raise bad("scopes", scopes, "must contain only pgsched.Scope values")
+        static_scopes = tuple(unique_in_order(items))
+
+    catch_up_mode: CatchUp = choice("catch_up", catch_up, get_args(CatchUp))
+    if catch_up_mode == "every_plan":
+        if max_plans_per_tick is None:
+            raise bad("max_plans_per_tick", None, "is required with catch_up='every_plan'")
+        plans_per_tick = integer("max_plans_per_tick", max_plans_per_tick, 1)
+    else:
+        plans_per_tick = 1 if max_plans_per_tick is None else integer(
+            "max_plans_per_tick", max_plans_per_tick, 1
+        )
+
+    run_to = dur("run_timeout", run_timeout, allow_zero=False)
+    stale_to = (
+        run_to + timedelta(minutes=1) if stale_timeout is None
+        else dur("stale_timeout", stale_timeout, allow_zero=False)
+    )
+    if stale_to <= run_to:
+        raise bad("stale_timeout", stale_timeout, f"must be longer than run_timeout ({run_to})")
+    beat = (
+        min(stale_to / 3, timedelta(seconds=30)) if heartbeat_interval is None
+        else dur("heartbeat_interval", heartbeat_interval, allow_zero=False)
+    )
+    if beat >= stale_to:
+        raise bad(
+            "heartbeat_interval", heartbeat_interval,
+            f"must be shorter than stale_timeout ({stale_to})",
+        )
+    if isinstance(retry_backoff, str | bytes) or not isinstance(retry_backoff, Sequence):
+        raise bad("retry_backoff", retry_backoff, "must be a list of durations")
+    if not isinstance(allow_stale_reentry, bool):
+        raise bad("allow_stale_reentry", allow_stale_reentry, "must be True or False")
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise bad("priority", priority, "must be an integer")
+
+    return JobSpec(
+        name=job,
+        handler=handler,
+        is_async=inspect.iscoroutinefunction(handler)
+        or inspect.iscoroutinefunction(getattr(handler, "__call__", None)),  # noqa: B004
+        schedule=schedule,
+        static_scopes=static_scopes,
+        scopes_fn=scopes_fn,
+        catch_up=catch_up_mode,
+        catch_up_window=dur("catch_up_window", catch_up_window, allow_zero=False),
+        max_plans_per_tick=plans_per_tick,
+        max_lateness=None if max_lateness is None else dur("max_lateness", max_lateness),
+        schedule_delay=dur("schedule_delay", schedule_delay),
+        overlap=choice("overlap", overlap, get_args(Overlap)),
+        jitter=dur("jitter", jitter),
+        run_timeout=run_to,
+        stale_timeout=stale_to,
+        heartbeat_interval=beat,
+        allow_stale_reentry=allow_stale_reentry,
+        max_attempts=integer("max_attempts", max_attempts, 1),
+        retry_backoff=tuple(
+            dur(f"retry_backoff[{i}]", d) for i, d in enumerate(retry_backoff)
+        ),
+        max_running=None if max_running is None else integer("max_running", max_running, 1),
+        priority=priority,
+    )
+
+
+def normalise_scopes(job: str, items: Iterable[object]) -> list[Scope]:
+    """Scopes returned by a ``scopes(now)`` callable, checked and de-duplicated in order."""
+    out = []
+    for item in items:
+        if not isinstance(item, Scope):
+            raise ConfigError(f"job {job!r}: scopes returned {item!r}, not a pgsched.Scope")
+        out.append(item)
+    return unique_in_order(out)

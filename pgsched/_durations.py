@@ -1,0 +1,51 @@
+"""Durations as users write them: ``timedelta``, seconds, or strings such as ``"1h30m"``."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+from pytimeparse import parse as _parse_text
+
+from ._errors import ConfigError
+
+Duration = timedelta | int | float | str
+
+# Anything beyond a century is a typo, and it would overflow timestamp arithmetic in PostgreSQL.
+_MAX = timedelta(days=36500)
+
+
+def parse_duration(
+    value: object, *, field: str, job: str | None = None, allow_zero: bool = True
+) -> timedelta:
+    """Return ``value`` as a ``timedelta`` or raise :class:`ConfigError` naming job and field.
+
+    Negative, NaN, infinite and over-a-century values are refused; zero only when ``allow_zero``.
+    """
+    where = f"job {job!r}: " if job is not None else ""
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}{field}={value!r} is not a duration")
+    if isinstance(value, timedelta):
+        result = value
+    elif isinstance(value, int | float):
+        if not math.isfinite(value) or abs(value) > _MAX.total_seconds():
+            raise ConfigError(f"{where}{field}={value!r} is not a finite duration")
+        result = timedelta(seconds=value)
+    elif isinstance(value, str):
+        seconds = _parse_text(value.strip()) if value.strip() else None
+        if seconds is None:
+            raise ConfigError(
+                f"{where}{field}={value!r} is not a duration (use e.g. '90s', '5m', '1h30m', '1d')"
+            )
+        if abs(seconds) > _MAX.total_seconds():
+            raise ConfigError(f"{where}{field}={value!r} is longer than 100 years")
+        result = timedelta(seconds=seconds)
+    else:
+        raise ConfigError(f"{where}{field}={value!r} is not a duration")
+    if result < timedelta(0):
+        raise ConfigError(f"{where}{field}={value!r} must not be negative")
+    if result > _MAX:
+        raise ConfigError(f"{where}{field}={value!r} is longer than 100 years")
+    if not allow_zero and result == timedelta(0):
+        raise ConfigError(f"{where}{field}={value!r} must be greater than zero")
+    return result

@@ -1,0 +1,110 @@
+"""The small value types handlers see: scopes, results and the run context."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+import structlog
+
+from ._errors import ConfigError, LeaseLost
+
+Trigger = Literal["schedule", "manual", "backfill"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Scope:
+    """What a job runs for: ``Scope("tenant", "42")``. Integer ids are stored as text."""
+
+    kind: str
+    id: str
+
+    def __post_init__(self) -> None:
+        for name in ("kind", "id"):
+            value = getattr(self, name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, name, str(value))
+            elif not isinstance(value, str):
+                raise ConfigError(f"Scope {name}={value!r} must be a string")
+            value = getattr(self, name)
+            if value == "":
+                raise ConfigError(f"Scope {name} must not be empty")
+            if "\x00" in value:
+                raise ConfigError(f"Scope {name}={value!r} contains a NUL character")
+
+    @classmethod
+    def parse(cls, text: str) -> Scope:
+        """Parse ``KIND:ID`` as written on the command line (the id may contain colons)."""
+        kind, sep, ident = text.partition(":")
+        if not sep or not kind or not ident:
+            raise ConfigError(f"scope {text!r} is not of the form KIND:ID")
+        return cls(kind, ident)
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.id}"
+
+
+GLOBAL = Scope("global", "global")
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What a handler may return: a row count and a small JSON-serialisable payload."""
+
+    rows_affected: int = 0
+    data: Any = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class Run:
+    """One execution of a job for a scope and plan time, as the handler sees it.
+
+    ``heartbeat()`` raises :class:`LeaseLost` once the scheduler knows the lease is gone, or
+    when no renewal has succeeded for a whole ``stale_timeout`` (after which another replica
+    may legitimately have stolen the lease). The scheduler itself renews the lease every
+    ``heartbeat_interval``; handlers only call ``heartbeat()`` to find out early.
+    """
+
+    job: str
+    scope: Scope
+    plan_time: datetime
+    attempt: int
+    max_attempts: int
+    execution_id: uuid.UUID
+    lease_token: uuid.UUID
+    fencing_token: int
+    runner_id: str
+    trigger: Trigger
+    log: Any
+    _stale_timeout_s: float = 0.0
+    _renewed_at: float = field(default_factory=time.monotonic)
+    _lost: bool = False
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once the lease is known lost or could not be renewed within ``stale_timeout``."""
+        if self._lost:
+            return True
+        return time.monotonic() - self._renewed_at >= self._stale_timeout_s > 0
+
+    def heartbeat(self) -> None:
+        """Raise :class:`LeaseLost` if this run no longer holds its lease."""
+        if self.lease_lost:
+            raise LeaseLost(
+                f"job {self.job!r} scope {self.scope} plan {self.plan_time.isoformat()}: "
+                "lease lost"
+            )
+
+    def _mark_renewed(self) -> None:
+        self._renewed_at = time.monotonic()
+
+    def _mark_lost(self) -> None:
+        self._lost = True
+
+
+def bound_logger(**fields: Any) -> Any:
+    """The pgsched structlog logger, bound to ``fields``."""
+    return structlog.get_logger("pgsched").bind(**fields)

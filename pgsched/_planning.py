@@ -1,0 +1,329 @@
+"""Pure planning: which plan instants a schedule has, and which of them are due. No I/O.
+
+Every function takes the current instant as an argument (the database's clock, read by the
+caller), so all of it is deterministic and unit-tested without a database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Literal, Protocol, TypeVar, runtime_checkable
+from zoneinfo import ZoneInfo
+
+from croniter import CroniterBadDateError, croniter
+
+_T = TypeVar("_T")
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+# Wider than any UTC offset change in the tz database (30 min to 2 h), so a scan of wall
+# times this far either side of a range sees every occurrence that maps into the range.
+_DST_MARGIN = timedelta(hours=3)
+# How far next/previous searches look before concluding an expression never fires.
+_HORIZONS = (
+    timedelta(hours=2),
+    timedelta(days=2),
+    timedelta(days=40),
+    timedelta(days=400),
+    timedelta(days=3000),
+)
+# Every-plan catch-up considers at most this many plans per tick (the newest ones).
+MAX_CATCH_UP_PLANS = 1000
+
+CatchUp = Literal["latest_only", "every_plan"]
+DstRepeated = Literal["first", "last", "both"]
+DstSkipped = Literal["shift", "skip"]
+
+
+@runtime_checkable
+class Planner(Protocol):
+    """What a custom ``planner=`` hook implements: the plan instants in ``(start, end]``."""
+
+    def plans_between(self, start: datetime, end: datetime) -> Sequence[datetime]:
+        """Aware UTC plan instants ``p`` with ``start < p <= end``, ascending."""
+        ...
+
+
+class Schedule:
+    """Base of every schedule: derives next/latest/upcoming from ``plans_between``."""
+
+    def plans_between(self, start: datetime, end: datetime) -> Sequence[datetime]:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+    def next_after(self, t: datetime) -> datetime | None:
+        """The first plan strictly after ``t``, or None if none within about eight years."""
+        for horizon in _HORIZONS:
+            plans = self.plans_between(t, t + horizon)
+            if plans:
+                return plans[0]
+        return None
+
+    def latest_at_or_before(self, t: datetime) -> datetime | None:
+        """The last plan at or before ``t``, or None if none within about eight years."""
+        for horizon in _HORIZONS:
+            plans = self.plans_between(t - horizon, t)
+            if plans:
+                return plans[-1]
+        return None
+
+    def upcoming(self, after: datetime, count: int) -> list[datetime]:
+        """The next ``count`` plans strictly after ``after``."""
+        out: list[datetime] = []
+        t = after
+        while len(out) < count:
+            nxt = self.next_after(t)
+            if nxt is None:
+                break
+            out.append(nxt)
+            t = nxt
+        return out
+
+
+class HookSchedule(Schedule):
+    """Adapts a user's :class:`Planner` hook, normalising its output to sorted aware UTC."""
+
+    def __init__(self, hook: Planner) -> None:
+        self._hook = hook
+
+    def plans_between(self, start: datetime, end: datetime) -> Sequence[datetime]:
+        plans = {p.astimezone(UTC) for p in self._hook.plans_between(start, end)}
+        return sorted(p for p in plans if start < p <= end)
+
+    def describe(self) -> str:
+        return f"planner={type(self._hook).__name__}"
+
+
+class CadenceSchedule(Schedule):
+    """Plans every ``every``, aligned to the Unix epoch in UTC."""
+
+    def __init__(self, every: timedelta) -> None:
+        if every <= timedelta(0):
+            raise ValueError("cadence must be positive")
+        self.every = every
+        self._step = every // _US
+
+    def describe(self) -> str:
+        return f"every {_format_timedelta(self.every)}"
+
+    def latest_at_or_before(self, t: datetime) -> datetime:
+        offset = (t - EPOCH) // _US
+        return EPOCH + _US * (offset - offset % self._step)
+
+    def next_after(self, t: datetime) -> datetime:
+        return self.latest_at_or_before(t) + self.every
+
+    def plans_between(self, start: datetime, end: datetime) -> list[datetime]:
+        out = []
+        p = self.next_after(start)
+        while p <= end:
+            out.append(p)
+            p += self.every
+        return out
+
+    def count_between(self, start: datetime, end: datetime) -> int:
+        """Number of plans in ``(start, end]`` without listing them."""
+        if end <= start:
+            return 0
+        return (self.latest_at_or_before(end) - self.latest_at_or_before(start)) // self.every
+
+
+class CronSchedule(Schedule):
+    """Occurrences of a 5-field cron expression in an IANA zone, as UTC instants.
+
+    Expressions with a fixed hour field are wall-clock schedules: a wall time skipped by
+    spring-forward fires at the first instant after the gap, a repeated one fires once at its
+    first occurrence. Expressions whose hour field is ``*`` or a step follow elapsed time:
+    every instant whose local time matches fires (so a repeated hour fires twice, a skipped
+    one not at all). ``dst_repeated`` / ``dst_skipped`` override either default.
+    """
+
+    def __init__(
+        self,
+        expr: str,
+        tz: ZoneInfo,
+        dst_repeated: DstRepeated | None = None,
+        dst_skipped: DstSkipped | None = None,
+    ) -> None:
+        fields = croniter(expr).expressions  # raises CroniterBadCronError
+        if len(fields) != 5:
+            raise ValueError(
+                f"{expr!r} has {len(fields)} fields; pgsched takes standard 5-field cron "
+                "(use every= for sub-minute cadences)"
+            )
+        self.expr = expr
+        self.tz = tz
+        hour = str(fields[1])
+        self.follows_elapsed_time = hour == "*" or "/" in hour
+        self.dst_repeated: DstRepeated = dst_repeated or (
+            "both" if self.follows_elapsed_time else "first"
+        )
+        self.dst_skipped: DstSkipped = dst_skipped or (
+            "skip" if self.follows_elapsed_time else "shift"
+        )
+
+    def describe(self) -> str:
+        return f"cron {self.expr!r} {self.tz.key}"
+
+    def plans_between(self, start: datetime, end: datetime) -> list[datetime]:
+        if end <= start:
+            return []
+        wall_start = start.astimezone(self.tz).replace(tzinfo=None) - _DST_MARGIN
+        wall_end = end.astimezone(self.tz).replace(tzinfo=None) + _DST_MARGIN
+        found: set[datetime] = set()
+        for wall in _walls(self.expr, wall_start, wall_end):
+            for instant in self._instants(wall):
+                if start < instant <= end:
+                    found.add(instant)
+        return sorted(found)
+
+    def _instants(self, wall: datetime) -> list[datetime]:
+        """The UTC instants a local wall time stands for, under this schedule's DST rules."""
+        first = wall.replace(tzinfo=self.tz, fold=0).astimezone(UTC)
+        second = wall.replace(tzinfo=self.tz, fold=1).astimezone(UTC)
+        if first.astimezone(self.tz).replace(tzinfo=None) != wall:
+            # The wall time does not exist: it lies in a spring-forward gap.
+            if self.dst_skipped == "skip":
+                return []
+            return [_transition_between(self.tz, second, first)]
+        if first == second:
+            return [first]
+        return {"first": [first], "last": [second], "both": [first, second]}[self.dst_repeated]
+
+
+def _walls(expr: str, after: datetime, until: datetime) -> Iterator[datetime]:
+    """Naive wall times matching ``expr`` in ``(after, until]``."""
+    it = croniter(expr, after)
+    while True:
+        try:
+            wall: datetime = it.get_next(datetime)
+        except CroniterBadDateError:  # the expression never fires (e.g. 31 February)
+            return
+        if wall > until:
+            return
+        yield wall
+
+
+def _transition_between(tz: ZoneInfo, before: datetime, after: datetime) -> datetime:
+    """The first instant in ``(before, after]`` whose UTC offset is the one at ``after``."""
+    target = after.astimezone(tz).utcoffset()
+    lo, hi = before, after
+    while hi - lo > timedelta(seconds=1):
+        mid = lo + (hi - lo) / 2
+        if mid.astimezone(tz).utcoffset() == target:
+            hi = mid
+        else:
+            lo = mid
+    return hi.replace(microsecond=0) if hi.microsecond else hi
+
+
+@dataclass(frozen=True, slots=True)
+class DuePlans:
+    """The plans a job may claim now, oldest first, and how many were dropped as too late."""
+
+    plans: list[datetime]
+    late: int
+
+
+class PlanCursor:
+    """Per-job memo of the due plans, so a tick with no new plan recomputes nothing."""
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        *,
+        catch_up: CatchUp,
+        schedule_delay: timedelta,
+        catch_up_window: timedelta,
+        max_lateness: timedelta | None,
+        limit: int = MAX_CATCH_UP_PLANS,
+    ) -> None:
+        self.schedule = schedule
+        self.catch_up = catch_up
+        self.schedule_delay = schedule_delay
+        self.catch_up_window = catch_up_window
+        self.max_lateness = max_lateness
+        self.limit = limit
+        self._plans: list[datetime] = []
+        self._covered_until: datetime | None = None
+        self._next: datetime | None = None
+
+    def due(self, now: datetime) -> DuePlans:
+        """The plans due at ``now`` (the database's clock) under the job's catch-up mode."""
+        horizon = now - self.schedule_delay
+        if self.catch_up == "latest_only":
+            self._refresh_latest(horizon)
+            candidates = self._plans
+        else:
+            self._refresh_window(horizon)
+            oldest = horizon - self.catch_up_window
+            candidates = [p for p in self._plans if p >= oldest]
+        if self.max_lateness is None:
+            return DuePlans(list(candidates), 0)
+        deadline = now - self.schedule_delay - self.max_lateness
+        kept = [p for p in candidates if p >= deadline]
+        return DuePlans(kept, len(candidates) - len(kept))
+
+    def _refresh_latest(self, horizon: datetime) -> None:
+        if self._next is not None and self._plans and horizon < self._next:
+            return
+        latest = self.schedule.latest_at_or_before(horizon)
+        self._plans = [latest] if latest is not None else []
+        self._next = self.schedule.next_after(horizon)
+
+    def _refresh_window(self, horizon: datetime) -> None:
+        if self._next is not None and horizon < self._next:
+            return
+        oldest = horizon - self.catch_up_window
+        start = self._covered_until if self._covered_until is not None else oldest
+        start = max(start, oldest - _US)
+        if isinstance(self.schedule, CadenceSchedule):
+            # Never list more than the newest `limit` cadence plans.
+            start = max(start, horizon - self.schedule.every * self.limit)
+        fresh = self.schedule.plans_between(start, horizon)
+        self._plans = [p for p in self._plans if p >= oldest] + list(fresh)
+        self._plans = self._plans[-self.limit :]
+        self._covered_until = horizon
+        self._next = self.schedule.next_after(horizon)
+
+
+def count_plans_between(schedule: Schedule, start: datetime, end: datetime, cap: int) -> int:
+    """How many plans lie in ``(start, end)``, stopping at ``cap`` (skipped-plan counting)."""
+    if isinstance(schedule, CadenceSchedule):
+        return min(cap, max(0, schedule.count_between(start, end) - 1))
+    count = 0
+    t = start
+    while count < cap:
+        nxt = schedule.next_after(t)
+        if nxt is None or nxt >= end:
+            break
+        count += 1
+        t = nxt
+    return count
+
+
+def jitter_offset(job: str, kind: str, scope_id: str, plan: datetime, jitter: timedelta) -> timedelta:
+    """A deterministic delay in ``[0, jitter)`` derived from (job, scope, plan_time)."""
+    if jitter <= timedelta(0):
+        return timedelta(0)
+    key = "\x1f".join((job, kind, scope_id, plan.astimezone(UTC).isoformat()))
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    fraction = int.from_bytes(digest, "big") / 2**64
+    return _US * int((jitter // _US) * fraction)
+
+
+def unique_in_order(items: Iterable[_T]) -> list[_T]:
+    """``items`` without repeats, first occurrence kept."""
+    return list(dict.fromkeys(items))
+
+
+def _format_timedelta(delta: timedelta) -> str:
+    seconds = delta.total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"

@@ -1,0 +1,282 @@
+"""The only module that runs SQL. Statements come from the packaged ``sql/queries.sql``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import cache
+from importlib import resources
+from importlib.abc import Traversable
+from pathlib import Path
+from typing import Any, LiteralString, cast
+from uuid import UUID
+
+from psycopg import AsyncConnection, sql
+from psycopg.rows import dict_row
+
+Row = dict[str, Any]
+Conn = AsyncConnection[Any]
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
+
+
+def sql_dir() -> Traversable:
+    """The packaged ``sql/`` directory (inside the wheel), or the source checkout's."""
+    packaged = resources.files("pgsched").joinpath("sql")
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "sql"
+
+
+@cache
+def _query_texts() -> dict[str, str]:
+    text = sql_dir().joinpath("queries.sql").read_text(encoding="utf-8")
+    parts = _NAME.split(text)
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def migration_files() -> list[tuple[str, str, str]]:
+    """``(version, name, text)`` of every migration, in order."""
+    out = []
+    for entry in sql_dir().joinpath("migrations").iterdir():
+        match = _MIGRATION.match(entry.name)
+        if match:
+            out.append((match[1], match[2], entry.read_text(encoding="utf-8")))
+    return sorted(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    now: datetime
+    paused: frozenset[str]
+    stale: frozenset[str]
+    retry: frozenset[str]
+    pending: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class NewClaims:
+    remaining: int
+    picked: int
+    rows: list[Row]
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """A terminal write for one lease."""
+
+    id: UUID
+    token: UUID
+    status: str
+    error_code: str | None
+    error_msg: str | None
+    rows_affected: int | None
+    result_json: str | None
+    duration_ms: int
+    retry_delay_s: float | None
+
+
+class Store:
+    """Statements against one schema; every method takes the connection to use."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        ident = sql.Identifier(schema)
+        self._q = {
+            name: sql.SQL(cast(LiteralString, text)).format(schema=ident)
+            for name, text in _query_texts().items()
+        }
+
+    async def _rows(self, conn: Conn, name: str, params: dict[str, Any] | None = None) -> list[Row]:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(self._q[name], params)
+            return await cur.fetchall() if cur.description else []
+
+    async def _one(self, conn: Conn, name: str, params: dict[str, Any] | None = None) -> Row:
+        rows = await self._rows(conn, name, params)
+        return rows[0]
+
+    # -- schema -------------------------------------------------------------------------
+
+    async def migrate(self, conn: Conn) -> list[str]:
+        """Apply the migrations not yet applied; returns their versions. Safe concurrently."""
+        applied_now = []
+        async with conn.transaction():
+            await self._rows(conn, "migrate_lock", {"key": f"pgsched.migrate:{self.schema}"})
+            await conn.execute(self._q["migrate_bootstrap"])
+            done = {r["version"] for r in await self._rows(conn, "applied_migrations")}
+            for version, name, text in migration_files():
+                if version in done:
+                    continue
+                body = sql.SQL(cast(LiteralString, text)).format(schema=sql.Identifier(self.schema))
+                await conn.execute(body)
+                await self._rows(conn, "record_migration", {"version": version, "name": name})
+                applied_now.append(version)
+        return applied_now
+
+    async def is_migrated(self, conn: Conn) -> bool:
+        table = sql.Identifier(self.schema, "cron_executions").as_string(conn)
+        return bool((await self._one(conn, "is_migrated", {"table": table}))["migrated"])
+
+    # -- the tick -----------------------------------------------------------------------
+
+    async def probe(self, conn: Conn, jobs: Sequence[str]) -> Probe:
+        row = await self._one(conn, "tick_probe", {"jobs": list(jobs)})
+        return Probe(
+            now=row["now"],
+            paused=frozenset(row["paused"]),
+            stale=frozenset(row["stale"]),
+            retry=frozenset(row["retry"]),
+            pending=frozenset(row["pending"]),
+        )
+
+    async def lock_job(self, conn: Conn, job: str) -> None:
+        await self._rows(conn, "lock_job", {"key": f"pgsched.claim:{self.schema}:{job}"})
+
+    async def running_count(self, conn: Conn, job: str) -> int:
+        return int((await self._one(conn, "running_count", {"job": job}))["running"])
+
+    async def close_stale(self, conn: Conn, job: str, *, reentry: bool) -> list[Row]:
+        return await self._rows(conn, "close_stale", {"job": job, "reentry": reentry})
+
+    async def claim_existing(
+        self,
+        conn: Conn,
+        job: str,
+        *,
+        runner: str,
+        stale: timedelta,
+        limit: int,
+        reentry: bool,
+        forbid: bool,
+        max_attempts: int,
+    ) -> list[Row]:
+        return await self._rows(
+            conn,
+            "claim_existing",
+            {
+                "job": job,
+                "runner": runner,
+                "stale": stale,
+                "limit": limit,
+                "reentry": reentry,
+                "forbid": forbid,
+                "max_attempts": max_attempts,
+            },
+        )
+
+    async def claim_new(
+        self,
+        conn: Conn,
+        job: str,
+        *,
+        kinds: list[str],
+        ids: list[str],
+        plans: list[datetime],
+        runner: str,
+        stale: timedelta,
+        limit: int,
+        per_scope: int,
+        after_latest: bool,
+        forbid: bool,
+        max_attempts: int,
+    ) -> NewClaims:
+        rows = await self._rows(
+            conn,
+            "claim_new",
+            {
+                "job": job,
+                "kinds": kinds,
+                "ids": ids,
+                "plans": plans,
+                "runner": runner,
+                "stale": stale,
+                "limit": limit,
+                "per_scope": per_scope,
+                "after_latest": after_latest,
+                "forbid": forbid,
+                "max_attempts": max_attempts,
+            },
+        )
+        won = [r for r in rows if r["id"] is not None]
+        return NewClaims(remaining=rows[0]["remaining"], picked=rows[0]["picked"], rows=won)
+
+    async def heartbeat(
+        self, conn: Conn, leases: Sequence[tuple[UUID, UUID, float]]
+    ) -> set[UUID]:
+        """Renew ``(id, token, stale_timeout_s)`` leases; returns the ids still held."""
+        ordered = sorted(leases)  # one lock order for every batch: no deadlock between them
+        rows = await self._rows(
+            conn,
+            "heartbeat",
+            {
+                "ids": [lease[0] for lease in ordered],
+                "tokens": [lease[1] for lease in ordered],
+                "stale": [lease[2] for lease in ordered],
+            },
+        )
+        return {r["id"] for r in rows}
+
+    async def finish(self, conn: Conn, batch: Sequence[Finish]) -> dict[UUID, datetime | None]:
+        """Write terminal rows; returns ``{id: next_retry_at}`` for the writes that held."""
+        ordered = sorted(batch, key=lambda f: f.id)
+        rows = await self._rows(
+            conn,
+            "finish",
+            {
+                "ids": [f.id for f in ordered],
+                "tokens": [f.token for f in ordered],
+                "statuses": [f.status for f in ordered],
+                "error_codes": [f.error_code for f in ordered],
+                "error_msgs": [f.error_msg for f in ordered],
+                "rows": [f.rows_affected for f in ordered],
+                "results": [f.result_json for f in ordered],
+                "durations": [f.duration_ms for f in ordered],
+                "retry_delays": [f.retry_delay_s for f in ordered],
+            },
+        )
+        return {r["id"]: r["next_retry_at"] for r in rows}
+
+    # -- operations ---------------------------------------------------------------------
+
+    async def now(self, conn: Conn) -> datetime:
+        return cast(datetime, (await self._one(conn, "now"))["now"])
+
+    async def trigger(
+        self, conn: Conn, job: str, kind: str, scope_id: str, at: datetime | None, max_attempts: int
+    ) -> Row:
+        params = {"job": job, "kind": kind, "id": scope_id, "at": at, "max_attempts": max_attempts}
+        for _ in range(3):  # a concurrent trigger may commit between our insert and our read
+            rows = await self._rows(conn, "trigger", params)
+            if rows:
+                return rows[0]
+        raise RuntimeError(f"job {job!r}: could not insert or find the triggered run")
+
+    async def backfill(
+        self,
+        conn: Conn,
+        job: str,
+        kinds: list[str],
+        ids: list[str],
+        plans: list[datetime],
+        max_attempts: int,
+    ) -> int:
+        rows = await self._rows(
+            conn,
+            "backfill",
+            {"job": job, "kinds": kinds, "ids": ids, "plans": plans, "max_attempts": max_attempts},
+        )
+        return len(rows)
+
+    async def cancel(self, conn: Conn, execution_id: UUID) -> str:
+        """Cancel a PENDING row; returns ``"cancelled"``, the row's status, or ``"missing"``."""
+        if await self._rows(conn, "cancel", {"id": execution_id}):
+            return "cancelled"
+        rows = await self._rows(conn, "execution_status", {"id": execution_id})
+        return str(rows[0]["status"]) if rows else "missing"
+
+    async def set_paused(self, conn: Conn, job: str, paused: bool) -> None:
+        await self._rows(conn, "set_paused", {"job": job, "paused": paused})

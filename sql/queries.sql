@@ -1,0 +1,235 @@
+-- Every statement pgsched runs, loaded by name ("-- name: x"). {schema} is the quoted schema;
+-- braces that belong to SQL are doubled. All times come from clock_timestamp(), taken once
+-- per statement in the "now" CTE so it is usable as an index bound.
+
+-- name: tick_probe
+-- One statement per tick: the database clock, pause flags, and which jobs have stale
+-- leases, due retries or due PENDING rows (each read from a partial index).
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+SELECT (SELECT t FROM now) AS now,
+       ARRAY(SELECT job_name FROM {schema}.job_state
+             WHERE paused AND job_name = ANY(%(jobs)s)) AS paused,
+       ARRAY(SELECT DISTINCT job_name FROM {schema}.cron_executions
+             WHERE status = 'RUNNING' AND job_name = ANY(%(jobs)s)
+               AND stale_after < (SELECT t FROM now)) AS stale,
+       ARRAY(SELECT DISTINCT job_name FROM {schema}.cron_executions
+             WHERE status = 'FAILED' AND next_retry_at IS NOT NULL AND job_name = ANY(%(jobs)s)
+               AND next_retry_at <= (SELECT t FROM now)) AS retry,
+       ARRAY(SELECT DISTINCT job_name FROM {schema}.cron_executions
+             WHERE status = 'PENDING' AND job_name = ANY(%(jobs)s)
+               AND plan_time <= (SELECT t FROM now)) AS pending
+
+-- name: lock_job
+-- Serialises one job's claims across replicas for the rest of the transaction, so that
+-- overlap and max_running hold cluster-wide and replicas never fight over the same keys.
+SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))
+
+-- name: running_count
+SELECT count(*) AS running FROM {schema}.cron_executions
+WHERE job_name = %(job)s AND status = 'RUNNING' AND stale_after >= clock_timestamp()
+
+-- name: close_stale
+-- Stale leases that must not be re-entered (or have no attempt left) become FAILED.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+UPDATE {schema}.cron_executions e
+SET status = 'FAILED', error_code = 'stale_timeout',
+    error_msg = left('lease of runner ' || coalesce(e.runner_id, '?')
+                     || ' went stale: no heartbeat since ' || coalesce(e.heartbeat_at::text, '?'),
+                     4000),
+    next_retry_at = NULL, finished_at = now.t, updated_at = now.t,
+    duration_ms = LEAST(extract(epoch FROM now.t - e.started_at) * 1000, 2147483647)::integer
+FROM now
+WHERE e.job_name = %(job)s AND e.status = 'RUNNING' AND e.stale_after < now.t
+  AND (NOT %(reentry)s OR e.attempt >= e.max_attempts)
+RETURNING e.id, e.scope_kind, e.scope_id, e.plan_time, e.attempt, e.runner_id
+
+-- name: claim_existing
+-- Takes over existing rows on the same row, oldest plan first: stale leases (steal),
+-- FAILED rows whose retry is due, and PENDING rows (manual triggers and backfills).
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+picked AS (
+    SELECT c.id, c.status AS previous_status, c.runner_id AS previous_runner
+    FROM {schema}.cron_executions c
+    WHERE c.job_name = %(job)s
+      AND (   (%(reentry)s AND c.status = 'RUNNING' AND c.stale_after < (SELECT t FROM now)
+               AND c.attempt < c.max_attempts)
+           OR (c.status = 'FAILED' AND c.next_retry_at <= (SELECT t FROM now)
+               AND c.attempt < c.max_attempts)
+           OR (c.status = 'PENDING' AND c.plan_time <= (SELECT t FROM now)))
+      AND (c.status = 'RUNNING' OR NOT %(forbid)s OR NOT EXISTS (
+            SELECT 1 FROM {schema}.cron_executions r
+            WHERE r.job_name = c.job_name AND r.scope_kind = c.scope_kind
+              AND r.scope_id = c.scope_id AND r.status = 'RUNNING'
+              AND r.stale_after >= (SELECT t FROM now) AND r.plan_time < c.plan_time))
+    ORDER BY c.plan_time, c.scope_kind, c.scope_id
+    LIMIT %(limit)s
+    FOR UPDATE OF c SKIP LOCKED
+)
+UPDATE {schema}.cron_executions e
+SET status = 'RUNNING',
+    attempt = e.attempt + CASE WHEN e.status = 'PENDING' THEN 0 ELSE 1 END,
+    max_attempts = CASE WHEN e.status = 'PENDING' THEN %(max_attempts)s ELSE e.max_attempts END,
+    lease_token = gen_random_uuid(),
+    fencing_token = nextval('{schema}.fencing_seq'),
+    runner_id = %(runner)s,
+    heartbeat_at = now.t, stale_after = now.t + %(stale)s, started_at = now.t,
+    finished_at = NULL, duration_ms = NULL, next_retry_at = NULL, error_code = NULL,
+    error_msg = NULL, rows_affected = NULL, result = '{{}}', updated_at = now.t
+FROM picked, now
+WHERE e.id = picked.id
+RETURNING e.id, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.attempt, e.max_attempts,
+          e.lease_token, e.fencing_token, picked.previous_status, picked.previous_runner
+
+-- name: claim_new
+-- The claim: INSERT ... ON CONFLICT DO NOTHING of RUNNING rows for the due plans of the
+-- given scopes, in one canonical key order. `remaining` counts the candidates that had no
+-- row when the statement started, so the caller knows whether the plan is settled.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+scopes AS MATERIALIZED (
+    SELECT s.kind, s.id,
+           CASE WHEN %(after_latest)s THEN (
+               SELECT max(e.plan_time) FROM {schema}.cron_executions e
+               WHERE e.job_name = %(job)s AND e.scope_kind = s.kind AND e.scope_id = s.id
+                 AND e.trigger = 'schedule') END AS latest
+    FROM unnest(%(kinds)s::text[], %(ids)s::text[]) AS s(kind, id)
+),
+cand AS MATERIALIZED (
+    SELECT sc.kind, sc.id, p.plan_time,
+           row_number() OVER (PARTITION BY sc.kind, sc.id ORDER BY p.plan_time) AS rn
+    FROM scopes sc
+    CROSS JOIN unnest(%(plans)s::timestamptz[]) AS p(plan_time)
+    WHERE p.plan_time > coalesce(sc.latest, '-infinity')
+      AND NOT EXISTS (
+            SELECT 1 FROM {schema}.cron_executions e
+            WHERE e.job_name = %(job)s AND e.scope_kind = sc.kind AND e.scope_id = sc.id
+              AND e.plan_time = p.plan_time)
+),
+eligible AS MATERIALIZED (
+    SELECT c.kind, c.id, c.plan_time FROM cand c
+    WHERE c.rn <= %(per_scope)s
+      AND (NOT %(forbid)s OR NOT EXISTS (
+            SELECT 1 FROM {schema}.cron_executions r
+            WHERE r.job_name = %(job)s AND r.scope_kind = c.kind AND r.scope_id = c.id
+              AND r.status = 'RUNNING' AND r.stale_after >= (SELECT t FROM now)
+              AND r.plan_time < c.plan_time))
+    ORDER BY c.plan_time, c.kind, c.id
+    LIMIT %(limit)s
+),
+ins AS (
+    INSERT INTO {schema}.cron_executions AS x
+        (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
+         runner_id, heartbeat_at, stale_after, started_at, created_at, updated_at)
+    SELECT %(job)s, el.kind, el.id, el.plan_time, 'schedule', 'RUNNING', 1, %(max_attempts)s,
+           %(runner)s, now.t, now.t + %(stale)s, now.t, now.t, now.t
+    FROM eligible el, now
+    ORDER BY el.kind, el.id, el.plan_time
+    ON CONFLICT DO NOTHING
+    RETURNING x.id, x.scope_kind, x.scope_id, x.plan_time, x.attempt, x.max_attempts,
+              x.lease_token, x.fencing_token
+)
+SELECT counts.remaining, counts.picked, ins.*,
+       (SELECT max(p.plan_time) FROM {schema}.cron_executions p
+        WHERE p.job_name = %(job)s AND p.scope_kind = ins.scope_kind
+          AND p.scope_id = ins.scope_id AND p.trigger = 'schedule'
+          AND p.plan_time < ins.plan_time) AS previous_plan
+FROM (SELECT (SELECT count(*) FROM cand) AS remaining,
+             (SELECT count(*) FROM eligible) AS picked) AS counts
+LEFT JOIN ins ON true
+
+-- name: heartbeat
+-- Renews every lease this replica holds in one statement; ids missing from the result
+-- were lost (stolen or closed out).
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+UPDATE {schema}.cron_executions e
+SET heartbeat_at = now.t, stale_after = now.t + make_interval(secs => b.stale), updated_at = now.t
+FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[], %(stale)s::float8[]) AS b(id, token, stale), now
+WHERE e.id = b.id AND e.lease_token = b.token AND e.status = 'RUNNING'
+RETURNING e.id
+
+-- name: finish
+-- Terminal writes of a batch, each guarded by its lease token; ids missing from the
+-- result lost their lease and wrote nothing.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+UPDATE {schema}.cron_executions e
+SET status = b.status, finished_at = now.t, updated_at = now.t,
+    duration_ms = b.duration_ms, rows_affected = b.rows_affected,
+    result = coalesce(b.result::jsonb, '{{}}'), error_code = b.error_code,
+    error_msg = left(b.error_msg, 4000),
+    next_retry_at = CASE WHEN b.status = 'FAILED' AND e.attempt < e.max_attempts
+                         THEN now.t + make_interval(secs => b.retry_delay) END
+FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[], %(statuses)s::text[],
+            %(error_codes)s::text[], %(error_msgs)s::text[], %(rows)s::bigint[],
+            %(results)s::text[], %(durations)s::integer[], %(retry_delays)s::float8[])
+     AS b(id, token, status, error_code, error_msg, rows_affected, result, duration_ms,
+          retry_delay),
+     now
+WHERE e.id = b.id AND e.lease_token = b.token AND e.status = 'RUNNING'
+RETURNING e.id, e.next_retry_at
+
+-- name: trigger
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+ins AS (
+    INSERT INTO {schema}.cron_executions AS x
+        (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts)
+    SELECT %(job)s, %(kind)s, %(id)s, coalesce(%(at)s, now.t), 'manual', 'PENDING', 1,
+           %(max_attempts)s
+    FROM now
+    ON CONFLICT DO NOTHING
+    RETURNING x.id, x.plan_time, x.status, true AS created
+)
+SELECT id, plan_time, status, created FROM ins
+UNION ALL
+(SELECT e.id, e.plan_time, e.status, false FROM {schema}.cron_executions e, now
+ WHERE NOT EXISTS (SELECT 1 FROM ins)
+   AND e.job_name = %(job)s AND e.scope_kind = %(kind)s AND e.scope_id = %(id)s
+   AND ((e.status = 'PENDING' AND e.trigger = 'manual')
+        OR e.plan_time = coalesce(%(at)s, now.t))
+ ORDER BY e.status = 'PENDING' DESC
+ LIMIT 1)
+
+-- name: backfill
+INSERT INTO {schema}.cron_executions
+    (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts)
+SELECT %(job)s, s.kind, s.id, p.plan_time, 'backfill', 'PENDING', 1, %(max_attempts)s
+FROM unnest(%(kinds)s::text[], %(ids)s::text[]) AS s(kind, id)
+CROSS JOIN unnest(%(plans)s::timestamptz[]) AS p(plan_time)
+ORDER BY s.kind, s.id, p.plan_time
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- name: cancel
+UPDATE {schema}.cron_executions
+SET status = 'CANCELLED', finished_at = clock_timestamp(), updated_at = clock_timestamp()
+WHERE id = %(id)s AND status = 'PENDING'
+RETURNING id
+
+-- name: execution_status
+SELECT status FROM {schema}.cron_executions WHERE id = %(id)s
+
+-- name: set_paused
+INSERT INTO {schema}.job_state (job_name, paused, updated_at)
+VALUES (%(job)s, %(paused)s, clock_timestamp())
+ON CONFLICT (job_name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at
+
+-- name: now
+SELECT clock_timestamp() AS now
+
+-- name: migrate_lock
+SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))
+
+-- name: migrate_bootstrap
+CREATE SCHEMA IF NOT EXISTS {schema};
+CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
+    version     text PRIMARY KEY,
+    name        text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+
+-- name: applied_migrations
+SELECT version FROM {schema}.schema_migrations
+
+-- name: record_migration
+INSERT INTO {schema}.schema_migrations (version, name) VALUES (%(version)s, %(name)s)
+
+-- name: is_migrated
+SELECT to_regclass(%(table)s) IS NOT NULL AS migrated
