@@ -241,11 +241,18 @@ def build_job(
     )
 
 
-def normalise_scopes(job: str, items: Iterable[object]) -> list[Scope]:
-    """Scopes returned by a ``scopes(now)`` callable, checked and de-duplicated in order."""
+async def evaluate_scopes(spec: JobSpec, now: datetime) -> tuple[Scope, ...] | list[Scope]:
+    """The job's scopes at ``now``: the static ones, or the callable's answer (sync or async),
+    checked and de-duplicated in order."""
+    if spec.static_scopes is not None:
+        return spec.static_scopes
+    assert spec.scopes_fn is not None
+    value = spec.scopes_fn(now)
+    if inspect.isawaitable(value):
+        value = await value
     out = []
-    for item in items:
+    for item in value:
         if not isinstance(item, Scope):
-            raise ConfigError(f"job {job!r}: scopes returned {item!r}, not a pgsched.Scope")
+            raise ConfigError(f"job {spec.name!r}: scopes returned {item!r}, not a pgsched.Scope")
         out.append(item)
     return unique_in_order(out)

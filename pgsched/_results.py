@@ -1,0 +1,62 @@
+"""Turning what a handler returned or raised into the columns of its terminal row."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ._model import Result
+
+MAX_RESULT_BYTES = 16 * 1024
+MAX_ERROR_CHARS = 4000
+
+
+class InvalidResult(Exception):
+    """The handler's return value cannot be stored."""
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    rows_affected: int | None
+    result_json: str | None
+
+
+def encode_result(value: object) -> Encoded:
+    """Validate a handler's return value: ``None``, an ``int`` or a :class:`Result`.
+
+    ``Result.data`` must be JSON (no NaN or infinity, no NUL characters, PostgreSQL's jsonb
+    refuses both) and at most 16 KiB encoded; otherwise :class:`InvalidResult` is raised.
+    """
+    if value is None:
+        return Encoded(None, None)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Encoded(_rows(value), None)
+    if isinstance(value, Result):
+        rows = value.rows_affected
+        if not isinstance(rows, int) or isinstance(rows, bool):
+            raise InvalidResult(f"Result.rows_affected={rows!r} is not an integer")
+        try:
+            text = json.dumps(value.data, allow_nan=False, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidResult(f"Result.data is not JSON-serialisable: {exc}") from None
+        if "\\u0000" in text:
+            raise InvalidResult("Result.data contains a NUL character")
+        size = len(text.encode())
+        if size > MAX_RESULT_BYTES:
+            raise InvalidResult(f"Result.data is {size} bytes encoded; the limit is 16 KiB")
+        return Encoded(_rows(rows), text)
+    raise InvalidResult(
+        f"handler returned {type(value).__name__}; expected None, int or pgsched.Result"
+    )
+
+
+def _rows(value: int) -> int:
+    if not -(2**63) <= value < 2**63:
+        raise InvalidResult(f"rows_affected={value} does not fit a bigint")
+    return value
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message``, cut to what ``error_msg`` holds."""
+    text = f"{type(exc).__name__}: {exc}".replace("\x00", "\\0")
+    return text[:MAX_ERROR_CHARS]

@@ -1,0 +1,568 @@
+"""The replica's engine: ticks, claims, runs handlers, heartbeats leases, writes outcomes.
+
+One asyncio loop owns everything. Async handlers run on it; sync handlers run in daemon
+threads (so a handler abandoned at ``run_timeout`` cannot keep the process alive). Database
+work is batched per tick: one probe, then per job with work one short transaction; all
+heartbeats of the replica in one statement; terminal writes in batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from psycopg_pool import AsyncConnectionPool
+
+from ._config import JobSpec, evaluate_scopes
+from ._errors import LeaseLost
+from ._model import Run, Scope, bound_logger
+from ._planning import PlanCursor, count_plans_between, jitter_offset
+from ._results import InvalidResult, describe_error, encode_result
+from ._store import Conn, Finish, Probe, Row, Store
+
+_SKIP_COUNT_CAP = 10_000
+_FINISH_BATCH = 2_000
+
+
+@dataclass
+class TickReport:
+    """Counts of what a replica did; ``run_once()`` returns one for its tick."""
+
+    claimed: int = 0
+    stolen: int = 0
+    retried: int = 0
+    conflicts: int = 0
+    closed_stale: int = 0
+    skipped: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    leases_lost: int = 0
+    errors: int = 0
+
+    @property
+    def started(self) -> int:
+        """Executions this replica started (new claims, steals and retries)."""
+        return self.claimed + self.stolen + self.retried
+
+
+@dataclass(eq=False)
+class _Lease:
+    job: JobSpec
+    run: Run
+    next_beat: float
+    abandoned: bool = False
+    task: asyncio.Future[Any] | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class _JobMemo:
+    cursor: PlanCursor
+    settled_plan: datetime | None = None
+    settled_scopes: object = None
+    late_counted: datetime | None = None
+
+
+class Runtime:
+    """Runs the jobs a scheduler has registered, against one pool, until stopped."""
+
+    def __init__(
+        self,
+        *,
+        jobs: Callable[[], dict[str, JobSpec]],
+        store: Store,
+        pool: AsyncConnectionPool[Any],
+        runner_id: str,
+        max_concurrency: int,
+        tick_interval: timedelta,
+        events: Any,
+    ) -> None:
+        self._jobs = jobs
+        self._store = store
+        self._pool = pool
+        self.runner_id = runner_id
+        self.max_concurrency = max_concurrency
+        self.tick_interval = tick_interval.total_seconds()
+        self.report = TickReport()
+        self.last_tick_ok: float | None = None
+        self._events = events
+        self._log = bound_logger(runner_id=runner_id)
+        self._leases: dict[UUID, _Lease] = {}
+        self._memos: dict[str, _JobMemo] = {}
+        self._outbox: asyncio.Queue[tuple[_Lease, Finish]] = asyncio.Queue()
+        self._write_lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._more_work = False
+        self._stopping = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start_background(self) -> None:
+        """Start the heartbeat and writer loops (the tick loop is driven by the caller)."""
+        self._loops = [
+            asyncio.create_task(self._heartbeat_loop(), name="pgsched-heartbeat"),
+            asyncio.create_task(self._writer_loop(), name="pgsched-writer"),
+        ]
+
+    async def run_forever(self) -> None:
+        """Tick every ``tick_interval`` until :meth:`request_stop`; never dies on DB errors."""
+        failures = 0
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            ok = await self.tick()
+            if ok:
+                if failures:
+                    self._log.info("tick_recovered", failed_ticks=failures)
+                failures = 0
+            else:
+                failures += 1
+            self._wake.clear()
+            delay = max(0.0, self.tick_interval - (time.monotonic() - started))
+            waits = [asyncio.ensure_future(self._stopping.wait())]
+            if ok:  # after a failure wait a whole tick; the pool reconnects meanwhile
+                waits.append(asyncio.ensure_future(self._wake.wait()))
+            _, pending = await asyncio.wait(waits, timeout=delay, return_when="FIRST_COMPLETED")
+            for p in pending:
+                p.cancel()
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    def wake(self) -> None:
+        """Tick now rather than at the next interval (slots freed while work remains)."""
+        self._wake.set()
+
+    async def wait_idle(self) -> None:
+        """Return when every claimed execution has finished and its outcome is written."""
+        while self._leases:
+            await asyncio.gather(*(lease.done.wait() for lease in list(self._leases.values())))
+
+    async def shutdown(self, grace: timedelta) -> None:
+        """Stop claiming; give running handlers ``grace`` to finish, then fail the rest."""
+        self._stopping.set()
+        if self._leases:
+            self._log.info("shutdown_waiting", running=len(self._leases), grace_s=grace.total_seconds())
+            try:
+                await asyncio.wait_for(self.wait_idle(), grace.total_seconds())
+            except TimeoutError:
+                pass
+        for lease in list(self._leases.values()):
+            if lease.abandoned or lease.done.is_set():
+                continue
+            lease.abandoned = True
+            if lease.task is not None:
+                lease.task.cancel()
+            self._queue(
+                lease,
+                "FAILED",
+                error_code="shutdown",
+                error_msg=f"Shutdown: replica {self.runner_id} stopped before the handler finished",
+                retry_delay_s=0.0,
+            )
+        try:
+            await asyncio.wait_for(self.wait_idle(), max(5.0, self.tick_interval * 5))
+        except TimeoutError:
+            self._log.warning("shutdown_unwritten", leases=len(self._leases))
+        for task in self._loops:
+            task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+
+    # -- the tick -----------------------------------------------------------------------
+
+    async def tick(self) -> bool:
+        """One tick: probe, then claim per job in priority order. False if it failed."""
+        jobs = self._jobs()
+        try:
+            if jobs:
+                started: list[tuple[JobSpec, Row, str]] = []
+                async with self._pool.connection() as conn:
+                    probe = await self._store.probe(conn, list(jobs))
+                    ordered = sorted(jobs.values(), key=lambda j: (-j.priority, j.name))
+                    for job in ordered:
+                        if job.name in probe.paused or self._stopping.is_set():
+                            continue
+                        started.extend(await self._tick_job(conn, job, probe))
+                for job, row, outcome in started:
+                    self._start(job, row, outcome)
+            self.last_tick_ok = time.monotonic()
+            return True
+        except Exception as exc:
+            self.report.errors += 1
+            self._log.error("tick_error", error=describe_error(exc))
+            return False
+
+    async def _tick_job(self, conn: Conn, job: JobSpec, probe: Probe) -> list[tuple[JobSpec, Row, str]]:
+        free = self.max_concurrency - len(self._leases)
+        stale = job.name in probe.stale
+        existing = free > 0 and (stale or job.name in probe.retry or job.name in probe.pending)
+        request = await self._plan_request(job, probe.now) if free > 0 else None
+        if not (stale or existing or request):
+            return []
+        claimed: list[tuple[JobSpec, Row, str]] = []
+        async with conn.transaction():
+            await self._store.lock_job(conn, job.name)
+            if stale:
+                for row in await self._store.close_stale(conn, job.name, reentry=job.allow_stale_reentry):
+                    self.report.closed_stale += 1
+                    self._log.warning(
+                        "stale_closed", job=job.name, scope=f"{row['scope_kind']}:{row['scope_id']}",
+                        plan_time=_iso(row["plan_time"]), attempt=row["attempt"],
+                        execution_id=str(row["id"]), previous_runner=row["runner_id"],
+                    )
+            cap = free
+            if job.max_running is not None:
+                cap = min(cap, job.max_running - await self._store.running_count(conn, job.name))
+            if existing and cap > 0:
+                rows = await self._store.claim_existing(
+                    conn, job.name, runner=self.runner_id, stale=job.stale_timeout, limit=cap,
+                    reentry=job.allow_stale_reentry, forbid=job.overlap == "forbid",
+                    max_attempts=job.max_attempts,
+                )
+                for row in rows:
+                    outcome = {"RUNNING": "stole", "FAILED": "retry"}.get(row["previous_status"], "won")
+                    claimed.append((job, row, outcome))
+                cap -= len(rows)
+            if request is not None and cap > 0:
+                claimed.extend(await self._claim_new(conn, job, request, cap))
+            elif request is not None:
+                self._more_work = True
+        return claimed
+
+    async def _plan_request(self, job: JobSpec, now: datetime) -> _PlanRequest | None:
+        """What to offer the claim statement for new plans, or None when nothing is new."""
+        memo = self._memos.get(job.name)
+        if memo is None:
+            memo = self._memos[job.name] = _JobMemo(job.new_cursor())
+        due = memo.cursor.due(now)
+        if due.late:
+            self._count_late(job, memo, due.late)
+        if not due.plans:
+            return None
+        scopes = await self._scopes(job, now)
+        if scopes is None:
+            return None
+        newest = due.plans[-1]
+        if memo.settled_plan == newest and (
+            memo.settled_scopes is scopes or memo.settled_scopes == scopes
+        ):
+            return None
+        ready_all = True
+        if job.jitter > timedelta(0):
+            start_at = newest + job.schedule_delay
+            ready = [
+                now >= start_at + jitter_offset(job.name, s.kind, s.id, newest, job.jitter)
+                for s in scopes
+            ]
+            ready_all = all(ready)
+            if len(due.plans) == 1:
+                scopes = [s for s, ok in zip(scopes, ready, strict=True) if ok]
+                if not scopes:
+                    return None
+            # With several due plans only the newest can still be inside its jitter; older
+            # ones are offered to every scope.
+        return _PlanRequest(memo, list(due.plans), scopes, settle=ready_all)
+
+    def _count_late(self, job: JobSpec, memo: _JobMemo, late: list[datetime]) -> None:
+        """Count each plan dropped by max_lateness once, unless every scope already ran it."""
+        fresh = [
+            p for p in late
+            if (memo.late_counted is None or p > memo.late_counted)
+            and (memo.settled_plan is None or p > memo.settled_plan)
+        ]
+        memo.late_counted = max(late)
+        if fresh:
+            self.report.skipped += len(fresh)
+            self._events.plans_skipped(job.name, "max_lateness", len(fresh))
+
+    async def _scopes(self, job: JobSpec, now: datetime) -> tuple[Scope, ...] | list[Scope] | None:
+        try:
+            return await evaluate_scopes(job, now)
+        except Exception as exc:
+            self.report.errors += 1
+            self._log.error("scopes_error", job=job.name, error=describe_error(exc))
+            return None
+
+    async def _claim_new(
+        self, conn: Conn, job: JobSpec, request: _PlanRequest, cap: int
+    ) -> list[tuple[JobSpec, Row, str]]:
+        scopes = request.scopes
+        result = await self._store.claim_new(
+            conn, job.name,
+            kinds=[s.kind for s in scopes], ids=[s.id for s in scopes], plans=request.plans,
+            runner=self.runner_id, stale=job.stale_timeout, limit=cap,
+            per_scope=job.max_plans_per_tick, after_latest=job.catch_up == "every_plan",
+            forbid=job.overlap == "forbid", max_attempts=job.max_attempts,
+        )
+        won = len(result.rows)
+        conflicts = result.picked - won
+        if conflicts:
+            self.report.conflicts += conflicts
+            self._events.claims(job.name, "conflict", conflicts)
+        if result.remaining <= won and request.settle:
+            request.memo.settled_plan = request.plans[-1]
+            request.memo.settled_scopes = request.scopes
+        elif result.remaining > won:
+            self._more_work = True
+        if job.catch_up == "latest_only":
+            self._count_superseded(job, result.rows)
+        return [(job, row, "won") for row in result.rows]
+
+    def _count_superseded(self, job: JobSpec, rows: list[Row]) -> None:
+        memo: dict[tuple[datetime, datetime], int] = {}
+        skipped = 0
+        for row in rows:
+            previous = row["previous_plan"]
+            if previous is None:
+                continue
+            key = (previous, row["plan_time"])
+            if key not in memo:
+                memo[key] = count_plans_between(job.schedule, previous, row["plan_time"], _SKIP_COUNT_CAP)
+            skipped += memo[key]
+        if skipped:
+            self.report.skipped += skipped
+            self._events.plans_skipped(job.name, "superseded", skipped)
+
+    # -- executions ---------------------------------------------------------------------
+
+    def _start(self, job: JobSpec, row: Row, outcome: str) -> None:
+        scope = Scope(row["scope_kind"], row["scope_id"])
+        plan_time = row["plan_time"].astimezone(UTC)
+        trigger = row.get("trigger", "schedule")
+        log = bound_logger(
+            job=job.name, scope=str(scope), plan_time=plan_time.isoformat(),
+            attempt=row["attempt"], execution_id=str(row["id"]), runner_id=self.runner_id,
+        )
+        run = Run(
+            job=job.name, scope=scope, plan_time=plan_time, attempt=row["attempt"],
+            max_attempts=row["max_attempts"], execution_id=row["id"],
+            lease_token=row["lease_token"], fencing_token=row["fencing_token"],
+            runner_id=self.runner_id, trigger=trigger, log=log,
+            _stale_timeout_s=job.stale_timeout.total_seconds(),
+        )
+        lease = _Lease(job, run, next_beat=time.monotonic() + job.heartbeat_interval.total_seconds())
+        self._leases[run.execution_id] = lease
+        counter = {"won": "claimed", "stole": "stolen", "retry": "retried"}[outcome]
+        setattr(self.report, counter, getattr(self.report, counter) + 1)
+        self._events.claims(job.name, outcome, 1)
+        extra = {"previous_runner": row.get("previous_runner")} if outcome == "stole" else {}
+        log.info("claimed", outcome=outcome, trigger=trigger, fencing_token=run.fencing_token, **extra)
+        lease.task = asyncio.ensure_future(self._execute(lease))
+
+    async def _execute(self, lease: _Lease) -> None:
+        job, run = lease.job, lease.run
+        started = time.monotonic()
+        timeout = job.run_timeout.total_seconds()
+        scope_timeout = asyncio.timeout(timeout)
+        try:
+            async with scope_timeout:
+                if job.is_async:
+                    value = await job.handler(run)
+                else:
+                    value = await _in_thread(job.handler, run)
+        except asyncio.CancelledError:
+            if not lease.abandoned:
+                raise
+            return
+        except TimeoutError as exc:
+            if scope_timeout.expired():
+                self._finish(lease, started, "FAILED", "run_timeout",
+                             f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout})")
+            else:
+                self._finish(lease, started, "FAILED", "handler_error", describe_error(exc))
+            return
+        except LeaseLost:
+            self._lost(lease, "handler raised LeaseLost")
+            return
+        except Exception as exc:
+            run.log.warning("handler_raised", error=describe_error(exc), exc_info=exc)
+            self._finish(lease, started, "FAILED", "handler_error", describe_error(exc))
+            return
+        try:
+            encoded = encode_result(value)
+        except InvalidResult as exc:
+            self._finish(lease, started, "FAILED", "invalid_result", describe_error(exc))
+            return
+        self._finish(lease, started, "SUCCESS", None, None, encoded.rows_affected, encoded.result_json)
+
+    def _finish(
+        self,
+        lease: _Lease,
+        started: float,
+        status: str,
+        error_code: str | None,
+        error_msg: str | None,
+        rows: int | None = None,
+        result_json: str | None = None,
+    ) -> None:
+        if lease.abandoned:
+            return  # shutdown already wrote (or is writing) this lease's outcome
+        if lease.run._lost:  # known lost; a merely late renewal still tries (the token decides)
+            self._lost(lease, "lease lost before the outcome could be written")
+            return
+        retry = lease.job.retry_delay(lease.run.attempt, lease.run.max_attempts)
+        self._queue(
+            lease, status, error_code=error_code, error_msg=error_msg, rows=rows,
+            result_json=result_json, duration_ms=int((time.monotonic() - started) * 1000),
+            retry_delay_s=None if retry is None else retry.total_seconds(),
+        )
+
+    def _queue(
+        self,
+        lease: _Lease,
+        status: str,
+        *,
+        error_code: str | None = None,
+        error_msg: str | None = None,
+        rows: int | None = None,
+        result_json: str | None = None,
+        duration_ms: int | None = None,
+        retry_delay_s: float | None = None,
+    ) -> None:
+        run = lease.run
+        if duration_ms is None:
+            duration_ms = 0
+        self._outbox.put_nowait(
+            (lease, Finish(run.execution_id, run.lease_token, status, error_code, error_msg,
+                           rows, result_json, min(duration_ms, 2**31 - 1), retry_delay_s))
+        )
+
+    def _release(self, lease: _Lease) -> None:
+        self._leases.pop(lease.run.execution_id, None)
+        lease.done.set()
+        if self._more_work and not self._stopping.is_set():
+            self._more_work = False
+            self.wake()
+
+    def _lost(self, lease: _Lease, why: str) -> None:
+        lease.run._mark_lost()
+        self.report.leases_lost += 1
+        self._events.lease_lost(lease.job.name)
+        lease.run.log.warning("lease_lost", reason=why)
+        self._release(lease)
+
+    # -- background loops ---------------------------------------------------------------
+
+    async def _writer_loop(self) -> None:
+        while True:
+            batch = [await self._outbox.get()]
+            while len(batch) < _FINISH_BATCH and not self._outbox.empty():
+                batch.append(self._outbox.get_nowait())
+            while True:
+                try:
+                    async with self._write_lock, self._pool.connection() as conn:
+                        written = await self._store.finish(conn, [f for _, f in batch])
+                    break
+                except Exception as exc:
+                    self._log.error("write_error", error=describe_error(exc), pending=len(batch))
+                    await asyncio.sleep(self.tick_interval)
+            for lease, fin in batch:
+                if fin.id not in written:
+                    self._lost(lease, "terminal write matched no row holding this lease")
+                    continue
+                self._record_outcome(lease, fin, written[fin.id])
+                self._release(lease)
+
+    def _record_outcome(self, lease: _Lease, fin: Finish, next_retry_at: datetime | None) -> None:
+        seconds = fin.duration_ms / 1000
+        if fin.status == "SUCCESS":
+            self.report.succeeded += 1
+            lease.run.log.info("run_succeeded", duration_ms=fin.duration_ms, rows_affected=fin.rows_affected)
+        else:
+            self.report.failed += 1
+            lease.run.log.warning(
+                "run_failed", error_code=fin.error_code, error=fin.error_msg,
+                duration_ms=fin.duration_ms,
+                next_retry_at=None if next_retry_at is None else _iso(next_retry_at),
+            )
+        self._events.run_finished(lease.job.name, fin.status, seconds)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self.tick_interval))
+            now = time.monotonic()
+            due = [
+                lease for lease in self._leases.values()
+                if now >= lease.next_beat and not lease.abandoned and not lease.run._lost
+            ]
+            if not due:
+                continue
+            try:
+                async with self._write_lock, self._pool.connection() as conn:
+                    held = await self._store.heartbeat(
+                        conn,
+                        [(lease.run.execution_id, lease.run.lease_token,
+                          lease.job.stale_timeout.total_seconds()) for lease in due],
+                    )
+            except Exception as exc:
+                self._log.error("heartbeat_error", error=describe_error(exc), leases=len(due))
+                continue
+            for lease in due:
+                if lease.run.execution_id in held:
+                    lease.run._mark_renewed()
+                    lease.next_beat = now + lease.job.heartbeat_interval.total_seconds()
+                elif not lease.run._lost:
+                    lease.run._mark_lost()
+                    self.report.leases_lost += 1
+                    self._events.lease_lost(lease.job.name)
+                    lease.run.log.warning("lease_lost", reason="heartbeat matched no row holding this lease")
+
+
+@dataclass(eq=False)
+class _PlanRequest:
+    memo: _JobMemo
+    plans: list[datetime]
+    scopes: list[Scope] | tuple[Scope, ...]
+    settle: bool
+
+
+def _in_thread(fn: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
+    """Run a sync handler in a daemon thread; abandoning the future abandons the thread."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def deliver(ok: bool, value: Any) -> None:
+        if future.done():
+            return  # timed out or cancelled: the late result is discarded
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    def target() -> None:
+        try:
+            value, ok = context.run(fn, run), True
+        except Exception as exc:
+            value, ok = exc, False
+        try:
+            loop.call_soon_threadsafe(deliver, ok, value)
+        except RuntimeError:
+            pass  # the loop is closed: the scheduler has gone
+
+    threading.Thread(target=target, name=f"pgsched:{run.job}", daemon=True).start()
+    return future
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat()
+
+
+class NullEvents:
+    """Receives the runtime's countable events; the metrics module provides the real one."""
+
+    def claims(self, job: str, outcome: str, count: int) -> None: ...
+
+    def plans_skipped(self, job: str, reason: str, count: int) -> None: ...
+
+    def lease_lost(self, job: str) -> None: ...
+
+    def run_finished(self, job: str, status: str, seconds: float) -> None: ...
+

@@ -1,0 +1,307 @@
+"""The public ``Scheduler``: job registration and the blocking API around the runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable, Coroutine, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+from uuid import UUID
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from ._config import Handler, JobSpec, build_job, evaluate_scopes
+from ._dsn import resolve_dsn
+from ._durations import Duration, parse_duration
+from ._errors import ConfigError, NotFoundError, PgschedError
+from ._model import GLOBAL, Scope, bound_logger
+from ._runtime import NullEvents, Runtime, TickReport
+from ._store import Conn, Store
+
+_T = TypeVar("_T")
+_F = TypeVar("_F", bound=Handler)
+
+
+class Scheduler:
+    """Registers jobs and runs them on this replica, coordinated through PostgreSQL.
+
+    The DSN is ``dsn``, else ``PGSCHED_DSN``, else ``DATABASE_URL``, read when first needed
+    (so a command line can still supply it). ``runner_id`` defaults to ``<hostname>-<pid>``.
+    ``shutdown_grace`` is how long ``run()`` lets handlers finish after SIGTERM.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        schema: str = "pgsched",
+        runner_id: str | None = None,
+        tick_interval: Duration = "1s",
+        max_concurrency: int = 8,
+        shutdown_grace: Duration = "30s",
+    ) -> None:
+        if not isinstance(schema, str) or not schema or len(schema) > 63:
+            raise ConfigError(f"scheduler: schema={schema!r} must be a name of 1 to 63 characters")
+        if not isinstance(max_concurrency, int) or isinstance(max_concurrency, bool) or max_concurrency < 1:
+            raise ConfigError(f"scheduler: max_concurrency={max_concurrency!r} must be an integer >= 1")
+        self._dsn = dsn
+        self.schema = schema
+        self.runner_id = runner_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.tick_interval = parse_duration(tick_interval, field="tick_interval", allow_zero=False)
+        self.shutdown_grace = parse_duration(shutdown_grace, field="shutdown_grace")
+        self.max_concurrency = max_concurrency
+        self.events: Any = NullEvents()
+        self._jobs: dict[str, JobSpec] = {}
+        self._jobs_lock = threading.Lock()
+        self._runtime: Runtime | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_requested = threading.Event()
+        self._log = bound_logger(runner_id=self.runner_id)
+
+    # -- configuration ------------------------------------------------------------------
+
+    @property
+    def dsn(self) -> str | None:
+        return resolve_dsn(self._dsn)
+
+    def configure(
+        self, *, dsn: str | None = None, schema: str | None = None, runner_id: str | None = None
+    ) -> None:
+        """Override connection settings (the command line's ``--dsn``, ``--schema``...)."""
+        if dsn:
+            self._dsn = dsn
+        if schema:
+            self.schema = schema
+        if runner_id:
+            self.runner_id = runner_id
+
+    def job(self, **options: Any) -> Callable[[_F], _F]:
+        """Decorator form of :meth:`register`; returns the handler unchanged."""
+
+        def decorate(handler: _F) -> _F:
+            self.register(handler, **options)
+            return handler
+
+        return decorate
+
+    def register(self, handler: Handler, **options: Any) -> JobSpec:
+        """Validate and add a job (also on a running scheduler: it is planned next tick).
+
+        Raises :class:`ConfigError` naming the job and the field for any invalid option and
+        for a duplicate job name.
+        """
+        spec = build_job(handler, **options)
+        with self._jobs_lock:
+            if spec.name in self._jobs:
+                raise ConfigError(f"job {spec.name!r}: name is already registered")
+            self._jobs[spec.name] = spec
+        return spec
+
+    def unregister(self, job: str) -> None:
+        """Stop planning and claiming ``job`` on this replica; running executions finish."""
+        with self._jobs_lock:
+            if self._jobs.pop(job, None) is None:
+                raise NotFoundError(f"job {job!r} is not registered")
+
+    @property
+    def jobs(self) -> dict[str, JobSpec]:
+        """A snapshot of the registered jobs by name."""
+        with self._jobs_lock:
+            return dict(self._jobs)
+
+    def _job(self, name: str) -> JobSpec:
+        spec = self.jobs.get(name)
+        if spec is None:
+            raise NotFoundError(f"job {name!r} is not registered")
+        return spec
+
+    def upcoming(self, job: str, after: datetime | None = None, count: int = 5) -> list[datetime]:
+        """The next ``count`` plan times of ``job`` strictly after ``after`` (aware UTC)."""
+        after = datetime.now(UTC) if after is None else _aware(after, "after")
+        return self._job(job).schedule.upcoming(after, count)
+
+    # -- database operations --------------------------------------------------------------
+
+    def migrate(self) -> list[str]:
+        """Create or upgrade the schema; returns the migration versions applied now."""
+        return _blocking(self._with_conn(lambda conn, store: store.migrate(conn)))
+
+    def trigger(self, job: str, scope: Scope = GLOBAL, at: datetime | None = None) -> UUID:
+        """Insert a PENDING manual run (at the database's now, or at ``at``).
+
+        While one is PENDING for the same job and scope, returns that one instead.
+        """
+        spec = self._job(job)
+        when = None if at is None else _aware(at, "at")
+
+        async def go(conn: Conn, store: Store) -> UUID:
+            row = await store.trigger(conn, job, scope.kind, scope.id, when, spec.max_attempts)
+            return UUID(str(row["id"]))
+
+        return _blocking(self._with_conn(go))
+
+    def cancel(self, execution_id: UUID | str) -> None:
+        """Cancel a PENDING execution; raises :class:`PgschedError` if it is not PENDING."""
+        ident = UUID(str(execution_id))
+
+        async def go(conn: Conn, store: Store) -> str:
+            return await store.cancel(conn, ident)
+
+        outcome = _blocking(self._with_conn(go))
+        if outcome == "missing":
+            raise NotFoundError(f"execution {ident} does not exist")
+        if outcome != "cancelled":
+            raise PgschedError(f"execution {ident} is {outcome}, only PENDING runs can be cancelled")
+
+    def pause(self, job: str) -> None:
+        """Stop planning and claiming ``job`` on every replica within one tick."""
+        self._set_paused(job, True)
+
+    def resume(self, job: str) -> None:
+        """Undo :meth:`pause`."""
+        self._set_paused(job, False)
+
+    def _set_paused(self, job: str, paused: bool) -> None:
+        self._job(job)
+        _blocking(self._with_conn(lambda conn, store: store.set_paused(conn, job, paused)))
+
+    def backfill(
+        self, job: str, start: datetime, end: datetime, scopes: Iterable[Scope] | None = None
+    ) -> int:
+        """Insert PENDING backfill rows for every plan in ``[start, end]`` and scope.
+
+        Existing plans are left alone; returns the number of rows inserted. ``scopes``
+        defaults to the job's static scopes, or the callable's answer at ``end``.
+        """
+        spec = self._job(job)
+        lo, hi = _aware(start, "start"), _aware(end, "end")
+        if hi < lo:
+            raise ConfigError(f"job {job!r}: backfill end {hi.isoformat()} is before start")
+        plans = list(spec.schedule.plans_between(lo - timedelta(microseconds=1), hi))
+
+        async def go(conn: Conn, store: Store) -> int:
+            chosen = list(scopes) if scopes is not None else await evaluate_scopes(spec, hi)
+            return await store.backfill(
+                conn, job, [s.kind for s in chosen], [s.id for s in chosen], plans, spec.max_attempts
+            )
+
+        return _blocking(self._with_conn(go))
+
+    async def _with_conn(self, fn: Callable[[Conn, Store], Coroutine[Any, Any, _T]]) -> _T:
+        async with await psycopg.AsyncConnection.connect(
+            self._require_dsn(), autocommit=True, application_name=self._app_name()
+        ) as conn:
+            return await fn(conn, Store(self.schema))
+
+    def _require_dsn(self) -> str:
+        dsn = self.dsn
+        if not dsn:
+            raise ConfigError("no database configured: pass dsn=, or set PGSCHED_DSN or DATABASE_URL")
+        return dsn
+
+    def _app_name(self) -> str:
+        return f"pgsched {self.runner_id}"[:63]
+
+    # -- running ------------------------------------------------------------------------
+
+    def run_once(self) -> TickReport:
+        """One full tick: plan, claim, run the claimed handlers to completion, write rows."""
+        return _blocking(self._run_once())
+
+    async def _run_once(self) -> TickReport:
+        async with self._pool() as pool:
+            runtime = self._new_runtime(pool)
+            runtime.start_background()
+            if not await runtime.tick():
+                await runtime.shutdown(timedelta(0))
+                raise PgschedError("the tick failed; see the tick_error log event")
+            await runtime.wait_idle()
+            await runtime.shutdown(timedelta(0))
+            return runtime.report
+
+    def run(self) -> None:
+        """Tick until SIGTERM/SIGINT or :meth:`stop`, then shut down gracefully."""
+        self._stop_requested.clear()
+        asyncio.run(self._run())
+
+    def stop(self) -> None:
+        """Ask a running :meth:`run` to shut down (thread-safe)."""
+        self._stop_requested.set()
+        runtime, loop = self._runtime, self._loop
+        if runtime is not None and loop is not None:
+            loop.call_soon_threadsafe(runtime.request_stop)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        async with self._pool() as pool:
+            runtime = self._new_runtime(pool)
+            self._runtime, self._loop = runtime, loop
+            if threading.current_thread() is threading.main_thread():
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.add_signal_handler(sig, self._on_signal, sig, runtime)
+            try:
+                if self._stop_requested.is_set():
+                    runtime.request_stop()
+                self._log.info("scheduler_started", jobs=sorted(self.jobs), schema=self.schema,
+                               max_concurrency=self.max_concurrency,
+                               tick_interval_s=self.tick_interval.total_seconds())
+                runtime.start_background()
+                await runtime.run_forever()
+                await runtime.shutdown(self.shutdown_grace)
+                self._log.info("scheduler_stopped", **_report_fields(runtime.report))
+            finally:
+                self._runtime = self._loop = None
+                if threading.current_thread() is threading.main_thread():
+                    for sig in (signal.SIGTERM, signal.SIGINT):
+                        loop.remove_signal_handler(sig)
+
+    def _on_signal(self, sig: signal.Signals, runtime: Runtime) -> None:
+        self._log.info("shutdown_requested", signal=sig.name)
+        runtime.request_stop()
+
+    def _new_runtime(self, pool: AsyncConnectionPool[Any]) -> Runtime:
+        return Runtime(
+            jobs=lambda: self.jobs, store=Store(self.schema), pool=pool,
+            runner_id=self.runner_id, max_concurrency=self.max_concurrency,
+            tick_interval=self.tick_interval, events=self.events,
+        )
+
+    def _pool(self) -> AsyncConnectionPool[Any]:
+        # Reconnection after a PostgreSQL restart is the pool's job: it checks connections
+        # before lending them and retries connecting with backoff.
+        return AsyncConnectionPool(
+            self._require_dsn(),
+            min_size=1,
+            max_size=4,
+            open=False,
+            timeout=max(5.0, self.tick_interval.total_seconds() * 3),
+            check=AsyncConnectionPool.check_connection,
+            kwargs={"autocommit": True, "application_name": self._app_name()},
+        )
+
+
+def _aware(value: datetime, name: str) -> datetime:
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise ConfigError(f"{name}={value!r} must be a timezone-aware datetime")
+    return value.astimezone(UTC)
+
+
+def _report_fields(report: TickReport) -> dict[str, int]:
+    return {k: v for k, v in vars(report).items() if isinstance(v, int)}
+
+
+def _blocking(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coro`` to completion from sync code, even if this thread already runs a loop."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is None:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
