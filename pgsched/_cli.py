@@ -57,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("app", metavar="APP", help="module[:attr] or path/to/file.py[:attr]")
     p.add_argument("--runner-id", help="this replica's id (default: <hostname>-<pid>)")
     p.add_argument(
-        "--migrate", action="store_true",
+        "--migrate",
+        action="store_true",
         help="apply migrations before running (always done on the embedded PostgreSQL)",
     )
     p.set_defaults(command=_run)
@@ -117,9 +118,14 @@ def _check(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     rows = [("JOB", "SCHEDULE", "SCOPES", f"NEXT {args.count} PLAN TIMES (UTC)")]
     for name, spec in sorted(jobs.items()):
-        scopes = "dynamic" if spec.static_scopes is None else (
-            str(spec.static_scopes[0]) if len(spec.static_scopes) == 1
-            else f"{len(spec.static_scopes)} scopes"
+        scopes = (
+            "dynamic"
+            if spec.static_scopes is None
+            else (
+                str(spec.static_scopes[0])
+                if len(spec.static_scopes) == 1
+                else f"{len(spec.static_scopes)} scopes"
+            )
         )
         upcoming = ", ".join(
             p.strftime("%Y-%m-%d %H:%M:%S") for p in spec.schedule.upcoming(now, args.count)

@@ -128,12 +128,14 @@ def build_job(
             raise bad(fld, value, f"must be an integer >= {minimum}")
         return value
 
-    def choice(fld: str, value: object, allowed: tuple[str, ...]) -> Any:
+    def choice(fld: str, value: object, allowed: tuple[str | None, ...]) -> Any:
         if value not in allowed:
             raise bad(fld, value, f"must be one of {', '.join(map(repr, allowed))}")
         return value
 
-    given = [k for k, v in (("every", every), ("cron", cron), ("planner", planner)) if v is not None]
+    given = [
+        k for k, v in (("every", every), ("cron", cron), ("planner", planner)) if v is not None
+    ]
     if len(given) != 1:
         raise ConfigError(
             f"job {job!r}: exactly one of every=, cron= or planner= is required"
@@ -186,24 +188,29 @@ def build_job(
             raise bad("max_plans_per_tick", None, "is required with catch_up='every_plan'")
         plans_per_tick = integer("max_plans_per_tick", max_plans_per_tick, 1)
     else:
-        plans_per_tick = 1 if max_plans_per_tick is None else integer(
-            "max_plans_per_tick", max_plans_per_tick, 1
+        plans_per_tick = (
+            1
+            if max_plans_per_tick is None
+            else integer("max_plans_per_tick", max_plans_per_tick, 1)
         )
 
     run_to = dur("run_timeout", run_timeout, allow_zero=False)
     stale_to = (
-        run_to + timedelta(minutes=1) if stale_timeout is None
+        run_to + timedelta(minutes=1)
+        if stale_timeout is None
         else dur("stale_timeout", stale_timeout, allow_zero=False)
     )
     if stale_to <= run_to:
         raise bad("stale_timeout", stale_timeout, f"must be longer than run_timeout ({run_to})")
     beat = (
-        min(stale_to / 3, timedelta(seconds=30)) if heartbeat_interval is None
+        min(stale_to / 3, timedelta(seconds=30))
+        if heartbeat_interval is None
         else dur("heartbeat_interval", heartbeat_interval, allow_zero=False)
     )
     if beat >= stale_to:
         raise bad(
-            "heartbeat_interval", heartbeat_interval,
+            "heartbeat_interval",
+            heartbeat_interval,
             f"must be shorter than stale_timeout ({stale_to})",
         )
     if isinstance(retry_backoff, str | bytes) or not isinstance(retry_backoff, Sequence):
@@ -233,9 +240,7 @@ def build_job(
         heartbeat_interval=beat,
         allow_stale_reentry=allow_stale_reentry,
         max_attempts=integer("max_attempts", max_attempts, 1),
-        retry_backoff=tuple(
-            dur(f"retry_backoff[{i}]", d) for i, d in enumerate(retry_backoff)
-        ),
+        retry_backoff=tuple(dur(f"retry_backoff[{i}]", d) for i, d in enumerate(retry_backoff)),
         max_running=None if max_running is None else integer("max_running", max_running, 1),
         priority=priority,
     )

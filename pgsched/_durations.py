@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
-from pytimeparse import parse as _parse_text
+from pytimeparse.timeparse import timeparse as _parse_text
 
 from ._errors import ConfigError
 

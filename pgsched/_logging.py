@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
@@ -12,7 +13,9 @@ import structlog
 from ._dsn import redact
 
 
-def _redact_passwords(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+def _redact_passwords(
+    _logger: Any, _method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     for key, value in event.items():
         if isinstance(value, str):
             event[key] = redact(value)

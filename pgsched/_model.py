@@ -94,8 +94,7 @@ class Run:
         """Raise :class:`LeaseLost` if this run no longer holds its lease."""
         if self.lease_lost:
             raise LeaseLost(
-                f"job {self.job!r} scope {self.scope} plan {self.plan_time.isoformat()}: "
-                "lease lost"
+                f"job {self.job!r} scope {self.scope} plan {self.plan_time.isoformat()}: lease lost"
             )
 
     def _mark_renewed(self) -> None:

@@ -307,7 +307,9 @@ def count_plans_between(schedule: Schedule, start: datetime, end: datetime, cap:
     return count
 
 
-def jitter_offset(job: str, kind: str, scope_id: str, plan: datetime, jitter: timedelta) -> timedelta:
+def jitter_offset(
+    job: str, kind: str, scope_id: str, plan: datetime, jitter: timedelta
+) -> timedelta:
     """A deterministic delay in ``[0, jitter)`` derived from (job, scope, plan_time)."""
     if jitter <= timedelta(0):
         return timedelta(0)

@@ -9,6 +9,7 @@ heartbeats of the replica in one statement; terminal writes in batches.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 import time
@@ -149,11 +150,11 @@ class Runtime:
         """Stop claiming; give running handlers ``grace`` to finish, then fail the rest."""
         self._stopping.set()
         if self._leases:
-            self._log.info("shutdown_waiting", running=len(self._leases), grace_s=grace.total_seconds())
-            try:
+            self._log.info(
+                "shutdown_waiting", running=len(self._leases), grace_s=grace.total_seconds()
+            )
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wait_idle(), grace.total_seconds())
-            except TimeoutError:
-                pass
         for lease in list(self._leases.values()):
             if lease.abandoned or lease.done.is_set():
                 continue
@@ -199,7 +200,9 @@ class Runtime:
             self._log.error("tick_error", error=describe_error(exc))
             return False
 
-    async def _tick_job(self, conn: Conn, job: JobSpec, probe: Probe) -> list[tuple[JobSpec, Row, str]]:
+    async def _tick_job(
+        self, conn: Conn, job: JobSpec, probe: Probe
+    ) -> list[tuple[JobSpec, Row, str]]:
         free = self.max_concurrency - len(self._leases)
         stale = job.name in probe.stale
         existing = free > 0 and (stale or job.name in probe.retry or job.name in probe.pending)
@@ -210,24 +213,37 @@ class Runtime:
         async with conn.transaction():
             await self._store.lock_job(conn, job.name)
             if stale:
-                for row in await self._store.close_stale(conn, job.name, reentry=job.allow_stale_reentry):
+                for row in await self._store.close_stale(
+                    conn, job.name, reentry=job.allow_stale_reentry
+                ):
                     self.report.closed_stale += 1
                     self._log.warning(
-                        "stale_closed", job=job.name, scope=f"{row['scope_kind']}:{row['scope_id']}",
-                        plan_time=_iso(row["plan_time"]), attempt=row["attempt"],
-                        execution_id=str(row["id"]), previous_runner=row["runner_id"],
+                        "stale_closed",
+                        job=job.name,
+                        scope=f"{row['scope_kind']}:{row['scope_id']}",
+                        plan_time=_iso(row["plan_time"]),
+                        attempt=row["attempt"],
+                        execution_id=str(row["id"]),
+                        previous_runner=row["runner_id"],
                     )
             cap = free
             if job.max_running is not None:
                 cap = min(cap, job.max_running - await self._store.running_count(conn, job.name))
             if existing and cap > 0:
                 rows = await self._store.claim_existing(
-                    conn, job.name, runner=self.runner_id, stale=job.stale_timeout, limit=cap,
-                    reentry=job.allow_stale_reentry, forbid=job.overlap == "forbid",
+                    conn,
+                    job.name,
+                    runner=self.runner_id,
+                    stale=job.stale_timeout,
+                    limit=cap,
+                    reentry=job.allow_stale_reentry,
+                    forbid=job.overlap == "forbid",
                     max_attempts=job.max_attempts,
                 )
                 for row in rows:
-                    outcome = {"RUNNING": "stole", "FAILED": "retry"}.get(row["previous_status"], "won")
+                    outcome = {"RUNNING": "stole", "FAILED": "retry"}.get(
+                        row["previous_status"], "won"
+                    )
                     claimed.append((job, row, outcome))
                 cap -= len(rows)
             if request is not None and cap > 0:
@@ -273,7 +289,8 @@ class Runtime:
     def _count_late(self, job: JobSpec, memo: _JobMemo, late: list[datetime]) -> None:
         """Count each plan dropped by max_lateness once, unless every scope already ran it."""
         fresh = [
-            p for p in late
+            p
+            for p in late
             if (memo.late_counted is None or p > memo.late_counted)
             and (memo.settled_plan is None or p > memo.settled_plan)
         ]
@@ -295,11 +312,18 @@ class Runtime:
     ) -> list[tuple[JobSpec, Row, str]]:
         scopes = request.scopes
         result = await self._store.claim_new(
-            conn, job.name,
-            kinds=[s.kind for s in scopes], ids=[s.id for s in scopes], plans=request.plans,
-            runner=self.runner_id, stale=job.stale_timeout, limit=cap,
-            per_scope=job.max_plans_per_tick, after_latest=job.catch_up == "every_plan",
-            forbid=job.overlap == "forbid", max_attempts=job.max_attempts,
+            conn,
+            job.name,
+            kinds=[s.kind for s in scopes],
+            ids=[s.id for s in scopes],
+            plans=request.plans,
+            runner=self.runner_id,
+            stale=job.stale_timeout,
+            limit=cap,
+            per_scope=job.max_plans_per_tick,
+            after_latest=job.catch_up == "every_plan",
+            forbid=job.overlap == "forbid",
+            max_attempts=job.max_attempts,
         )
         won = len(result.rows)
         conflicts = result.picked - won
@@ -324,7 +348,9 @@ class Runtime:
                 continue
             key = (previous, row["plan_time"])
             if key not in memo:
-                memo[key] = count_plans_between(job.schedule, previous, row["plan_time"], _SKIP_COUNT_CAP)
+                memo[key] = count_plans_between(
+                    job.schedule, previous, row["plan_time"], _SKIP_COUNT_CAP
+                )
             skipped += memo[key]
         if skipped:
             self.report.skipped += skipped
@@ -337,23 +363,38 @@ class Runtime:
         plan_time = row["plan_time"].astimezone(UTC)
         trigger = row.get("trigger", "schedule")
         log = bound_logger(
-            job=job.name, scope=str(scope), plan_time=plan_time.isoformat(),
-            attempt=row["attempt"], execution_id=str(row["id"]), runner_id=self.runner_id,
+            job=job.name,
+            scope=str(scope),
+            plan_time=plan_time.isoformat(),
+            attempt=row["attempt"],
+            execution_id=str(row["id"]),
+            runner_id=self.runner_id,
         )
         run = Run(
-            job=job.name, scope=scope, plan_time=plan_time, attempt=row["attempt"],
-            max_attempts=row["max_attempts"], execution_id=row["id"],
-            lease_token=row["lease_token"], fencing_token=row["fencing_token"],
-            runner_id=self.runner_id, trigger=trigger, log=log,
+            job=job.name,
+            scope=scope,
+            plan_time=plan_time,
+            attempt=row["attempt"],
+            max_attempts=row["max_attempts"],
+            execution_id=row["id"],
+            lease_token=row["lease_token"],
+            fencing_token=row["fencing_token"],
+            runner_id=self.runner_id,
+            trigger=trigger,
+            log=log,
             _stale_timeout_s=job.stale_timeout.total_seconds(),
         )
-        lease = _Lease(job, run, next_beat=time.monotonic() + job.heartbeat_interval.total_seconds())
+        lease = _Lease(
+            job, run, next_beat=time.monotonic() + job.heartbeat_interval.total_seconds()
+        )
         self._leases[run.execution_id] = lease
         counter = {"won": "claimed", "stole": "stolen", "retry": "retried"}[outcome]
         setattr(self.report, counter, getattr(self.report, counter) + 1)
         self._events.claims(job.name, outcome, 1)
         extra = {"previous_runner": row.get("previous_runner")} if outcome == "stole" else {}
-        log.info("claimed", outcome=outcome, trigger=trigger, fencing_token=run.fencing_token, **extra)
+        log.info(
+            "claimed", outcome=outcome, trigger=trigger, fencing_token=run.fencing_token, **extra
+        )
         lease.task = asyncio.ensure_future(self._execute(lease))
 
     async def _execute(self, lease: _Lease) -> None:
@@ -373,8 +414,13 @@ class Runtime:
             return
         except TimeoutError as exc:
             if scope_timeout.expired():
-                self._finish(lease, started, "FAILED", "run_timeout",
-                             f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout})")
+                self._finish(
+                    lease,
+                    started,
+                    "FAILED",
+                    "run_timeout",
+                    f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout})",
+                )
             else:
                 self._finish(lease, started, "FAILED", "handler_error", describe_error(exc))
             return
@@ -390,7 +436,9 @@ class Runtime:
         except InvalidResult as exc:
             self._finish(lease, started, "FAILED", "invalid_result", describe_error(exc))
             return
-        self._finish(lease, started, "SUCCESS", None, None, encoded.rows_affected, encoded.result_json)
+        self._finish(
+            lease, started, "SUCCESS", None, None, encoded.rows_affected, encoded.result_json
+        )
 
     def _finish(
         self,
@@ -409,8 +457,13 @@ class Runtime:
             return
         retry = lease.job.retry_delay(lease.run.attempt, lease.run.max_attempts)
         self._queue(
-            lease, status, error_code=error_code, error_msg=error_msg, rows=rows,
-            result_json=result_json, duration_ms=int((time.monotonic() - started) * 1000),
+            lease,
+            status,
+            error_code=error_code,
+            error_msg=error_msg,
+            rows=rows,
+            result_json=result_json,
+            duration_ms=int((time.monotonic() - started) * 1000),
             retry_delay_s=None if retry is None else retry.total_seconds(),
         )
 
@@ -430,8 +483,20 @@ class Runtime:
         if duration_ms is None:
             duration_ms = 0
         self._outbox.put_nowait(
-            (lease, Finish(run.execution_id, run.lease_token, status, error_code, error_msg,
-                           rows, result_json, min(duration_ms, 2**31 - 1), retry_delay_s))
+            (
+                lease,
+                Finish(
+                    run.execution_id,
+                    run.lease_token,
+                    status,
+                    error_code,
+                    error_msg,
+                    rows,
+                    result_json,
+                    min(duration_ms, 2**31 - 1),
+                    retry_delay_s,
+                ),
+            )
         )
 
     def _release(self, lease: _Lease) -> None:
@@ -474,11 +539,15 @@ class Runtime:
         seconds = fin.duration_ms / 1000
         if fin.status == "SUCCESS":
             self.report.succeeded += 1
-            lease.run.log.info("run_succeeded", duration_ms=fin.duration_ms, rows_affected=fin.rows_affected)
+            lease.run.log.info(
+                "run_succeeded", duration_ms=fin.duration_ms, rows_affected=fin.rows_affected
+            )
         else:
             self.report.failed += 1
             lease.run.log.warning(
-                "run_failed", error_code=fin.error_code, error=fin.error_msg,
+                "run_failed",
+                error_code=fin.error_code,
+                error=fin.error_msg,
                 duration_ms=fin.duration_ms,
                 next_retry_at=None if next_retry_at is None else _iso(next_retry_at),
             )
@@ -489,7 +558,8 @@ class Runtime:
             await asyncio.sleep(min(1.0, self.tick_interval))
             now = time.monotonic()
             due = [
-                lease for lease in self._leases.values()
+                lease
+                for lease in self._leases.values()
                 if now >= lease.next_beat and not lease.abandoned and not lease.run._lost
             ]
             if not due:
@@ -498,8 +568,14 @@ class Runtime:
                 async with self._write_lock, self._pool.connection() as conn:
                     held = await self._store.heartbeat(
                         conn,
-                        [(lease.run.execution_id, lease.run.lease_token,
-                          lease.job.stale_timeout.total_seconds()) for lease in due],
+                        [
+                            (
+                                lease.run.execution_id,
+                                lease.run.lease_token,
+                                lease.job.stale_timeout.total_seconds(),
+                            )
+                            for lease in due
+                        ],
                     )
             except Exception as exc:
                 self._log.error("heartbeat_error", error=describe_error(exc), leases=len(due))
@@ -512,7 +588,9 @@ class Runtime:
                     lease.run._mark_lost()
                     self.report.leases_lost += 1
                     self._events.lease_lost(lease.job.name)
-                    lease.run.log.warning("lease_lost", reason="heartbeat matched no row holding this lease")
+                    lease.run.log.warning(
+                        "lease_lost", reason="heartbeat matched no row holding this lease"
+                    )
 
 
 @dataclass(eq=False)
@@ -542,10 +620,8 @@ def _in_thread(fn: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
             value, ok = context.run(fn, run), True
         except Exception as exc:
             value, ok = exc, False
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the scheduler has gone
             loop.call_soon_threadsafe(deliver, ok, value)
-        except RuntimeError:
-            pass  # the loop is closed: the scheduler has gone
 
     threading.Thread(target=target, name=f"pgsched:{run.job}", daemon=True).start()
     return future
@@ -565,4 +641,3 @@ class NullEvents:
     def lease_lost(self, job: str) -> None: ...
 
     def run_finished(self, job: str, status: str, seconds: float) -> None: ...
-

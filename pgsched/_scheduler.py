@@ -47,8 +47,14 @@ class Scheduler:
     ) -> None:
         if not isinstance(schema, str) or not schema or len(schema) > 63:
             raise ConfigError(f"scheduler: schema={schema!r} must be a name of 1 to 63 characters")
-        if not isinstance(max_concurrency, int) or isinstance(max_concurrency, bool) or max_concurrency < 1:
-            raise ConfigError(f"scheduler: max_concurrency={max_concurrency!r} must be an integer >= 1")
+        if (
+            not isinstance(max_concurrency, int)
+            or isinstance(max_concurrency, bool)
+            or max_concurrency < 1
+        ):
+            raise ConfigError(
+                f"scheduler: max_concurrency={max_concurrency!r} must be an integer >= 1"
+            )
         self._dsn = dsn
         self.schema = schema
         self.runner_id = runner_id or f"{socket.gethostname()}-{os.getpid()}"
@@ -156,7 +162,9 @@ class Scheduler:
         if outcome == "missing":
             raise NotFoundError(f"execution {ident} does not exist")
         if outcome != "cancelled":
-            raise PgschedError(f"execution {ident} is {outcome}, only PENDING runs can be cancelled")
+            raise PgschedError(
+                f"execution {ident} is {outcome}, only PENDING runs can be cancelled"
+            )
 
     def pause(self, job: str) -> None:
         """Stop planning and claiming ``job`` on every replica within one tick."""
@@ -187,7 +195,12 @@ class Scheduler:
         async def go(conn: Conn, store: Store) -> int:
             chosen = list(scopes) if scopes is not None else await evaluate_scopes(spec, hi)
             return await store.backfill(
-                conn, job, [s.kind for s in chosen], [s.id for s in chosen], plans, spec.max_attempts
+                conn,
+                job,
+                [s.kind for s in chosen],
+                [s.id for s in chosen],
+                plans,
+                spec.max_attempts,
             )
 
         return _blocking(self._with_conn(go))
@@ -201,7 +214,9 @@ class Scheduler:
     def _require_dsn(self) -> str:
         dsn = self.dsn
         if not dsn:
-            raise ConfigError("no database configured: pass dsn=, or set PGSCHED_DSN or DATABASE_URL")
+            raise ConfigError(
+                "no database configured: pass dsn=, or set PGSCHED_DSN or DATABASE_URL"
+            )
         return dsn
 
     def _app_name(self) -> str:
@@ -247,9 +262,13 @@ class Scheduler:
             try:
                 if self._stop_requested.is_set():
                     runtime.request_stop()
-                self._log.info("scheduler_started", jobs=sorted(self.jobs), schema=self.schema,
-                               max_concurrency=self.max_concurrency,
-                               tick_interval_s=self.tick_interval.total_seconds())
+                self._log.info(
+                    "scheduler_started",
+                    jobs=sorted(self.jobs),
+                    schema=self.schema,
+                    max_concurrency=self.max_concurrency,
+                    tick_interval_s=self.tick_interval.total_seconds(),
+                )
                 runtime.start_background()
                 await runtime.run_forever()
                 await runtime.shutdown(self.shutdown_grace)
@@ -266,9 +285,13 @@ class Scheduler:
 
     def _new_runtime(self, pool: AsyncConnectionPool[Any]) -> Runtime:
         return Runtime(
-            jobs=lambda: self.jobs, store=Store(self.schema), pool=pool,
-            runner_id=self.runner_id, max_concurrency=self.max_concurrency,
-            tick_interval=self.tick_interval, events=self.events,
+            jobs=lambda: self.jobs,
+            store=Store(self.schema),
+            pool=pool,
+            runner_id=self.runner_id,
+            max_concurrency=self.max_concurrency,
+            tick_interval=self.tick_interval,
+            events=self.events,
         )
 
     def _pool(self) -> AsyncConnectionPool[Any]:

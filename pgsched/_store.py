@@ -10,7 +10,7 @@ from functools import cache
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
-from typing import Any, LiteralString, cast
+from typing import Any, cast
 from uuid import UUID
 
 from psycopg import AsyncConnection, sql
@@ -86,8 +86,7 @@ class Store:
         self.schema = schema
         ident = sql.Identifier(schema)
         self._q = {
-            name: sql.SQL(cast(LiteralString, text)).format(schema=ident)
-            for name, text in _query_texts().items()
+            name: sql.SQL(text).format(schema=ident) for name, text in _query_texts().items()
         }
 
     async def _rows(self, conn: Conn, name: str, params: dict[str, Any] | None = None) -> list[Row]:
@@ -111,7 +110,7 @@ class Store:
             for version, name, text in migration_files():
                 if version in done:
                     continue
-                body = sql.SQL(cast(LiteralString, text)).format(schema=sql.Identifier(self.schema))
+                body = sql.SQL(text).format(schema=sql.Identifier(self.schema))
                 await conn.execute(body)
                 await self._rows(conn, "record_migration", {"version": version, "name": name})
                 applied_now.append(version)
@@ -204,9 +203,7 @@ class Store:
         won = [r for r in rows if r["id"] is not None]
         return NewClaims(remaining=rows[0]["remaining"], picked=rows[0]["picked"], rows=won)
 
-    async def heartbeat(
-        self, conn: Conn, leases: Sequence[tuple[UUID, UUID, float]]
-    ) -> set[UUID]:
+    async def heartbeat(self, conn: Conn, leases: Sequence[tuple[UUID, UUID, float]]) -> set[UUID]:
         """Renew ``(id, token, stale_timeout_s)`` leases; returns the ids still held."""
         ordered = sorted(leases)  # one lock order for every batch: no deadlock between them
         rows = await self._rows(
