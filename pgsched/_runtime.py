@@ -96,6 +96,8 @@ class Runtime:
         self._events = events
         self._log = bound_logger(runner_id=runner_id)
         self._leases: dict[UUID, _Lease] = {}
+        # overlap="forbid": the latest lease of each (job, scope); a newer one waits for it.
+        self._tails: dict[tuple[str, Scope], _Lease] = {}
         self._memos: dict[str, _JobMemo] = {}
         self._outbox: asyncio.Queue[tuple[_Lease, Finish]] = asyncio.Queue()
         self._write_lock = asyncio.Lock()
@@ -191,7 +193,8 @@ class Runtime:
                         if job.name in probe.paused or self._stopping.is_set():
                             continue
                         started.extend(await self._tick_job(conn, job, probe))
-                for job, row, outcome in started:
+                # Oldest plan first, so chained plans of one scope run in plan order.
+                for job, row, outcome in sorted(started, key=lambda c: c[1]["plan_time"]):
                     self._start(job, row, outcome)
             self.last_tick_ok = time.monotonic()
             return True
@@ -395,10 +398,24 @@ class Runtime:
         log.info(
             "claimed", outcome=outcome, trigger=trigger, fencing_token=run.fencing_token, **extra
         )
-        lease.task = asyncio.ensure_future(self._execute(lease))
+        previous = None
+        if job.overlap == "forbid":
+            previous = self._tails.get((job.name, scope))
+            self._tails[(job.name, scope)] = lease
+        lease.task = asyncio.ensure_future(self._execute(lease, previous))
 
-    async def _execute(self, lease: _Lease) -> None:
+    async def _execute(self, lease: _Lease, previous: _Lease | None) -> None:
         job, run = lease.job, lease.run
+        if previous is not None:
+            try:
+                await previous.done.wait()  # the scope's earlier plan is still running here
+            except asyncio.CancelledError:
+                if not lease.abandoned:
+                    raise
+                return
+            if run._lost:
+                self._lost(lease, "lease lost while waiting for the scope's earlier plan")
+                return
         started = time.monotonic()
         timeout = job.run_timeout.total_seconds()
         scope_timeout = asyncio.timeout(timeout)
@@ -501,6 +518,9 @@ class Runtime:
 
     def _release(self, lease: _Lease) -> None:
         self._leases.pop(lease.run.execution_id, None)
+        key = (lease.job.name, lease.run.scope)
+        if self._tails.get(key) is lease:
+            del self._tails[key]
         lease.done.set()
         if self._more_work and not self._stopping.is_set():
             self._more_work = False

@@ -1,0 +1,169 @@
+"""The command line as a user meets it: one-line errors, check, migrate, embedded run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.acceptance
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def pgsched(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
+    base = {k: v for k, v in os.environ.items() if k not in ("PGSCHED_DSN", "DATABASE_URL")}
+    return subprocess.run(
+        [sys.executable, "-m", "pgsched", *args],
+        cwd=cwd, env={**base, **(env or {})}, capture_output=True, text=True, timeout=60,
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("pgsched: error: ")
+    assert "Traceback" not in result.stderr + result.stdout
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_check_lists_jobs_with_next_plan_times() -> None:
+    result = pgsched("check", "examples/jobs.py", cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for job in ("heartbeat_report", "tenant_sync", "every_minute_berlin"):
+        assert job in out
+    assert "every 10s" in out and "Europe/Berlin" in out
+    assert "3 job(s) OK" in out
+
+
+@pytest.mark.parametrize(
+    ("app", "needles"),
+    [
+        ("missing.py", ("missing.py", "does not exist")),
+        ("no_such_module_xyz", ("no_such_module_xyz", "ModuleNotFoundError")),
+        ("os", ("has no attribute 'scheduler'",)),
+        ("os:path", ("not a pgsched.Scheduler",)),
+    ],
+)
+def test_bad_app_gives_one_line(app: str, needles: tuple[str, ...], tmp_path: Path) -> None:
+    assert_one_line_error(pgsched("check", app, cwd=tmp_path), *needles)
+    assert_one_line_error(pgsched("run", app, cwd=tmp_path), *needles)
+
+
+def test_invalid_job_option_names_job_field_and_value(tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text(
+        textwrap.dedent(
+            """
+            import pgsched
+            scheduler = pgsched.Scheduler()
+            @scheduler.job(every="5 parsecs")
+            def report(run): ...
+            """
+        )
+    )
+    assert_one_line_error(pgsched("check", "bad.py", cwd=tmp_path), "report", "every", "5 parsecs")
+
+
+def test_syntax_error_in_app_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text("def oops(:\n")
+    assert_one_line_error(pgsched("check", "broken.py", cwd=tmp_path), "SyntaxError", "line 1")
+
+
+def test_unreachable_database_hides_password(tmp_path: Path) -> None:
+    dsn = "postgresql://app:hunter2secret@127.0.0.1:1/nowhere"
+    for args in (("--dsn", dsn, "migrate"), ("migrate",)):
+        result = pgsched(*args, cwd=tmp_path, env={"PGSCHED_DSN": dsn})
+        assert_one_line_error(result, "database error")
+        assert "hunter2secret" not in result.stderr + result.stdout
+
+
+def test_migrate_without_dsn_is_refused(tmp_path: Path) -> None:
+    assert_one_line_error(pgsched("migrate", cwd=tmp_path), "no database configured")
+
+
+def test_migrate_is_idempotent(pg_dsn: str, schema: str) -> None:
+    first = pgsched("--dsn", pg_dsn, "--schema", schema, "migrate")
+    assert first.returncode == 0, first.stderr
+    assert "applied 0001" in first.stdout
+    second = pgsched("--dsn", pg_dsn, "--schema", schema, "migrate")
+    assert second.returncode == 0 and "up to date" in second.stdout
+
+
+def test_run_without_dsn_starts_embedded_postgres(tmp_path: Path) -> None:
+    (tmp_path / "jobs.py").write_text(
+        textwrap.dedent(
+            """
+            import pgsched
+            scheduler = pgsched.Scheduler(tick_interval="0.5s")
+            @scheduler.job(every="1s")
+            def ping(run):
+                return 1
+            """
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PGSCHED_DSN", "DATABASE_URL")}
+    env["XDG_DATA_HOME"] = str(tmp_path / "data")  # keep the embedded cluster inside the test
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgsched", "run", "jobs.py"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        lines: list[str] = []
+
+        def succeeded() -> bool:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            lines.append(line)
+            return '"run_succeeded"' in line
+
+        wait_for(succeeded, timeout=90, interval=0, what="a run on the embedded PostgreSQL")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = "".join(lines)
+    assert "started an embedded PostgreSQL" in text
+    data_dir = tmp_path / "data" / "pgsched" / "postgres"
+    assert str(data_dir) in text
+    assert (data_dir / "PG_VERSION").exists()
+    assert "applied migrations 0001" in text
+
+
+def test_run_with_dsn_never_starts_embedded(pg_dsn: str, schema: str, tmp_path: Path) -> None:
+    (tmp_path / "jobs.py").write_text(
+        "import pgsched\nscheduler = pgsched.Scheduler()\n"
+        "@scheduler.job(every='1h')\ndef ping(run):\n    return 1\n"
+    )
+    env = {"PGSCHED_DSN": pg_dsn, "XDG_DATA_HOME": str(tmp_path / "data")}
+    pgsched("--schema", schema, "migrate", env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgsched", "--schema", schema, "run", "jobs.py"],
+        cwd=tmp_path, env={**os.environ, **env}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        wait_for(
+            lambda: conn.execute(
+                psycopg.sql.SQL(
+                    "SELECT count(*) FROM {}.cron_executions WHERE status = 'SUCCESS'"
+                ).format(psycopg.sql.Identifier(schema))
+            ).fetchone()[0],  # type: ignore[index]
+            timeout=30, what="the run on the configured database",
+        )
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert proc.stdout is not None
+    assert "embedded" not in proc.stdout.read()
+    assert not (tmp_path / "data").exists()
