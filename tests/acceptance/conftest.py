@@ -69,7 +69,10 @@ class Replicas:
     def start(self, runner_id: str, app: str = "app.py") -> subprocess.Popen[str]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pgsched", "run", app, "--runner-id", runner_id],
-            cwd=self.workdir, env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            cwd=self.workdir,
+            env=self.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
         )
         self.procs[runner_id] = proc
@@ -92,7 +95,9 @@ def replicas(pg_dsn: str, schema: str, tmp_path: Path) -> Iterator[Replicas]:
     (tmp_path / "app.py").write_text(APP)
     subprocess.run(
         [sys.executable, "-m", "pgsched", "--dsn", pg_dsn, "--schema", schema, "migrate"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(

@@ -23,7 +23,11 @@ def pgsched(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
     base = {k: v for k, v in os.environ.items() if k not in ("PGSCHED_DSN", "DATABASE_URL")}
     return subprocess.run(
         [sys.executable, "-m", "pgsched", *args],
-        cwd=cwd, env={**base, **(env or {})}, capture_output=True, text=True, timeout=60,
+        cwd=cwd,
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -116,7 +120,11 @@ def test_run_without_dsn_starts_embedded_postgres(tmp_path: Path) -> None:
     env["XDG_DATA_HOME"] = str(tmp_path / "data")  # keep the embedded cluster inside the test
     proc = subprocess.Popen(
         [sys.executable, "-m", "pgsched", "run", "jobs.py"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         lines: list[str] = []
@@ -150,8 +158,11 @@ def test_run_with_dsn_never_starts_embedded(pg_dsn: str, schema: str, tmp_path: 
     pgsched("--schema", schema, "migrate", env=env)
     proc = subprocess.Popen(
         [sys.executable, "-m", "pgsched", "--schema", schema, "run", "jobs.py"],
-        cwd=tmp_path, env={**os.environ, **env}, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
+        cwd=tmp_path,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         wait_for(
@@ -160,7 +171,8 @@ def test_run_with_dsn_never_starts_embedded(pg_dsn: str, schema: str, tmp_path: 
                     "SELECT count(*) FROM {}.cron_executions WHERE status = 'SUCCESS'"
                 ).format(psycopg.sql.Identifier(schema))
             ).fetchone()[0],  # type: ignore[index]
-            timeout=30, what="the run on the configured database",
+            timeout=30,
+            what="the run on the configured database",
         )
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from datetime import timedelta
+from itertools import pairwise
 
 import psycopg
 import pytest
@@ -27,8 +28,12 @@ def test_three_replicas_run_every_plan_exactly_once(replicas: Replicas, db, sche
 
     # 4 scopes x 1 plan per second: wait for a few seconds' worth of plans.
     wait_for(
-        lambda: _q(db, schema, "SELECT count(DISTINCT plan_time) FROM {s}.ledger WHERE job='fast'")[0][0]
-        >= 6,
+        lambda: (
+            _q(db, schema, "SELECT count(DISTINCT plan_time) FROM {s}.ledger WHERE job='fast'")[0][
+                0
+            ]
+            >= 6
+        ),
         timeout=30,
         what="six distinct plans of the fast job",
     )
@@ -36,22 +41,29 @@ def test_three_replicas_run_every_plan_exactly_once(replicas: Replicas, db, sche
     assert codes == {"replica-0": 0, "replica-1": 0, "replica-2": 0}
 
     duplicates = _q(
-        db, schema,
+        db,
+        schema,
         "SELECT job, scope_id, plan_time, count(*) FROM {s}.ledger"
         " GROUP BY 1, 2, 3 HAVING count(*) > 1",
     )
     assert duplicates == []
     # Every plan between the first and the last one seen ran for every scope: none was lost.
-    plans = [r[0] for r in _q(
-        db, schema, "SELECT DISTINCT plan_time FROM {s}.ledger WHERE job='fast' ORDER BY 1"
-    )]
+    plans = [
+        r[0]
+        for r in _q(
+            db, schema, "SELECT DISTINCT plan_time FROM {s}.ledger WHERE job='fast' ORDER BY 1"
+        )
+    ]
     inner = plans[1:-1]  # the edges may be partial when the replicas start and stop
-    assert all(b - a == timedelta(seconds=1) for a, b in zip(plans, plans[1:], strict=False))
-    per_plan = dict(_q(
-        db, schema,
-        "SELECT plan_time, count(*) FROM {s}.cron_executions"
-        " WHERE job_name='fast' AND status='SUCCESS' GROUP BY 1",
-    ))
+    assert all(b - a == timedelta(seconds=1) for a, b in pairwise(plans))
+    per_plan = dict(
+        _q(
+            db,
+            schema,
+            "SELECT plan_time, count(*) FROM {s}.cron_executions"
+            " WHERE job_name='fast' AND status='SUCCESS' GROUP BY 1",
+        )
+    )
     assert all(per_plan.get(p) == 4 for p in inner), per_plan
     # The audit rows agree with the ledger: one SUCCESS row per executed (scope, plan).
     ledger_count = _q(db, schema, "SELECT count(*) FROM {s}.ledger WHERE job='fast'")[0][0]
@@ -63,14 +75,18 @@ def test_sigkilled_holder_is_stolen_within_stale_timeout(replicas: Replicas, db,
         replicas.start(f"replica-{i}")
     first = wait_for(
         lambda: _q(
-            db, schema,
+            db,
+            schema,
             "SELECT plan_time, runner_id FROM {s}.ledger WHERE job='victim' AND attempt=1",
         ),
-        timeout=30, interval=0.05, what="the victim's first attempt",
+        timeout=30,
+        interval=0.05,
+        what="the victim's first attempt",
     )[0]
     plan_time, holder = first
     before = _q(
-        db, schema,
+        db,
+        schema,
         "SELECT id, lease_token, fencing_token FROM {s}.cron_executions"
         " WHERE job_name='victim' AND plan_time=%s",
         (plan_time,),
@@ -80,7 +96,8 @@ def test_sigkilled_holder_is_stolen_within_stale_timeout(replicas: Replicas, db,
 
     def stolen() -> list[tuple]:
         return _q(
-            db, schema,
+            db,
+            schema,
             "SELECT id, lease_token, fencing_token, attempt, runner_id, started_at, status"
             " FROM {s}.cron_executions WHERE job_name='victim' AND attempt=2"
             " AND status='SUCCESS'",
@@ -88,6 +105,7 @@ def test_sigkilled_holder_is_stolen_within_stale_timeout(replicas: Replicas, db,
 
     row = wait_for(stolen, timeout=20, what="the stolen lease to succeed")[0]
     exec_id, token, fencing, attempt, runner, started_at, _ = row
+    assert attempt == 2
     assert exec_id == before[0]  # the same row, not a new plan
     assert token != before[1]
     assert fencing > before[2]

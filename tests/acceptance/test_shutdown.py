@@ -1,0 +1,90 @@
+"""SIGTERM: stop claiming, let running handlers finish within the grace, fail the rest."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.acceptance
+
+APP = textwrap.dedent(
+    """
+    import os, time
+    import pgsched
+
+    scheduler = pgsched.Scheduler(
+        tick_interval="0.5s", shutdown_grace=os.environ["GRACE"]
+    )
+
+    @scheduler.job(every="1h", run_timeout="30s", max_attempts=2, heartbeat_interval="1s")
+    def slow(run):
+        time.sleep(float(os.environ["SLEEP"]))
+        return 7
+    """
+)
+
+
+def _row(conn: psycopg.Connection, schema: str) -> tuple | None:
+    return conn.execute(
+        sql.SQL(
+            "SELECT status, error_code, next_retry_at IS NOT NULL, rows_affected"
+            " FROM {}.cron_executions WHERE job_name = 'slow'"
+        ).format(sql.Identifier(schema))
+    ).fetchone()
+
+
+@pytest.mark.parametrize(
+    ("grace", "sleep", "expected"),
+    [
+        ("10s", "2", ("SUCCESS", None, False, 7)),  # finishes within the grace
+        ("0.5s", "30", ("FAILED", "shutdown", True, None)),  # abandoned, retryable
+    ],
+)
+def test_sigterm_mid_run(
+    pg_dsn: str,
+    schema: str,
+    tmp_path: Path,
+    db: psycopg.Connection,
+    grace: str,
+    sleep: str,
+    expected: tuple,
+) -> None:
+    (tmp_path / "app.py").write_text(APP)
+    env = {**os.environ, "PGSCHED_DSN": pg_dsn, "GRACE": grace, "SLEEP": sleep}
+    migrate = [sys.executable, "-m", "pgsched", "--schema", schema, "migrate"]
+    subprocess.run(migrate, env=env, check=True, capture_output=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgsched", "--schema", schema, "run", "app.py", "--migrate"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(
+            lambda: (_row(db, schema) or ("",))[0] == "RUNNING",
+            timeout=30,
+            what="the slow job to be running",
+        )
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        assert proc.wait(30) == 0
+        elapsed = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _row(db, schema) == expected
+    if expected[0] == "FAILED":
+        assert elapsed < 10, f"abandoning after a 0.5 s grace took {elapsed:.1f}s"
