@@ -9,7 +9,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(condition: Callable[[], T], timeout: float, interval: float = 0.1, what: str = "") -> T:
+def wait_for(
+    condition: Callable[[], T], timeout: float, interval: float = 0.1, what: str = ""
+) -> T:
     """Poll ``condition`` until it returns something truthy, or fail after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while True:
