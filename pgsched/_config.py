@@ -141,6 +141,12 @@ def build_job(
             f"job {job!r}: exactly one of every=, cron= or planner= is required"
             + (f" (got {', '.join(given)})" if given else "")
         )
+    try:
+        tz = ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise bad("timezone", timezone, "is not a known IANA time zone") from None
+    repeated = choice("dst_repeated", dst_repeated, (*get_args(DstRepeated), None))
+    skipped = choice("dst_skipped", dst_skipped, (*get_args(DstSkipped), None))
     schedule: Schedule
     if every is not None:
         schedule = CadenceSchedule(dur("every", every, allow_zero=False))
@@ -148,16 +154,7 @@ def build_job(
         if not isinstance(cron, str):
             raise bad("cron", cron, "must be a string")
         try:
-            tz = ZoneInfo(timezone)
-        except (ZoneInfoNotFoundError, ValueError, TypeError):
-            raise bad("timezone", timezone, "is not a known IANA time zone") from None
-        try:
-            schedule = CronSchedule(
-                cron,
-                tz,
-                choice("dst_repeated", dst_repeated, (*get_args(DstRepeated), None)),
-                choice("dst_skipped", dst_skipped, (*get_args(DstSkipped), None)),
-            )
+            schedule = CronSchedule(cron, tz, repeated, skipped)
         except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
             raise bad("cron", cron, f"is not a valid cron expression: {exc}") from None
         if schedule.next_after(datetime.now(UTC)) is None:

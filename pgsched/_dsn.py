@@ -6,7 +6,9 @@ import os
 import re
 
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^@\s]*)(?=@)", re.I)
-_KV_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'|\S+)", re.I)
+_KV_PASSWORD = re.compile(
+    r"(?P<head>\b(?:ssl)?password\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'|(?:\\.|\S)+)", re.I
+)
 
 
 def resolve_dsn(explicit: str | None) -> str | None:

@@ -7,6 +7,7 @@ caller), so all of it is deterministic and unit-tested without a database.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -150,6 +151,11 @@ class CronSchedule(Schedule):
         dst_skipped: DstSkipped | None = None,
     ) -> None:
         fields = croniter(expr).expressions  # raises CroniterBadCronError
+        for token in re.split(r"[\s,/-]+", " ".join(map(str, fields))):
+            if token.upper() in ("R", "H") or token.upper().startswith(("R(", "H(")):
+                # croniter's random and hashed fields differ per process: replicas would
+                # not agree on the plan times.
+                raise ValueError(f"{expr!r} uses a random or hashed field ({token})")
         if len(fields) != 5:
             raise ValueError(
                 f"{expr!r} has {len(fields)} fields; pgsched takes standard 5-field cron "
@@ -280,8 +286,8 @@ class PlanCursor:
         if self._next is not None and horizon < self._next:
             return
         oldest = horizon - self.catch_up_window
-        start = self._covered_until if self._covered_until is not None else oldest
-        start = max(start, oldest - _US)
+        # plans_between excludes its start; a plan exactly catch_up_window old still counts.
+        start = max(self._covered_until or oldest - _US, oldest - _US)
         if isinstance(self.schedule, CadenceSchedule):
             # Never list more than the newest `limit` cadence plans.
             start = max(start, horizon - self.schedule.every * self.limit)
@@ -295,7 +301,10 @@ class PlanCursor:
 def count_plans_between(schedule: Schedule, start: datetime, end: datetime, cap: int) -> int:
     """How many plans lie in ``(start, end)``, stopping at ``cap`` (skipped-plan counting)."""
     if isinstance(schedule, CadenceSchedule):
-        return min(cap, max(0, schedule.count_between(start, end) - 1))
+        count = schedule.count_between(start, end)
+        if schedule.latest_at_or_before(end) == end:
+            count -= 1  # end itself is a plan, and the range excludes it
+        return min(cap, max(0, count))
     count = 0
     t = start
     while count < cap:
@@ -315,8 +324,8 @@ def jitter_offset(
         return timedelta(0)
     key = "\x1f".join((job, kind, scope_id, plan.astimezone(UTC).isoformat()))
     digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
-    fraction = int.from_bytes(digest, "big") / 2**64
-    return _US * int((jitter // _US) * fraction)
+    # Integer arithmetic: a float fraction could round up to exactly `jitter`.
+    return _US * (((jitter // _US) * int.from_bytes(digest, "big")) >> 64)
 
 
 def unique_in_order(items: Iterable[_T]) -> list[_T]:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from ._model import Result
 
 MAX_RESULT_BYTES = 16 * 1024
+# A NUL is encoded as \u0000 after an even number of backslashes (an odd number means the
+# backslash itself was escaped, i.e. the text "\u0000", which is harmless).
+_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 MAX_ERROR_CHARS = 4000
 
 
@@ -39,9 +43,12 @@ def encode_result(value: object) -> Encoded:
             text = json.dumps(value.data, allow_nan=False, ensure_ascii=False)
         except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidResult(f"Result.data is not JSON-serialisable: {exc}") from None
-        if "\\u0000" in text:
+        if _ESCAPED_NUL.search(text):
             raise InvalidResult("Result.data contains a NUL character")
-        size = len(text.encode())
+        try:
+            size = len(text.encode())
+        except UnicodeEncodeError:
+            raise InvalidResult("Result.data is not valid Unicode (lone surrogate)") from None
         if size > MAX_RESULT_BYTES:
             raise InvalidResult(f"Result.data is {size} bytes encoded; the limit is 16 KiB")
         return Encoded(_rows(rows), text)

@@ -25,7 +25,7 @@ from ._config import JobSpec, evaluate_scopes
 from ._errors import LeaseLost
 from ._model import Run, Scope, bound_logger
 from ._planning import PlanCursor, count_plans_between, jitter_offset
-from ._results import InvalidResult, describe_error, encode_result
+from ._results import describe_error, encode_result
 from ._store import Conn, Finish, Probe, Row, Store
 
 _SKIP_COUNT_CAP = 10_000
@@ -450,7 +450,7 @@ class Runtime:
             return
         try:
             encoded = encode_result(value)
-        except InvalidResult as exc:
+        except Exception as exc:  # InvalidResult, or anything odd a custom object raises
             self._finish(lease, started, "FAILED", "invalid_result", describe_error(exc))
             return
         self._finish(

@@ -1,0 +1,117 @@
+"""Scopes, results and the run context handlers see (SPEC §1)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+import pgsched
+from pgsched._model import GLOBAL, Run, Scope
+
+
+def test_scope_int_ids_become_text() -> None:
+    s = Scope("tenant", 42)  # type: ignore[arg-type]
+    assert s.id == "42"
+    assert s == Scope("tenant", "42")
+    assert hash(s) == hash(Scope("tenant", "42"))
+    assert str(s) == "tenant:42"
+
+
+def test_global_scope() -> None:
+    assert Scope("global", "global") == GLOBAL
+    assert pgsched.GLOBAL is GLOBAL
+
+
+@pytest.mark.parametrize(
+    ("kind", "ident"),
+    [
+        ("tenant", "a\x00b"),
+        ("ten\x00ant", "a"),
+        ("", "a"),
+        ("tenant", ""),
+        ("tenant", None),
+        ("tenant", 1.5),
+        ("tenant", True),
+        (None, "a"),
+    ],
+)
+def test_bad_scopes(kind, ident) -> None:
+    with pytest.raises(pgsched.ConfigError) as info:
+        Scope(kind, ident)
+    assert isinstance(info.value, ValueError)
+
+
+def test_scope_parse() -> None:
+    assert Scope.parse("tenant:a:b") == Scope("tenant", "a:b")
+    assert Scope.parse("tenant:a:b").kind == "tenant"
+    assert Scope.parse("tenant:a:b").id == "a:b"
+    assert Scope.parse("global:global") == GLOBAL
+    assert Scope.parse(str(Scope("region", "eu:west"))) == Scope("region", "eu:west")
+
+
+@pytest.mark.parametrize("text", ["tenant", "tenant:", ":a", ":", "", "ten\x00ant:a"])
+def test_scope_parse_bad_forms(text) -> None:
+    with pytest.raises(pgsched.ConfigError):
+        Scope.parse(text)
+
+
+def test_scopes_order_and_hash() -> None:
+    scopes = {Scope("t", "b"), Scope("t", "a"), Scope("t", "a")}
+    assert sorted(scopes) == [Scope("t", "a"), Scope("t", "b")]
+
+
+def make_run(**overrides) -> Run:
+    fields = dict(
+        job="rollup",
+        scope=Scope("tenant", "1"),
+        plan_time=datetime(2027, 1, 1, tzinfo=UTC),
+        attempt=1,
+        max_attempts=3,
+        execution_id=uuid.uuid4(),
+        lease_token=uuid.uuid4(),
+        fencing_token=7,
+        runner_id="r1",
+        trigger="schedule",
+        log=None,
+    )
+    fields.update(overrides)
+    return Run(**fields)
+
+
+def test_heartbeat_raises_lease_lost_after_mark_lost() -> None:
+    run = make_run()
+    assert run.lease_lost is False
+    run.heartbeat()  # holds the lease: no error
+    run._mark_lost()
+    assert run.lease_lost is True
+    with pytest.raises(pgsched.LeaseLost) as info:
+        run.heartbeat()
+    assert "rollup" in str(info.value)
+    assert isinstance(info.value, pgsched.PgschedError)
+    run._mark_renewed()  # a late renewal does not resurrect a lost lease
+    assert run.lease_lost is True
+
+
+def test_lease_is_lost_when_not_renewed_within_stale_timeout() -> None:
+    run = make_run(_stale_timeout_s=10.0, _renewed_at=time.monotonic() - 11)
+    assert run.lease_lost is True
+    with pytest.raises(pgsched.LeaseLost):
+        run.heartbeat()
+    run._mark_renewed()
+    assert run.lease_lost is False
+    run.heartbeat()
+
+
+def test_no_stale_timeout_means_no_silent_expiry() -> None:
+    run = make_run(_stale_timeout_s=0.0, _renewed_at=time.monotonic() - 10_000)
+    assert run.lease_lost is False
+
+
+def test_result_defaults() -> None:
+    r = pgsched.Result()
+    assert r.rows_affected == 0
+    assert r.data == {}
+    assert pgsched.Result().data is not r.data
