@@ -13,6 +13,7 @@ import structlog
 from ._errors import ConfigError, LeaseLost
 
 Trigger = Literal["schedule", "manual", "backfill"]
+MAX_SCOPE_BYTES = 1024
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -34,6 +35,17 @@ class Scope:
                 raise ConfigError(f"Scope {name} must not be empty")
             if "\x00" in value:
                 raise ConfigError(f"Scope {name}={value!r} contains a NUL character")
+            try:
+                size = len(value.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise ConfigError(f"Scope {name}={value!r} is not valid Unicode") from None
+            if size > MAX_SCOPE_BYTES:
+                # The unique key (job, kind, id, plan_time) is a btree entry, whose size
+                # PostgreSQL caps near 2.7 kB; two 1 kB parts and a job name fit.
+                raise ConfigError(
+                    f"Scope {name}={value[:40]!r}... is {size} bytes; the limit is "
+                    f"{MAX_SCOPE_BYTES} bytes of UTF-8"
+                )
 
     @classmethod
     def parse(cls, text: str) -> Scope:

@@ -66,4 +66,6 @@ def _rows(value: int) -> int:
 def describe_error(exc: BaseException) -> str:
     """``Type: message``, cut to what ``error_msg`` holds."""
     text = f"{type(exc).__name__}: {exc}".replace("\x00", "\\0")
+    # Lone surrogates (from undecodable file names, say) cannot be sent as UTF-8.
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text[:MAX_ERROR_CHARS]

@@ -14,11 +14,12 @@ import contextvars
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from ._config import JobSpec, evaluate_scopes
@@ -30,6 +31,8 @@ from ._store import Conn, Finish, Probe, Row, Store
 
 _SKIP_COUNT_CAP = 10_000
 _FINISH_BATCH = 2_000
+# Errors that say nothing about the statement, only the connection: try again later.
+_TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
 @dataclass
@@ -183,36 +186,45 @@ class Runtime:
     async def tick(self) -> bool:
         """One tick: probe, then claim per job in priority order. False if it failed."""
         jobs = self._jobs()
+        ok = True
         try:
             if jobs:
-                started: list[tuple[JobSpec, Row, str]] = []
                 async with self._pool.connection() as conn:
                     probe = await self._store.probe(conn, list(jobs))
                     ordered = sorted(jobs.values(), key=lambda j: (-j.priority, j.name))
                     for job in ordered:
                         if job.name in probe.paused or self._stopping.is_set():
                             continue
-                        started.extend(await self._tick_job(conn, job, probe))
-                # Oldest plan first, so chained plans of one scope run in plan order.
-                for job, row, outcome in sorted(started, key=lambda c: c[1]["plan_time"]):
-                    self._start(job, row, outcome)
-            self.last_tick_ok = time.monotonic()
-            return True
+                        try:
+                            claimed = await self._tick_job(conn, job, probe)
+                        except Exception as exc:
+                            if conn.broken:
+                                raise
+                            ok = False  # one job's failure must not stop the others
+                            self.report.errors += 1
+                            self._log.error("tick_error", job=job.name, error=describe_error(exc))
+                            continue
+                        # Start right after the commit: the next job sees the slots taken,
+                        # and no later failure can orphan these claims. Oldest plan first,
+                        # so chained plans of one scope run in plan order.
+                        for row in sorted(claimed, key=lambda c: c[0]["plan_time"]):
+                            self._start(job, *row)
         except Exception as exc:
             self.report.errors += 1
             self._log.error("tick_error", error=describe_error(exc))
             return False
+        self.last_tick_ok = time.monotonic()
+        return ok
 
-    async def _tick_job(
-        self, conn: Conn, job: JobSpec, probe: Probe
-    ) -> list[tuple[JobSpec, Row, str]]:
+    async def _tick_job(self, conn: Conn, job: JobSpec, probe: Probe) -> list[tuple[Row, str]]:
+        """Claim what ``job`` may claim now, in one transaction; returns (row, outcome)."""
         free = self.max_concurrency - len(self._leases)
         stale = job.name in probe.stale
         existing = free > 0 and (stale or job.name in probe.retry or job.name in probe.pending)
         request = await self._plan_request(job, probe.now) if free > 0 else None
         if not (stale or existing or request):
             return []
-        claimed: list[tuple[JobSpec, Row, str]] = []
+        claimed: list[tuple[Row, str]] = []
         async with conn.transaction():
             await self._store.lock_job(conn, job.name)
             if stale:
@@ -247,7 +259,7 @@ class Runtime:
                     outcome = {"RUNNING": "stole", "FAILED": "retry"}.get(
                         row["previous_status"], "won"
                     )
-                    claimed.append((job, row, outcome))
+                    claimed.append((row, outcome))
                 cap -= len(rows)
             if request is not None and cap > 0:
                 claimed.extend(await self._claim_new(conn, job, request, cap))
@@ -312,7 +324,7 @@ class Runtime:
 
     async def _claim_new(
         self, conn: Conn, job: JobSpec, request: _PlanRequest, cap: int
-    ) -> list[tuple[JobSpec, Row, str]]:
+    ) -> list[tuple[Row, str]]:
         scopes = request.scopes
         result = await self._store.claim_new(
             conn,
@@ -340,7 +352,7 @@ class Runtime:
             self._more_work = True
         if job.catch_up == "latest_only":
             self._count_superseded(job, result.rows)
-        return [(job, row, "won") for row in result.rows]
+        return [(row, "won") for row in result.rows]
 
     def _count_superseded(self, job: JobSpec, rows: list[Row]) -> None:
         memo: dict[tuple[datetime, datetime], int] = {}
@@ -540,20 +552,46 @@ class Runtime:
             batch = [await self._outbox.get()]
             while len(batch) < _FINISH_BATCH and not self._outbox.empty():
                 batch.append(self._outbox.get_nowait())
-            while True:
-                try:
-                    async with self._write_lock, self._pool.connection() as conn:
-                        written = await self._store.finish(conn, [f for _, f in batch])
-                    break
-                except Exception as exc:
-                    self._log.error("write_error", error=describe_error(exc), pending=len(batch))
-                    await asyncio.sleep(self.tick_interval)
+            written = await self._write(batch)
             for lease, fin in batch:
                 if fin.id not in written:
                     self._lost(lease, "terminal write matched no row holding this lease")
                     continue
                 self._record_outcome(lease, fin, written[fin.id])
                 self._release(lease)
+
+    async def _write(self, batch: list[tuple[_Lease, Finish]]) -> dict[UUID, datetime | None]:
+        """Write a batch; connection trouble is retried, a row that cannot be stored is not."""
+        while True:
+            try:
+                return await self._finish_rows([fin for _, fin in batch])
+            except _TRANSIENT as exc:
+                self._log.error("write_error", error=describe_error(exc), pending=len(batch))
+                await asyncio.sleep(self.tick_interval)
+            except Exception:
+                break  # something in the batch itself is unstorable: find it row by row
+        written: dict[UUID, datetime | None] = {}
+        for lease, fin in batch:
+            try:
+                written.update(await self._finish_rows([fin]))
+            except _TRANSIENT:
+                raise
+            except Exception as exc:
+                fallback = replace(
+                    fin,
+                    status="FAILED",
+                    error_code="invalid_result",
+                    rows_affected=None,
+                    result_json=None,
+                    error_msg=describe_error(exc)[:200] + " (while storing the outcome)",
+                )
+                lease.run.log.error("outcome_unstorable", error=describe_error(exc))
+                written.update(await self._finish_rows([fallback]))
+        return written
+
+    async def _finish_rows(self, rows: list[Finish]) -> dict[UUID, datetime | None]:
+        async with self._write_lock, self._pool.connection() as conn:
+            return await self._store.finish(conn, rows)
 
     def _record_outcome(self, lease: _Lease, fin: Finish, next_retry_at: datetime | None) -> None:
         seconds = fin.duration_ms / 1000

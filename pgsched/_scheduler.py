@@ -241,8 +241,10 @@ class Scheduler:
 
     def run(self) -> None:
         """Tick until SIGTERM/SIGINT or :meth:`stop`, then shut down gracefully."""
-        self._stop_requested.clear()
-        asyncio.run(self._run())
+        try:
+            asyncio.run(self._run())
+        finally:
+            self._stop_requested.clear()  # a stop() before run() began still counts
 
     def stop(self) -> None:
         """Ask a running :meth:`run` to shut down (thread-safe)."""

@@ -1,0 +1,188 @@
+"""Claims (SPEC §3 Claim, Limits): exactly one winner per plan, max_concurrency, fan-out."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import pgsched
+from tests.helpers import wait_for
+from tests.integration._support import Recorder, count, rows, run_together, table
+
+
+def test_eight_concurrent_claimers_have_exactly_one_winner(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    recorder = Recorder()
+
+    def contested(run: pgsched.Run) -> int:
+        recorder.enter(run)
+        time.sleep(0.05)
+        recorder.leave()
+        return 1
+
+    schedulers = [make_scheduler(f"r{i}") for i in range(8)]
+    for s in schedulers:
+        s.register(contested, name="contested", every="1d")
+
+    reports = run_together([s.run_once for s in schedulers])
+
+    assert sum(r.claimed for r in reports) == 1, reports
+    assert sum(r.started for r in reports) == 1, reports
+    assert sum(r.succeeded for r in reports) == 1, reports
+    assert len(recorder) == 1
+    (row,) = rows(db, migrated, "contested")
+    (run,) = recorder.runs
+    assert row["status"] == "SUCCESS"
+    assert row["id"] == run.execution_id
+    assert row["runner_id"] == run.runner_id
+    assert row["plan_time"] == run.plan_time
+    assert row["attempt"] == 1
+
+    # A plan that reached SUCCESS never runs again.
+    again = run_together([s.run_once for s in schedulers])
+    assert sum(r.started for r in again) == 0, again
+    assert len(recorder) == 1
+    assert count(db, migrated) == 1
+
+
+def test_fan_out_of_200_scopes_over_three_replicas(
+    make_scheduler: Any, migrated: str, db: Any, pg_dsn: str
+) -> None:
+    scopes = [pgsched.Scope("tenant", str(i)) for i in range(200)]
+    recorder = Recorder()
+    per_runner_active: Counter[str] = Counter()
+    per_runner_peak: Counter[str] = Counter()
+
+    def fan(run: pgsched.Run) -> None:
+        recorder.enter(run)
+        with recorder.lock:
+            per_runner_active[run.runner_id] += 1
+            per_runner_peak[run.runner_id] = max(
+                per_runner_peak[run.runner_id], per_runner_active[run.runner_id]
+            )
+        time.sleep(0.02)
+        with recorder.lock:
+            per_runner_active[run.runner_id] -= 1
+        recorder.leave()
+
+    schedulers = [make_scheduler(f"r{i}", max_concurrency=50) for i in range(3)]
+    for s in schedulers:
+        s.register(fan, name="fan", every="1d", scopes=scopes)
+    reports: dict[str, list[pgsched.TickReport]] = {s.runner_id: [] for s in schedulers}
+
+    def replica(s: pgsched.Scheduler) -> None:
+        deadline = time.monotonic() + 40
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            while count(conn, migrated, "status = 'SUCCESS'") < 200:
+                assert time.monotonic() < deadline, "fan-out did not finish"
+                reports[s.runner_id].append(s.run_once())
+
+    run_together([lambda s=s: replica(s) for s in schedulers], timeout=60)
+
+    all_reports = [r for rs in reports.values() for r in rs]
+    assert max(r.claimed for r in all_reports) <= 50, [r.claimed for r in all_reports]
+    assert sum(r.started for r in all_reports) == 200
+    assert sum(r.succeeded for r in all_reports) == 200
+    assert max(per_runner_peak.values()) <= 50, per_runner_peak
+    keys = [(r.scope, r.plan_time) for r in recorder.runs]
+    assert len(keys) == 200 and len(set(keys)) == 200, "some plan/scope ran twice"
+    stored = rows(db, migrated, "fan")
+    assert len(stored) == 200
+    assert {r["status"] for r in stored} == {"SUCCESS"}
+    assert {r["scope_id"] for r in stored} == {s.id for s in scopes}
+    assert len({r["plan_time"] for r in stored}) == 1
+
+
+def test_max_concurrency_caps_one_tick(make_scheduler: Any, migrated: str, db: Any) -> None:
+    scopes = [pgsched.Scope("shard", f"{i:02d}") for i in range(20)]
+    recorder = Recorder()
+    s = make_scheduler(max_concurrency=5)
+
+    @s.job(every="1d", scopes=scopes)
+    def capped(run: pgsched.Run) -> None:
+        recorder.enter(run)
+        recorder.leave()
+
+    report = s.run_once()
+    assert report.claimed == 5
+    assert report.succeeded == 5
+    assert count(db, migrated) == 5
+    report = s.run_once()
+    assert report.claimed == 5
+    assert count(db, migrated) == 10
+    assert len({r.scope for r in recorder.runs}) == 10
+
+
+def test_max_concurrency_holds_across_jobs_and_priority_goes_first(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    s = make_scheduler(max_concurrency=5)
+    scopes = [pgsched.Scope("shard", str(i)) for i in range(5)]
+    recorder = Recorder()
+
+    def handler(run: pgsched.Run) -> None:
+        recorder.enter(run)
+        recorder.leave()
+
+    s.register(handler, name="a_low", every="1d", scopes=scopes, priority=0)
+    s.register(handler, name="z_high", every="1d", scopes=scopes, priority=10)
+
+    report = s.run_once()
+
+    claimed_jobs = Counter(r["job_name"] for r in rows(db, migrated))
+    assert report.claimed <= 5, f"claimed {report.claimed} with max_concurrency=5: {claimed_jobs}"
+    assert claimed_jobs == {"z_high": 5}, "the higher priority job should take the scarce slots"
+
+
+def test_second_replica_claims_what_the_first_could_not(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    scopes = [pgsched.Scope("shard", str(i)) for i in range(6)]
+    a, b = make_scheduler("a", max_concurrency=4), make_scheduler("b", max_concurrency=4)
+    for s in (a, b):
+        s.register(lambda run: None, name="split", every="1d", scopes=scopes)
+    assert a.run_once().claimed == 4
+    assert b.run_once().claimed == 2
+    assert a.run_once().claimed == 0
+    by_runner = Counter(r["runner_id"] for r in rows(db, migrated))
+    assert by_runner == {"a": 4, "b": 2}
+    wait_for(lambda: count(db, migrated, "status = 'SUCCESS'") == 6, 5, what="6 successes")
+
+
+def test_a_failing_job_does_not_orphan_the_claims_of_other_jobs(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    # Seeding: the database refuses every claim of the job "broken".
+    db.execute(
+        sql.SQL(
+            """
+            CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.job_name = 'broken' THEN RAISE EXCEPTION 'broken job refused'; END IF;
+                RETURN NEW;
+            END $$;
+            CREATE TRIGGER refuse_broken BEFORE INSERT ON {tbl}
+                FOR EACH ROW EXECUTE FUNCTION {fn}();
+            """
+        ).format(fn=sql.Identifier(migrated, "refuse_broken"), tbl=table(migrated))
+    )
+    recorder = Recorder()
+    s = make_scheduler()
+    s.register(recorder.enter, name="healthy", every="1d", priority=10)
+    s.register(recorder.enter, name="broken", every="1d", priority=0)
+
+    with pytest.raises(pgsched.PgschedError):
+        s.run_once()  # the tick fails: that is fine
+
+    healthy = rows(db, migrated, "healthy")
+    assert [r["status"] for r in healthy] in ([], ["SUCCESS"]), (
+        f"healthy's claim was left {[r['status'] for r in healthy]} without running its handler "
+        f"(handler runs: {[r.job for r in recorder.runs]})"
+    )
+    assert [r.job for r in recorder.runs] == ["healthy"] * len(healthy)

@@ -1,0 +1,344 @@
+"""Leases (SPEC §3 Leases, Heartbeats): stale leases are stolen or closed; old holders fenced."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import pgsched
+from tests.helpers import wait_for
+from tests.integration._support import (
+    Recorder,
+    db_now,
+    finish_with_token,
+    floor_to,
+    make_stale,
+    row_by_id,
+    rows,
+    run_together,
+    running,
+    seed_running,
+)
+
+DAY = timedelta(days=1)
+LONG_LEASE = {"run_timeout": "30s", "stale_timeout": "1h", "heartbeat_interval": "20m"}
+
+
+def current_day_plan(db: Any) -> Any:
+    return floor_to(db_now(db), DAY)
+
+
+def test_stale_lease_is_stolen_on_the_same_row_and_the_old_holder_is_fenced(
+    make_scheduler: Any, migrated: str, db: Any, pg_dsn: str
+) -> None:
+    plan = current_day_plan(db)
+    old = seed_running(db, migrated, "stealable", plan, stale_in=-timedelta(seconds=5))
+    recorder = Recorder()
+    old_write_during_new_lease: list[object] = []
+
+    s = make_scheduler("thief", max_concurrency=4)
+
+    @s.job(every="1d", max_attempts=3, **LONG_LEASE)
+    def stealable(run: pgsched.Run) -> pgsched.Result:
+        recorder.enter(run)
+        # The old holder tries its terminal write while the new holder runs.
+        old_write_during_new_lease.append(
+            finish_with_token(pg_dsn, migrated, old["id"], old["lease_token"], "FAILED")
+        )
+        recorder.leave()
+        return pgsched.Result(rows_affected=3, data={"by": "thief"})
+
+    report = s.run_once()
+    assert report.stolen == 1
+    assert report.claimed == 0
+    assert report.succeeded == 1
+    (run,) = recorder.runs
+    assert old_write_during_new_lease == [{}], "the old holder's write must match no row"
+
+    row = row_by_id(db, migrated, old["id"])
+    assert rows(db, migrated) == [row], "a steal must reuse the row"
+    assert run.execution_id == old["id"]
+    assert run.plan_time == plan
+    assert row["attempt"] == run.attempt == 2
+    assert row["lease_token"] == run.lease_token != old["lease_token"]
+    assert row["fencing_token"] == run.fencing_token > old["fencing_token"]
+    assert row["runner_id"] == "thief"
+    assert row["status"] == "SUCCESS"
+    assert row["result"] == {"by": "thief"}
+    assert row["rows_affected"] == 3
+
+    # A late write by the old holder after the new holder finished changes nothing either.
+    assert finish_with_token(pg_dsn, migrated, old["id"], old["lease_token"], "FAILED") == {}
+    assert row_by_id(db, migrated, old["id"]) == row
+
+
+def test_old_holders_terminal_write_is_rejected_after_a_steal(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    gates = {name: (threading.Event(), threading.Event()) for name in ("A", "B")}
+    seen: dict[str, pgsched.Run] = {}
+
+    def held(run: pgsched.Run) -> pgsched.Result:
+        started, release = gates[run.runner_id]
+        seen[run.runner_id] = run
+        started.set()
+        assert release.wait(20), "never released"
+        return pgsched.Result(data={"by": run.runner_id})
+
+    # max_concurrency=1: A has no free slot, so it cannot steal its own stale row.
+    a = make_scheduler("A", max_concurrency=1)
+    b = make_scheduler("B", max_concurrency=1)
+    for s in (a, b):
+        s.register(held, name="held", every="1d", max_attempts=3, **LONG_LEASE)
+
+    reports: list[pgsched.TickReport] = []
+    thief = threading.Thread(target=lambda: reports.append(b.run_once()), daemon=True)
+    try:
+        with running(a):
+            assert gates["A"][0].wait(10), "A never started the handler"
+            (first,) = rows(db, migrated)
+            assert (first["status"], first["runner_id"]) == ("RUNNING", "A")
+            make_stale(db, migrated, first["id"])
+
+            thief.start()
+            assert gates["B"][0].wait(10), "B did not steal the stale lease"
+            stolen = row_by_id(db, migrated, first["id"])
+            assert (stolen["status"], stolen["runner_id"], stolen["attempt"]) == ("RUNNING", "B", 2)
+            assert stolen["lease_token"] == seen["B"].lease_token != first["lease_token"]
+            assert seen["B"].fencing_token > seen["A"].fencing_token
+
+            # A's handler finishes now: its terminal write must match no row.
+            gates["A"][1].set()
+            wait_for(lambda: seen["A"].lease_lost, 10, what="A to learn its lease was lost")
+            with pytest.raises(pgsched.LeaseLost):
+                seen["A"].heartbeat()
+            assert row_by_id(db, migrated, first["id"]) == stolen, "A wrote over B's lease"
+    finally:
+        for _, release in gates.values():
+            release.set()
+        if thief.ident is not None:
+            thief.join(20)
+
+    (report,) = reports
+    assert report.stolen == 1 and report.succeeded == 1
+    final = row_by_id(db, migrated, first["id"])
+    assert (final["status"], final["runner_id"], final["result"]) == ("SUCCESS", "B", {"by": "B"})
+    assert len(rows(db, migrated)) == 1
+
+
+def test_lease_loss_is_signalled_to_a_running_handler(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    a_started, a_done = threading.Event(), threading.Event()
+    observed: dict[str, Any] = {}
+
+    async def signalled(run: pgsched.Run) -> pgsched.Result:
+        if run.runner_id == "B":
+            return pgsched.Result(data={"by": "B"})
+        observed["run"] = run
+        observed["lost_at_start"] = run.lease_lost
+        a_started.set()
+        try:
+            for _ in range(300):  # up to 15 s
+                if run.lease_lost:
+                    break
+                await asyncio.sleep(0.05)
+            observed["lost"] = run.lease_lost
+            try:
+                run.heartbeat()
+                observed["heartbeat"] = "returned"
+            except pgsched.LeaseLost:
+                observed["heartbeat"] = "LeaseLost"
+            return pgsched.Result(data={"by": "A"})
+        finally:
+            a_done.set()
+
+    options = {"run_timeout": "20s", "stale_timeout": "30s", "heartbeat_interval": "1s"}
+    a = make_scheduler("A", max_concurrency=1)
+    b = make_scheduler("B", max_concurrency=1)
+    for s in (a, b):
+        s.register(signalled, name="signalled", every="1d", max_attempts=3, **options)
+
+    with running(a):
+        assert a_started.wait(10)
+        (row,) = rows(db, migrated)
+        assert observed["lost_at_start"] is False
+
+        def steal() -> bool:
+            # A heartbeats every second, so it may renew between our update and B's probe.
+            make_stale(db, migrated, row["id"])
+            return b.run_once().stolen == 1
+
+        wait_for(steal, 15, interval=0, what="B to steal A's lease")
+        assert a_done.wait(15), "A's handler never finished"
+
+    assert observed["lost"] is True, "run.lease_lost never became true"
+    assert observed["heartbeat"] == "LeaseLost"
+    final = row_by_id(db, migrated, row["id"])
+    assert (final["status"], final["runner_id"], final["attempt"]) == ("SUCCESS", "B", 2)
+    assert final["result"] == {"by": "B"}, "the old holder's result must not be written"
+
+
+def test_stale_lease_without_reentry_becomes_failed(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    old = seed_running(
+        db, migrated, "no_reentry", current_day_plan(db), stale_in=-timedelta(seconds=5)
+    )
+    recorder = Recorder()
+    s = make_scheduler()
+
+    @s.job(every="1d", max_attempts=3, allow_stale_reentry=False, **LONG_LEASE)
+    def no_reentry(run: pgsched.Run) -> None:
+        recorder.enter(run)
+
+    report = s.run_once()
+    assert report.closed_stale == 1
+    assert report.started == 0
+    assert len(recorder) == 0
+    row = row_by_id(db, migrated, old["id"])
+    assert row["status"] == "FAILED"
+    assert row["error_code"] == "stale_timeout"
+    assert row["next_retry_at"] is None
+    assert row["attempt"] == 1
+    assert row["finished_at"] is not None
+    # and it stays that way
+    assert s.run_once().started == 0
+    assert row_by_id(db, migrated, old["id"])["status"] == "FAILED"
+
+
+def test_stale_lease_with_attempts_exhausted_becomes_failed(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    old = seed_running(
+        db,
+        migrated,
+        "exhausted",
+        current_day_plan(db),
+        stale_in=-timedelta(seconds=5),
+        attempt=2,
+        max_attempts=2,
+    )
+    recorder = Recorder()
+    s = make_scheduler()
+
+    @s.job(every="1d", max_attempts=2, **LONG_LEASE)
+    def exhausted(run: pgsched.Run) -> None:
+        recorder.enter(run)
+
+    report = s.run_once()
+    assert report.closed_stale == 1
+    assert report.started == 0
+    assert len(recorder) == 0
+    row = row_by_id(db, migrated, old["id"])
+    assert (row["status"], row["error_code"], row["attempt"]) == ("FAILED", "stale_timeout", 2)
+    assert row["next_retry_at"] is None
+
+
+@pytest.mark.parametrize("reentry", [False, True])
+def test_stale_rows_of_past_plans_are_handled_too(
+    make_scheduler: Any, migrated: str, db: Any, reentry: bool
+) -> None:
+    plan = current_day_plan(db)
+    past = [
+        seed_running(db, migrated, "past", plan - n * DAY, stale_in=-timedelta(seconds=5))
+        for n in (3, 2)
+    ]
+    recorder = Recorder()
+    s = make_scheduler()
+
+    @s.job(
+        name="past",
+        every="1d",
+        max_attempts=3,
+        allow_stale_reentry=reentry,
+        overlap="allow",
+        **LONG_LEASE,
+    )
+    def past_job(run: pgsched.Run) -> None:
+        recorder.enter(run)
+
+    report = s.run_once()
+    for old in past:
+        row = row_by_id(db, migrated, old["id"])
+        if reentry:
+            assert (row["status"], row["attempt"], row["runner_id"]) == ("SUCCESS", 2, "r1")
+        else:
+            assert (row["status"], row["error_code"]) == ("FAILED", "stale_timeout")
+            assert row["next_retry_at"] is None
+    if reentry:
+        assert report.stolen == 2
+        assert sorted(r.plan_time for r in recorder.runs) == [plan - 3 * DAY, plan - 2 * DAY, plan]
+    else:
+        assert report.closed_stale == 2
+        assert [r.plan_time for r in recorder.runs] == [plan]
+    assert report.claimed == 1, "the current plan is claimed as well"
+
+
+def test_concurrent_stealers_have_one_winner(make_scheduler: Any, migrated: str, db: Any) -> None:
+    old = seed_running(
+        db, migrated, "contested_steal", current_day_plan(db), stale_in=-timedelta(seconds=5)
+    )
+    recorder = Recorder()
+
+    def contested_steal(run: pgsched.Run) -> None:
+        recorder.enter(run)
+
+    schedulers = [make_scheduler(f"t{i}") for i in range(4)]
+    for s in schedulers:
+        s.register(contested_steal, every="1d", max_attempts=3, **LONG_LEASE)
+    reports = run_together([s.run_once for s in schedulers])
+    assert sum(r.stolen for r in reports) == 1, reports
+    assert sum(r.started for r in reports) == 1, reports
+    assert len(recorder) == 1
+    row = row_by_id(db, migrated, old["id"])
+    assert (row["status"], row["attempt"]) == ("SUCCESS", 2)
+    assert len(rows(db, migrated)) == 1
+
+
+def test_heartbeats_extend_the_lease_while_the_handler_runs(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    beats: list[str] = []
+
+    def beating(run: pgsched.Run) -> None:
+        started.set()
+        assert release.wait(20)
+        try:
+            run.heartbeat()
+            beats.append("ok")
+        except pgsched.LeaseLost:
+            beats.append("lost")
+
+    s = make_scheduler()
+    s.register(beating, every="1d", run_timeout="15s", stale_timeout="20s", heartbeat_interval="1s")
+    reports: list[pgsched.TickReport] = []
+    worker = threading.Thread(target=lambda: reports.append(s.run_once()), daemon=True)
+    worker.start()
+    try:
+        assert started.wait(10)
+        (first,) = rows(db, migrated)
+        assert first["status"] == "RUNNING"
+
+        def renewed() -> bool:
+            (now,) = rows(db, migrated)
+            return (
+                now["stale_after"] > first["stale_after"]
+                and now["heartbeat_at"] > first["heartbeat_at"]
+            )
+
+        wait_for(renewed, 6, what="a heartbeat to extend stale_after")
+        (later,) = rows(db, migrated)
+        # stale_after = heartbeat_at + stale_timeout
+        assert later["stale_after"] - later["heartbeat_at"] == timedelta(seconds=20)
+    finally:
+        release.set()
+        worker.join(20)
+    assert beats == ["ok"]
+    assert reports[0].succeeded == 1
+    assert rows(db, migrated)[0]["status"] == "SUCCESS"
