@@ -54,6 +54,18 @@ APP = textwrap.dedent(
 )
 
 
+def spawn_pgsched(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """Start ``python -m pgsched ARGS`` with stdout and stderr merged into one text pipe."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "pgsched", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 class Replicas:
     """Starts and stops ``pgsched run`` replicas; collects their output."""
 
@@ -67,14 +79,7 @@ class Replicas:
         return env
 
     def start(self, runner_id: str, app: str = "app.py") -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pgsched", "run", app, "--runner-id", runner_id],
-            cwd=self.workdir,
-            env=self.env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        proc = spawn_pgsched(["run", app, "--runner-id", runner_id], self.workdir, self.env())
         self.procs[runner_id] = proc
         return proc
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.acceptance.conftest import spawn_pgsched
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.acceptance
@@ -118,14 +119,7 @@ def test_run_without_dsn_starts_embedded_postgres(tmp_path: Path) -> None:
     )
     env = {k: v for k, v in os.environ.items() if k not in ("PGSCHED_DSN", "DATABASE_URL")}
     env["XDG_DATA_HOME"] = str(tmp_path / "data")  # keep the embedded cluster inside the test
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pgsched", "run", "jobs.py"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = spawn_pgsched(["run", "jobs.py"], tmp_path, env)
     try:
         lines: list[str] = []
 
@@ -156,14 +150,7 @@ def test_run_with_dsn_never_starts_embedded(pg_dsn: str, schema: str, tmp_path: 
     )
     env = {"PGSCHED_DSN": pg_dsn, "XDG_DATA_HOME": str(tmp_path / "data")}
     pgsched("--schema", schema, "migrate", env=env)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pgsched", "--schema", schema, "run", "jobs.py"],
-        cwd=tmp_path,
-        env={**os.environ, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = spawn_pgsched(["--schema", schema, "run", "jobs.py"], tmp_path, {**os.environ, **env})
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         wait_for(
             lambda: conn.execute(

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tests.acceptance.conftest import spawn_pgsched
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.acceptance
@@ -64,14 +65,7 @@ def test_sigterm_mid_run(
     env = {**os.environ, "PGSCHED_DSN": pg_dsn, "GRACE": grace, "SLEEP": sleep}
     migrate = [sys.executable, "-m", "pgsched", "--schema", schema, "migrate"]
     subprocess.run(migrate, env=env, check=True, capture_output=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pgsched", "--schema", schema, "run", "app.py", "--migrate"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = spawn_pgsched(["--schema", schema, "run", "app.py", "--migrate"], tmp_path, env)
     try:
         wait_for(
             lambda: (_row(db, schema) or ("",))[0] == "RUNNING",
