@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 
+from ._admin import Admin, jsonable, parse_time
 from ._app import load_scheduler
-from ._dsn import redact, resolve_dsn
 from ._errors import PgschedError
 from ._logging import configure_logging
+from ._model import GLOBAL, Scope
 from ._scheduler import Scheduler
+from ._store import Row
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,6 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str) -> int:
+    from ._dsn import redact
+
     print(f"pgsched: error: {' '.join(redact(message).split())}", file=sys.stderr)
     return 1
 
@@ -57,6 +63,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("app", metavar="APP", help="module[:attr] or path/to/file.py[:attr]")
     p.add_argument("--runner-id", help="this replica's id (default: <hostname>-<pid>)")
     p.add_argument(
+        "--http-port",
+        type=int,
+        default=9464,
+        help="port of /metrics, /healthz, /readyz, / and /api/ (default 9464; 0 picks one)",
+    )
+    p.add_argument("--http-host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--no-http", action="store_true", help="serve no HTTP at all")
+    p.add_argument(
         "--migrate",
         action="store_true",
         help="apply migrations before running (always done on the embedded PostgreSQL)",
@@ -67,20 +81,58 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("app", metavar="APP")
     p.add_argument("--count", type=int, default=3, help="plan times to show per job")
     p.set_defaults(command=_check)
+
+    p = sub.add_parser("status", help="per job: last plan, status, success, running, stale...")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(command=_status)
+
+    p = sub.add_parser("runs", help="recent executions, newest first")
+    p.add_argument("--job")
+    p.add_argument("--status", help="PENDING, RUNNING, SUCCESS, FAILED or CANCELLED")
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(command=_runs)
+
+    p = sub.add_parser("trigger", help="run JOB now (or --at a time) on some replica")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--scope", metavar="KIND:ID", help="default global:global")
+    p.add_argument("--at", metavar="TIME", help="ISO 8601; without an offset, UTC")
+    p.set_defaults(command=_trigger)
+
+    p = sub.add_parser("cancel", help="cancel a PENDING execution")
+    p.add_argument("execution_id", metavar="EXECUTION_ID")
+    p.set_defaults(command=_cancel)
+
+    for name, paused in (("pause", True), ("resume", False)):
+        p = sub.add_parser(name, help=f"{name} JOB on every replica")
+        p.add_argument("job", metavar="JOB")
+        p.set_defaults(command=_pause, paused=paused)
+
+    p = sub.add_parser("backfill", help="queue every plan of JOB in [--from, --to]")
+    p.add_argument("app", metavar="APP")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--from", dest="start", required=True, metavar="TIME")
+    p.add_argument("--to", dest="end", required=True, metavar="TIME")
+    p.add_argument("--scope", metavar="KIND:ID", help="default: the job's scopes")
+    p.set_defaults(command=_backfill)
+
+    p = sub.add_parser("prune", help="delete finished runs older than --older-than")
+    p.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 30d")
+    p.set_defaults(command=_prune)
     return parser
 
 
-def _scheduler_for_db(args: argparse.Namespace) -> Scheduler:
-    scheduler = Scheduler(dsn=args.dsn or resolve_dsn(None), schema=args.schema or "pgsched")
-    if not scheduler.dsn:
+def _admin(args: argparse.Namespace) -> Admin:
+    admin = Admin(dsn=args.dsn, schema=args.schema or "pgsched")
+    if not admin.dsn:
         raise PgschedError("no database configured: pass --dsn, or set PGSCHED_DSN or DATABASE_URL")
-    return scheduler
+    return admin
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    scheduler = _scheduler_for_db(args)
-    applied = scheduler.migrate()
-    target = f"schema {scheduler.schema!r}"
+    admin = _admin(args)
+    applied = Scheduler(dsn=admin.dsn, schema=admin.schema).migrate()
+    target = f"schema {admin.schema!r}"
     print(f"applied {', '.join(applied)} to {target}" if applied else f"{target} is up to date")
     return 0
 
@@ -106,7 +158,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"pgsched: applied migrations {', '.join(applied)}", file=sys.stderr)
     if not scheduler.jobs:
         raise PgschedError(f"APP {args.app!r} registers no jobs")
-    scheduler.run()
+    scheduler.run(http_port=None if args.no_http else args.http_port, http_host=args.http_host)
     return 0
 
 
@@ -116,7 +168,7 @@ def _check(args: argparse.Namespace) -> int:
     if not jobs:
         raise PgschedError(f"APP {args.app!r} registers no jobs")
     now = datetime.now(UTC)
-    rows = [("JOB", "SCHEDULE", "SCOPES", f"NEXT {args.count} PLAN TIMES (UTC)")]
+    rows = []
     for name, spec in sorted(jobs.items()):
         scopes = (
             "dynamic"
@@ -130,9 +182,143 @@ def _check(args: argparse.Namespace) -> int:
         upcoming = ", ".join(
             p.strftime("%Y-%m-%d %H:%M:%S") for p in spec.schedule.upcoming(now, args.count)
         )
-        rows.append((name, spec.schedule.describe(), scopes, upcoming or "never"))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=True)), row[3])
+        rows.append([name, spec.schedule.describe(), scopes, upcoming or "never"])
+    _table(["JOB", "SCHEDULE", "SCOPES", f"NEXT {args.count} PLAN TIMES (UTC)"], rows)
     print(f"{len(jobs)} job(s) OK")
     return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    summary = _admin(args).status()
+    if args.json:
+        print(json.dumps({"jobs": [jsonable(r) for r in summary]}, indent=2))
+        return 0
+    if not summary:
+        print("no jobs registered yet (replicas register their jobs when they start)")
+        return 0
+    _table(
+        [
+            "JOB",
+            "SCHEDULE",
+            "PAUSED",
+            "LAST PLAN",
+            "LAST STATUS",
+            "LAST SUCCESS",
+            "RUNNING",
+            "STALE",
+            "FAILED",
+            "PENDING",
+        ],
+        [
+            [
+                r["job_name"],
+                r["schedule"] or "-",
+                "yes" if r["paused"] else "no",
+                _time(r["last_plan"]),
+                r["last_status"] or "-",
+                _time(r["last_success"]),
+                r["running"],
+                r["stale"],
+                r["failed"],
+                r["pending"],
+            ]
+            for r in summary
+        ],
+    )
+    return 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    rows = _admin(args).runs(job=args.job, status=args.status, limit=args.limit)
+    if args.json:
+        print(json.dumps({"runs": [jsonable(r) for r in rows]}, indent=2))
+        return 0
+    _table(
+        [
+            "ID",
+            "JOB",
+            "SCOPE",
+            "PLAN TIME",
+            "TRIGGER",
+            "STATUS",
+            "ATTEMPT",
+            "RUNNER",
+            "MS",
+            "ERROR",
+        ],
+        [
+            [
+                str(r["id"]),
+                r["job_name"],
+                f"{r['scope_kind']}:{r['scope_id']}"[:40],
+                _time(r["plan_time"]),
+                r["trigger"],
+                "STALE" if r["stale"] else r["status"],
+                f"{r['attempt']}/{r['max_attempts']}",
+                r["runner_id"] or "-",
+                "-" if r["duration_ms"] is None else r["duration_ms"],
+                _error(r),
+            ]
+            for r in rows
+        ],
+    )
+    return 0
+
+
+def _trigger(args: argparse.Namespace) -> int:
+    scope = Scope.parse(args.scope) if args.scope else GLOBAL
+    at = parse_time(args.at, "--at") if args.at else None
+    execution_id = _admin(args).trigger(args.job, scope, at)
+    print(execution_id)
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    _admin(args).cancel(args.execution_id)
+    print(f"cancelled {args.execution_id}")
+    return 0
+
+
+def _pause(args: argparse.Namespace) -> int:
+    admin = _admin(args)
+    (admin.pause if args.paused else admin.resume)(args.job)
+    print(f"{'paused' if args.paused else 'resumed'} {args.job}")
+    return 0
+
+
+def _backfill(args: argparse.Namespace) -> int:
+    scheduler = load_scheduler(args.app)
+    scheduler.configure(dsn=args.dsn, schema=args.schema)
+    if not scheduler.dsn:
+        raise PgschedError("no database configured: pass --dsn, or set PGSCHED_DSN or DATABASE_URL")
+    scopes = [Scope.parse(args.scope)] if args.scope else None
+    count = scheduler.backfill(
+        args.job, parse_time(args.start, "--from"), parse_time(args.end, "--to"), scopes
+    )
+    print(f"queued {count} backfill run(s) of {args.job}")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    deleted = _admin(args).prune(args.older_than)
+    print(f"deleted {deleted} finished run(s) older than {args.older_than}")
+    return 0
+
+
+def _time(value: datetime | None) -> str:
+    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _error(row: Row) -> str:
+    if not row["error_code"]:
+        return ""
+    return f"{row['error_code']}: {' '.join(str(row['error_msg'] or '').split())}"[:60]
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> None:
+    """Print ``rows`` as aligned columns (the last column is not padded)."""
+    cells = [headers, *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers) - 1)]
+    for row in cells:
+        padded = [c.ljust(w) for c, w in zip(row, widths, strict=False)]
+        print("  ".join([*padded, row[-1]]).rstrip())

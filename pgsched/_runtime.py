@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ._config import JobSpec, evaluate_scopes
 from ._errors import LeaseLost
+from ._metrics import Metrics
 from ._model import Run, Scope, bound_logger
 from ._planning import PlanCursor, count_plans_between, jitter_offset
 from ._results import describe_error, encode_result
@@ -31,6 +32,7 @@ from ._store import Conn, Finish, Probe, Row, Store
 
 _SKIP_COUNT_CAP = 10_000
 _FINISH_BATCH = 2_000
+_REGISTER_EVERY = 60.0
 # Errors that say nothing about the statement, only the connection: try again later.
 _TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
 
@@ -86,7 +88,7 @@ class Runtime:
         runner_id: str,
         max_concurrency: int,
         tick_interval: timedelta,
-        events: Any,
+        events: Metrics,
     ) -> None:
         self._jobs = jobs
         self._store = store
@@ -96,6 +98,7 @@ class Runtime:
         self.tick_interval = tick_interval.total_seconds()
         self.report = TickReport()
         self.last_tick_ok: float | None = None
+        self.last_tick_at: float | None = None  # any tick, failed or not: the loop is alive
         self._events = events
         self._log = bound_logger(runner_id=runner_id)
         self._leases: dict[UUID, _Lease] = {}
@@ -108,15 +111,20 @@ class Runtime:
         self._more_work = False
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
+        self._registered: list[tuple[str, str]] = []
+        self._registered_at = 0.0
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    def start_background(self) -> None:
-        """Start the heartbeat and writer loops (the tick loop is driven by the caller)."""
+    def start_background(self, *, listen: bool) -> None:
+        """Start the heartbeat and writer loops and, with ``listen``, the NOTIFY listener
+        (the tick loop is driven by the caller)."""
         self._loops = [
             asyncio.create_task(self._heartbeat_loop(), name="pgsched-heartbeat"),
             asyncio.create_task(self._writer_loop(), name="pgsched-writer"),
         ]
+        if listen:
+            self._loops.append(asyncio.create_task(self._listen_loop(), name="pgsched-listen"))
 
     async def run_forever(self) -> None:
         """Tick every ``tick_interval`` until :meth:`request_stop`; never dies on DB errors."""
@@ -185,12 +193,21 @@ class Runtime:
 
     async def tick(self) -> bool:
         """One tick: probe, then claim per job in priority order. False if it failed."""
+        started = time.monotonic()
+        try:
+            return await self._tick()
+        finally:
+            self.last_tick_at = time.monotonic()
+            self._events.tick(self.last_tick_at - started)
+
+    async def _tick(self) -> bool:
         jobs = self._jobs()
         ok = True
         try:
             if jobs:
                 async with self._pool.connection() as conn:
                     probe = await self._store.probe(conn, list(jobs))
+                    await self._register(conn, jobs)
                     ordered = sorted(jobs.values(), key=lambda j: (-j.priority, j.name))
                     for job in ordered:
                         if job.name in probe.paused or self._stopping.is_set():
@@ -215,6 +232,15 @@ class Runtime:
             return False
         self.last_tick_ok = time.monotonic()
         return ok
+
+    async def _register(self, conn: Conn, jobs: dict[str, JobSpec]) -> None:
+        """Record this replica's jobs in job_state when they change, and once a minute."""
+        entries = sorted((name, spec.schedule.describe()) for name, spec in jobs.items())
+        now = time.monotonic()
+        if entries == self._registered and now - self._registered_at < _REGISTER_EVERY:
+            return
+        await self._store.register_jobs(conn, entries, self.runner_id)
+        self._registered, self._registered_at = entries, now
 
     async def _tick_job(self, conn: Conn, job: JobSpec, probe: Probe) -> list[tuple[Row, str]]:
         """Claim what ``job`` may claim now, in one transaction; returns (row, outcome)."""
@@ -611,6 +637,19 @@ class Runtime:
             )
         self._events.run_finished(lease.job.name, fin.status, seconds)
 
+    async def _listen_loop(self) -> None:
+        """Wake the tick loop on NOTIFY (trigger, pause, resume, backfill); the tick stays
+        the fallback for a notification missed while reconnecting."""
+        while True:
+            try:
+                async with self._pool.connection() as conn:
+                    await self._store.listen(conn)
+                    async for _ in conn.notifies():
+                        self.wake()
+            except Exception as exc:
+                self._log.warning("listen_error", error=describe_error(exc))
+                await asyncio.sleep(self.tick_interval)
+
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(min(1.0, self.tick_interval))
@@ -687,15 +726,3 @@ def _in_thread(fn: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
 
 def _iso(value: datetime) -> str:
     return value.astimezone(UTC).isoformat()
-
-
-class NullEvents:
-    """Receives the runtime's countable events; the metrics module provides the real one."""
-
-    def claims(self, job: str, outcome: str, count: int) -> None: ...
-
-    def plans_skipped(self, job: str, reason: str, count: int) -> None: ...
-
-    def lease_lost(self, job: str) -> None: ...
-
-    def run_finished(self, job: str, status: str, seconds: float) -> None: ...

@@ -3,37 +3,40 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
 import signal
 import socket
 import threading
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
-import psycopg
+from prometheus_client import CollectorRegistry
 from psycopg_pool import AsyncConnectionPool
 
+from . import _ops
+from ._admin import Admin, aware, blocking
 from ._config import Handler, JobSpec, build_job, evaluate_scopes
-from ._dsn import resolve_dsn
 from ._durations import Duration, parse_duration
 from ._errors import ConfigError, NotFoundError, PgschedError
-from ._model import GLOBAL, Scope, bound_logger
-from ._runtime import NullEvents, Runtime, TickReport
+from ._metrics import Metrics
+from ._model import GLOBAL, Run, Scope, bound_logger
+from ._runtime import Runtime, TickReport
 from ._store import Conn, Store
 
-_T = TypeVar("_T")
 _F = TypeVar("_F", bound=Handler)
+PRUNE_JOB = "pgsched.prune"
 
 
-class Scheduler:
+class Scheduler(Admin):
     """Registers jobs and runs them on this replica, coordinated through PostgreSQL.
 
     The DSN is ``dsn``, else ``PGSCHED_DSN``, else ``DATABASE_URL``, read when first needed
     (so a command line can still supply it). ``runner_id`` defaults to ``<hostname>-<pid>``.
-    ``shutdown_grace`` is how long ``run()`` lets handlers finish after SIGTERM.
+    ``shutdown_grace`` is how long ``run()`` lets handlers finish after SIGTERM. Metrics go
+    to ``registry`` (a fresh ``CollectorRegistry`` by default). With ``retention`` set, a
+    built-in job ``pgsched.prune`` deletes finished rows older than that every hour.
     """
 
     def __init__(
@@ -44,9 +47,10 @@ class Scheduler:
         tick_interval: Duration = "1s",
         max_concurrency: int = 8,
         shutdown_grace: Duration = "30s",
+        registry: CollectorRegistry | None = None,
+        retention: Duration | None = None,
     ) -> None:
-        if not isinstance(schema, str) or not schema or len(schema) > 63:
-            raise ConfigError(f"scheduler: schema={schema!r} must be a name of 1 to 63 characters")
+        super().__init__(dsn=dsn, schema=schema)
         if (
             not isinstance(max_concurrency, int)
             or isinstance(max_concurrency, bool)
@@ -55,25 +59,25 @@ class Scheduler:
             raise ConfigError(
                 f"scheduler: max_concurrency={max_concurrency!r} must be an integer >= 1"
             )
-        self._dsn = dsn
-        self.schema = schema
         self.runner_id = runner_id or f"{socket.gethostname()}-{os.getpid()}"
         self.tick_interval = parse_duration(tick_interval, field="tick_interval", allow_zero=False)
         self.shutdown_grace = parse_duration(shutdown_grace, field="shutdown_grace")
         self.max_concurrency = max_concurrency
-        self.events: Any = NullEvents()
+        self.metrics = Metrics(registry)
+        self.http_port: int | None = None  # the bound port while run() serves HTTP
         self._jobs: dict[str, JobSpec] = {}
         self._jobs_lock = threading.Lock()
         self._runtime: Runtime | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested = threading.Event()
         self._log = bound_logger(runner_id=self.runner_id)
+        if retention is not None:
+            self._register_retention(parse_duration(retention, field="retention", allow_zero=False))
+
+    def _app_name(self) -> str:
+        return f"pgsched {self.runner_id}"[:63]
 
     # -- configuration ------------------------------------------------------------------
-
-    @property
-    def dsn(self) -> str | None:
-        return resolve_dsn(self._dsn)
 
     def configure(
         self, *, dsn: str | None = None, schema: str | None = None, runner_id: str | None = None
@@ -85,6 +89,7 @@ class Scheduler:
             self.schema = schema
         if runner_id:
             self.runner_id = runner_id
+            self._log = bound_logger(runner_id=runner_id)
 
     def job(self, **options: Any) -> Callable[[_F], _F]:
         """Decorator form of :meth:`register`; returns the handler unchanged."""
@@ -106,6 +111,7 @@ class Scheduler:
             if spec.name in self._jobs:
                 raise ConfigError(f"job {spec.name!r}: name is already registered")
             self._jobs[spec.name] = spec
+        self.metrics.declare([spec.name])
         return spec
 
     def unregister(self, job: str) -> None:
@@ -128,55 +134,39 @@ class Scheduler:
 
     def upcoming(self, job: str, after: datetime | None = None, count: int = 5) -> list[datetime]:
         """The next ``count`` plan times of ``job`` strictly after ``after`` (aware UTC)."""
-        after = datetime.now(UTC) if after is None else _aware(after, "after")
+        after = datetime.now(UTC) if after is None else aware(after, "after")
         return self._job(job).schedule.upcoming(after, count)
 
-    # -- database operations --------------------------------------------------------------
+    def _register_retention(self, older_than: timedelta) -> None:
+        async def prune(run: Run) -> int:
+            deleted = await self._with_conn(lambda c, s: _ops.prune(c, s, older_than))
+            run.log.info("pruned", deleted=deleted, older_than_s=older_than.total_seconds())
+            return deleted
+
+        self.register(prune, name=PRUNE_JOB, every="1h", run_timeout="30m", stale_timeout="35m")
+
+    # -- database operations on this scheduler's jobs -----------------------------------
 
     def migrate(self) -> list[str]:
         """Create or upgrade the schema; returns the migration versions applied now."""
-        return _blocking(self._with_conn(lambda conn, store: store.migrate(conn)))
+        return self._call(lambda conn, store: store.migrate(conn))
 
     def trigger(self, job: str, scope: Scope = GLOBAL, at: datetime | None = None) -> UUID:
-        """Insert a PENDING manual run (at the database's now, or at ``at``).
-
-        While one is PENDING for the same job and scope, returns that one instead.
+        """Insert a PENDING manual run (at the database's now, or at ``at``) and wake every
+        replica. While one is PENDING for the same job and scope, returns that one instead.
         """
         spec = self._job(job)
-        when = None if at is None else _aware(at, "at")
+        when = None if at is None else aware(at, "at")
 
         async def go(conn: Conn, store: Store) -> UUID:
-            row = await store.trigger(conn, job, scope.kind, scope.id, when, spec.max_attempts)
+            row = await _ops.trigger(conn, store, job, scope, when, spec.max_attempts)
             return UUID(str(row["id"]))
 
-        return _blocking(self._with_conn(go))
-
-    def cancel(self, execution_id: UUID | str) -> None:
-        """Cancel a PENDING execution; raises :class:`PgschedError` if it is not PENDING."""
-        ident = UUID(str(execution_id))
-
-        async def go(conn: Conn, store: Store) -> str:
-            return await store.cancel(conn, ident)
-
-        outcome = _blocking(self._with_conn(go))
-        if outcome == "missing":
-            raise NotFoundError(f"execution {ident} does not exist")
-        if outcome != "cancelled":
-            raise PgschedError(
-                f"execution {ident} is {outcome}, only PENDING runs can be cancelled"
-            )
-
-    def pause(self, job: str) -> None:
-        """Stop planning and claiming ``job`` on every replica within one tick."""
-        self._set_paused(job, True)
-
-    def resume(self, job: str) -> None:
-        """Undo :meth:`pause`."""
-        self._set_paused(job, False)
+        return self._call(go)
 
     def _set_paused(self, job: str, paused: bool) -> None:
         self._job(job)
-        _blocking(self._with_conn(lambda conn, store: store.set_paused(conn, job, paused)))
+        self._call(lambda conn, store: _ops.set_paused(conn, store, job, paused))
 
     def backfill(
         self, job: str, start: datetime, end: datetime, scopes: Iterable[Scope] | None = None
@@ -187,51 +177,27 @@ class Scheduler:
         defaults to the job's static scopes, or the callable's answer at ``end``.
         """
         spec = self._job(job)
-        lo, hi = _aware(start, "start"), _aware(end, "end")
+        lo, hi = aware(start, "start"), aware(end, "end")
         if hi < lo:
             raise ConfigError(f"job {job!r}: backfill end {hi.isoformat()} is before start")
         plans = list(spec.schedule.plans_between(lo - timedelta(microseconds=1), hi))
 
         async def go(conn: Conn, store: Store) -> int:
             chosen = list(scopes) if scopes is not None else await evaluate_scopes(spec, hi)
-            return await store.backfill(
-                conn,
-                job,
-                [s.kind for s in chosen],
-                [s.id for s in chosen],
-                plans,
-                spec.max_attempts,
-            )
+            return await _ops.backfill(conn, store, job, chosen, plans, spec.max_attempts)
 
-        return _blocking(self._with_conn(go))
-
-    async def _with_conn(self, fn: Callable[[Conn, Store], Coroutine[Any, Any, _T]]) -> _T:
-        async with await psycopg.AsyncConnection.connect(
-            self._require_dsn(), autocommit=True, application_name=self._app_name()
-        ) as conn:
-            return await fn(conn, Store(self.schema))
-
-    def _require_dsn(self) -> str:
-        dsn = self.dsn
-        if not dsn:
-            raise ConfigError(
-                "no database configured: pass dsn=, or set PGSCHED_DSN or DATABASE_URL"
-            )
-        return dsn
-
-    def _app_name(self) -> str:
-        return f"pgsched {self.runner_id}"[:63]
+        return self._call(go)
 
     # -- running ------------------------------------------------------------------------
 
     def run_once(self) -> TickReport:
         """One full tick: plan, claim, run the claimed handlers to completion, write rows."""
-        return _blocking(self._run_once())
+        return blocking(self._run_once())
 
     async def _run_once(self) -> TickReport:
         async with self._pool() as pool:
             runtime = self._new_runtime(pool)
-            runtime.start_background()
+            runtime.start_background(listen=False)
             if not await runtime.tick():
                 await runtime.shutdown(timedelta(0))
                 raise PgschedError("the tick failed; see the tick_error log event")
@@ -239,10 +205,14 @@ class Scheduler:
             await runtime.shutdown(timedelta(0))
             return runtime.report
 
-    def run(self) -> None:
-        """Tick until SIGTERM/SIGINT or :meth:`stop`, then shut down gracefully."""
+    def run(self, http_port: int | None = None, http_host: str = "127.0.0.1") -> None:
+        """Tick until SIGTERM/SIGINT or :meth:`stop`, then shut down gracefully.
+
+        With ``http_port`` (0 picks a free one, kept in ``self.http_port``) the replica
+        serves ``/metrics``, ``/healthz``, ``/readyz``, ``/`` and ``/api/`` on ``http_host``.
+        """
         try:
-            asyncio.run(self._run())
+            asyncio.run(self._run(http_port, http_host))
         finally:
             self._stop_requested.clear()  # a stop() before run() began still counts
 
@@ -253,17 +223,32 @@ class Scheduler:
         if runtime is not None and loop is not None:
             loop.call_soon_threadsafe(runtime.request_stop)
 
-    async def _run(self) -> None:
+    async def _run(self, http_port: int | None, http_host: str) -> None:
         loop = asyncio.get_running_loop()
         async with self._pool() as pool:
             runtime = self._new_runtime(pool)
             self._runtime, self._loop = runtime, loop
-            if threading.current_thread() is threading.main_thread():
+            on_main = threading.current_thread() is threading.main_thread()
+            if on_main:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.add_signal_handler(sig, self._on_signal, sig, runtime)
+            server = None
             try:
                 if self._stop_requested.is_set():
                     runtime.request_stop()
+                if http_port is not None:
+                    from ._http import HttpServer
+
+                    server = HttpServer(
+                        jobs=lambda: self.jobs,
+                        runtime=runtime,
+                        store=Store(self.schema),
+                        pool=pool,
+                        metrics=self.metrics,
+                        log=self._log,
+                    )
+                    self.http_port = await server.start(http_host, http_port)
+                    self._log.info("http_listening", host=http_host, port=self.http_port)
                 self._log.info(
                     "scheduler_started",
                     jobs=sorted(self.jobs),
@@ -271,13 +256,16 @@ class Scheduler:
                     max_concurrency=self.max_concurrency,
                     tick_interval_s=self.tick_interval.total_seconds(),
                 )
-                runtime.start_background()
+                runtime.start_background(listen=True)
                 await runtime.run_forever()
                 await runtime.shutdown(self.shutdown_grace)
                 self._log.info("scheduler_stopped", **_report_fields(runtime.report))
             finally:
+                if server is not None:
+                    await server.stop()
                 self._runtime = self._loop = None
-                if threading.current_thread() is threading.main_thread():
+                self.http_port = None
+                if on_main:
                     for sig in (signal.SIGTERM, signal.SIGINT):
                         loop.remove_signal_handler(sig)
 
@@ -293,16 +281,22 @@ class Scheduler:
             runner_id=self.runner_id,
             max_concurrency=self.max_concurrency,
             tick_interval=self.tick_interval,
-            events=self.events,
+            events=self.metrics,
         )
 
     def _pool(self) -> AsyncConnectionPool[Any]:
+        dsn = self.dsn
+        if not dsn:
+            raise ConfigError(
+                "no database configured: pass dsn= (--dsn), or set PGSCHED_DSN or DATABASE_URL"
+            )
         # Reconnection after a PostgreSQL restart is the pool's job: it checks connections
-        # before lending them and retries connecting with backoff.
+        # before lending them and retries connecting with backoff. One connection is held by
+        # the LISTEN loop; the tick, heartbeats, writes and HTTP share the others.
         return AsyncConnectionPool(
-            self._require_dsn(),
-            min_size=1,
-            max_size=4,
+            dsn,
+            min_size=2,
+            max_size=6,
             open=False,
             timeout=max(5.0, self.tick_interval.total_seconds() * 3),
             check=AsyncConnectionPool.check_connection,
@@ -310,23 +304,5 @@ class Scheduler:
         )
 
 
-def _aware(value: datetime, name: str) -> datetime:
-    if not isinstance(value, datetime) or value.tzinfo is None:
-        raise ConfigError(f"{name}={value!r} must be a timezone-aware datetime")
-    return value.astimezone(UTC)
-
-
 def _report_fields(report: TickReport) -> dict[str, int]:
     return {k: v for k, v in vars(report).items() if isinstance(v, int)}
-
-
-def _blocking(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``coro`` to completion from sync code, even if this thread already runs a loop."""
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is None:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()

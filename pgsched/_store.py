@@ -94,6 +94,11 @@ class Store:
             await cur.execute(self._q[name], params)
             return await cur.fetchall() if cur.description else []
 
+    async def _rowcount(self, conn: Conn, name: str, params: dict[str, Any]) -> int:
+        async with conn.cursor() as cur:
+            await cur.execute(self._q[name], params)
+            return cur.rowcount
+
     async def _one(self, conn: Conn, name: str, params: dict[str, Any] | None = None) -> Row:
         rows = await self._rows(conn, name, params)
         return rows[0]
@@ -277,3 +282,36 @@ class Store:
 
     async def set_paused(self, conn: Conn, job: str, paused: bool) -> None:
         await self._rows(conn, "set_paused", {"job": job, "paused": paused})
+
+    async def register_jobs(self, conn: Conn, jobs: Sequence[tuple[str, str]], runner: str) -> None:
+        """Record ``(name, schedule)`` of the jobs this replica runs."""
+        await self._rows(
+            conn,
+            "register_jobs",
+            {"jobs": [j[0] for j in jobs], "schedules": [j[1] for j in jobs], "runner": runner},
+        )
+
+    async def job_exists(self, conn: Conn, job: str) -> bool:
+        return bool((await self._one(conn, "job_exists", {"job": job}))["known"])
+
+    async def job_summary(self, conn: Conn) -> list[Row]:
+        return await self._rows(conn, "job_summary")
+
+    async def list_runs(
+        self, conn: Conn, *, job: str | None, status: str | None, limit: int
+    ) -> list[Row]:
+        return await self._rows(conn, "list_runs", {"job": job, "status": status, "limit": limit})
+
+    async def prune_batch(self, conn: Conn, older_than: timedelta, batch: int) -> int:
+        return await self._rowcount(conn, "prune_batch", {"older_than": older_than, "batch": batch})
+
+    @property
+    def channel(self) -> str:
+        """The LISTEN/NOTIFY channel of this schema (identifiers stop at 63 bytes)."""
+        return f"pgsched:{self.schema}"[:63]
+
+    async def notify(self, conn: Conn, payload: str) -> None:
+        await self._rows(conn, "notify", {"channel": self.channel, "payload": payload})
+
+    async def listen(self, conn: Conn) -> None:
+        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))

@@ -233,3 +233,71 @@ INSERT INTO {schema}.schema_migrations (version, name) VALUES (%(version)s, %(na
 
 -- name: is_migrated
 SELECT to_regclass(%(table)s) IS NOT NULL AS migrated
+
+-- name: register_jobs
+-- Records the jobs a replica runs; never touches the pause flag.
+INSERT INTO {schema}.job_state AS j (job_name, paused, schedule, seen_at, seen_by, updated_at)
+SELECT r.job_name, false, r.schedule, clock_timestamp(), %(runner)s, clock_timestamp()
+FROM unnest(%(jobs)s::text[], %(schedules)s::text[]) AS r(job_name, schedule)
+ORDER BY r.job_name
+ON CONFLICT (job_name) DO UPDATE
+SET schedule = EXCLUDED.schedule, seen_at = EXCLUDED.seen_at, seen_by = EXCLUDED.seen_by
+
+-- name: job_exists
+SELECT EXISTS (SELECT 1 FROM {schema}.job_state WHERE job_name = %(job)s) AS known
+
+-- name: job_summary
+-- One row per known job: what `pgsched status`, the gauges and the status page show.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+SELECT j.job_name, j.paused, j.schedule, j.seen_at, j.seen_by,
+       last.plan_time AS last_plan, last.status AS last_status,
+       (SELECT max(e.finished_at) FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'SUCCESS') AS last_success,
+       (SELECT count(*) FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'RUNNING'
+          AND e.stale_after >= (SELECT t FROM now)) AS running,
+       (SELECT count(*) FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'RUNNING'
+          AND e.stale_after < (SELECT t FROM now)) AS stale,
+       (SELECT count(*) FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'FAILED'
+          AND e.next_retry_at IS NULL) AS failed,
+       (SELECT count(*) FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'PENDING') AS pending
+FROM {schema}.job_state j
+LEFT JOIN LATERAL (
+    SELECT e.plan_time, e.status FROM {schema}.cron_executions e
+    WHERE e.job_name = j.job_name ORDER BY e.plan_time DESC LIMIT 1
+) AS last ON true
+ORDER BY j.job_name
+
+-- name: list_runs
+SELECT id, job_name, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
+       next_retry_at, runner_id, fencing_token, heartbeat_at, stale_after, started_at,
+       finished_at, duration_ms, rows_affected, result, error_code, error_msg, created_at,
+       (status = 'RUNNING' AND stale_after < clock_timestamp()) AS stale
+FROM {schema}.cron_executions
+WHERE (%(job)s::text IS NULL OR job_name = %(job)s)
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+ORDER BY created_at DESC, id
+LIMIT %(limit)s
+
+-- name: prune_batch
+-- Deletes one batch of finished rows older than the cutoff, keeping each scope's newest
+-- plan (every_plan catch-up starts after it). Short batches hold no long locks.
+DELETE FROM {schema}.cron_executions
+WHERE id IN (
+    SELECT e.id FROM {schema}.cron_executions e
+    WHERE e.finished_at < clock_timestamp() - %(older_than)s
+      AND e.status IN ('SUCCESS', 'FAILED', 'CANCELLED')
+      AND (e.status <> 'FAILED' OR e.next_retry_at IS NULL)
+      AND EXISTS (
+            SELECT 1 FROM {schema}.cron_executions n
+            WHERE n.job_name = e.job_name AND n.scope_kind = e.scope_kind
+              AND n.scope_id = e.scope_id AND n.plan_time > e.plan_time)
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+
+-- name: notify
+SELECT pg_notify(%(channel)s, %(payload)s)

@@ -79,7 +79,9 @@ class Replicas:
         return env
 
     def start(self, runner_id: str, app: str = "app.py") -> subprocess.Popen[str]:
-        proc = spawn_pgsched(["run", app, "--runner-id", runner_id], self.workdir, self.env())
+        proc = spawn_pgsched(
+            ["run", app, "--runner-id", runner_id, "--http-port", "0"], self.workdir, self.env()
+        )
         self.procs[runner_id] = proc
         return proc
 

@@ -119,7 +119,7 @@ def test_run_without_dsn_starts_embedded_postgres(tmp_path: Path) -> None:
     )
     env = {k: v for k, v in os.environ.items() if k not in ("PGSCHED_DSN", "DATABASE_URL")}
     env["XDG_DATA_HOME"] = str(tmp_path / "data")  # keep the embedded cluster inside the test
-    proc = spawn_pgsched(["run", "jobs.py"], tmp_path, env)
+    proc = spawn_pgsched(["run", "jobs.py", "--http-port", "0"], tmp_path, env)
     try:
         lines: list[str] = []
 
@@ -150,7 +150,9 @@ def test_run_with_dsn_never_starts_embedded(pg_dsn: str, schema: str, tmp_path: 
     )
     env = {"PGSCHED_DSN": pg_dsn, "XDG_DATA_HOME": str(tmp_path / "data")}
     pgsched("--schema", schema, "migrate", env=env)
-    proc = spawn_pgsched(["--schema", schema, "run", "jobs.py"], tmp_path, {**os.environ, **env})
+    proc = spawn_pgsched(
+        ["--schema", schema, "run", "jobs.py", "--http-port", "0"], tmp_path, {**os.environ, **env}
+    )
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         wait_for(
             lambda: conn.execute(

@@ -65,7 +65,9 @@ def test_sigterm_mid_run(
     env = {**os.environ, "PGSCHED_DSN": pg_dsn, "GRACE": grace, "SLEEP": sleep}
     migrate = [sys.executable, "-m", "pgsched", "--schema", schema, "migrate"]
     subprocess.run(migrate, env=env, check=True, capture_output=True)
-    proc = spawn_pgsched(["--schema", schema, "run", "app.py", "--migrate"], tmp_path, env)
+    proc = spawn_pgsched(
+        ["--schema", schema, "run", "app.py", "--migrate", "--http-port", "0"], tmp_path, env
+    )
     try:
         wait_for(
             lambda: (_row(db, schema) or ("",))[0] == "RUNNING",

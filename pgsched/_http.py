@@ -1,0 +1,257 @@
+"""The replica's HTTP server (SPEC §5): metrics, probes, the status page and the JSON API.
+
+It runs on the scheduler's own event loop and uses its connection pool. Write endpoints need
+``Authorization: Bearer $PGSCHED_HTTP_TOKEN`` and are refused (403) when no token is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from psycopg_pool import AsyncConnectionPool
+
+from . import _ops
+from ._admin import jsonable, parse_time
+from ._config import JobSpec
+from ._errors import ConfigError, NotFoundError, PgschedError
+from ._metrics import Metrics
+from ._model import GLOBAL, Scope
+from ._page import render_status_page
+from ._results import describe_error
+from ._runtime import Runtime
+from ._store import Conn, Row, Store
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_DB_TIMEOUT = 5.0
+
+
+class HttpServer:
+    """Serves one replica's endpoints until :meth:`stop`."""
+
+    def __init__(
+        self,
+        *,
+        jobs: Callable[[], dict[str, JobSpec]],
+        runtime: Runtime,
+        store: Store,
+        pool: AsyncConnectionPool[Any],
+        metrics: Metrics,
+        log: Any,
+    ) -> None:
+        self._jobs, self._runtime, self._store = jobs, runtime, store
+        self._pool, self._metrics, self._log = pool, metrics, log
+        self._runner: web.AppRunner | None = None
+        app = web.Application(middlewares=[self._errors])
+        app.add_routes(
+            [
+                web.get("/metrics", self.metrics),
+                web.get("/healthz", self.healthz),
+                web.get("/readyz", self.readyz),
+                web.get("/", self.page),
+                web.get("/api/jobs", self.api_jobs),
+                web.get("/api/runs", self.api_runs),
+                web.post("/api/jobs/{job}/trigger", self.api_trigger),
+                web.post("/api/jobs/{job}/pause", self.api_pause),
+                web.post("/api/jobs/{job}/resume", self.api_resume),
+                web.post("/api/runs/{id}/cancel", self.api_cancel),
+            ]
+        )
+        self.app = app
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port`` (0 picks a free port); returns the bound port."""
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        # The listening socket tells the port when 0 was asked for.
+        sockets = getattr(site._server, "sockets", None) or []
+        return int(sockets[0].getsockname()[1]) if sockets else port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _db(self, fn: Callable[[Conn], Awaitable[Any]]) -> Any:
+        async with asyncio.timeout(_DB_TIMEOUT), self._pool.connection(_DB_TIMEOUT) as conn:
+            return await fn(conn)
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException:
+            raise
+        except NotFoundError as exc:
+            return _json({"error": str(exc)}, 404)
+        except ConfigError as exc:
+            return _json({"error": str(exc)}, 400)
+        except PgschedError as exc:
+            return _json({"error": str(exc)}, 409)
+        except (psycopg.Error, TimeoutError) as exc:
+            return _json({"error": f"database unavailable: {describe_error(exc)}"}, 503)
+
+    # -- metrics and probes -------------------------------------------------------------
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        try:
+            self._metrics.set_cluster_state(await self._db(self._store.job_summary))
+        except (psycopg.Error, TimeoutError) as exc:
+            # The counters are still worth serving; the gauges keep their last values.
+            self._log.warning("metrics_db_error", error=describe_error(exc))
+        body = generate_latest(self._metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """200 while the tick loop is alive: it ticked (successfully or not) recently."""
+        last = self._runtime.last_tick_at
+        allowed = max(3 * self._runtime.tick_interval, 10.0)
+        age = None if last is None else time.monotonic() - last
+        alive = age is not None and age <= allowed + _DB_TIMEOUT * 2
+        body = {"alive": alive, "last_tick_age_s": None if age is None else round(age, 3)}
+        return _json(body, 200 if alive else 503)
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        """200 when the database answers and the schema is migrated."""
+        try:
+            migrated = await self._db(self._store.is_migrated)
+        except (psycopg.Error, TimeoutError) as exc:
+            return _json({"ready": False, "reason": describe_error(exc)}, 503)
+        if not migrated:
+            return _json(
+                {"ready": False, "reason": "schema not migrated: run pgsched migrate"}, 503
+            )
+        return _json({"ready": True}, 200)
+
+    # -- read-only views ----------------------------------------------------------------
+
+    async def page(self, request: web.Request) -> web.Response:
+        async def gather(conn: Conn) -> tuple[Any, ...]:
+            summary = await self._store.job_summary(conn)
+            recent = await self._store.list_runs(conn, job=None, status=None, limit=50)
+            failed = await self._store.list_runs(conn, job=None, status="FAILED", limit=20)
+            running = await self._store.list_runs(conn, job=None, status="RUNNING", limit=200)
+            return summary, recent, failed, [r for r in running if r["stale"]]
+
+        summary, recent, failed, stale = await self._db(gather)
+        html = render_status_page(
+            jobs=summary,
+            recent=recent,
+            failures=failed,
+            stale=stale,
+            runner_id=self._runtime.runner_id,
+        )
+        return web.Response(text=html, content_type="text/html")
+
+    async def api_jobs(self, request: web.Request) -> web.Response:
+        summary = await self._db(self._store.job_summary)
+        return _json({"jobs": [jsonable(r) for r in summary]}, 200)
+
+    async def api_runs(self, request: web.Request) -> web.Response:
+        query = request.query
+        try:
+            limit = int(query.get("limit", "50"))
+        except ValueError:
+            raise ConfigError(f"limit={query.get('limit')!r} is not an integer") from None
+        if not 1 <= limit <= 1000:
+            raise ConfigError(f"limit={limit} must be between 1 and 1000")
+        status = query.get("status")
+        rows = await self._db(
+            lambda conn: self._store.list_runs(
+                conn,
+                job=query.get("job"),
+                status=status.upper() if status else None,
+                limit=limit,
+            )
+        )
+        return _json({"runs": [jsonable(r) for r in rows]}, 200)
+
+    # -- write API ----------------------------------------------------------------------
+
+    def _authorise(self, request: web.Request) -> None:
+        token = os.environ.get("PGSCHED_HTTP_TOKEN")
+        if not token:
+            raise web.HTTPForbidden(
+                text=json.dumps({"error": "the write API is off: set PGSCHED_HTTP_TOKEN"}),
+                content_type="application/json",
+            )
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            raise web.HTTPUnauthorized(
+                text=json.dumps({"error": "missing or wrong bearer token"}),
+                content_type="application/json",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    async def api_trigger(self, request: web.Request) -> web.Response:
+        self._authorise(request)
+        job = request.match_info["job"]
+        body = await _body(request)
+        scope = Scope.parse(str(body["scope"])) if body.get("scope") else GLOBAL
+        at = parse_time(str(body["at"]), "at") if body.get("at") else None
+        local = self._jobs().get(job)
+
+        async def go(conn: Conn) -> Row:
+            if local is None:
+                await _ops.ensure_known(conn, self._store, job)
+            attempts = local.max_attempts if local is not None else 1
+            return await _ops.trigger(conn, self._store, job, scope, at, attempts)
+
+        row = await self._db(go)
+        return _json(
+            {"id": str(row["id"]), "created": row["created"]}, 201 if row["created"] else 200
+        )
+
+    async def api_pause(self, request: web.Request) -> web.Response:
+        return await self._pause(request, True)
+
+    async def api_resume(self, request: web.Request) -> web.Response:
+        return await self._pause(request, False)
+
+    async def _pause(self, request: web.Request, paused: bool) -> web.Response:
+        self._authorise(request)
+        job = request.match_info["job"]
+
+        async def go(conn: Conn) -> None:
+            await _ops.ensure_known(conn, self._store, job)
+            await _ops.set_paused(conn, self._store, job, paused)
+
+        await self._db(go)
+        return _json({"job": job, "paused": paused}, 200)
+
+    async def api_cancel(self, request: web.Request) -> web.Response:
+        self._authorise(request)
+        try:
+            ident = UUID(request.match_info["id"])
+        except ValueError:
+            raise ConfigError(f"execution id {request.match_info['id']!r} is not a UUID") from None
+        await self._db(lambda conn: _ops.cancel(conn, self._store, ident))
+        return _json({"id": str(ident), "status": "CANCELLED"}, 200)
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except ValueError:
+        raise ConfigError("the request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise ConfigError("the request body must be a JSON object")
+    return body
+
+
+def _json(body: Any, status: int) -> web.Response:
+    return web.Response(
+        text=json.dumps(body, default=str), status=status, content_type="application/json"
+    )

@@ -1,0 +1,110 @@
+"""Prometheus metrics of one replica (SPEC §5). Scope ids never become labels."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from ._store import Row
+
+_RUN_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+_TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+class Metrics:
+    """The runtime's event sink. Counters count what this replica did; the gauges
+    ``pgsched_running_stale``, ``pgsched_failed_runs`` and
+    ``pgsched_last_success_timestamp_seconds`` describe the whole cluster and are set from
+    one database query (:meth:`set_cluster_state`), so every replica exports the same values
+    (aggregate them with ``max by (job)``).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.runs = Counter(
+            "pgsched_runs", "Executions finished by this replica.", ["job", "status"], registry=r
+        )
+        self.run_duration = Histogram(
+            "pgsched_run_duration_seconds",
+            "Handler run time.",
+            ["job"],
+            buckets=_RUN_BUCKETS,
+            registry=r,
+        )
+        self.claims_counter = Counter(
+            "pgsched_claims",
+            "Claims by outcome (won, stole, retry, conflict).",
+            ["job", "outcome"],
+            registry=r,
+        )
+        self.running_stale = Gauge(
+            "pgsched_running_stale",
+            "RUNNING rows past stale_after, from the database.",
+            ["job"],
+            registry=r,
+        )
+        self.failed_runs = Gauge(
+            "pgsched_failed_runs",
+            "FAILED rows with no retry left, from the database.",
+            ["job"],
+            registry=r,
+        )
+        self.last_success = Gauge(
+            "pgsched_last_success_timestamp_seconds",
+            "Finish time of the job's latest SUCCESS, from the database.",
+            ["job"],
+            registry=r,
+        )
+        self.plans_skipped_counter = Counter(
+            "pgsched_plans_skipped",
+            "Plans left unstarted, by reason (superseded, max_lateness).",
+            ["job", "reason"],
+            registry=r,
+        )
+        self.leases_lost = Counter(
+            "pgsched_leases_lost", "Leases this replica lost while running.", ["job"], registry=r
+        )
+        self.tick_duration = Histogram(
+            "pgsched_tick_duration_seconds",
+            "Duration of one tick (probe and claims).",
+            buckets=_TICK_BUCKETS,
+            registry=r,
+        )
+
+    # -- the runtime's events -----------------------------------------------------------
+
+    def claims(self, job: str, outcome: str, count: int) -> None:
+        self.claims_counter.labels(job, outcome).inc(count)
+
+    def plans_skipped(self, job: str, reason: str, count: int) -> None:
+        self.plans_skipped_counter.labels(job, reason).inc(count)
+
+    def lease_lost(self, job: str) -> None:
+        self.leases_lost.labels(job).inc()
+
+    def run_finished(self, job: str, status: str, seconds: float) -> None:
+        self.runs.labels(job, "success" if status == "SUCCESS" else "failed").inc()
+        self.run_duration.labels(job).observe(seconds)
+
+    def tick(self, seconds: float) -> None:
+        self.tick_duration.observe(seconds)
+
+    def declare(self, jobs: Iterable[str]) -> None:
+        """Export zero-valued series for ``jobs``, so rates and alerts see them from start."""
+        for job in jobs:
+            for status in ("success", "failed"):
+                self.runs.labels(job, status)
+            for outcome in ("won", "stole", "retry", "conflict"):
+                self.claims_counter.labels(job, outcome)
+            self.leases_lost.labels(job)
+
+    def set_cluster_state(self, summary: list[Row]) -> None:
+        """Set the database-derived gauges from ``Store.job_summary`` rows."""
+        for row in summary:
+            job = row["job_name"]
+            self.running_stale.labels(job).set(row["stale"])
+            self.failed_runs.labels(job).set(row["failed"])
+            if row["last_success"] is not None:
+                self.last_success.labels(job).set(row["last_success"].timestamp())
