@@ -40,6 +40,12 @@ class Admin:
     def dsn(self) -> str | None:
         return resolve_dsn(self._dsn)
 
+    def migrate(self) -> list[str]:
+        """Create or upgrade the schema; returns the migration versions applied now.
+
+        Safe when several replicas run it at once (an advisory lock serialises them)."""
+        return self._call(lambda conn, store: store.migrate(conn))
+
     def status(self) -> list[Row]:
         """Per job: schedule, paused, last plan and status, last success, running, stale,
         failed (no retry left) and pending counts."""

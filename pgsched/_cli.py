@@ -17,7 +17,6 @@ from ._app import load_scheduler
 from ._errors import PgschedError
 from ._logging import configure_logging
 from ._model import GLOBAL, Scope
-from ._scheduler import Scheduler
 from ._store import Row
 
 
@@ -131,7 +130,7 @@ def _admin(args: argparse.Namespace) -> Admin:
 
 def _migrate(args: argparse.Namespace) -> int:
     admin = _admin(args)
-    applied = Scheduler(dsn=admin.dsn, schema=admin.schema).migrate()
+    applied = admin.migrate()
     target = f"schema {admin.schema!r}"
     print(f"applied {', '.join(applied)} to {target}" if applied else f"{target} is up to date")
     return 0

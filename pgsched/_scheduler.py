@@ -147,10 +147,6 @@ class Scheduler(Admin):
 
     # -- database operations on this scheduler's jobs -----------------------------------
 
-    def migrate(self) -> list[str]:
-        """Create or upgrade the schema; returns the migration versions applied now."""
-        return self._call(lambda conn, store: store.migrate(conn))
-
     def trigger(self, job: str, scope: Scope = GLOBAL, at: datetime | None = None) -> UUID:
         """Insert a PENDING manual run (at the database's now, or at ``at``) and wake every
         replica. While one is PENDING for the same job and scope, returns that one instead.
