@@ -6,6 +6,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from ._dsn import redact
 from ._model import Result
 
 MAX_RESULT_BYTES = 16 * 1024
@@ -64,8 +65,8 @@ def _rows(value: int) -> int:
 
 
 def describe_error(exc: BaseException) -> str:
-    """``Type: message``, cut to what ``error_msg`` holds."""
-    text = f"{type(exc).__name__}: {exc}".replace("\x00", "\\0")
+    """``Type: message``, DSN passwords redacted, cut to what ``error_msg`` holds."""
+    text = redact(f"{type(exc).__name__}: {exc}").replace("\x00", "\\0")
     # Lone surrogates (from undecodable file names, say) cannot be sent as UTF-8.
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text[:MAX_ERROR_CHARS]
