@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from psycopg_pool import AsyncConnectionPool
 
 from . import _ops
-from ._admin import jsonable, parse_time
+from ._admin import RUN_STATUSES, jsonable, parse_time
 from ._config import JobSpec
 from ._errors import ConfigError, NotFoundError, PgschedError
 from ._metrics import Metrics
@@ -166,6 +166,8 @@ class HttpServer:
         if not 1 <= limit <= 1000:
             raise ConfigError(f"limit={limit} must be between 1 and 1000")
         status = query.get("status")
+        if status is not None and status.upper() not in RUN_STATUSES:
+            raise ConfigError(f"status={status!r} is not one of {', '.join(RUN_STATUSES)}")
         rows = await self._db(
             lambda conn: self._store.list_runs(
                 conn,

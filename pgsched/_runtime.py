@@ -565,11 +565,17 @@ class Runtime:
             self.wake()
 
     def _lost(self, lease: _Lease, why: str) -> None:
+        """The lease is gone: count it (once) and free its slot."""
+        self._note_lost(lease, why)
+        self._release(lease)
+
+    def _note_lost(self, lease: _Lease, why: str) -> None:
+        if lease.run._lost:
+            return  # already counted when it was found lost
         lease.run._mark_lost()
         self.report.leases_lost += 1
         self._events.lease_lost(lease.job.name)
         lease.run.log.warning("lease_lost", reason=why)
-        self._release(lease)
 
     # -- background loops ---------------------------------------------------------------
 
@@ -681,13 +687,8 @@ class Runtime:
                 if lease.run.execution_id in held:
                     lease.run._mark_renewed()
                     lease.next_beat = now + lease.job.heartbeat_interval.total_seconds()
-                elif not lease.run._lost:
-                    lease.run._mark_lost()
-                    self.report.leases_lost += 1
-                    self._events.lease_lost(lease.job.name)
-                    lease.run.log.warning(
-                        "lease_lost", reason="heartbeat matched no row holding this lease"
-                    )
+                else:
+                    self._note_lost(lease, "heartbeat matched no row holding this lease")
 
 
 @dataclass(eq=False)

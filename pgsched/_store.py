@@ -122,8 +122,13 @@ class Store:
         return applied_now
 
     async def is_migrated(self, conn: Conn) -> bool:
-        table = sql.Identifier(self.schema, "cron_executions").as_string(conn)
-        return bool((await self._one(conn, "is_migrated", {"table": table}))["migrated"])
+        """True when every migration this version ships has been applied."""
+        table = sql.Identifier(self.schema, "schema_migrations").as_string(conn)
+        present = await self._one(conn, "has_migrations_table", {"table": table})
+        if not present["present"]:
+            return False
+        done = {r["version"] for r in await self._rows(conn, "applied_migrations")}
+        return all(version in done for version, _, _ in migration_files())
 
     # -- the tick -----------------------------------------------------------------------
 

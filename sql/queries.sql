@@ -231,8 +231,8 @@ SELECT version FROM {schema}.schema_migrations
 -- name: record_migration
 INSERT INTO {schema}.schema_migrations (version, name) VALUES (%(version)s, %(name)s)
 
--- name: is_migrated
-SELECT to_regclass(%(table)s) IS NOT NULL AS migrated
+-- name: has_migrations_table
+SELECT to_regclass(%(table)s) IS NOT NULL AS present
 
 -- name: register_jobs
 -- Records the jobs a replica runs; never touches the pause flag.
