@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 
@@ -43,8 +43,15 @@ def _fail(message: str) -> int:
     return 1
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors as one ``pgsched: error:`` line like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"pgsched: error: {message} (see '{self.prog} --help')\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pgsched", description="Periodic jobs across replicas, coordinated by PostgreSQL."
     )
     parser.add_argument("--dsn", help="PostgreSQL DSN (default: $PGSCHED_DSN, then $DATABASE_URL)")

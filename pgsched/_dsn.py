@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from urllib.parse import unquote
 
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^@\s]*)(?=@)", re.I)
 _KV_PASSWORD = re.compile(
@@ -11,15 +12,44 @@ _KV_PASSWORD = re.compile(
 )
 
 
+_URL_USERINFO = re.compile(r"^[a-z][a-z0-9+.-]*://([^/?#]*)@", re.I)
+# Passwords of every DSN pgsched has resolved: libpq quotes pieces of a malformed DSN in its
+# errors ("invalid percent-encoded token: ..."), which the patterns above cannot recognise.
+_KNOWN_SECRETS: set[str] = set()
+_MIN_SECRET = 4  # masking shorter strings would garble unrelated text
+
+
 def resolve_dsn(explicit: str | None) -> str | None:
-    """``explicit``, else ``PGSCHED_DSN``, else ``DATABASE_URL``, else None."""
+    """``explicit``, else ``PGSCHED_DSN``, else ``DATABASE_URL``, else None.
+
+    The DSN's password is remembered so that :func:`redact` masks it wherever it appears.
+    """
     for candidate in (explicit, os.environ.get("PGSCHED_DSN"), os.environ.get("DATABASE_URL")):
         if candidate:
+            _KNOWN_SECRETS.update(p for p in _passwords_in(candidate) if len(p) >= _MIN_SECRET)
             return candidate
     return None
 
 
+def _passwords_in(dsn: str) -> set[str]:
+    found: set[str] = set()
+    match = _URL_USERINFO.match(dsn.strip())
+    if match and ":" in match[1]:
+        raw = match[1].split(":", 1)[1]
+        found.update({raw, unquote(raw)})
+    for kv in _KV_PASSWORD.finditer(dsn):
+        value = kv["pw"]
+        if value.startswith("'") and value.endswith("'"):
+            value = value[1:-1]
+        found.update({value, value.split("&", 1)[0], re.sub(r"\\(.)", r"\1", value)})
+    return {p for p in found if p}
+
+
 def redact(text: str) -> str:
-    """``text`` with every DSN password (URL or ``password=`` form) replaced by ``***``."""
+    """``text`` with every DSN password (URL or ``password=`` form, or any password of a DSN
+    pgsched resolved) replaced by ``***``."""
     text = _URL_PASSWORD.sub(lambda m: m["head"] + "***", text)
-    return _KV_PASSWORD.sub(lambda m: m["head"] + "***", text)
+    text = _KV_PASSWORD.sub(lambda m: m["head"] + "***", text)
+    for secret in sorted(_KNOWN_SECRETS, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text

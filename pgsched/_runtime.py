@@ -131,6 +131,9 @@ class Runtime:
         failures = 0
         while not self._stopping.is_set():
             started = time.monotonic()
+            # Cleared before the tick: a wake-up (NOTIFY, freed slot) arriving during the
+            # tick must start the next one at once, not be forgotten.
+            self._wake.clear()
             ok = await self.tick()
             if ok:
                 if failures:
@@ -138,7 +141,6 @@ class Runtime:
                 failures = 0
             else:
                 failures += 1
-            self._wake.clear()
             delay = max(0.0, self.tick_interval - (time.monotonic() - started))
             waits = [asyncio.ensure_future(self._stopping.wait())]
             if ok:  # after a failure wait a whole tick; the pool reconnects meanwhile

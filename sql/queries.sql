@@ -283,8 +283,9 @@ ORDER BY created_at DESC, id
 LIMIT %(limit)s
 
 -- name: prune_batch
--- Deletes one batch of finished rows older than the cutoff, keeping each scope's newest
--- plan (every_plan catch-up starts after it). Short batches hold no long locks.
+-- Deletes one batch of finished rows older than the cutoff. A row goes only when a newer
+-- *scheduled* plan of its scope exists: the newest scheduled row is what stops its plan from
+-- being claimed again and where every_plan catch-up resumes. Short batches, no long locks.
 DELETE FROM {schema}.cron_executions
 WHERE id IN (
     SELECT e.id FROM {schema}.cron_executions e
@@ -294,7 +295,8 @@ WHERE id IN (
       AND EXISTS (
             SELECT 1 FROM {schema}.cron_executions n
             WHERE n.job_name = e.job_name AND n.scope_kind = e.scope_kind
-              AND n.scope_id = e.scope_id AND n.plan_time > e.plan_time)
+              AND n.scope_id = e.scope_id AND n.trigger = 'schedule'
+              AND n.plan_time > e.plan_time)
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 )

@@ -1,0 +1,384 @@
+"""The operator API in-process: ``Admin`` (what the command line calls), the retention job
+``pgsched.prune``, and a Scheduler's Prometheus metrics (SPEC §1, §3, §5)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import prometheus_client
+import pytest
+from prometheus_client import CollectorRegistry
+from psycopg import sql
+
+import pgsched
+from pgsched._admin import Admin
+from tests.integration._support import (
+    Recorder,
+    count,
+    db_now,
+    floor_to,
+    insert_row,
+    row_by_id,
+    rows,
+    table,
+)
+
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+
+
+def _ok(run: pgsched.Run) -> int:
+    return 1
+
+
+def _boom(run: pgsched.Run) -> None:
+    raise ValueError("boom")
+
+
+@pytest.fixture
+def admin(pg_dsn: str, migrated: str) -> Admin:
+    return Admin(dsn=pg_dsn, schema=migrated)
+
+
+@pytest.fixture
+def registered(make_scheduler: Any, migrated: str) -> pgsched.Scheduler:
+    """A replica that has registered alpha and beta in job_state (one tick ran them)."""
+    s = make_scheduler("replica")
+    s.register(_ok, name="alpha", every="1h", max_attempts=3)
+    s.register(_ok, name="beta", every="1h", scopes=[pgsched.Scope("t", "1")])
+    assert s.run_once().succeeded == 2
+    return s
+
+
+def paused(db: Any, schema: str, job: str) -> bool | None:
+    found = db.execute(
+        sql.SQL("SELECT paused FROM {} WHERE job_name = %s").format(table(schema, "job_state")),
+        (job,),
+    ).fetchone()
+    return None if found is None else bool(found[0])
+
+
+def test_status_counts_per_job(
+    admin: Admin, registered: pgsched.Scheduler, migrated: str, db: Any
+) -> None:
+    (first,) = rows(db, migrated, "alpha")
+    p0, now = first["plan_time"], db_now(db)
+    seeds: list[dict[str, Any]] = [
+        dict(status="RUNNING", stale_after=now + HOUR),
+        dict(status="RUNNING", stale_after=now - HOUR),
+        dict(status="RUNNING", stale_after=now - HOUR),
+        dict(status="FAILED", finished_at=now, error_code="handler_error"),
+        dict(
+            status="FAILED",
+            finished_at=now,
+            error_code="handler_error",
+            max_attempts=2,
+            next_retry_at=now + HOUR,
+        ),
+        dict(status="PENDING", trigger="backfill"),
+        dict(status="CANCELLED", trigger="manual", finished_at=now),
+    ]
+    for n, cols in enumerate(seeds, start=1):
+        insert_row(db, migrated, job_name="alpha", plan_time=p0 - n * HOUR, **cols)
+    admin.pause("beta")
+
+    summary = {r["job_name"]: r for r in admin.status()}
+    assert set(summary) == {"alpha", "beta"}
+    a, b = summary["alpha"], summary["beta"]
+    assert (a["running"], a["stale"], a["failed"], a["pending"]) == (1, 2, 1, 1)
+    assert (a["last_plan"], a["last_status"]) == (p0, "SUCCESS")
+    assert a["last_success"] == first["finished_at"]
+    assert a["schedule"] == "every 1h" and a["paused"] is False
+    assert (b["running"], b["stale"], b["failed"], b["pending"]) == (0, 0, 0, 0)
+    assert b["paused"] is True and b["last_status"] == "SUCCESS"
+
+
+def test_status_of_an_empty_schema_is_empty(admin: Admin) -> None:
+    assert admin.status() == []
+
+
+def test_runs_newest_first_and_filtered(
+    admin: Admin, registered: pgsched.Scheduler, migrated: str, db: Any
+) -> None:
+    now = db_now(db)
+    p0 = floor_to(now, HOUR)
+    for n, status in enumerate(["SUCCESS", "FAILED", "SUCCESS", "CANCELLED"], start=1):
+        insert_row(
+            db,
+            migrated,
+            job_name="alpha",
+            plan_time=p0 - n * HOUR,
+            status=status,
+            trigger="manual" if status == "CANCELLED" else "schedule",
+            created_at=now - n * HOUR,
+            finished_at=now - n * HOUR,
+        )
+    everything = admin.runs(limit=100)
+    assert len(everything) == count(db, migrated) == 6
+    created = [r["created_at"] for r in everything]
+    assert created == sorted(created, reverse=True)
+
+    alpha = admin.runs(job="alpha")
+    assert len(alpha) == 5 and {r["job_name"] for r in alpha} == {"alpha"}
+    assert [r["status"] for r in admin.runs(status="failed")] == ["FAILED"]
+    assert [r["status"] for r in admin.runs(job="beta", status="SUCCESS")] == ["SUCCESS"]
+    two = admin.runs(job="alpha", limit=2)
+    assert [r["id"] for r in two] == [r["id"] for r in alpha[:2]]
+    assert two[0]["plan_time"] == p0  # the replica's own run is the newest
+    assert admin.runs(job="nobody") == []
+
+    with pytest.raises(pgsched.ConfigError, match="DONE"):
+        admin.runs(status="DONE")
+    with pytest.raises(pgsched.ConfigError, match="limit"):
+        admin.runs(limit=0)
+
+
+def test_trigger_and_cancel(
+    admin: Admin, registered: pgsched.Scheduler, migrated: str, db: Any
+) -> None:
+    before = db_now(db)
+    ident = admin.trigger("alpha")
+    after = db_now(db)
+    assert isinstance(ident, uuid.UUID)
+    row = row_by_id(db, migrated, ident)
+    assert (row["status"], row["trigger"], row["scope_id"]) == ("PENDING", "manual", "global")
+    assert before <= row["plan_time"] <= after
+    assert admin.trigger("alpha") == ident, "a second trigger returns the pending one"
+    assert count(db, migrated, "status = 'PENDING'") == 1
+
+    at = datetime(2031, 5, 6, 7, tzinfo=UTC)
+    later = admin.trigger("beta", pgsched.Scope("t", "2"), at=at)
+    row = row_by_id(db, migrated, later)
+    assert (row["scope_kind"], row["scope_id"], row["plan_time"]) == ("t", "2", at)
+
+    with pytest.raises(pgsched.NotFoundError, match="'ghost'"):
+        admin.trigger("ghost")
+    with pytest.raises(pgsched.ConfigError):
+        admin.trigger("alpha", at=datetime(2031, 1, 1))  # naive
+    assert count(db, migrated, "status = 'PENDING'") == 2
+
+    # a replica runs the operator's trigger with the job's own max_attempts
+    report = registered.run_once()
+    assert report.claimed == 1, report
+    done = row_by_id(db, migrated, ident)
+    assert (done["status"], done["trigger"], done["runner_id"]) == ("SUCCESS", "manual", "replica")
+    assert done["max_attempts"] == 3
+
+    admin.cancel(later)
+    cancelled = row_by_id(db, migrated, later)
+    assert cancelled["status"] == "CANCELLED" and cancelled["finished_at"] is not None
+    with pytest.raises(pgsched.PgschedError, match="PENDING"):
+        admin.cancel(later)
+    with pytest.raises(pgsched.PgschedError, match="SUCCESS"):
+        admin.cancel(str(ident))
+    assert row_by_id(db, migrated, ident)["status"] == "SUCCESS"
+    with pytest.raises(pgsched.NotFoundError):
+        admin.cancel(uuid.uuid4())
+    with pytest.raises(pgsched.ConfigError, match="garbage"):
+        admin.cancel("garbage")
+
+
+def test_pause_and_resume(
+    admin: Admin, registered: pgsched.Scheduler, migrated: str, db: Any
+) -> None:
+    admin.pause("alpha")
+    assert paused(db, migrated, "alpha") is True
+    assert paused(db, migrated, "beta") is False
+    pending = admin.trigger("alpha")
+    assert registered.run_once().started == 0, "a paused job is not claimed"
+    assert row_by_id(db, migrated, pending)["status"] == "PENDING"
+
+    admin.resume("alpha")
+    assert paused(db, migrated, "alpha") is False
+    assert registered.run_once().started == 1
+    assert row_by_id(db, migrated, pending)["status"] == "SUCCESS"
+
+    for action in (admin.pause, admin.resume):
+        with pytest.raises(pgsched.NotFoundError, match="'ghost'"):
+            action("ghost")
+    assert paused(db, migrated, "ghost") is None
+
+
+def test_admin_needs_a_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGSCHED_DSN", raising=False)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    with pytest.raises(pgsched.ConfigError, match="no database configured"):
+        Admin().status()
+    with pytest.raises(pgsched.ConfigError):
+        Admin(dsn="postgresql://x@127.0.0.1/x", schema="")
+
+
+def test_admin_works_inside_a_running_event_loop(
+    admin: Admin, registered: pgsched.Scheduler
+) -> None:
+    async def from_async_code() -> list[str]:
+        return [r["job_name"] for r in admin.status()]
+
+    assert asyncio.run(from_async_code()) == ["alpha", "beta"]
+
+
+def _seed_old_finished(db: Any, schema: str, job: str, scopes: int, plans: int) -> None:
+    """``scopes`` x ``plans`` SUCCESS rows of ``job``, finished a day ago."""
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (job_name, scope_kind, scope_id, plan_time, trigger, status,"
+            " finished_at)"
+            " SELECT %(job)s, 's', s::text, %(t0)s + n * interval '1 hour', 'schedule',"
+            " 'SUCCESS', clock_timestamp() - interval '1 day'"
+            " FROM generate_series(1, %(scopes)s) AS s, generate_series(1, %(plans)s) AS n"
+        ).format(table(schema)),
+        {"job": job, "t0": datetime(2021, 1, 1, tzinfo=UTC), "scopes": scopes, "plans": plans},
+    )
+
+
+def test_prune(admin: Admin, migrated: str, db: Any) -> None:
+    _seed_old_finished(db, migrated, "old", scopes=3, plans=400)  # more than one batch
+    now = db_now(db)
+    keep = [
+        insert_row(db, migrated, job_name="old", plan_time=now - DAY, status="PENDING"),
+        insert_row(
+            db,
+            migrated,
+            job_name="old",
+            plan_time=now - 2 * DAY,
+            status="FAILED",
+            max_attempts=2,
+            next_retry_at=now + HOUR,
+            finished_at=now - DAY,
+        ),
+        insert_row(
+            db, migrated, job_name="old", plan_time=now - 3 * DAY, status="SUCCESS", finished_at=now
+        ),
+    ]
+    assert admin.prune("1h") == 3 * 399
+    assert count(db, migrated, "scope_kind = 's'") == 3, "each scope keeps its newest plan"
+    assert {r["id"] for r in rows(db, migrated, "old") if r["scope_kind"] == "global"} == {
+        r["id"] for r in keep
+    }
+    assert admin.prune(timedelta(hours=1)) == 0
+    assert admin.prune(60) == 0
+    for bad in ("soon", 0, "0s", -5, "-1d"):
+        with pytest.raises(pgsched.ConfigError, match="older_than"):
+            admin.prune(bad)
+
+
+def test_retention_registers_and_runs_the_prune_job(
+    make_scheduler: Any, migrated: str, db: Any, admin: Admin
+) -> None:
+    _seed_old_finished(db, migrated, "old", scopes=2, plans=5)
+    s = make_scheduler("keeper", retention="1s")
+    assert "pgsched.prune" in s.jobs
+    assert s.jobs["pgsched.prune"].schedule.describe() == "every 1h"
+
+    report = s.run_once()
+    assert (report.claimed, report.succeeded) == (1, 1), report
+    (prune_row,) = rows(db, migrated, "pgsched.prune")
+    assert (prune_row["status"], prune_row["rows_affected"]) == ("SUCCESS", 8)
+    assert count(db, migrated, "job_name = 'old'") == 2, "each scope keeps its newest plan"
+    assert "pgsched.prune" in [r["job_name"] for r in admin.status()]
+    assert s.run_once().claimed == 0, "hourly: nothing more this hour"
+
+    with pytest.raises(pgsched.ConfigError, match="retention"):
+        make_scheduler("bad", retention="soon")
+
+
+def test_prune_never_lets_a_succeeded_plan_run_again(
+    make_scheduler: Any, migrated: str, db: Any, admin: Admin
+) -> None:
+    recorder = Recorder()
+    first = make_scheduler("r1")
+    first.register(recorder.enter, name="daily", every="1d")
+    assert first.run_once().claimed == 1  # today's scheduled plan
+    first.trigger("daily")
+    assert first.run_once().claimed == 1  # an operator's manual run, later the same day
+    assert [r.trigger for r in recorder.runs] == ["schedule", "manual"]
+
+    # an hour later, retention="30m" prunes
+    db.execute(
+        sql.SQL("UPDATE {} SET finished_at = finished_at - interval '1 hour'").format(
+            table(migrated)
+        )
+    )
+    admin.prune("30m")
+
+    restarted = make_scheduler("r2")  # e.g. a replica restarted by a deploy
+    restarted.register(recorder.enter, name="daily", every="1d")
+    restarted.run_once()
+    assert [r.trigger for r in recorder.runs] == ["schedule", "manual"], (
+        "today's scheduled plan already succeeded and must not run again"
+    )
+
+
+# -- metrics ------------------------------------------------------------------------------
+
+
+def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+def test_metrics_count_runs_and_claims(make_scheduler: Any, migrated: str) -> None:
+    registry = CollectorRegistry()
+    s = make_scheduler("metered", registry=registry)
+    s.register(_ok, name="good", every="1h")
+    s.register(_boom, name="bad", every="1h", max_attempts=2, retry_backoff=[])
+    assert s.metrics.registry is registry
+
+    # declared jobs export zero series from the start
+    assert sample(registry, "pgsched_runs_total", job="good", status="success") == 0
+    assert sample(registry, "pgsched_claims_total", job="bad", outcome="won") == 0
+
+    report = s.run_once()
+    assert (report.succeeded, report.failed) == (1, 1), report
+    assert sample(registry, "pgsched_runs_total", job="good", status="success") == 1
+    assert sample(registry, "pgsched_runs_total", job="good", status="failed") == 0
+    assert sample(registry, "pgsched_runs_total", job="bad", status="failed") == 1
+    assert sample(registry, "pgsched_runs_total", job="bad", status="success") == 0
+    for job in ("good", "bad"):
+        assert sample(registry, "pgsched_claims_total", job=job, outcome="won") == 1
+        assert sample(registry, "pgsched_run_duration_seconds_count", job=job) == 1
+    assert sample(registry, "pgsched_tick_duration_seconds_count") == 1
+
+    # the failed plan is retried at once (empty backoff); the good one is done for the hour
+    report = s.run_once()
+    assert (report.claimed, report.retried) == (0, 1), report
+    assert sample(registry, "pgsched_claims_total", job="bad", outcome="retry") == 1
+    assert sample(registry, "pgsched_claims_total", job="bad", outcome="won") == 1
+    assert sample(registry, "pgsched_runs_total", job="bad", status="failed") == 2
+    assert sample(registry, "pgsched_claims_total", job="good", outcome="won") == 1
+
+    s.trigger("good")
+    s.run_once()
+    assert sample(registry, "pgsched_claims_total", job="good", outcome="won") == 2
+    assert sample(registry, "pgsched_runs_total", job="good", status="success") == 2
+    assert sample(registry, "pgsched_tick_duration_seconds_count") == 3
+
+
+def test_two_schedulers_in_one_process_do_not_clash(make_scheduler: Any, migrated: str) -> None:
+    s1 = make_scheduler("m1")
+    s2 = make_scheduler("m2", retention="1d")
+    s3 = pgsched.Scheduler(dsn=s1.dsn, schema=migrated, runner_id="m3", retention="1d")
+    for s in (s1, s2, s3):
+        s.register(_ok, name="same", every="1h")
+    registries = {id(s.metrics.registry) for s in (s1, s2, s3)}
+    assert len(registries) == 3, "each Scheduler has a registry of its own"
+    assert (
+        prometheus_client.REGISTRY.get_sample_value(
+            "pgsched_runs_total", {"job": "same", "status": "success"}
+        )
+        is None
+    ), "nothing is registered in the global default registry"
+
+    assert s1.run_once().claimed == 1
+    runs = "pgsched_runs_total"
+    assert sample(s1.metrics.registry, runs, job="same", status="success") == 1
+    assert sample(s2.metrics.registry, runs, job="same", status="success") == 0
+
+    s2.trigger("same")
+    assert s2.run_once().claimed == 2  # the manual run and the prune job
+    assert sample(s2.metrics.registry, runs, job="same", status="success") == 1
+    assert sample(s2.metrics.registry, runs, job="pgsched.prune", status="success") == 1
+    assert sample(s1.metrics.registry, runs, job="same", status="success") == 1
+    assert sample(s3.metrics.registry, runs, job="same", status="success") == 0
