@@ -836,6 +836,7 @@ def test_trigger_wakes_a_running_replica_within_a_second(
     ident = trigger(ops, "hourly")
     row = wait_started(ops, ident, 10)
     latency = row["started_at"] - row["created_at"]
+    print(f"trigger-to-claim latency: {latency.total_seconds() * 1000:.0f} ms (tick 30s)")
     assert latency < timedelta(seconds=1), f"claimed {latency} after the trigger (tick is 30s)"
     assert (row["trigger"], row["runner_id"]) == ("manual", "listener")
     wait_for(lambda: row_by_id(ops.db, ops.schema, ident)["status"] == "SUCCESS", 10)
@@ -857,6 +858,7 @@ def test_paused_trigger_waits_and_resume_wakes_within_a_second(
     resumed_at = ops.job_row("hourly")["updated_at"]
     row = wait_started(ops, ident, 10)
     latency = row["started_at"] - resumed_at
+    print(f"resume-to-claim latency: {latency.total_seconds() * 1000:.0f} ms (tick 30s)")
     assert timedelta(0) < latency < timedelta(seconds=1), f"claimed {latency} after resume"
     assert replica.stop() == 0, replica.err
 

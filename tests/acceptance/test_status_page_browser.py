@@ -1,0 +1,94 @@
+"""The status page in a real browser: headless Chromium (Debian's `chromium`) renders it.
+
+Skipped where Chromium is not installed (`apt-get install chromium`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.conftest import spawn_pgsched
+from tests.helpers import wait_for
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = [
+    pytest.mark.acceptance,
+    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed"),
+]
+
+APP = textwrap.dedent(
+    """
+    import pgsched
+    scheduler = pgsched.Scheduler(tick_interval="0.5s")
+
+    @scheduler.job(every="1s", scopes=[pgsched.Scope("tenant", "<b>acme</b>")])
+    def nightly_rollup(run):
+        return 3
+
+    @scheduler.job(every="1h")
+    def always_fails(run):
+        raise RuntimeError("upstream <i>unavailable</i>")
+    """
+)
+
+
+def _chromium(*args: str) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}",
+        "--window-size=1400,1000",
+    ]
+    return subprocess.run(
+        [CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=60, check=True
+    )
+
+
+def test_status_page_renders_in_chromium(pg_dsn: str, schema: str, tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text(APP)
+    env = {**os.environ, "PGSCHED_DSN": pg_dsn}
+    migrate = [sys.executable, "-m", "pgsched", "--schema", schema, "migrate"]
+    subprocess.run(migrate, env=env, check=True, capture_output=True)
+    proc = spawn_pgsched(["--schema", schema, "run", "app.py", "--http-port", "0"], tmp_path, env)
+    assert proc.stdout is not None
+    try:
+        port_line = wait_for(
+            lambda: (line := proc.stdout.readline()) and '"http_listening"' in line and line,
+            timeout=30,
+            interval=0,
+            what="the http_listening log line",
+        )
+        port = int(port_line.split('"port": ')[1].split("}")[0].split(",")[0])
+        url = f"http://127.0.0.1:{port}/"
+
+        def rendered() -> str:
+            dom = _chromium("--dump-dom", url).stdout
+            return dom if "always_fails" in dom and "SUCCESS" in dom else ""
+
+        dom = wait_for(rendered, timeout=30, interval=0.5, what="both jobs on the page")
+        shot = tmp_path / "status.png"
+        _chromium(f"--screenshot={shot}", url)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    # The browser built the tables, and hostile text stayed text (no <b>/<i> elements).
+    assert "<table>" in dom and "nightly_rollup" in dom
+    assert "&lt;b&gt;acme&lt;/b&gt;" in dom and "<b>acme</b>" not in dom
+    assert "upstream &lt;i&gt;unavailable&lt;/i&gt;" in dom
+    assert shot.stat().st_size > 10_000  # a real rendering, not an error page
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
