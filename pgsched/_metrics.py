@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from datetime import timedelta
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ._store import Row
 
 _RUN_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+_LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
 _TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
@@ -66,6 +67,19 @@ class Metrics:
         self.leases_lost = Counter(
             "pgsched_leases_lost", "Leases this replica lost while running.", ["job"], registry=r
         )
+        self.start_lag = Histogram(
+            "pgsched_start_lag_seconds",
+            "Handler start minus the plan's due time (first attempts of scheduled plans).",
+            ["job"],
+            buckets=_LAG_BUCKETS,
+            registry=r,
+        )
+        self.job_interval = Gauge(
+            "pgsched_job_interval_seconds",
+            "The job's nominal time between plans (for no-success alerts).",
+            ["job"],
+            registry=r,
+        )
         self.tick_duration = Histogram(
             "pgsched_tick_duration_seconds",
             "Duration of one tick (probe and claims).",
@@ -91,14 +105,19 @@ class Metrics:
     def tick(self, seconds: float) -> None:
         self.tick_duration.observe(seconds)
 
-    def declare(self, jobs: Iterable[str]) -> None:
-        """Export zero-valued series for ``jobs``, so rates and alerts see them from start."""
-        for job in jobs:
-            for status in ("success", "failed"):
-                self.runs.labels(job, status)
-            for outcome in ("won", "stole", "retry", "conflict"):
-                self.claims_counter.labels(job, outcome)
-            self.leases_lost.labels(job)
+    def started_late(self, job: str, seconds: float) -> None:
+        self.start_lag.labels(job).observe(max(0.0, seconds))
+
+    def declare(self, job: str, interval: timedelta | None) -> None:
+        """Export zero-valued series for ``job`` (so rates and alerts see it from the start)
+        and its nominal interval."""
+        for status in ("success", "failed"):
+            self.runs.labels(job, status)
+        for outcome in ("won", "stole", "retry", "conflict"):
+            self.claims_counter.labels(job, outcome)
+        self.leases_lost.labels(job)
+        if interval is not None:
+            self.job_interval.labels(job).set(interval.total_seconds())
 
     def set_cluster_state(self, summary: list[Row]) -> None:
         """Set the database-derived gauges from ``Store.job_summary`` rows."""

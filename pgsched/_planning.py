@@ -72,6 +72,11 @@ class Schedule:
                 return plans[-1]
         return None
 
+    def nominal_interval(self, now: datetime) -> timedelta | None:
+        """Time between the next two plans after ``now`` (None if fewer than two)."""
+        nxt = self.upcoming(now, 2)
+        return nxt[1] - nxt[0] if len(nxt) == 2 else None
+
     def upcoming(self, after: datetime, count: int) -> list[datetime]:
         """The next ``count`` plans strictly after ``after``."""
         out: list[datetime] = []
@@ -117,6 +122,9 @@ class CadenceSchedule(Schedule):
 
     def next_after(self, t: datetime) -> datetime:
         return self.latest_at_or_before(t) + self.every
+
+    def nominal_interval(self, now: datetime) -> timedelta:
+        return self.every
 
     def plans_between(self, start: datetime, end: datetime) -> list[datetime]:
         out = []

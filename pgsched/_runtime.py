@@ -64,6 +64,8 @@ class _Lease:
     run: Run
     next_beat: float
     abandoned: bool = False
+    claim_lag: float | None = None  # seconds late at claim, for first scheduled attempts
+    claimed_at: float = field(default_factory=time.monotonic)
     task: asyncio.Future[Any] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -430,6 +432,9 @@ class Runtime:
         lease = _Lease(
             job, run, next_beat=time.monotonic() + job.heartbeat_interval.total_seconds()
         )
+        if outcome == "won" and trigger == "schedule" and row.get("started_at") is not None:
+            # The claim's database time less the due time; _execute adds any local wait.
+            lease.claim_lag = (row["started_at"] - plan_time - job.schedule_delay).total_seconds()
         self._leases[run.execution_id] = lease
         counter = {"won": "claimed", "stole": "stolen", "retry": "retried"}[outcome]
         setattr(self.report, counter, getattr(self.report, counter) + 1)
@@ -457,6 +462,8 @@ class Runtime:
                 self._lost(lease, "lease lost while waiting for the scope's earlier plan")
                 return
         started = time.monotonic()
+        if lease.claim_lag is not None:
+            self._events.started_late(job.name, lease.claim_lag + started - lease.claimed_at)
         timeout = job.run_timeout.total_seconds()
         scope_timeout = asyncio.timeout(timeout)
         try:

@@ -111,7 +111,7 @@ class Scheduler(Admin):
             if spec.name in self._jobs:
                 raise ConfigError(f"job {spec.name!r}: name is already registered")
             self._jobs[spec.name] = spec
-        self.metrics.declare([spec.name])
+        self.metrics.declare(spec.name, spec.schedule.nominal_interval(datetime.now(UTC)))
         return spec
 
     def unregister(self, job: str) -> None:

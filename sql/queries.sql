@@ -78,7 +78,8 @@ SET status = 'RUNNING',
 FROM picked, now
 WHERE e.id = picked.id
 RETURNING e.id, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.attempt, e.max_attempts,
-          e.lease_token, e.fencing_token, picked.previous_status, picked.previous_runner
+          e.lease_token, e.fencing_token, e.started_at, picked.previous_status,
+          picked.previous_runner
 
 -- name: claim_new
 -- The claim: INSERT ... ON CONFLICT DO NOTHING of RUNNING rows for the due plans of the
@@ -125,7 +126,7 @@ ins AS (
     ORDER BY el.kind, el.id, el.plan_time
     ON CONFLICT DO NOTHING
     RETURNING x.id, x.scope_kind, x.scope_id, x.plan_time, x.attempt, x.max_attempts,
-              x.lease_token, x.fencing_token
+              x.lease_token, x.fencing_token, x.started_at
 )
 SELECT counts.remaining, counts.picked, ins.*,
        (SELECT max(p.plan_time) FROM {schema}.cron_executions p

@@ -382,3 +382,25 @@ def test_two_schedulers_in_one_process_do_not_clash(make_scheduler: Any, migrate
     assert sample(s2.metrics.registry, runs, job="pgsched.prune", status="success") == 1
     assert sample(s1.metrics.registry, runs, job="same", status="success") == 1
     assert sample(s3.metrics.registry, runs, job="same", status="success") == 0
+
+
+def test_start_lag_and_job_interval_metrics(make_scheduler: Any, migrated: str, db: Any) -> None:
+    registry = CollectorRegistry()
+    s = make_scheduler(registry=registry)
+    s.register(lambda run: 1, name="hourly", every="1h")
+    s.register(lambda run: 1, name="weekday", cron="0 9 * * 1-5", timezone="Europe/Berlin")
+    assert registry.get_sample_value("pgsched_job_interval_seconds", {"job": "hourly"}) == 3600
+    weekday = registry.get_sample_value("pgsched_job_interval_seconds", {"job": "weekday"})
+    assert weekday is not None and weekday >= 86400  # a day, or a weekend's gap
+    s.run_once()
+    # The hourly plan is due at the top of the hour; its first attempt started that late.
+    (row,) = [r for r in rows(db, migrated) if r["job_name"] == "hourly"]
+    expected = (row["started_at"] - row["plan_time"]).total_seconds()
+    labels = {"job": "hourly"}
+    assert registry.get_sample_value("pgsched_start_lag_seconds_count", labels) == 1
+    observed = registry.get_sample_value("pgsched_start_lag_seconds_sum", labels)
+    assert observed is not None and expected <= observed < expected + 1.0
+    # A retry or a manual run is no start lag: still one observation after a trigger.
+    s.trigger("hourly")
+    s.run_once()
+    assert registry.get_sample_value("pgsched_start_lag_seconds_count", labels) == 1
