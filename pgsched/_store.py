@@ -110,6 +110,9 @@ class Store:
         applied_now = []
         async with conn.transaction():
             await self._rows(conn, "migrate_lock", {"key": f"pgsched.migrate:{self.schema}"})
+            quoted = sql.Identifier(self.schema).as_string(conn)
+            if not (await self._one(conn, "schema_exists", {"schema": quoted}))["present"]:
+                await conn.execute(self._q["create_schema"])
             await conn.execute(self._q["migrate_bootstrap"])
             done = {r["version"] for r in await self._rows(conn, "applied_migrations")}
             for version, name, text in migration_files():

@@ -218,8 +218,15 @@ SELECT clock_timestamp() AS now
 -- name: migrate_lock
 SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))
 
+-- name: schema_exists
+SELECT to_regnamespace(%(schema)s) IS NOT NULL AS present
+
+-- name: create_schema
+-- Only when missing: even IF NOT EXISTS needs CREATE on the database, which an owner role
+-- given a ready-made schema (sql/roles.sql) does not have.
+CREATE SCHEMA IF NOT EXISTS {schema}
+
 -- name: migrate_bootstrap
-CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
     version     text PRIMARY KEY,
     name        text NOT NULL,
