@@ -59,6 +59,7 @@ class JobSpec:
     retry_backoff: tuple[timedelta, ...]
     max_running: int | None
     priority: int
+    transactional: bool = False
     options: dict[str, Any] = field(default_factory=dict)
 
     def new_cursor(self) -> PlanCursor:
@@ -105,11 +106,14 @@ def build_job(
     retry_backoff: Sequence[Duration] = ("1m",),
     max_running: int | None = None,
     priority: int = 0,
+    transactional: bool = False,
 ) -> JobSpec:
     """Validate every option and return the job, or raise :class:`ConfigError`.
 
     ``stale_timeout`` defaults to ``run_timeout`` + 1 minute and ``heartbeat_interval`` to a
     third of ``stale_timeout`` (at most 30 s), which satisfies the SPEC's two inequalities.
+    ``transactional=True`` gives the handler ``run.conn``, a connection inside a transaction
+    that also writes the SUCCESS row: its writes commit if and only if the lease still holds.
     """
     if not callable(handler):
         raise ConfigError(f"job handler {handler!r} is not callable")
@@ -216,6 +220,8 @@ def build_job(
         raise bad("allow_stale_reentry", allow_stale_reentry, "must be True or False")
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise bad("priority", priority, "must be an integer")
+    if not isinstance(transactional, bool):
+        raise bad("transactional", transactional, "must be True or False")
 
     return JobSpec(
         name=job,
@@ -240,6 +246,7 @@ def build_job(
         retry_backoff=tuple(dur(f"retry_backoff[{i}]", d) for i, d in enumerate(retry_backoff)),
         max_running=None if max_running is None else integer("max_running", max_running, 1),
         priority=priority,
+        transactional=transactional,
     )
 
 

@@ -78,6 +78,10 @@ class Run:
     when no renewal has succeeded for a whole ``stale_timeout`` (after which another replica
     may legitimately have stolen the lease). The scheduler itself renews the lease every
     ``heartbeat_interval``; handlers only call ``heartbeat()`` to find out early.
+
+    For ``transactional=True`` jobs ``conn`` is a psycopg connection (``AsyncConnection`` for
+    ``async def`` handlers) inside a transaction that pgsched commits together with the
+    SUCCESS row, guarded by the lease token, or rolls back.
     """
 
     job: str
@@ -91,6 +95,7 @@ class Run:
     runner_id: str
     trigger: Trigger
     log: Any
+    conn: Any = None  # transactional jobs: the psycopg connection of the run's transaction
     _stale_timeout_s: float = 0.0
     _renewed_at: float = field(default_factory=time.monotonic)
     _lost: bool = False

@@ -22,12 +22,13 @@ from uuid import UUID
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from . import _transaction as _tx
 from ._config import JobSpec, evaluate_scopes
 from ._errors import LeaseLost
 from ._metrics import Metrics
 from ._model import Run, Scope, bound_logger
 from ._planning import PlanCursor, count_plans_between, jitter_offset
-from ._results import describe_error, encode_result
+from ._results import InvalidResult, describe_error, encode_result
 from ._store import Conn, Finish, Probe, Row, Store
 
 _SKIP_COUNT_CAP = 10_000
@@ -91,9 +92,12 @@ class Runtime:
         max_concurrency: int,
         tick_interval: timedelta,
         events: Metrics,
+        conninfo: str,
+        app_name: str,
     ) -> None:
         self._jobs = jobs
         self._store = store
+        self._conninfo, self._app_name = conninfo, app_name
         self._pool = pool
         self.runner_id = runner_id
         self.max_concurrency = max_concurrency
@@ -178,13 +182,7 @@ class Runtime:
             lease.abandoned = True
             if lease.task is not None:
                 lease.task.cancel()
-            self._queue(
-                lease,
-                "FAILED",
-                error_code="shutdown",
-                error_msg=f"Shutdown: replica {self.runner_id} stopped before the handler finished",
-                retry_delay_s=0.0,
-            )
+            self._queue_shutdown(lease)
         try:
             await asyncio.wait_for(self.wait_idle(), max(5.0, self.tick_interval * 5))
         except TimeoutError:
@@ -468,6 +466,9 @@ class Runtime:
         scope_timeout = asyncio.timeout(timeout)
         try:
             async with scope_timeout:
+                if job.transactional:
+                    self._committed(lease, await self._transactional(lease, started))
+                    return
                 if job.is_async:
                     value = await job.handler(run)
                 else:
@@ -490,6 +491,9 @@ class Runtime:
             return
         except LeaseLost:
             self._lost(lease, "handler raised LeaseLost")
+            return
+        except InvalidResult as exc:  # a transactional run's result, refused before commit
+            self._finish(lease, started, "FAILED", "invalid_result", describe_error(exc))
             return
         except Exception as exc:
             run.log.warning("handler_raised", error=describe_error(exc), exc_info=exc)
@@ -519,49 +523,42 @@ class Runtime:
         if lease.run._lost:  # known lost; a merely late renewal still tries (the token decides)
             self._lost(lease, "lease lost before the outcome could be written")
             return
-        retry = lease.job.retry_delay(lease.run.attempt, lease.run.max_attempts)
-        self._queue(
-            lease,
-            status,
-            error_code=error_code,
-            error_msg=error_msg,
-            rows=rows,
-            result_json=result_json,
-            duration_ms=int((time.monotonic() - started) * 1000),
-            retry_delay_s=None if retry is None else retry.total_seconds(),
+        self._outbox.put_nowait(
+            (lease, _outcome(lease, started, status, error_code, error_msg, rows, result_json))
         )
 
-    def _queue(
-        self,
-        lease: _Lease,
-        status: str,
-        *,
-        error_code: str | None = None,
-        error_msg: str | None = None,
-        rows: int | None = None,
-        result_json: str | None = None,
-        duration_ms: int | None = None,
-        retry_delay_s: float | None = None,
-    ) -> None:
-        run = lease.run
-        if duration_ms is None:
-            duration_ms = 0
-        self._outbox.put_nowait(
-            (
-                lease,
-                Finish(
-                    run.execution_id,
-                    run.lease_token,
-                    status,
-                    error_code,
-                    error_msg,
-                    rows,
-                    result_json,
-                    min(duration_ms, 2**31 - 1),
-                    retry_delay_s,
-                ),
+    async def _transactional(self, lease: _Lease, started: float) -> _tx.Written | None:
+        job, run = lease.job, lease.run
+
+        def success(value: object) -> Finish:
+            encoded = encode_result(value)
+            return _outcome(
+                lease, started, "SUCCESS", None, None, encoded.rows_affected, encoded.result_json
             )
+
+        args = (self._conninfo, self._app_name, self._store, job.handler, run, job.run_timeout)
+        if job.is_async:
+            return await _tx.run_async(*args, success)
+        return await _in_thread(lambda r: _tx.run_sync(*args, success), run)  # type: ignore[no-any-return]
+
+    def _committed(self, lease: _Lease, written: _tx.Written | None) -> None:
+        if written is None:
+            self._lost(lease, "SUCCESS write matched no row holding this lease: rolled back")
+            return
+        fin, next_retry_at = written
+        self._record_outcome(lease, fin, next_retry_at)
+        self._release(lease)
+
+    def _queue_shutdown(self, lease: _Lease) -> None:
+        fin = _outcome(
+            lease,
+            time.monotonic(),
+            "FAILED",
+            "shutdown",
+            f"Shutdown: replica {self.runner_id} stopped before the handler finished",
         )
+        # Abandoned at shutdown: retryable at once elsewhere, whatever the job's backoff.
+        self._outbox.put_nowait((lease, replace(fin, retry_delay_s=0.0)))
 
     def _release(self, lease: _Lease) -> None:
         self._leases.pop(lease.run.execution_id, None)
@@ -736,3 +733,29 @@ def _in_thread(fn: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
 
 def _iso(value: datetime) -> str:
     return value.astimezone(UTC).isoformat()
+
+
+def _outcome(
+    lease: _Lease,
+    started: float,
+    status: str,
+    error_code: str | None,
+    error_msg: str | None,
+    rows: int | None = None,
+    result_json: str | None = None,
+) -> Finish:
+    """The terminal write for ``lease``; FAILED rows carry the job's retry delay."""
+    run = lease.run
+    retry = lease.job.retry_delay(run.attempt, run.max_attempts) if status == "FAILED" else None
+    duration_ms = min(int((time.monotonic() - started) * 1000), 2**31 - 1)
+    return Finish(
+        run.execution_id,
+        run.lease_token,
+        status,
+        error_code,
+        error_msg,
+        rows,
+        result_json,
+        duration_ms,
+        None if retry is None else retry.total_seconds(),
+    )

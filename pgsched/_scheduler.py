@@ -34,7 +34,9 @@ class Scheduler(Admin):
 
     The DSN is ``dsn``, else ``PGSCHED_DSN``, else ``DATABASE_URL``, read when first needed
     (so a command line can still supply it). ``runner_id`` defaults to ``<hostname>-<pid>``.
-    ``shutdown_grace`` is how long ``run()`` lets handlers finish after SIGTERM. Metrics go
+    ``shutdown_grace`` is how long ``run()`` lets handlers finish after SIGTERM.
+    ``statement_timeout`` bounds every statement pgsched runs (and twice that, any idle
+    transaction), so a stuck session cannot hold row locks for ever. Metrics go
     to ``registry`` (a fresh ``CollectorRegistry`` by default). With ``retention`` set, a
     built-in job ``pgsched.prune`` deletes finished rows older than that every hour.
     """
@@ -49,6 +51,7 @@ class Scheduler(Admin):
         shutdown_grace: Duration = "30s",
         registry: CollectorRegistry | None = None,
         retention: Duration | None = None,
+        statement_timeout: Duration = "30s",
     ) -> None:
         super().__init__(dsn=dsn, schema=schema)
         if (
@@ -63,6 +66,9 @@ class Scheduler(Admin):
         self.tick_interval = parse_duration(tick_interval, field="tick_interval", allow_zero=False)
         self.shutdown_grace = parse_duration(shutdown_grace, field="shutdown_grace")
         self.max_concurrency = max_concurrency
+        self.statement_timeout = parse_duration(
+            statement_timeout, field="statement_timeout", allow_zero=False
+        )
         self.metrics = Metrics(registry)
         self.http_port: int | None = None  # the bound port while run() serves HTTP
         self._jobs: dict[str, JobSpec] = {}
@@ -278,14 +284,25 @@ class Scheduler(Admin):
             max_concurrency=self.max_concurrency,
             tick_interval=self.tick_interval,
             events=self.metrics,
+            conninfo=self._pool_dsn(),
+            app_name=self._app_name(),
         )
 
-    def _pool(self) -> AsyncConnectionPool[Any]:
+    def _pool_dsn(self) -> str:
         dsn = self.dsn
         if not dsn:
             raise ConfigError(
                 "no database configured: pass dsn= (--dsn), or set PGSCHED_DSN or DATABASE_URL"
             )
+        return dsn
+
+    async def _configure_connection(self, conn: Any) -> None:
+        await Store(self.schema).configure_session(
+            conn, self.statement_timeout, self.statement_timeout * 2
+        )
+
+    def _pool(self) -> AsyncConnectionPool[Any]:
+        dsn = self._pool_dsn()
         # Reconnection after a PostgreSQL restart is the pool's job: it checks connections
         # before lending them and retries connecting with backoff. One connection is held by
         # the LISTEN loop; the tick, heartbeats, writes and HTTP share the others.
@@ -296,6 +313,7 @@ class Scheduler(Admin):
             open=False,
             timeout=max(5.0, self.tick_interval.total_seconds() * 3),
             check=AsyncConnectionPool.check_connection,
+            configure=self._configure_connection,
             kwargs={"autocommit": True, "application_name": self._app_name()},
         )
 

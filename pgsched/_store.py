@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, cast
 from uuid import UUID
 
+import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.rows import dict_row
 
@@ -232,23 +233,24 @@ class Store:
 
     async def finish(self, conn: Conn, batch: Sequence[Finish]) -> dict[UUID, datetime | None]:
         """Write terminal rows; returns ``{id: next_retry_at}`` for the writes that held."""
-        ordered = sorted(batch, key=lambda f: f.id)
-        rows = await self._rows(
-            conn,
-            "finish",
-            {
-                "ids": [f.id for f in ordered],
-                "tokens": [f.token for f in ordered],
-                "statuses": [f.status for f in ordered],
-                "error_codes": [f.error_code for f in ordered],
-                "error_msgs": [f.error_msg for f in ordered],
-                "rows": [f.rows_affected for f in ordered],
-                "results": [f.result_json for f in ordered],
-                "durations": [f.duration_ms for f in ordered],
-                "retry_delays": [f.retry_delay_s for f in ordered],
-            },
-        )
+        rows = await self._rows(conn, "finish", _finish_params(batch))
         return {r["id"]: r["next_retry_at"] for r in rows}
+
+    def finish_sync(
+        self, conn: psycopg.Connection[Any], batch: Sequence[Finish]
+    ) -> dict[UUID, datetime | None]:
+        """:meth:`finish` on a sync connection (a sync handler's transactional ``run.conn``)."""
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(self._q["finish"], _finish_params(batch))
+            return {r["id"]: r["next_retry_at"] for r in cur.fetchall()}
+
+    async def configure_session(self, conn: Conn, statement: timedelta, idle: timedelta) -> None:
+        await self._rows(conn, "session_settings", _session_params(statement, idle))
+
+    def configure_session_sync(
+        self, conn: psycopg.Connection[Any], statement: timedelta, idle: timedelta
+    ) -> None:
+        conn.execute(self._q["session_settings"], _session_params(statement, idle))
 
     # -- operations ---------------------------------------------------------------------
 
@@ -323,3 +325,25 @@ class Store:
 
     async def listen(self, conn: Conn) -> None:
         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+
+
+def _finish_params(batch: Sequence[Finish]) -> dict[str, Any]:
+    ordered = sorted(batch, key=lambda f: f.id)  # one lock order for every batch
+    return {
+        "ids": [f.id for f in ordered],
+        "tokens": [f.token for f in ordered],
+        "statuses": [f.status for f in ordered],
+        "error_codes": [f.error_code for f in ordered],
+        "error_msgs": [f.error_msg for f in ordered],
+        "rows": [f.rows_affected for f in ordered],
+        "results": [f.result_json for f in ordered],
+        "durations": [f.duration_ms for f in ordered],
+        "retry_delays": [f.retry_delay_s for f in ordered],
+    }
+
+
+def _session_params(statement: timedelta, idle: timedelta) -> dict[str, str]:
+    return {
+        "statement_ms": str(int(statement.total_seconds() * 1000)),
+        "idle_ms": str(int(idle.total_seconds() * 1000)),
+    }

@@ -311,3 +311,9 @@ WHERE id IN (
 
 -- name: notify
 SELECT pg_notify(%(channel)s, %(payload)s)
+
+-- name: session_settings
+-- Applied to every pgsched connection: a stuck statement or an abandoned transaction cannot
+-- hold row locks for ever.
+SELECT set_config('statement_timeout', %(statement_ms)s, false),
+       set_config('idle_in_transaction_session_timeout', %(idle_ms)s, false)

@@ -1,0 +1,153 @@
+"""transactional=True: the handler's writes through run.conn commit iff the lease holds."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import pgsched
+from tests.helpers import wait_for
+from tests.integration._support import make_stale, row_by_id, rows, running, table
+
+pytestmark = pytest.mark.usefixtures("migrated")
+
+
+@pytest.fixture
+def ledger(db: Any, migrated: str) -> sql.Composable:
+    name = table(migrated, "ledger")
+    db.execute(sql.SQL("CREATE TABLE {} (plan text, attempt int, runner text)").format(name))
+    return name
+
+
+def ledger_rows(db: Any, name: sql.Composable) -> list[tuple[Any, ...]]:
+    return db.execute(
+        sql.SQL("SELECT plan, attempt, runner FROM {} ORDER BY 2").format(name)
+    ).fetchall()
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_success_commits_writes_with_the_success_row(
+    make_scheduler: Any, migrated: str, db: Any, ledger: sql.Composable, kind: str
+) -> None:
+    s = make_scheduler()
+    insert = sql.SQL("INSERT INTO {} VALUES (%s, %s, %s)").format(ledger)
+
+    if kind == "sync":
+
+        def handler(run: pgsched.Run) -> int:
+            assert isinstance(run.conn, psycopg.Connection)
+            run.conn.execute(insert, (run.plan_time.isoformat(), run.attempt, run.runner_id))
+            return 1
+
+    else:
+
+        async def handler(run: pgsched.Run) -> int:  # type: ignore[misc]
+            assert isinstance(run.conn, psycopg.AsyncConnection)
+            await run.conn.execute(insert, (run.plan_time.isoformat(), run.attempt, run.runner_id))
+            return 1
+
+    s.register(handler, name="tx", every="1h", transactional=True)
+    report = s.run_once()
+    assert (report.succeeded, report.failed) == (1, 0)
+    (row,) = rows(db, migrated)
+    assert row["status"] == "SUCCESS" and row["rows_affected"] == 1
+    assert ledger_rows(db, ledger) == [(row["plan_time"].isoformat(), 1, s.runner_id)]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_failure_and_invalid_result_roll_the_writes_back(
+    make_scheduler: Any, migrated: str, db: Any, ledger: sql.Composable, kind: str
+) -> None:
+    s = make_scheduler()
+    insert = sql.SQL("INSERT INTO {} VALUES ('x', 1, 'r')").format(ledger)
+
+    if kind == "sync":
+
+        def boom(run: pgsched.Run) -> None:
+            run.conn.execute(insert)
+            raise RuntimeError("after writing")
+
+        def bad(run: pgsched.Run) -> object:
+            run.conn.execute(insert)
+            return "not a result"
+
+    else:
+
+        async def boom(run: pgsched.Run) -> None:  # type: ignore[misc]
+            await run.conn.execute(insert)
+            raise RuntimeError("after writing")
+
+        async def bad(run: pgsched.Run) -> object:  # type: ignore[misc]
+            await run.conn.execute(insert)
+            return "not a result"
+
+    s.register(boom, name="boom", every="1h", transactional=True)
+    s.register(bad, name="bad", every="1h", transactional=True)
+    report = s.run_once()
+    assert report.failed == 2
+    codes = {r["job_name"]: r["error_code"] for r in rows(db, migrated)}
+    assert codes == {"boom": "handler_error", "bad": "invalid_result"}
+    assert ledger_rows(db, ledger) == []
+
+
+def test_stolen_lease_rolls_back_the_old_holders_writes(
+    make_scheduler: Any, migrated: str, db: Any, ledger: sql.Composable
+) -> None:
+    """A holder that keeps running after its lease was stolen commits nothing; the thief's
+    writes commit exactly once."""
+    first_started, release = threading.Event(), threading.Event()
+    insert = sql.SQL("INSERT INTO {} VALUES (%s, %s, %s)").format(ledger)
+
+    def handler(run: pgsched.Run) -> int:
+        run.conn.execute(insert, (run.plan_time.isoformat(), run.attempt, run.runner_id))
+        if run.attempt == 1:
+            first_started.set()
+            release.wait(20)  # still writing when its lease is taken
+        return 1
+
+    options = {"run_timeout": "20s", "stale_timeout": "30s", "heartbeat_interval": "1s"}
+    a, b = make_scheduler("A", max_concurrency=1), make_scheduler("B", max_concurrency=1)
+    for s in (a, b):
+        s.register(handler, name="tx", every="1d", max_attempts=3, transactional=True, **options)
+
+    with running(a):
+        assert first_started.wait(10)
+        (row,) = rows(db, migrated)
+
+        def steal() -> bool:
+            make_stale(db, migrated, row["id"])  # A heartbeats, so repeat until B wins
+            return b.run_once().stolen == 1
+
+        wait_for(steal, 15, interval=0, what="B to steal A's lease")
+        release.set()
+        wait_for(
+            lambda: (
+                a.metrics.registry.get_sample_value("pgsched_leases_lost_total", {"job": "tx"}) == 1
+            ),
+            10,
+            what="A to notice it lost the lease",
+        )
+
+    final = row_by_id(db, migrated, row["id"])
+    assert (final["status"], final["runner_id"], final["attempt"]) == ("SUCCESS", "B", 2)
+    assert ledger_rows(db, ledger) == [(row["plan_time"].isoformat(), 2, "B")]
+
+
+def test_run_conn_has_session_timeouts(make_scheduler: Any, migrated: str, db: Any) -> None:
+    seen: dict[str, str] = {}
+
+    async def handler(run: pgsched.Run) -> None:
+        for name in ("statement_timeout", "idle_in_transaction_session_timeout"):
+            cur = await run.conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name)))
+            seen[name] = (await cur.fetchone())[0]
+        await asyncio.sleep(0)
+
+    s = make_scheduler()
+    s.register(handler, name="tx", every="1h", transactional=True, run_timeout="45s")
+    s.run_once()
+    assert seen == {"statement_timeout": "45s", "idle_in_transaction_session_timeout": "55s"}
