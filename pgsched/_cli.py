@@ -23,8 +23,8 @@ from ._store import Row
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pgsched`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
-    configure_logging()
     try:
+        configure_logging()
         return int(args.command(args))
     except PgschedError as exc:
         return _fail(str(exc))

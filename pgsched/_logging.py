@@ -11,6 +11,7 @@ from typing import Any
 import structlog
 
 from ._dsn import redact
+from ._errors import ConfigError
 
 
 def _redact_passwords(
@@ -22,13 +23,21 @@ def _redact_passwords(
     return event
 
 
-def configure_logging(fmt: str | None = None, level: int = logging.INFO) -> None:
+def configure_logging(fmt: str | None = None, level: int | str | None = None) -> None:
     """Configure structlog globally for pgsched's command line (or for an application).
 
     ``fmt`` is ``"json"`` or ``"console"``; it defaults to ``PGSCHED_LOG_FORMAT``, then JSON.
-    Events go to stderr, one per line, with DSN passwords redacted.
+    ``level`` defaults to ``PGSCHED_LOG_LEVEL``, then ``info`` (``warning`` drops the
+    per-run events). Events go to stderr, one per line, with DSN passwords redacted.
     """
     fmt = (fmt or os.environ.get("PGSCHED_LOG_FORMAT") or "json").lower()
+    level = level or os.environ.get("PGSCHED_LOG_LEVEL") or "info"
+    if isinstance(level, str):
+        name = level.upper()
+        number = logging.getLevelNamesMapping().get(name)
+        if number is None:
+            raise ConfigError(f"PGSCHED_LOG_LEVEL={level!r} is not a log level (debug, info, ...)")
+        level = number
     renderer: Any = (
         structlog.dev.ConsoleRenderer(colors=False)
         if fmt == "console"
