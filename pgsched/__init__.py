@@ -1,5 +1,6 @@
 """pgsched: periodic jobs run once per plan across many replicas, coordinated by PostgreSQL."""
 
+from ._admin import Admin
 from ._config import JobSpec
 from ._errors import AppLoadError, ConfigError, LeaseLost, NotFoundError, PgschedError
 from ._logging import configure_logging
@@ -12,6 +13,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "GLOBAL",
+    "Admin",
     "AppLoadError",
     "ConfigError",
     "JobSpec",
