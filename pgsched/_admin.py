@@ -10,9 +10,11 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from . import _ops
-from ._dsn import resolve_dsn
+from ._config import check_job_name
+from ._dsn import redact, resolve_dsn
 from ._durations import Duration, parse_duration
 from ._errors import ConfigError
 from ._model import GLOBAL, Scope
@@ -30,11 +32,16 @@ class Admin:
     The DSN is ``dsn``, else ``PGSCHED_DSN``, else ``DATABASE_URL``, read when first needed.
     """
 
-    def __init__(self, dsn: str | None = None, schema: str = "pgsched") -> None:
+    def __init__(
+        self, dsn: str | None = None, schema: str = "pgsched", statement_timeout: Duration = "30s"
+    ) -> None:
         if not isinstance(schema, str) or not schema or len(schema) > 63:
             raise ConfigError(f"schema={schema!r} must be a name of 1 to 63 characters")
         self._dsn = dsn
         self.schema = schema
+        self.statement_timeout = parse_duration(
+            statement_timeout, field="statement_timeout", allow_zero=False
+        )
 
     @property
     def dsn(self) -> str | None:
@@ -57,11 +64,14 @@ class Admin:
             raise ConfigError(f"status={status!r} is not one of {', '.join(RUN_STATUSES)}")
         if limit < 1:
             raise ConfigError(f"limit={limit!r} must be at least 1")
+        if job is not None:
+            check_job_name(job)
         state = None if status is None else status.upper()
         return self._call(lambda c, s: s.list_runs(c, job=job, status=state, limit=limit))
 
     def trigger(self, job: str, scope: Scope = GLOBAL, at: datetime | None = None) -> UUID:
         """Insert a PENDING manual run of a registered job; returns its execution id."""
+        check_job_name(job)
         when = None if at is None else aware(at, "at")
 
         async def go(conn: Conn, store: Store) -> UUID:
@@ -80,6 +90,8 @@ class Admin:
         self._set_paused(job, False)
 
     def _set_paused(self, job: str, paused: bool) -> None:
+        check_job_name(job)
+
         async def go(conn: Conn, store: Store) -> None:
             await _ops.ensure_known(conn, store, job)
             await _ops.set_paused(conn, store, job, paused)
@@ -111,16 +123,26 @@ class Admin:
     def _call(self, fn: Callable[[Conn, Store], Coroutine[Any, Any, _T]]) -> _T:
         return blocking(self._with_conn(fn))
 
-    async def _with_conn(self, fn: Callable[[Conn, Store], Coroutine[Any, Any, _T]]) -> _T:
+    def _require_dsn(self) -> str:
+        """The DSN, checked for syntax (libpq's message, password redacted, if it is bad)."""
         dsn = self.dsn
         if not dsn:
             raise ConfigError(
                 "no database configured: pass dsn= (--dsn), or set PGSCHED_DSN or DATABASE_URL"
             )
+        try:
+            conninfo_to_dict(dsn)
+        except psycopg.ProgrammingError as exc:
+            raise ConfigError(f"invalid DSN: {redact(str(exc))}") from None
+        return dsn
+
+    async def _with_conn(self, fn: Callable[[Conn, Store], Coroutine[Any, Any, _T]]) -> _T:
         async with await psycopg.AsyncConnection.connect(
-            dsn, autocommit=True, application_name=self._app_name()
+            self._require_dsn(), autocommit=True, application_name=self._app_name()
         ) as conn:
-            return await fn(conn, Store(self.schema))
+            store = Store(self.schema)
+            await store.configure_session(conn, self.statement_timeout, self.statement_timeout * 2)
+            return await fn(conn, store)
 
 
 def parse_time(text: str, name: str) -> datetime:

@@ -31,7 +31,25 @@ Handler = Callable[..., Any]
 ScopesFn = Callable[[datetime], Iterable[Scope] | Awaitable[Iterable[Scope]]]
 Overlap = Literal["forbid", "allow"]
 
+# Bytes of UTF-8: with two 1 KiB scope parts the unique key stays under PostgreSQL's btree
+# entry limit (about 2.7 kB).
 _NAME_MAX = 200
+
+
+def check_job_name(job: object) -> str:
+    """``job`` if it is a usable job name, else :class:`ConfigError`."""
+    if not isinstance(job, str) or not job:
+        raise ConfigError(f"job name={job!r} must be a non-empty string")
+    shown = repr(job) if len(job) <= 80 else f"{job[:80]!r}... ({len(job)} characters)"
+    if "\x00" in job:
+        raise ConfigError(f"job name={shown} contains a NUL character")
+    try:
+        size = len(job.encode())
+    except UnicodeEncodeError:
+        raise ConfigError(f"job name={shown} is not valid Unicode") from None
+    if size > _NAME_MAX:
+        raise ConfigError(f"job name={shown} is {size} bytes; the limit is {_NAME_MAX} bytes")
+    return job
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,9 +135,7 @@ def build_job(
     """
     if not callable(handler):
         raise ConfigError(f"job handler {handler!r} is not callable")
-    job = name if name is not None else getattr(handler, "__name__", None)
-    if not isinstance(job, str) or not job or len(job) > _NAME_MAX or "\x00" in job:
-        raise ConfigError(f"job name={job!r} must be a non-empty string of at most 200 characters")
+    job = check_job_name(name if name is not None else getattr(handler, "__name__", None))
 
     def bad(fld: str, value: object, why: str) -> ConfigError:
         return ConfigError(f"job {job!r}: {fld}={value!r} {why}")

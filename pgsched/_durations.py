@@ -28,8 +28,13 @@ def parse_duration(
     if isinstance(value, timedelta):
         result = value
     elif isinstance(value, int | float):
-        if not math.isfinite(value) or abs(value) > _MAX.total_seconds():
+        if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{where}{field}={value!r} is not a finite duration")
+        if abs(value) > _MAX.total_seconds():  # also keeps huge ints from overflowing floats
+            shown = (
+                value if abs(value) < 10**60 else f"{str(value)[:12]}... ({len(str(value))} digits)"
+            )
+            raise ConfigError(f"{where}{field}={shown} is longer than 100 years")
         result = timedelta(seconds=value)
     elif isinstance(value, str):
         seconds = _parse_text(value.strip()) if value.strip() else None

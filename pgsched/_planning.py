@@ -29,6 +29,7 @@ _HORIZONS = (
     timedelta(days=40),
     timedelta(days=400),
     timedelta(days=3000),
+    timedelta(days=366 * 29),  # weekday-of-month rules such as `1#5` in February: 28 years
 )
 # Every-plan catch-up considers at most this many plans per tick (the newest ones).
 MAX_CATCH_UP_PLANS = 1000
@@ -158,6 +159,11 @@ class CronSchedule(Schedule):
         dst_repeated: DstRepeated | None = None,
         dst_skipped: DstSkipped | None = None,
     ) -> None:
+        if not expr.strip().startswith("@") and len(expr.split()) != 5:
+            raise ValueError(
+                f"{expr!r} has {len(expr.split())} fields; pgsched takes standard 5-field cron "
+                "(use every= for sub-minute cadences)"
+            )
         fields = croniter(expr).expressions  # raises CroniterBadCronError
         for token in re.split(r"[\s,/-]+", " ".join(map(str, fields))):
             if token.upper() in ("R", "H") or token.upper().startswith(("R(", "H(")):
@@ -183,11 +189,50 @@ class CronSchedule(Schedule):
     def describe(self) -> str:
         return f"cron {self.expr!r} {self.tz.key}"
 
+    def _margin(self, start: datetime, end: datetime) -> timedelta:
+        """How far around a range to scan wall times: the usual DST margin, or more where
+        the zone's offset changed by more than that (e.g. Vostok's -7 h in 1994)."""
+        day = timedelta(days=2)
+        before = (start - day).astimezone(self.tz).utcoffset() or timedelta(0)
+        after = (end + day).astimezone(self.tz).utcoffset() or timedelta(0)
+        return max(_DST_MARGIN, abs(after - before) + timedelta(hours=1))
+
+    def _wall(self, t: datetime) -> datetime:
+        return t.astimezone(self.tz).replace(tzinfo=None)
+
+    def next_after(self, t: datetime) -> datetime | None:
+        """Walks croniter forward from just before ``t``: cost is a DST margin of wall times,
+        however far away the next plan is."""
+        margin = self._margin(t, t)
+        best: datetime | None = None
+        best_wall: datetime | None = None
+        for wall in _walls(self.expr, self._wall(t) - margin, self._wall(t) + _HORIZONS[-1]):
+            if best_wall is not None and wall > best_wall + margin:
+                break
+            for instant in self._instants(wall):
+                if instant > t and (best is None or instant < best):
+                    best, best_wall = instant, wall
+        return best
+
+    def latest_at_or_before(self, t: datetime) -> datetime | None:
+        """Like :meth:`next_after`, walking croniter backwards from just after ``t``."""
+        margin = self._margin(t, t)
+        best: datetime | None = None
+        best_wall: datetime | None = None
+        for wall in _walls_back(self.expr, self._wall(t) + margin, self._wall(t) - _HORIZONS[-1]):
+            if best_wall is not None and wall < best_wall - margin:
+                break
+            for instant in self._instants(wall):
+                if instant <= t and (best is None or instant > best):
+                    best, best_wall = instant, wall
+        return best
+
     def plans_between(self, start: datetime, end: datetime) -> list[datetime]:
         if end <= start:
             return []
-        wall_start = start.astimezone(self.tz).replace(tzinfo=None) - _DST_MARGIN
-        wall_end = end.astimezone(self.tz).replace(tzinfo=None) + _DST_MARGIN
+        margin = self._margin(start, end)
+        wall_start = self._wall(start) - margin
+        wall_end = self._wall(end) + margin
         found: set[datetime] = set()
         for wall in _walls(self.expr, wall_start, wall_end):
             for instant in self._instants(wall):
@@ -218,6 +263,19 @@ def _walls(expr: str, after: datetime, until: datetime) -> Iterator[datetime]:
         except CroniterBadDateError:  # the expression never fires (e.g. 31 February)
             return
         if wall > until:
+            return
+        yield wall
+
+
+def _walls_back(expr: str, before: datetime, until: datetime) -> Iterator[datetime]:
+    """Naive wall times matching ``expr`` in ``[until, before)``, newest first."""
+    it = croniter(expr, before)
+    while True:
+        try:
+            wall: datetime = it.get_prev(datetime)
+        except CroniterBadDateError:
+            return
+        if wall < until:
             return
         yield wall
 
@@ -265,6 +323,11 @@ class PlanCursor:
         self._plans: list[datetime] = []
         self._covered_until: datetime | None = None
         self._next: datetime | None = None
+
+    @property
+    def next_plan(self) -> datetime | None:
+        """The first plan after the horizon of the last :meth:`due` call (None before one)."""
+        return self._next
 
     def due(self, now: datetime) -> DuePlans:
         """The plans due at ``now`` (the database's clock) under the job's catch-up mode."""

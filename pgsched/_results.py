@@ -44,6 +44,12 @@ def encode_result(value: object) -> Encoded:
             text = json.dumps(value.data, allow_nan=False, ensure_ascii=False)
         except (TypeError, ValueError, RecursionError) as exc:
             raise InvalidResult(f"Result.data is not JSON-serialisable: {exc}") from None
+        # A character is at least one byte: a text this long is too big whatever it holds,
+        # and saying so first spares scanning megabytes for NULs.
+        if len(text) > MAX_RESULT_BYTES:
+            raise InvalidResult(
+                f"Result.data is at least {len(text)} bytes encoded; the limit is 16 KiB"
+            )
         if _ESCAPED_NUL.search(text):
             raise InvalidResult("Result.data contains a NUL character")
         try:

@@ -53,7 +53,7 @@ class Scheduler(Admin):
         retention: Duration | None = None,
         statement_timeout: Duration = "30s",
     ) -> None:
-        super().__init__(dsn=dsn, schema=schema)
+        super().__init__(dsn=dsn, schema=schema, statement_timeout=statement_timeout)
         if (
             not isinstance(max_concurrency, int)
             or isinstance(max_concurrency, bool)
@@ -66,9 +66,6 @@ class Scheduler(Admin):
         self.tick_interval = parse_duration(tick_interval, field="tick_interval", allow_zero=False)
         self.shutdown_grace = parse_duration(shutdown_grace, field="shutdown_grace")
         self.max_concurrency = max_concurrency
-        self.statement_timeout = parse_duration(
-            statement_timeout, field="statement_timeout", allow_zero=False
-        )
         self.metrics = Metrics(registry)
         self.http_port: int | None = None  # the bound port while run() serves HTTP
         self._jobs: dict[str, JobSpec] = {}
@@ -284,17 +281,9 @@ class Scheduler(Admin):
             max_concurrency=self.max_concurrency,
             tick_interval=self.tick_interval,
             events=self.metrics,
-            conninfo=self._pool_dsn(),
+            conninfo=self._require_dsn(),
             app_name=self._app_name(),
         )
-
-    def _pool_dsn(self) -> str:
-        dsn = self.dsn
-        if not dsn:
-            raise ConfigError(
-                "no database configured: pass dsn= (--dsn), or set PGSCHED_DSN or DATABASE_URL"
-            )
-        return dsn
 
     async def _configure_connection(self, conn: Any) -> None:
         await Store(self.schema).configure_session(
@@ -302,7 +291,7 @@ class Scheduler(Admin):
         )
 
     def _pool(self) -> AsyncConnectionPool[Any]:
-        dsn = self._pool_dsn()
+        dsn = self._require_dsn()
         # Reconnection after a PostgreSQL restart is the pool's job: it checks connections
         # before lending them and retries connecting with backoff. One connection is held by
         # the LISTEN loop; the tick, heartbeats, writes and HTTP share the others.

@@ -227,3 +227,17 @@ def wait_for_fresh_tick(s: pgsched.Scheduler, timeout: float = 10) -> None:
 
     first_end = wait_for(lambda: ticked_after(marker), timeout, interval=0.02, what="a tick")
     wait_for(lambda: ticked_after(first_end), timeout, interval=0.02, what="a further tick")
+
+
+@contextmanager
+def as_role(db: Conn, role: str | None) -> Iterator[None]:
+    """Run the block's statements on ``db`` as ``role`` (e.g. the schema owner, so that the
+    tables it creates get the runtime role's default privileges); no-op for None."""
+    if role is None:
+        yield
+        return
+    db.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
+    try:
+        yield
+    finally:
+        db.execute("RESET ROLE")

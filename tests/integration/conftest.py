@@ -1,30 +1,160 @@
-"""Fixtures of the integration tests (real PostgreSQL; see tests/conftest.py)."""
+"""Fixtures of the integration tests (real PostgreSQL; see tests/conftest.py).
+
+The schedulers the tests build run as the least-privilege *runtime* role of ``sql/roles.sql``
+(DML on pgsched's tables, no DDL), exactly as production replicas do; the migrations run as
+the *owner* role. Both roles are created once per session when the test database user is a
+superuser (and ``psql`` is installed, to run ``sql/roles.sql`` itself); otherwise every
+scheduler uses the plain test DSN and a warning says so. Tests that seed or inspect rows keep
+using the superuser ``db`` connection.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import shutil
+import subprocess
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
 
+import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 import pgsched
 
 SchedulerFactory = Callable[..., pgsched.Scheduler]
+Role = Literal["runtime", "owner", "superuser"]
+ROLES_SQL = Path(__file__).resolve().parents[2] / "sql" / "roles.sql"
+
+
+@dataclass
+class DbRoles:
+    """The session's owner and runtime roles (or, when they cannot be made, the plain DSN)."""
+
+    admin_dsn: str
+    owner: str | None = None
+    runtime: str | None = None
+    owner_password: str = ""
+    runtime_password: str = ""
+    psql: str | None = None
+    prepared: set[str] = field(default_factory=set)
+
+    @property
+    def enabled(self) -> bool:
+        return self.owner is not None and self.runtime is not None
+
+    def dsn(self, role: Role) -> str:
+        if not self.enabled or role == "superuser":
+            return self.admin_dsn
+        user, password = (
+            (self.owner, self.owner_password)
+            if role == "owner"
+            else (self.runtime, self.runtime_password)
+        )
+        return make_conninfo(self.admin_dsn, user=user, password=password)
+
+    def prepare(self, schema: str) -> None:
+        """Run ``sql/roles.sql`` for ``schema`` (once per schema): the owner owns it, the
+        runtime role gets DML on its tables, now and through default privileges later."""
+        if not self.enabled or schema in self.prepared:
+            return
+        assert self.psql is not None
+        variables = {
+            "schema": schema,
+            "owner": self.owner,
+            "runtime": self.runtime,
+            "owner_password": self.owner_password,
+            "runtime_password": self.runtime_password,
+        }
+        args = [a for k, v in variables.items() for a in ("-v", f"{k}={v}")]
+        done = subprocess.run(
+            [self.psql, "-X", "-q", self.admin_dsn, *args, "-f", str(ROLES_SQL)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, f"sql/roles.sql failed: {done.stderr}"
+        self.prepared.add(schema)
+
+
+@pytest.fixture(scope="session")
+def db_roles(pg_dsn: str) -> Iterator[DbRoles]:
+    """Owner and runtime roles for the whole session, dropped at its end."""
+    roles = DbRoles(admin_dsn=pg_dsn, psql=shutil.which("psql"))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+    superuser = bool(row and row[0])
+    if not superuser or roles.psql is None:
+        why = "is not a superuser" if not superuser else "has no psql to run sql/roles.sql"
+        warnings.warn(
+            f"the test database user {why}: the integration schedulers run with the plain "
+            "test DSN, not as the least-privilege runtime role",
+            stacklevel=1,
+        )
+        yield roles
+        return
+    suffix = uuid.uuid4().hex[:8]
+    roles.owner, roles.runtime = f"pgsched_it_owner_{suffix}", f"pgsched_it_runtime_{suffix}"
+    roles.owner_password = f"owner-{uuid.uuid4().hex[:12]}"
+    roles.runtime_password = f"runtime-{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for name, password in (
+            (roles.owner, roles.owner_password),
+            (roles.runtime, roles.runtime_password),
+        ):
+            conn.execute(
+                sql.SQL(
+                    "CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD {}"
+                ).format(sql.Identifier(name), sql.Literal(password))
+            )
+    try:
+        yield roles
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            for name in (roles.runtime, roles.owner):
+                ident = sql.Identifier(name)
+                conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(ident))
+                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(ident))
 
 
 @pytest.fixture
-def make_scheduler(pg_dsn: str, schema: str) -> SchedulerFactory:
-    """Build Schedulers on the test's schema: ``make_scheduler("r2", max_concurrency=5)``."""
+def runtime_dsn(db_roles: DbRoles) -> str:
+    """The DSN of the least-privilege runtime role (the plain DSN when roles are off)."""
+    return db_roles.dsn("runtime")
 
-    def make(runner_id: str = "r1", **options: Any) -> pgsched.Scheduler:
+
+@pytest.fixture
+def owner_dsn(db_roles: DbRoles) -> str:
+    """The DSN of the schema owner, which runs the migrations."""
+    return db_roles.dsn("owner")
+
+
+@pytest.fixture
+def make_scheduler(schema: str, db_roles: DbRoles) -> SchedulerFactory:
+    """Build Schedulers on the test's schema: ``make_scheduler("r2", max_concurrency=5)``.
+
+    They connect as the runtime role; ``role="owner"`` (to migrate) or ``"superuser"`` picks
+    another. Asking for a runtime or owner scheduler applies ``sql/roles.sql`` to the schema.
+    """
+
+    def make(runner_id: str = "r1", *, role: Role = "runtime", **options: Any) -> pgsched.Scheduler:
         options.setdefault("tick_interval", "1s")
-        return pgsched.Scheduler(dsn=pg_dsn, schema=schema, runner_id=runner_id, **options)
+        if role != "superuser":
+            db_roles.prepare(schema)
+        return pgsched.Scheduler(
+            dsn=db_roles.dsn(role), schema=schema, runner_id=runner_id, **options
+        )
 
     return make
 
 
 @pytest.fixture
-def migrated(pg_dsn: str, schema: str) -> str:
-    """The test's schema, migrated."""
-    pgsched.Scheduler(dsn=pg_dsn, schema=schema, runner_id="migrator").migrate()
+def migrated(schema: str, db_roles: DbRoles) -> str:
+    """The test's schema: prepared by ``sql/roles.sql`` and migrated by the owner role."""
+    db_roles.prepare(schema)
+    pgsched.Scheduler(dsn=db_roles.dsn("owner"), schema=schema, runner_id="migrator").migrate()
     return schema

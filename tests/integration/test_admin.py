@@ -39,8 +39,9 @@ def _boom(run: pgsched.Run) -> None:
 
 
 @pytest.fixture
-def admin(pg_dsn: str, migrated: str) -> Admin:
-    return Admin(dsn=pg_dsn, schema=migrated)
+def admin(runtime_dsn: str, migrated: str) -> Admin:
+    # Operator commands run as the least-privilege runtime role too (sql/roles.sql).
+    return Admin(dsn=runtime_dsn, schema=migrated)
 
 
 @pytest.fixture

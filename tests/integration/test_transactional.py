@@ -12,15 +12,19 @@ from psycopg import sql
 
 import pgsched
 from tests.helpers import wait_for
-from tests.integration._support import make_stale, row_by_id, rows, running, table
+from tests.integration._support import as_role, make_stale, row_by_id, rows, running, table
+from tests.integration.conftest import DbRoles
 
 pytestmark = pytest.mark.usefixtures("migrated")
 
 
 @pytest.fixture
-def ledger(db: Any, migrated: str) -> sql.Composable:
+def ledger(db: Any, migrated: str, db_roles: DbRoles) -> sql.Composable:
     name = table(migrated, "ledger")
-    db.execute(sql.SQL("CREATE TABLE {} (plan text, attempt int, runner text)").format(name))
+    # Created by the schema owner, like an application table its migrations would add, so
+    # the runtime role the schedulers run as may write it (sql/roles.sql default privileges).
+    with as_role(db, db_roles.owner):
+        db.execute(sql.SQL("CREATE TABLE {} (plan text, attempt int, runner text)").format(name))
     return name
 
 
