@@ -522,8 +522,13 @@ def test_the_100_mb_result_is_refused_with_its_size(hundred_mb_refusal: tuple[st
     assert seconds < 30
 
 
-def test_the_100_mb_result_is_refused_quickly(hundred_mb_refusal: tuple[str, float]) -> None:
-    assert hundred_mb_refusal[1] < 1.0
+def test_the_100_mb_result_is_refused_before_it_is_scanned(
+    hundred_mb_refusal: tuple[str, float],
+) -> None:
+    # Refused by its length alone ("at least"), before the NUL scan and the UTF-8 encoding
+    # that made such a result cost seconds on the event loop. (No wall-clock assertion: the
+    # benchmark, not a unit test, is where timings are claimed.)
+    assert hundred_mb_refusal[0].startswith("Result.data is at least ")
 
 
 json_values = st.recursive(
