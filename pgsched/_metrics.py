@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -23,6 +24,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        self._children: dict[tuple[object, ...], Any] = {}
         r = self.registry
         self.runs = Counter(
             "pgsched_runs", "Executions finished by this replica.", ["job", "status"], registry=r
@@ -89,8 +91,16 @@ class Metrics:
 
     # -- the runtime's events -----------------------------------------------------------
 
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, memoised: it is called for every execution."""
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def claims(self, job: str, outcome: str, count: int) -> None:
-        self.claims_counter.labels(job, outcome).inc(count)
+        self._child(self.claims_counter, job, outcome).inc(count)
 
     def plans_skipped(self, job: str, reason: str, count: int) -> None:
         self.plans_skipped_counter.labels(job, reason).inc(count)
@@ -99,14 +109,14 @@ class Metrics:
         self.leases_lost.labels(job).inc()
 
     def run_finished(self, job: str, status: str, seconds: float) -> None:
-        self.runs.labels(job, "success" if status == "SUCCESS" else "failed").inc()
-        self.run_duration.labels(job).observe(seconds)
+        self._child(self.runs, job, "success" if status == "SUCCESS" else "failed").inc()
+        self._child(self.run_duration, job).observe(seconds)
 
     def tick(self, seconds: float) -> None:
         self.tick_duration.observe(seconds)
 
     def started_late(self, job: str, seconds: float) -> None:
-        self.start_lag.labels(job).observe(max(0.0, seconds))
+        self._child(self.start_lag, job).observe(max(0.0, seconds))
 
     def declare(self, job: str, interval: timedelta | None) -> None:
         """Export zero-valued series for ``job`` (so rates and alerts see it from the start)

@@ -33,6 +33,15 @@ from ._store import Conn, Finish, Probe, Row, Store
 
 _SKIP_COUNT_CAP = 10_000
 _FINISH_BATCH = 2_000
+# A claim of one plan for more scopes than this looks at them this many at a time, so its
+# cost follows the rows it can claim, not the size of the fan-out.
+CLAIM_CHUNK = 1_000
+# New plans of one due instant are claimed at most this many per transaction (see _tick_job).
+CLAIM_BATCH = 1_000
+# A replica ticks this long after a plan falls due (database clock), not up to a tick later.
+_DUE_MARGIN_S = 0.005
+# With other leases still running, the writer waits up to this long for more outcomes.
+_FINISH_LINGER_S = 0.05
 _REGISTER_EVERY = 60.0
 # Errors that say nothing about the statement, only the connection: try again later.
 _TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
@@ -77,6 +86,12 @@ class _JobMemo:
     settled_plan: datetime | None = None
     settled_scopes: object = None
     late_counted: datetime | None = None
+    # A large single-plan fan-out is claimed chunk by chunk: the starts of the chunks of
+    # `chunk_scopes` that may still lack a row for `chunk_plan` (rows never go away, so a
+    # chunk found settled stays settled).
+    chunk_plan: datetime | None = None
+    chunk_scopes: object = None
+    chunks: list[int] = field(default_factory=list)
 
 
 class Runtime:
@@ -115,6 +130,7 @@ class Runtime:
         self._write_lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._more_work = False
+        self._next_due: float | None = None  # monotonic time the next plan falls due
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._registered: list[tuple[str, str]] = []
@@ -148,6 +164,8 @@ class Runtime:
             else:
                 failures += 1
             delay = max(0.0, self.tick_interval - (time.monotonic() - started))
+            if ok and self._next_due is not None:  # a plan falls due before the next tick
+                delay = min(delay, max(0.0, self._next_due - time.monotonic()))
             waits = [asyncio.ensure_future(self._stopping.wait())]
             if ok:  # after a failure wait a whole tick; the pool reconnects meanwhile
                 waits.append(asyncio.ensure_future(self._wake.wait()))
@@ -209,31 +227,61 @@ class Runtime:
             if jobs:
                 async with self._pool.connection() as conn:
                     probe = await self._store.probe(conn, list(jobs))
+                    probed_at = time.monotonic()
                     await self._register(conn, jobs)
                     ordered = sorted(jobs.values(), key=lambda j: (-j.priority, j.name))
                     for job in ordered:
                         if job.name in probe.paused or self._stopping.is_set():
                             continue
-                        try:
-                            claimed = await self._tick_job(conn, job, probe)
-                        except Exception as exc:
-                            if conn.broken:
-                                raise
-                            ok = False  # one job's failure must not stop the others
-                            self.report.errors += 1
-                            self._log.error("tick_error", job=job.name, error=describe_error(exc))
-                            continue
-                        # Start right after the commit: the next job sees the slots taken,
-                        # and no later failure can orphan these claims. Oldest plan first,
-                        # so chained plans of one scope run in plan order.
-                        for row in sorted(claimed, key=lambda c: c[0]["plan_time"]):
-                            self._start(job, *row)
+                        first = True
+                        while not self._stopping.is_set():
+                            try:
+                                claimed, again = await self._tick_job(conn, job, probe, first)
+                            except Exception as exc:
+                                memo = self._memos.get(job.name)
+                                if memo is not None:  # its claims may have been rolled back
+                                    memo.settled_plan = memo.chunk_plan = None
+                                if conn.broken:
+                                    raise
+                                ok = False  # one job's failure must not stop the others
+                                self.report.errors += 1
+                                self._log.error(
+                                    "tick_error", job=job.name, error=describe_error(exc)
+                                )
+                                break
+                            # Start right after the commit: the next job (or batch) sees the
+                            # slots taken, and no later failure can orphan these claims. Oldest
+                            # plan first, so chained plans of one scope run in plan order.
+                            for row in sorted(claimed, key=lambda c: c[0]["plan_time"]):
+                                self._start(job, *row)
+                            if not again:
+                                break
+                            first = False
+                    self._next_due = self._next_due_at(jobs, probe.now, probed_at)
         except Exception as exc:
             self.report.errors += 1
             self._log.error("tick_error", error=describe_error(exc))
             return False
         self.last_tick_ok = time.monotonic()
         return ok
+
+    def _next_due_at(
+        self, jobs: dict[str, JobSpec], now: datetime, probed_at: float
+    ) -> float | None:
+        """When (monotonic) the next plan of any job falls due, so the loop can tick then
+        rather than up to a tick later; ``now`` is the database's clock at ``probed_at``."""
+        soonest: timedelta | None = None
+        for job in jobs.values():
+            memo = self._memos.get(job.name)
+            nxt = memo.cursor.next_plan if memo is not None else None
+            if nxt is None:
+                continue
+            wait = nxt + job.schedule_delay - now
+            if wait > timedelta(0) and (soonest is None or wait < soonest):
+                soonest = wait
+        if soonest is None:
+            return None
+        return probed_at + soonest.total_seconds() + _DUE_MARGIN_S
 
     async def _register(self, conn: Conn, jobs: dict[str, JobSpec]) -> None:
         """Record this replica's jobs in job_state when they change, and once a minute."""
@@ -244,15 +292,23 @@ class Runtime:
         await self._store.register_jobs(conn, entries, self.runner_id)
         self._registered, self._registered_at = entries, now
 
-    async def _tick_job(self, conn: Conn, job: JobSpec, probe: Probe) -> list[tuple[Row, str]]:
-        """Claim what ``job`` may claim now, in one transaction; returns (row, outcome)."""
+    async def _tick_job(
+        self, conn: Conn, job: JobSpec, probe: Probe, first: bool = True
+    ) -> tuple[list[tuple[Row, str]], bool]:
+        """Claim what ``job`` may claim now, in one transaction; returns the (row, outcome)
+        pairs and whether to claim again at once: a large fan-out is claimed in batches of
+        ``CLAIM_BATCH`` new plans, one short transaction each, so the replicas take turns
+        (the job's lock is released between batches) and the first handlers start early."""
         free = self.max_concurrency - len(self._leases)
-        stale = job.name in probe.stale
-        existing = free > 0 and (stale or job.name in probe.retry or job.name in probe.pending)
+        stale = first and job.name in probe.stale
+        existing = (
+            first and free > 0 and (stale or job.name in probe.retry or job.name in probe.pending)
+        )
         request = await self._plan_request(job, probe.now) if free > 0 else None
         if not (stale or existing or request):
-            return []
+            return [], False
         claimed: list[tuple[Row, str]] = []
+        again = False
         async with conn.transaction():
             await self._store.lock_job(conn, job.name)
             if stale:
@@ -290,10 +346,13 @@ class Runtime:
                     claimed.append((row, outcome))
                 cap -= len(rows)
             if request is not None and cap > 0:
-                claimed.extend(await self._claim_new(conn, job, request, cap))
+                batch = min(cap, CLAIM_BATCH) if len(request.plans) == 1 else cap
+                won = await self._claim_new(conn, job, request, batch)
+                claimed.extend(won)
+                again = batch < cap and len(won) >= batch
             elif request is not None:
                 self._more_work = True
-        return claimed
+        return claimed, again
 
     async def _plan_request(self, job: JobSpec, now: datetime) -> _PlanRequest | None:
         """What to offer the claim statement for new plans, or None when nothing is new."""
@@ -354,6 +413,50 @@ class Runtime:
         self, conn: Conn, job: JobSpec, request: _PlanRequest, cap: int
     ) -> list[tuple[Row, str]]:
         scopes = request.scopes
+        if len(request.plans) != 1 or len(scopes) <= CLAIM_CHUNK:
+            # Several plans are claimed oldest first across every scope, so in one statement.
+            won, settled = await self._claim_scopes(conn, job, request, scopes, cap)
+            if settled and request.settle:
+                request.memo.settled_plan = request.plans[-1]
+                request.memo.settled_scopes = request.scopes
+            elif not settled:
+                self._more_work = True
+            return won
+        memo, plan = request.memo, request.plans[0]
+        if memo.chunk_plan != plan or not (
+            memo.chunk_scopes is scopes or memo.chunk_scopes == scopes
+        ):
+            memo.chunk_plan, memo.chunk_scopes = plan, scopes
+            memo.chunks = list(range(0, len(scopes), CLAIM_CHUNK))
+        claimed: list[tuple[Row, str]] = []
+        unsettled: list[int] = []
+        for i, start in enumerate(memo.chunks):
+            if cap <= 0:
+                unsettled.extend(memo.chunks[i:])
+                break
+            part = scopes[start : start + CLAIM_CHUNK]
+            won, settled = await self._claim_scopes(conn, job, request, part, cap)
+            claimed.extend(won)
+            cap -= len(won)
+            if not settled:  # rows left beyond the free slots, or blocked by overlap
+                unsettled.append(start)
+        memo.chunks = unsettled
+        if not unsettled and request.settle:
+            memo.settled_plan, memo.settled_scopes = plan, scopes
+        elif unsettled:
+            self._more_work = True
+        return claimed
+
+    async def _claim_scopes(
+        self,
+        conn: Conn,
+        job: JobSpec,
+        request: _PlanRequest,
+        scopes: list[Scope] | tuple[Scope, ...],
+        cap: int,
+    ) -> tuple[list[tuple[Row, str]], bool]:
+        """One claim statement for ``scopes``; returns the rows won and whether every
+        candidate now has a row (nothing is left to claim for these scopes and plans)."""
         result = await self._store.claim_new(
             conn,
             job.name,
@@ -373,14 +476,13 @@ class Runtime:
         if conflicts:
             self.report.conflicts += conflicts
             self._events.claims(job.name, "conflict", conflicts)
-        if result.remaining <= won and request.settle:
-            request.memo.settled_plan = request.plans[-1]
-            request.memo.settled_scopes = request.scopes
-        elif result.remaining > won:
-            self._more_work = True
         if job.catch_up == "latest_only":
             self._count_superseded(job, result.rows)
-        return [(row, "won") for row in result.rows]
+        if result.rows:  # hand the request's (validated) Scope objects to _start
+            known = {(s.kind, s.id): s for s in scopes}
+            for row in result.rows:
+                row["scope"] = known.get((row["scope_kind"], row["scope_id"]))
+        return [(row, "won") for row in result.rows], result.remaining <= won
 
     def _count_superseded(self, job: JobSpec, rows: list[Row]) -> None:
         memo: dict[tuple[datetime, datetime], int] = {}
@@ -402,16 +504,15 @@ class Runtime:
     # -- executions ---------------------------------------------------------------------
 
     def _start(self, job: JobSpec, row: Row, outcome: str) -> None:
-        scope = Scope(row["scope_kind"], row["scope_id"])
+        scope = row.get("scope") or Scope(row["scope_kind"], row["scope_id"])
         plan_time = row["plan_time"].astimezone(UTC)
         trigger = row.get("trigger", "schedule")
-        log = bound_logger(
+        log = self._log.bind(  # already bound to runner_id; binding on it is cheap
             job=job.name,
             scope=str(scope),
             plan_time=plan_time.isoformat(),
             attempt=row["attempt"],
             execution_id=str(row["id"]),
-            runner_id=self.runner_id,
         )
         run = Run(
             job=job.name,
@@ -566,9 +667,16 @@ class Runtime:
         if self._tails.get(key) is lease:
             del self._tails[key]
         lease.done.set()
-        if self._more_work and not self._stopping.is_set():
+        if self._more_work and not self._stopping.is_set() and self._free_enough():
             self._more_work = False
             self.wake()
+
+    def _free_enough(self) -> bool:
+        """Whether enough slots are free to tick early for the work left over: a claim costs
+        about the same for one row as for thousands, so a large replica waits for a quarter
+        of its slots (or the next tick) rather than claiming a row per finished run."""
+        free = self.max_concurrency - len(self._leases)
+        return not self._leases or free >= max(1, self.max_concurrency // 4)
 
     def _lost(self, lease: _Lease, why: str) -> None:
         """The lease is gone: count it (once) and free its slot."""
@@ -588,8 +696,17 @@ class Runtime:
     async def _writer_loop(self) -> None:
         while True:
             batch = [await self._outbox.get()]
-            while len(batch) < _FINISH_BATCH and not self._outbox.empty():
-                batch.append(self._outbox.get_nowait())
+            # While other leases may still finish, wait briefly for their outcomes: one
+            # statement for many rows is far cheaper than many statements for a few (and a
+            # terminal write delays no start).
+            linger_until = time.monotonic() + _FINISH_LINGER_S
+            while len(batch) < _FINISH_BATCH:
+                if not self._outbox.empty():
+                    batch.append(self._outbox.get_nowait())
+                elif len(self._leases) > len(batch) and time.monotonic() < linger_until:
+                    await asyncio.sleep(_FINISH_LINGER_S / 10)
+                else:
+                    break
             written = await self._write(batch)
             for lease, fin in batch:
                 if fin.id not in written:
@@ -724,6 +841,9 @@ def _in_thread(fn: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
             value, ok = context.run(fn, run), True
         except Exception as exc:
             value, ok = exc, False
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt: a failure of this run,
+            # not of the scheduler (asyncio futures must not carry them)
+            value, ok = RuntimeError(f"handler raised {type(exc).__name__}: {exc}"), False
         with contextlib.suppress(RuntimeError):  # the loop is closed: the scheduler has gone
             loop.call_soon_threadsafe(deliver, ok, value)
 

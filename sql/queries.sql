@@ -83,20 +83,23 @@ RETURNING e.id, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.attempt, e.m
 
 -- name: claim_new
 -- The claim: INSERT ... ON CONFLICT DO NOTHING of RUNNING rows for the due plans of the
--- given scopes, in one canonical key order. `remaining` counts the candidates that had no
--- row when the statement started, so the caller knows whether the plan is settled.
+-- given scopes, oldest plan first (then in the order the scopes were given), inserted in one
+-- canonical key order. `remaining` counts the candidates that had no row when the statement
+-- started, so the caller knows whether the plan is settled. Sorting on the scopes' position
+-- rather than their text keeps a large fan-out cheap, and the overlap check runs on the
+-- ordered candidates only until `limit` of them are eligible.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 scopes AS MATERIALIZED (
-    SELECT s.kind, s.id,
+    SELECT s.kind, s.id, s.ord,
            CASE WHEN %(after_latest)s THEN (
                SELECT max(e.plan_time) FROM {schema}.cron_executions e
                WHERE e.job_name = %(job)s AND e.scope_kind = s.kind AND e.scope_id = s.id
                  AND e.trigger = 'schedule') END AS latest
-    FROM unnest(%(kinds)s::text[], %(ids)s::text[]) AS s(kind, id)
+    FROM unnest(%(kinds)s::text[], %(ids)s::text[]) WITH ORDINALITY AS s(kind, id, ord)
 ),
 cand AS MATERIALIZED (
-    SELECT sc.kind, sc.id, p.plan_time,
-           row_number() OVER (PARTITION BY sc.kind, sc.id ORDER BY p.plan_time) AS rn
+    SELECT sc.kind, sc.id, sc.ord, p.plan_time,
+           row_number() OVER (PARTITION BY sc.ord ORDER BY p.plan_time) AS rn
     FROM scopes sc
     CROSS JOIN unnest(%(plans)s::timestamptz[]) AS p(plan_time)
     WHERE p.plan_time > coalesce(sc.latest, '-infinity')
@@ -106,14 +109,16 @@ cand AS MATERIALIZED (
               AND e.plan_time = p.plan_time)
 ),
 eligible AS MATERIALIZED (
-    SELECT c.kind, c.id, c.plan_time FROM cand c
-    WHERE c.rn <= %(per_scope)s
-      AND (NOT %(forbid)s OR NOT EXISTS (
+    SELECT c.kind, c.id, c.plan_time
+    FROM (SELECT o.kind, o.id, o.plan_time FROM cand o
+          WHERE o.rn <= %(per_scope)s
+          ORDER BY o.plan_time, o.ord
+          OFFSET 0) AS c  -- a fence: the overlap check below reads this order lazily
+    WHERE NOT %(forbid)s OR NOT EXISTS (
             SELECT 1 FROM {schema}.cron_executions r
             WHERE r.job_name = %(job)s AND r.scope_kind = c.kind AND r.scope_id = c.id
               AND r.status = 'RUNNING' AND r.stale_after >= (SELECT t FROM now)
-              AND r.plan_time < c.plan_time))
-    ORDER BY c.plan_time, c.kind, c.id
+              AND r.plan_time < c.plan_time)
     LIMIT %(limit)s
 ),
 ins AS (

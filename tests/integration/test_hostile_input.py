@@ -577,13 +577,6 @@ def _has_float(value: Any) -> bool:
     return False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pgsched bug: a sync handler raising a BaseException that is not an Exception "
-    "(SystemExit, KeyboardInterrupt) kills its worker thread without resolving the run "
-    "(_runtime._in_thread catches only Exception): the run waits the whole run_timeout and "
-    "is recorded as run_timeout instead of handler_error",
-)
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_sync_handler_raising_system_exit_fails_as_a_handler_error(
     make_scheduler: Any, migrated: str, db: Any

@@ -1,0 +1,1 @@
+"""pgsched's benchmark: ``python -m bench`` (see docs/performance.md)."""

@@ -1,0 +1,110 @@
+"""``python -m bench.chart RESULTS.json OUT.png``: completed plans/s and p99 start lag
+against the number of scopes, one line per scheduler (needs matplotlib: the peers' venv)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ORDER = ("raw", "pgsched", "seed", "pgqueuer", "procrastinate")
+LABELS = {
+    "raw": "raw batched SQL (limit)",
+    "pgsched": "pgsched",
+    "seed": "seed design (baseline)",
+    "pgqueuer": "pgqueuer 1.6.0",
+    "procrastinate": "procrastinate 3.10.0",
+}
+STYLE = {
+    "raw": {"color": "0.45", "linestyle": "--", "marker": "s"},
+    "pgsched": {"color": "tab:blue", "linewidth": 2.5, "marker": "o"},
+    "seed": {"color": "tab:orange", "marker": "^"},
+    "pgqueuer": {"color": "tab:green", "marker": "v"},
+    "procrastinate": {"color": "tab:red", "marker": "D"},
+}
+
+
+def points(report: dict, sched: str) -> list[tuple[int, float, float, str]]:
+    """(scopes, completed plans/s, p99 lag s, workload) of the regular workloads."""
+    workloads = report["workloads"]
+    out = []
+    for r in report["results"]:
+        wl = workloads.get(r["workload"], {})
+        if r["scheduler"] != sched or r.get("status") != "ok":
+            continue
+        if wl.get("idle") or wl.get("catch_up") or not r.get("due") or not r.get("completed"):
+            continue  # nothing completed: no throughput or lag to draw (see the table)
+        out.append((wl["scopes"], r["plans_per_s"], r["lag_p99_s"] or 0.0, r["workload"]))
+    return sorted(out)
+
+
+def none_completed(report: dict) -> list[str]:
+    workloads = report["workloads"]
+    return [
+        f"{LABELS.get(r['scheduler'], r['scheduler'])} at {workloads[r['workload']]['scopes']:,}"
+        for r in report["results"]
+        if r.get("status") == "ok" and r.get("due") and not r.get("completed")
+    ]
+
+
+def draw(report: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for sched in ORDER:
+        pts = points(report, sched)
+        if not pts:
+            continue
+        xs = [p[0] for p in pts]
+        ax1.plot(xs, [p[1] for p in pts], label=LABELS[sched], **STYLE[sched])
+        ax2.plot(xs, [max(p[2], 0.01) for p in pts], label=LABELS[sched], **STYLE[sched])
+    ax1.set(
+        xscale="log",
+        yscale="log",
+        xlabel="scopes per job",
+        ylabel="completed plans/s (fan-out / time to start it)",
+        title="Throughput of one fan-out",
+    )
+    ax2.set(
+        xscale="log",
+        yscale="log",
+        xlabel="scopes per job",
+        ylabel="p99 start lag (s)",
+        title="p99 start lag (handler start - due time)",
+    )
+    ax2.axhline(1.0, color="0.6", linewidth=0.8, linestyle=":")
+    for ax in (ax1, ax2):
+        ax.grid(True, which="both", alpha=0.3)
+    ax1.legend(loc="best", fontsize=8)
+    machine = report.get("machine", {})
+    fig.suptitle(
+        f"pgsched benchmark: {report.get('options', {}).get('replicas', 3)} replicas, "
+        f"PostgreSQL {report.get('postgres', {}).get('version', '?').split()[0]}, "
+        f"{machine.get('cores', '?')} cores",
+        fontsize=11,
+    )
+    missing = none_completed(report)
+    if missing:
+        fig.text(
+            0.5,
+            0.005,
+            "completed no plan at all (not drawn): " + "; ".join(missing),
+            ha="center",
+            fontsize=8,
+            color="0.35",
+        )
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(out, dpi=110)
+
+
+def main(argv: list[str]) -> int:
+    report = json.loads(Path(argv[0]).read_text())
+    draw(report, Path(argv[1]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,1 @@
+"""One module per scheduler under test; each runs as a replica process."""

@@ -1,0 +1,40 @@
+"""The pgsched replica: the APP of ``python -m pgsched run bench.peers.pgsched_app``.
+
+One job with the workload's scopes and cadence; its handler records the execution with one
+INSERT into the ledger.
+"""
+
+from __future__ import annotations
+
+import pgsched
+from bench.peers import common
+
+cfg = common.config()
+common.count_psycopg_statements()
+common.start_reporting(cfg)
+ledger = common.AsyncLedger(cfg)
+
+scheduler = pgsched.Scheduler(
+    runner_id=cfg.runner,
+    tick_interval="1s",
+    max_concurrency=cfg.concurrency,
+)
+
+_options: dict[str, object] = {}
+if cfg.catch_up == "every_plan":
+    _options = {
+        "catch_up": "every_plan",
+        "catch_up_window": cfg.catch_up_window_s,
+        "max_plans_per_tick": cfg.max_plans_per_tick,
+    }
+
+
+@scheduler.job(
+    name=cfg.job,
+    every=cfg.every_s,
+    scopes=[pgsched.Scope("tenant", s) for s in cfg.scope_ids()],
+    run_timeout="5m",
+    **_options,
+)
+async def bench(run: pgsched.Run) -> None:
+    await ledger.record(run.scope.id, run.plan_time)

