@@ -311,6 +311,13 @@ def test_sigstop_lease_holder_for_twice_stale_timeout(
     assert told["not_told"] == 0, f"a stopped holder was not told it lost a lease: {told}"
 
 
+@pytest.mark.xfail(
+    strict=False,
+    raises=LivenessViolation,
+    reason="liveness only: when the blackhole falls inside a claim transaction the cut-off "
+    "replica holds the job's advisory lock until idle_in_transaction_session_timeout (the "
+    "open mid_claim finding), so O4/O6 can exceed their bounds; O1-O3 must still be 0",
+)
 def test_proxy_latency_and_blackhole(scenario: Scenario, profile: Profile, request: Any) -> None:
     """Through per-replica TCP proxies: 2 s round-trip latency on two of four replicas, then
     one replica cut off (blackholed, nothing closed) for a while."""

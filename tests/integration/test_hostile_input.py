@@ -20,6 +20,7 @@ What happens to each input (the report of this file):
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -234,7 +235,10 @@ def test_no_scopes_runs_nothing_and_logs_nothing_alarming(
 def test_a_hundred_thousand_scopes_each_run_exactly_once(
     make_scheduler: Any, migrated: str, db: Any
 ) -> None:
-    n = 100_000
+    # 100,000 by default (about 15 s on an idle machine); PGSCHED_TEST_FANOUT lowers it. On a
+    # heavily loaded machine a claim of this size can exceed statement_timeout (see the
+    # reliability notes), so CI sizes it to 20,000.
+    n = int(os.environ.get("PGSCHED_TEST_FANOUT", "100000"))
     seen: list[str] = []
 
     async def trivial(run: pgsched.Run) -> None:
