@@ -14,6 +14,7 @@ import psycopg
 
 from ._admin import Admin, jsonable, parse_time
 from ._app import load_scheduler
+from ._dsn import redact, remember_secrets
 from ._errors import PgschedError
 from ._logging import configure_logging
 from ._model import GLOBAL, Scope
@@ -22,6 +23,9 @@ from ._store import Row
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pgsched`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for arg in argv:  # before argparse can echo one back in a usage error
+        remember_secrets(arg)
     args = _parser().parse_args(argv)
     try:
         configure_logging()
@@ -37,30 +41,55 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str) -> int:
-    from ._dsn import redact
-
     print(f"pgsched: error: {' '.join(redact(message).split())}", file=sys.stderr)
     return 1
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with usage errors as one ``pgsched: error:`` line like every other error."""
+    """argparse, with usage errors as one ``pgsched: error:`` line like every other error,
+    passwords redacted."""
+
+    @classmethod
+    def with_parents(cls, *parents: argparse.ArgumentParser) -> type[_Parser]:
+        """A parser class whose instances (the subcommands) inherit ``parents``' options."""
+
+        class Sub(cls):  # type: ignore[valid-type,misc]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                kwargs.setdefault("parents", list(parents))
+                super().__init__(*args, **kwargs)
+
+        return Sub
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"pgsched: error: {message} (see '{self.prog} --help')\n")
+        self.exit(2, f"pgsched: error: {redact(message)} (see '{self.prog} --help')\n")
+
+
+def _connection_options(parser: argparse.ArgumentParser, schema_default: object) -> None:
+    dsn_default = None if schema_default is not argparse.SUPPRESS else argparse.SUPPRESS
+    parser.add_argument(
+        "--dsn",
+        default=dsn_default,
+        help="PostgreSQL DSN (default: $PGSCHED_DSN, then $DATABASE_URL)",
+    )
+    parser.add_argument(
+        "--schema",
+        default=schema_default,
+        help="schema of pgsched's tables (default: $PGSCHED_SCHEMA, then the APP's, then pgsched)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="pgsched", description="Periodic jobs across replicas, coordinated by PostgreSQL."
     )
-    parser.add_argument("--dsn", help="PostgreSQL DSN (default: $PGSCHED_DSN, then $DATABASE_URL)")
-    parser.add_argument(
-        "--schema",
-        default=os.environ.get("PGSCHED_SCHEMA"),
-        help="schema of pgsched's tables (default: $PGSCHED_SCHEMA, then the APP's, then pgsched)",
+    _connection_options(parser, os.environ.get("PGSCHED_SCHEMA"))
+    # --dsn and --schema are accepted after the command too; there they default to "not
+    # given", so a value given before the command is kept.
+    common = argparse.ArgumentParser(add_help=False)
+    _connection_options(common, argparse.SUPPRESS)
+    sub = parser.add_subparsers(
+        required=True, metavar="COMMAND", parser_class=_Parser.with_parents(common)
     )
-    sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     p = sub.add_parser("migrate", help="create or upgrade pgsched's tables")
     p.set_defaults(command=_migrate)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -98,7 +99,21 @@ class JobSpec:
         return self.retry_backoff[min(attempt - 1, len(self.retry_backoff) - 1)]
 
 
-def build_job(
+def build_job(handler: Handler, **options: Any) -> JobSpec:
+    """Validate every option and return the job, or raise :class:`ConfigError`; an option
+    that does not exist is refused by name (with the nearest real one as a hint)."""
+    unknown = sorted(set(options) - JOB_OPTIONS)
+    if unknown:
+        name = options.get("name") or getattr(handler, "__name__", "?")
+        hint = difflib.get_close_matches(unknown[0], JOB_OPTIONS, n=1)
+        raise ConfigError(
+            f"job {name!r}: unknown option {unknown[0]!r}"
+            + (f" (did you mean {hint[0]!r}?)" if hint else "")
+        )
+    return _build_job(handler, **options)
+
+
+def _build_job(
     handler: Handler,
     *,
     name: str | None = None,
@@ -107,15 +122,15 @@ def build_job(
     planner: Planner | None = None,
     timezone: str = "UTC",
     scopes: Iterable[Scope] | ScopesFn | None = None,
-    catch_up: str = "latest_only",
+    catch_up: CatchUp = "latest_only",
     catch_up_window: Duration = "1d",
     max_plans_per_tick: int | None = None,
     max_lateness: Duration | None = None,
     schedule_delay: Duration = 0,
-    overlap: str = "forbid",
+    overlap: Overlap = "forbid",
     jitter: Duration = 0,
-    dst_repeated: str | None = None,
-    dst_skipped: str | None = None,
+    dst_repeated: DstRepeated | None = None,
+    dst_skipped: DstSkipped | None = None,
     run_timeout: Duration = "10m",
     stale_timeout: Duration | None = None,
     heartbeat_interval: Duration | None = None,
@@ -126,7 +141,7 @@ def build_job(
     priority: int = 0,
     transactional: bool = False,
 ) -> JobSpec:
-    """Validate every option and return the job, or raise :class:`ConfigError`.
+    """The job, every option validated (the options are documented on ``Scheduler.job``).
 
     ``stale_timeout`` defaults to ``run_timeout`` + 1 minute and ``heartbeat_interval`` to a
     third of ``stale_timeout`` (at most 30 s), which satisfies the SPEC's two inequalities.
@@ -281,3 +296,6 @@ async def evaluate_scopes(spec: JobSpec, now: datetime) -> tuple[Scope, ...] | l
             raise ConfigError(f"job {spec.name!r}: scopes returned {item!r}, not a pgsched.Scope")
         out.append(item)
     return unique_in_order(out)
+
+
+JOB_OPTIONS = frozenset(inspect.signature(_build_job).parameters) - {"handler"}

@@ -26,9 +26,15 @@ def resolve_dsn(explicit: str | None) -> str | None:
     """
     for candidate in (explicit, os.environ.get("PGSCHED_DSN"), os.environ.get("DATABASE_URL")):
         if candidate:
-            _KNOWN_SECRETS.update(p for p in _passwords_in(candidate) if len(p) >= _MIN_SECRET)
+            remember_secrets(candidate)
             return candidate
     return None
+
+
+def remember_secrets(text: str) -> None:
+    """Mask the passwords of ``text`` (a DSN, or any argument that may be one) wherever
+    :func:`redact` later sees them, even in a garbled or partial quotation."""
+    _KNOWN_SECRETS.update(p for p in _passwords_in(text) if len(p) >= _MIN_SECRET)
 
 
 def _passwords_in(dsn: str) -> set[str]:

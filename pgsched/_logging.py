@@ -1,4 +1,4 @@
-"""structlog set-up: JSON lines by default, ``PGSCHED_LOG_FORMAT=console`` for people."""
+"""structlog set-up: readable lines on a terminal, JSON lines otherwise."""
 
 from __future__ import annotations
 
@@ -26,11 +26,15 @@ def _redact_passwords(
 def configure_logging(fmt: str | None = None, level: int | str | None = None) -> None:
     """Configure structlog globally for pgsched's command line (or for an application).
 
-    ``fmt`` is ``"json"`` or ``"console"``; it defaults to ``PGSCHED_LOG_FORMAT``, then JSON.
+    ``fmt`` is ``"json"`` or ``"console"``; it defaults to ``PGSCHED_LOG_FORMAT``, then to
+    console lines when stderr is a terminal (coloured) and JSON lines when it is not.
     ``level`` defaults to ``PGSCHED_LOG_LEVEL``, then ``info`` (``warning`` drops the
     per-run events). Events go to stderr, one per line, with DSN passwords redacted.
     """
-    fmt = (fmt or os.environ.get("PGSCHED_LOG_FORMAT") or "json").lower()
+    tty = sys.stderr.isatty()
+    fmt = (fmt or os.environ.get("PGSCHED_LOG_FORMAT") or ("console" if tty else "json")).lower()
+    if fmt not in ("json", "console"):
+        raise ConfigError(f"PGSCHED_LOG_FORMAT={fmt!r} must be 'json' or 'console'")
     level = level or os.environ.get("PGSCHED_LOG_LEVEL") or "info"
     if isinstance(level, str):
         name = level.upper()
@@ -39,7 +43,7 @@ def configure_logging(fmt: str | None = None, level: int | str | None = None) ->
             raise ConfigError(f"PGSCHED_LOG_LEVEL={level!r} is not a log level (debug, info, ...)")
         level = number
     renderer: Any = (
-        structlog.dev.ConsoleRenderer(colors=False)
+        structlog.dev.ConsoleRenderer(colors=tty)
         if fmt == "console"
         else structlog.processors.JSONRenderer()
     )

@@ -7,7 +7,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
@@ -17,11 +17,12 @@ from psycopg_pool import AsyncConnectionPool
 
 from . import _ops
 from ._admin import Admin, aware, blocking
-from ._config import Handler, JobSpec, build_job, evaluate_scopes
+from ._config import Handler, JobSpec, Overlap, ScopesFn, build_job, evaluate_scopes
 from ._durations import Duration, parse_duration
 from ._errors import ConfigError, NotFoundError, PgschedError
 from ._metrics import Metrics
 from ._model import GLOBAL, Run, Scope, bound_logger
+from ._planning import CatchUp, DstRepeated, DstSkipped, Planner
 from ._runtime import Runtime, TickReport
 from ._store import Conn, Store
 
@@ -94,8 +95,73 @@ class Scheduler(Admin):
             self.runner_id = runner_id
             self._log = bound_logger(runner_id=runner_id)
 
-    def job(self, **options: Any) -> Callable[[_F], _F]:
-        """Decorator form of :meth:`register`; returns the handler unchanged."""
+    def job(
+        self,
+        *,
+        name: str | None = None,
+        every: Duration | None = None,
+        cron: str | None = None,
+        planner: Planner | None = None,
+        timezone: str = "UTC",
+        scopes: Iterable[Scope] | ScopesFn | None = None,
+        catch_up: CatchUp = "latest_only",
+        catch_up_window: Duration = "1d",
+        max_plans_per_tick: int | None = None,
+        max_lateness: Duration | None = None,
+        schedule_delay: Duration = 0,
+        overlap: Overlap = "forbid",
+        jitter: Duration = 0,
+        dst_repeated: DstRepeated | None = None,
+        dst_skipped: DstSkipped | None = None,
+        run_timeout: Duration = "10m",
+        stale_timeout: Duration | None = None,
+        heartbeat_interval: Duration | None = None,
+        allow_stale_reentry: bool = True,
+        max_attempts: int = 1,
+        retry_backoff: Sequence[Duration] = ("1m",),
+        max_running: int | None = None,
+        priority: int = 0,
+        transactional: bool = False,
+    ) -> Callable[[_F], _F]:
+        """Decorator form of :meth:`register`; returns the handler unchanged.
+
+        Durations take a ``timedelta``, seconds, or text such as ``"90s"``, ``"1h30m"``.
+
+        - ``name``: the job's name, unique in this scheduler (default: the function's name).
+        - ``every``: a fixed cadence; plans are its multiples since the Unix epoch (UTC).
+        - ``cron``: a 5-field cron expression read in ``timezone`` (exactly one of
+          ``every``, ``cron``, ``planner``).
+        - ``planner``: an object with ``plans_between(start, end)`` giving plan instants.
+        - ``timezone``: the IANA zone of ``cron``.
+        - ``scopes``: ``Scope`` values, or ``scopes(now)`` (sync or async) evaluated every
+          tick; default the single ``pgsched.GLOBAL`` scope.
+        - ``catch_up``: ``"latest_only"`` runs only the newest due plan; ``"every_plan"``
+          runs every missed plan after the scope's latest, oldest first.
+        - ``catch_up_window``: ``every_plan`` ignores plans older than this.
+        - ``max_plans_per_tick``: plans claimed per scope per tick (required by
+          ``every_plan``).
+        - ``max_lateness``: a plan not started within this of its due time is skipped.
+        - ``schedule_delay``: a plan is due this long after its plan time.
+        - ``overlap``: ``"forbid"`` starts no plan of a scope while an earlier one runs;
+          ``"allow"`` does.
+        - ``jitter``: delays each (scope, plan) by a deterministic fraction of this.
+        - ``dst_repeated``: ``"first"``, ``"last"`` or ``"both"``: where a wall time
+          repeated by fall-back fires (default: by the expression's kind, SPEC §3).
+        - ``dst_skipped``: ``"shift"`` or ``"skip"``: a wall time skipped by spring-forward.
+        - ``run_timeout``: a handler running longer is FAILED ``run_timeout``.
+        - ``stale_timeout``: a lease not renewed this long is stale (> ``run_timeout``;
+          default ``run_timeout`` + 1 minute).
+        - ``heartbeat_interval``: how often the lease is renewed (< ``stale_timeout``;
+          default a third of it, at most 30 s).
+        - ``allow_stale_reentry``: a stale lease is stolen (True) or failed (False).
+        - ``max_attempts``: attempts per plan, retries included.
+        - ``retry_backoff``: delay before attempt ``i + 2``; the last entry repeats.
+        - ``max_running``: cluster-wide cap on this job's running executions.
+        - ``priority``: higher claims first when slots are scarce.
+        - ``transactional``: the handler gets ``run.conn``, a transaction that commits
+          with the SUCCESS row if and only if the lease still holds.
+        """
+        options = {k: v for k, v in locals().items() if k != "self"}
 
         def decorate(handler: _F) -> _F:
             self.register(handler, **options)
@@ -106,8 +172,8 @@ class Scheduler(Admin):
     def register(self, handler: Handler, **options: Any) -> JobSpec:
         """Validate and add a job (also on a running scheduler: it is planned next tick).
 
-        Raises :class:`ConfigError` naming the job and the field for any invalid option and
-        for a duplicate job name.
+        ``options`` are those of :meth:`job`. Raises :class:`ConfigError` naming the job and
+        the field for an unknown or invalid option and for a duplicate job name.
         """
         spec = build_job(handler, **options)
         with self._jobs_lock:
@@ -247,7 +313,14 @@ class Scheduler(Admin):
                         log=self._log,
                     )
                     self.http_port = await server.start(http_host, http_port)
-                    self._log.info("http_listening", host=http_host, port=self.http_port)
+                    url = f"http://{http_host}:{self.http_port}/"
+                    self._log.info(
+                        "http_listening",
+                        status_page=url,
+                        metrics=f"{url}metrics",
+                        host=http_host,
+                        port=self.http_port,
+                    )
                 self._log.info(
                     "scheduler_started",
                     jobs=sorted(self.jobs),

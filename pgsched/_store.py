@@ -219,6 +219,7 @@ class Store:
                 "kinds": kinds,
                 "ids": ids,
                 "plans": plans,
+                "newest": max(plans),
                 "runner": runner,
                 "stale": stale,
                 "limit": limit,

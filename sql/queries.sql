@@ -103,6 +103,9 @@ cand AS MATERIALIZED (
     FROM scopes sc
     CROSS JOIN unnest(%(plans)s::timestamptz[]) AS p(plan_time)
     WHERE p.plan_time > coalesce(sc.latest, '-infinity')
+      -- every_plan: a scope with no scheduled plan yet starts at the newest due plan (older
+      -- ones run only through backfill), as a new CronJob would.
+      AND (sc.latest IS NOT NULL OR NOT %(after_latest)s OR p.plan_time = %(newest)s)
       AND NOT EXISTS (
             SELECT 1 FROM {schema}.cron_executions e
             WHERE e.job_name = %(job)s AND e.scope_kind = sc.kind AND e.scope_id = sc.id

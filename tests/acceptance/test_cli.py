@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -168,3 +171,100 @@ def test_run_with_dsn_never_starts_embedded(pg_dsn: str, schema: str, tmp_path: 
     assert proc.stdout is not None
     assert "embedded" not in proc.stdout.read()
     assert not (tmp_path / "data").exists()
+
+
+# -- logs a person can read (SPEC §4, §6) -------------------------------------------------------
+
+TTY_APP = textwrap.dedent(
+    """
+    import pgsched
+    scheduler = pgsched.Scheduler(tick_interval="0.5s")
+    @scheduler.job(every="1s")
+    def ping(run):
+        return 1
+    """
+)
+
+
+def _run_on_a_terminal(pg_dsn: str, schema: str, tmp_path: Path, **env: str) -> str:
+    """``pgsched run`` with its stderr on a pseudo-terminal, stopped with SIGTERM once a run
+    succeeded; returns what it wrote there."""
+    import pty
+    import select
+
+    (tmp_path / "jobs.py").write_text(TTY_APP)
+    pgsched("--dsn", pg_dsn, "--schema", schema, "migrate")
+    master, slave = pty.openpty()
+    base = {k: v for k, v in os.environ.items() if k not in ("PGSCHED_LOG_FORMAT", "DATABASE_URL")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgsched", "run", "jobs.py", "--http-port", "0"],
+        cwd=tmp_path,
+        env={**base, "PGSCHED_DSN": pg_dsn, "PGSCHED_SCHEMA": schema, **env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+    )
+    os.close(slave)
+    seen = bytearray()
+
+    def succeeded() -> bool:
+        if select.select([master], [], [], 0.2)[0]:
+            with contextlib.suppress(OSError):  # EIO: the process exited, closing the pty
+                seen.extend(os.read(master, 65536))
+        return b"run_succeeded" in seen
+
+    try:
+        wait_for(succeeded, timeout=60, interval=0, what="a run logged on the terminal")
+        proc.send_signal(signal.SIGTERM)
+        # Keep reading: a replica whose terminal went away would fail writing its last lines.
+        wait_for(lambda: succeeded() and proc.poll() is not None, timeout=30, interval=0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    assert proc.wait() == 0
+    return seen.decode(errors="replace")
+
+
+def test_a_terminal_gets_coloured_console_lines_and_the_status_page_address(
+    pg_dsn: str, schema: str, tmp_path: Path
+) -> None:
+    coloured = _run_on_a_terminal(pg_dsn, schema, tmp_path)
+    assert "\x1b[" in coloured  # colours, since stderr is a terminal
+    text = re.sub(r"\x1b\[[0-9;]*m", "", coloured)
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert not any(line.lstrip().startswith("{") for line in lines), text
+    listening = [line for line in lines if "http_listening" in line]
+    assert len(listening) == 1, text
+    assert re.search(r"status_page=http://127\.0\.0\.1:\d+/", listening[0]), listening[0]
+    assert re.search(r"metrics=http://127\.0\.0\.1:\d+/metrics", listening[0]), listening[0]
+
+
+def test_pgsched_log_format_json_wins_over_the_terminal(
+    pg_dsn: str, schema: str, tmp_path: Path
+) -> None:
+    text = _run_on_a_terminal(pg_dsn, schema, tmp_path, PGSCHED_LOG_FORMAT="json")
+    events = [json.loads(line) for line in text.splitlines() if line.strip()]
+    assert {"http_listening", "run_succeeded"} <= {e["event"] for e in events}
+    assert "\x1b[" not in text
+
+
+def test_a_pipe_gets_json_lines_and_a_bad_log_format_is_one_line(
+    pg_dsn: str, schema: str, tmp_path: Path
+) -> None:
+    (tmp_path / "jobs.py").write_text(TTY_APP)
+    env = {**os.environ, "PGSCHED_DSN": pg_dsn, "PGSCHED_SCHEMA": schema}
+    env.pop("PGSCHED_LOG_FORMAT", None)
+    pgsched("--dsn", pg_dsn, "--schema", schema, "migrate")
+    proc = spawn_pgsched(["run", "jobs.py", "--http-port", "0"], tmp_path, env)
+    try:
+        assert proc.stdout is not None
+        first = wait_for(lambda: proc.stdout.readline(), timeout=30, what="a log line")  # type: ignore[union-attr]
+        assert json.loads(first)["event"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    bad = pgsched("status", "--dsn", pg_dsn, env={"PGSCHED_LOG_FORMAT": "yaml"})
+    assert_one_line_error(bad, "PGSCHED_LOG_FORMAT", "'yaml'")

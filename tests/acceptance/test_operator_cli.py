@@ -622,6 +622,28 @@ def test_prune_bad_duration_is_one_line(ops: Ops, duration: str) -> None:
     assert count(ops.db, ops.schema) == before
 
 
+# -- --dsn and --schema before or after the command (SPEC §4) -----------------------------------
+
+
+def test_connection_options_work_before_or_after_the_command(ops: Ops) -> None:
+    base = {k: v for k, v in os.environ.items() if k not in ENV_KEYS}
+    conn = ("--dsn", ops.dsn, "--schema", ops.schema)
+    for command in (("status", "--json"), ("runs", "--json", "--job", "hourly")):
+        outputs = []
+        for args in ((*conn, *command), (*command, *conn), (conn[0], conn[1], *command, *conn[2:])):
+            result = ops(*args, env=base)
+            assert result.returncode == 0, (args, result.stderr)
+            outputs.append(json.loads(result.stdout))
+        assert outputs[0] == outputs[1] == outputs[2] and outputs[0], command
+    assert ops("pause", "hourly", *conn, env=base).returncode == 0
+    assert ops.job_row("hourly")["paused"] is True
+    assert ops("resume", *conn, "hourly", env=base).returncode == 0
+    assert ops.job_row("hourly")["paused"] is False
+    # The schema given after the command wins over the one before it, as for any option.
+    other = ops("--schema", "nosuch", "status", "--schema", ops.schema, "--dsn", ops.dsn, env=base)
+    assert other.returncode == 0, other.stderr
+
+
 # -- unreachable database -----------------------------------------------------------------
 
 

@@ -299,7 +299,20 @@ def _malformed(secret: Secret) -> list[str]:
     ]
 
 
-COMMANDS = [("status",), ("runs", "--json"), ("trigger", "fine"), ("migrate",), ("pause", "x")]
+# Every command that connects (run: below), each with a password-bearing DSN given before the
+# command, after it (SPEC §4: both work), and through PGSCHED_DSN.
+COMMANDS = [
+    ("migrate",),
+    ("status",),
+    ("status", "--json"),
+    ("runs", "--json"),
+    ("trigger", "fine"),
+    ("cancel", "6f1c1c1e-1b1b-4c4c-9d9d-0123456789ab"),
+    ("pause", "x"),
+    ("resume", "x"),
+    ("backfill", "app.py", "fine", "--from", "2027-01-01T00:00Z", "--to", "2027-01-01T01:00Z"),
+    ("prune", "--older-than", "30d"),
+]
 
 
 def test_malformed_and_unreachable_dsns_never_show_the_password(
@@ -310,15 +323,41 @@ def test_malformed_and_unreachable_dsns_never_show_the_password(
         for command in COMMANDS:
             for args, env in (
                 (("--dsn", dsn, *command), base_env),
+                ((*command, "--dsn", dsn), base_env),
+                ((*command, f"--dsn={dsn}", "--schema", "elsewhere"), base_env),
                 (command, {**base_env, "PGSCHED_DSN": dsn}),
             ):
                 result = cli(*args, cwd=workdir, env=env)
                 one_line_error(result)
+                assert result.returncode == 1, (args, result.stderr)  # refused by the database
                 secret.assert_absent(result.stdout + result.stderr, f"{command} with {dsn!r}")
 
 
-def _run_briefly(dsn: str, workdir: Path, env: dict[str, str], replicas: list[Replica]) -> str:
-    replica = Replica(["run", "app.py", "--http-port", "0"], workdir, {**env, "PGSCHED_DSN": dsn})
+def test_usage_errors_never_show_the_password(
+    secret: Secret, workdir: Path, base_env: dict[str, str]
+) -> None:
+    """argparse quotes the arguments it rejects; a DSN among them is masked first."""
+    dsns = [secret.url_with(secret.encoded, port="1"), secret.kv, *_malformed(secret)]
+    for dsn in dsns:
+        for args in (
+            ("status", "--dsn", dsn, "--bogus"),
+            ("--dsn", dsn, "status", "--bogus", dsn),
+            ("status", dsn),
+            ("runs", "--limit", "x", "--dsn", dsn),
+            ("nosuchcommand", "--dsn", dsn),
+        ):
+            result = cli(*args, cwd=workdir, env=base_env)
+            one_line_error(result)
+            assert result.returncode == 2, (args, result.stderr)
+            secret.assert_absent(result.stdout + result.stderr, f"usage error of {args}")
+
+
+def _run_briefly(
+    dsn: str, workdir: Path, env: dict[str, str], replicas: list[Replica], *, flag: bool = False
+) -> str:
+    """``pgsched run`` with ``dsn`` in PGSCHED_DSN, or (``flag``) as ``--dsn`` after ``run``."""
+    args = ["run", "app.py", "--http-port", "0", *(["--dsn", dsn] if flag else [])]
+    replica = Replica(args, workdir, env if flag else {**env, "PGSCHED_DSN": dsn})
     replicas.append(replica)
 
     def failed_a_few_ticks() -> bool:
@@ -329,11 +368,13 @@ def _run_briefly(dsn: str, workdir: Path, env: dict[str, str], replicas: list[Re
     return output
 
 
+@pytest.mark.parametrize("flag", [False, True], ids=["env", "flag-after-run"])
 def test_a_replica_with_an_unreachable_database_never_shows_the_password(
-    secret: Secret, workdir: Path, base_env: dict[str, str], replicas: list[Replica]
+    secret: Secret, workdir: Path, base_env: dict[str, str], replicas: list[Replica], flag: bool
 ) -> None:
     env = {**base_env, "KV_DSN": secret.kv, "PGSCHED_SCHEMA": "nowhere"}
-    output = _run_briefly(secret.url_with(secret.encoded, port="1"), workdir, env, replicas)
+    dsn = secret.url_with(secret.encoded, port="1")
+    output = _run_briefly(dsn, workdir, env, replicas, flag=flag)
     assert "Connection refused" in output or "connection" in output.lower(), output
     secret.assert_absent(output, "pgsched run with an unreachable database")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
+import typing
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -432,3 +434,41 @@ def test_invalid_registration_leaves_no_job_behind() -> None:
     assert scheduler.jobs == {}
     scheduler.register(nightly_rollup, every="1m")
     assert list(scheduler.jobs) == ["nightly_rollup"]
+
+
+# -- the options are visible: help(), editors, mypy --------------------------------------------
+
+
+def test_job_spells_out_every_option_with_the_same_defaults() -> None:
+    """``Scheduler.job``'s keyword-only parameters are exactly the options ``register``
+    validates, with the same defaults, each documented in its docstring."""
+    from pgsched._config import JOB_OPTIONS, _build_job
+
+    job = inspect.signature(pgsched.Scheduler.job).parameters
+    built = inspect.signature(_build_job).parameters
+    assert set(job) - {"self"} == JOB_OPTIONS
+    for name in JOB_OPTIONS:
+        assert job[name].kind is inspect.Parameter.KEYWORD_ONLY, name
+        assert job[name].default == built[name].default, name
+        assert f"``{name}``" in (pgsched.Scheduler.job.__doc__ or ""), name
+    assert "Literal['latest_only', 'every_plan']" in str(
+        typing.get_type_hints(pgsched.Scheduler.job)["catch_up"]
+    )
+
+
+def test_an_unknown_option_is_a_config_error_naming_job_and_option() -> None:
+    s = pgsched.Scheduler(dsn="postgresql://localhost/x")
+    with pytest.raises(pgsched.ConfigError) as err:
+        s.register(lambda run: None, name="nightly", every="1h", max_attemps=3)
+    assert (
+        str(err.value)
+        == "job 'nightly': unknown option 'max_attemps' (did you mean 'max_attempts'?)"
+    )
+    assert "nightly" not in s.jobs
+
+
+def test_an_unknown_option_of_an_unnamed_handler_names_the_function() -> None:
+    def rollup(run: pgsched.Run) -> None: ...
+
+    with pytest.raises(pgsched.ConfigError, match=r"job 'rollup': unknown option 'evry'"):
+        pgsched.Scheduler(dsn="postgresql://localhost/x").register(rollup, evry="1h")
