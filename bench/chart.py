@@ -7,21 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-ORDER = ("raw", "pgsched", "seed", "pgqueuer", "procrastinate")
-LABELS = {
-    "raw": "raw batched SQL (limit)",
-    "pgsched": "pgsched",
-    "seed": "seed design (baseline)",
-    "pgqueuer": "pgqueuer 1.6.0",
-    "procrastinate": "procrastinate 3.10.0",
-}
-STYLE = {
-    "raw": {"color": "0.45", "linestyle": "--", "marker": "s"},
-    "pgsched": {"color": "tab:blue", "linewidth": 2.5, "marker": "o"},
-    "seed": {"color": "tab:orange", "marker": "^"},
-    "pgqueuer": {"color": "tab:green", "marker": "v"},
-    "procrastinate": {"color": "tab:red", "marker": "D"},
-}
+from bench.schedulers import ORDER, REGISTRY, label
 
 
 def points(report: dict, sched: str) -> list[tuple[int, float, float, str]]:
@@ -41,7 +27,7 @@ def points(report: dict, sched: str) -> list[tuple[int, float, float, str]]:
 def none_completed(report: dict) -> list[str]:
     workloads = report["workloads"]
     return [
-        f"{LABELS.get(r['scheduler'], r['scheduler'])} at {workloads[r['workload']]['scopes']:,}"
+        f"{label(r['scheduler'])} at {workloads[r['workload']]['scopes']:,}"
         for r in report["results"]
         if r.get("status") == "ok" and r.get("due") and not r.get("completed")
     ]
@@ -59,8 +45,9 @@ def draw(report: dict, out: Path) -> None:
         if not pts:
             continue
         xs = [p[0] for p in pts]
-        ax1.plot(xs, [p[1] for p in pts], label=LABELS[sched], **STYLE[sched])
-        ax2.plot(xs, [max(p[2], 0.01) for p in pts], label=LABELS[sched], **STYLE[sched])
+        line = {"label": label(sched), **REGISTRY[sched].style}
+        ax1.plot(xs, [p[1] for p in pts], **line)
+        ax2.plot(xs, [max(p[2], 0.01) for p in pts], **line)
     ax1.set(
         xscale="log",
         yscale="log",

@@ -6,7 +6,7 @@ from ._errors import AppLoadError, ConfigError, LeaseLost, NotFoundError, Pgsche
 from ._logging import configure_logging
 from ._model import GLOBAL, Result, Run, Scope
 from ._planning import Planner
-from ._runtime import TickReport
+from ._recorder import TickReport
 from ._scheduler import Scheduler
 
 __version__ = "0.1.0"

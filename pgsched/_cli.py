@@ -12,13 +12,14 @@ from typing import Any, NoReturn
 
 import psycopg
 
-from ._admin import Admin, jsonable, parse_time
+from ._admin import Admin
 from ._app import load_scheduler
 from ._dsn import redact, remember_secrets
 from ._errors import PgschedError
 from ._logging import configure_logging
 from ._model import GLOBAL, Scope
-from ._store import Row
+from ._ops import parse_time
+from ._views import Execution
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -158,10 +159,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _admin(args: argparse.Namespace) -> Admin:
-    admin = Admin(dsn=args.dsn, schema=args.schema or "pgsched")
-    if not admin.dsn:
-        raise PgschedError("no database configured: pass --dsn, or set PGSCHED_DSN or DATABASE_URL")
-    return admin
+    return Admin(dsn=args.dsn, schema=args.schema or "pgsched")
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -226,77 +224,55 @@ def _check(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     summary = _admin(args).status()
     if args.json:
-        print(json.dumps({"jobs": [jsonable(r) for r in summary]}, indent=2))
+        print(json.dumps({"jobs": [j.to_json() for j in summary]}, indent=2))
         return 0
     if not summary:
         print("no jobs registered yet (replicas register their jobs when they start)")
         return 0
-    _table(
+    headers = ["JOB", "SCHEDULE", "PAUSED", "LAST PLAN", "LAST STATUS", "LAST SUCCESS"]
+    headers += ["RUNNING", "STALE", "FAILED", "PENDING"]
+    rows = [
         [
-            "JOB",
-            "SCHEDULE",
-            "PAUSED",
-            "LAST PLAN",
-            "LAST STATUS",
-            "LAST SUCCESS",
-            "RUNNING",
-            "STALE",
-            "FAILED",
-            "PENDING",
-        ],
-        [
-            [
-                r["job_name"],
-                r["schedule"] or "-",
-                "yes" if r["paused"] else "no",
-                _time(r["last_plan"]),
-                r["last_status"] or "-",
-                _time(r["last_success"]),
-                r["running"],
-                r["stale"],
-                r["failed"],
-                r["pending"],
-            ]
-            for r in summary
-        ],
-    )
+            j.job,
+            j.schedule or "-",
+            "yes" if j.paused else "no",
+            _time(j.last_plan),
+            j.last_status or "-",
+            _time(j.last_success),
+            j.running,
+            j.stale,
+            j.failed,
+            j.pending,
+        ]
+        for j in summary
+    ]
+    _table(headers, rows)
     return 0
 
 
 def _runs(args: argparse.Namespace) -> int:
-    rows = _admin(args).runs(job=args.job, status=args.status, limit=args.limit)
+    runs = _admin(args).runs(job=args.job, status=args.status, limit=args.limit)
     if args.json:
-        print(json.dumps({"runs": [jsonable(r) for r in rows]}, indent=2))
+        print(json.dumps({"runs": [r.to_json() for r in runs]}, indent=2))
         return 0
-    _table(
+    headers = ["ID", "JOB", "SCOPE", "PLAN TIME", "TRIGGER", "STATUS", "ATTEMPT", "RUNNER"]
+    headers += ["MS", "ERROR"]
+    rows = [
         [
-            "ID",
-            "JOB",
-            "SCOPE",
-            "PLAN TIME",
-            "TRIGGER",
-            "STATUS",
-            "ATTEMPT",
-            "RUNNER",
-            "MS",
-            "ERROR",
-        ],
-        [
-            [
-                str(r["id"]),
-                r["job_name"],
-                f"{r['scope_kind']}:{r['scope_id']}"[:40],
-                _time(r["plan_time"]),
-                r["trigger"],
-                "STALE" if r["stale"] else r["status"],
-                f"{r['attempt']}/{r['max_attempts']}",
-                r["runner_id"] or "-",
-                "-" if r["duration_ms"] is None else r["duration_ms"],
-                _error(r),
-            ]
-            for r in rows
-        ],
-    )
+            str(r.id),
+            r.job,
+            str(r.scope)[:40],
+            _time(r.plan_time),
+            r.trigger,
+            "STALE" if r.stale else r.status,
+            f"{r.attempt}/{r.max_attempts}",
+            r.runner_id or "-",
+            "-" if r.duration_ms is None else r.duration_ms,
+            _error(r),
+        ]
+        for r in runs
+    ]
+    _table(headers, rows)
     return 0
 
 
@@ -324,8 +300,6 @@ def _pause(args: argparse.Namespace) -> int:
 def _backfill(args: argparse.Namespace) -> int:
     scheduler = load_scheduler(args.app)
     scheduler.configure(dsn=args.dsn, schema=args.schema)
-    if not scheduler.dsn:
-        raise PgschedError("no database configured: pass --dsn, or set PGSCHED_DSN or DATABASE_URL")
     scopes = [Scope.parse(args.scope)] if args.scope else None
     count = scheduler.backfill(
         args.job, parse_time(args.start, "--from"), parse_time(args.end, "--to"), scopes
@@ -344,10 +318,10 @@ def _time(value: datetime | None) -> str:
     return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _error(row: Row) -> str:
-    if not row["error_code"]:
+def _error(run: Execution) -> str:
+    if not run.error_code:
         return ""
-    return f"{row['error_code']}: {' '.join(str(row['error_msg'] or '').split())}"[:60]
+    return f"{run.error_code}: {' '.join(str(run.error_msg or '').split())}"[:60]
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> None:

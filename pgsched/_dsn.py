@@ -6,6 +6,11 @@ import os
 import re
 from urllib.parse import unquote
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from ._errors import ConfigError
+
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^@\s]*)(?=@)", re.I)
 _KV_PASSWORD = re.compile(
     r"(?P<head>\b(?:ssl)?password\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'|(?:\\.|\S)+)", re.I
@@ -59,3 +64,17 @@ def redact(text: str) -> str:
     for secret in sorted(_KNOWN_SECRETS, key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
+
+
+def require_dsn(dsn: str | None) -> str:
+    """``dsn``, checked for syntax (libpq's message, password redacted, if it is bad), or a
+    :class:`ConfigError` saying no database is configured."""
+    if not dsn:
+        raise ConfigError(
+            "no database configured: pass dsn= (--dsn), or set PGSCHED_DSN or DATABASE_URL"
+        )
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(f"invalid DSN: {redact(str(exc))}") from None
+    return dsn

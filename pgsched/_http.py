@@ -1,6 +1,7 @@
 """The replica's HTTP server (SPEC §5): metrics, probes, the status page and the JSON API.
 
-It runs on the scheduler's own event loop and uses its connection pool. Write endpoints need
+A facade: it translates requests into calls of the operations core (``_ops``) on the replica's
+pool and the core's typed values into JSON or HTML. Write endpoints need
 ``Authorization: Bearer $PGSCHED_HTTP_TOKEN`` and are refused (403) when no token is set.
 """
 
@@ -12,44 +13,41 @@ import json
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
-from uuid import UUID
+from typing import Any, Protocol, TypeVar
 
 import psycopg
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from psycopg_pool import AsyncConnectionPool
+from structlog.typing import FilteringBoundLogger
 
-from . import _ops
-from ._admin import RUN_STATUSES, jsonable, parse_time
-from ._config import JobSpec
 from ._errors import ConfigError, NotFoundError, PgschedError
 from ._metrics import Metrics
 from ._model import GLOBAL, Scope
+from ._ops import MAX_LIMIT, Operations, parse_time
 from ._page import render_status_page
 from ._results import describe_error
-from ._runtime import Runtime
-from ._store import Conn, Row, Store
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_T = TypeVar("_T")
 _DB_TIMEOUT = 5.0
+
+
+class Health(Protocol):
+    """What the probes read of the engine."""
+
+    runner_id: str
+    tick_interval: float
+    last_tick_at: float | None
 
 
 class HttpServer:
     """Serves one replica's endpoints until :meth:`stop`."""
 
     def __init__(
-        self,
-        *,
-        jobs: Callable[[], dict[str, JobSpec]],
-        runtime: Runtime,
-        store: Store,
-        pool: AsyncConnectionPool[Any],
-        metrics: Metrics,
-        log: Any,
+        self, *, ops: Operations, health: Health, metrics: Metrics, log: FilteringBoundLogger
     ) -> None:
-        self._jobs, self._runtime, self._store = jobs, runtime, store
-        self._pool, self._metrics, self._log = pool, metrics, log
+        self._ops, self._health = ops, health
+        self._metrics, self._log = metrics, log
         self._runner: web.AppRunner | None = None
         app = web.Application(middlewares=[self._errors])
         app.add_routes(
@@ -82,9 +80,11 @@ class HttpServer:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    async def _db(self, fn: Callable[[Conn], Awaitable[Any]]) -> Any:
-        async with asyncio.timeout(_DB_TIMEOUT), self._pool.connection(_DB_TIMEOUT) as conn:
-            return await fn(conn)
+    async def _db(self, action: Awaitable[_T]) -> _T:
+        """``action`` (an operation of the core), bounded so a slow database cannot pile up
+        requests."""
+        async with asyncio.timeout(_DB_TIMEOUT):
+            return await action
 
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -105,7 +105,7 @@ class HttpServer:
 
     async def metrics(self, request: web.Request) -> web.Response:
         try:
-            self._metrics.set_cluster_state(await self._db(self._store.job_summary))
+            self._metrics.set_cluster_state(await self._db(self._ops.status()))
         except (psycopg.Error, TimeoutError) as exc:
             # The counters are still worth serving; the gauges keep their last values.
             self._log.warning("metrics_db_error", error=describe_error(exc))
@@ -114,8 +114,8 @@ class HttpServer:
 
     async def healthz(self, request: web.Request) -> web.Response:
         """200 while the tick loop is alive: it ticked (successfully or not) recently."""
-        last = self._runtime.last_tick_at
-        allowed = max(3 * self._runtime.tick_interval, 10.0)
+        last = self._health.last_tick_at
+        allowed = max(3 * self._health.tick_interval, 10.0)
         age = None if last is None else time.monotonic() - last
         alive = age is not None and age <= allowed + _DB_TIMEOUT * 2
         body = {"alive": alive, "last_tick_age_s": None if age is None else round(age, 3)}
@@ -124,7 +124,7 @@ class HttpServer:
     async def readyz(self, request: web.Request) -> web.Response:
         """200 when the database answers and the schema is migrated."""
         try:
-            migrated = await self._db(self._store.is_migrated)
+            migrated = await self._db(self._ops.is_migrated())
         except (psycopg.Error, TimeoutError) as exc:
             return _json({"ready": False, "reason": describe_error(exc)}, 503)
         if not migrated:
@@ -136,47 +136,41 @@ class HttpServer:
     # -- read-only views ----------------------------------------------------------------
 
     async def page(self, request: web.Request) -> web.Response:
-        async def gather(conn: Conn) -> tuple[Any, ...]:
-            summary = await self._store.job_summary(conn)
-            recent = await self._store.list_runs(conn, job=None, status=None, limit=50)
-            failed = await self._store.list_runs(conn, job=None, status="FAILED", limit=20)
-            running = await self._store.list_runs(conn, job=None, status="RUNNING", limit=200)
-            return summary, recent, failed, [r for r in running if r["stale"]]
+        ops = self._ops
 
-        summary, recent, failed, stale = await self._db(gather)
+        async def gather() -> tuple[Any, ...]:
+            running = await ops.runs(status="RUNNING", limit=200)
+            return (
+                await ops.status(),
+                await ops.runs(limit=50),
+                await ops.runs(status="FAILED", limit=20),
+                [r for r in running if r.stale],
+            )
+
+        summary, recent, failed, stale = await self._db(gather())
         html = render_status_page(
             jobs=summary,
             recent=recent,
             failures=failed,
             stale=stale,
-            runner_id=self._runtime.runner_id,
+            runner_id=self._health.runner_id,
         )
         return web.Response(text=html, content_type="text/html")
 
     async def api_jobs(self, request: web.Request) -> web.Response:
-        summary = await self._db(self._store.job_summary)
-        return _json({"jobs": [jsonable(r) for r in summary]}, 200)
+        summary = await self._db(self._ops.status())
+        return _json({"jobs": [j.to_json() for j in summary]}, 200)
 
     async def api_runs(self, request: web.Request) -> web.Response:
         query = request.query
         try:
             limit = int(query.get("limit", "50"))
         except ValueError:
-            raise ConfigError(f"limit={query.get('limit')!r} is not an integer") from None
-        if not 1 <= limit <= 1000:
-            raise ConfigError(f"limit={limit} must be between 1 and 1000")
-        status = query.get("status")
-        if status is not None and status.upper() not in RUN_STATUSES:
-            raise ConfigError(f"status={status!r} is not one of {', '.join(RUN_STATUSES)}")
-        rows = await self._db(
-            lambda conn: self._store.list_runs(
-                conn,
-                job=query.get("job"),
-                status=status.upper() if status else None,
-                limit=limit,
-            )
-        )
-        return _json({"runs": [jsonable(r) for r in rows]}, 200)
+            raise ConfigError(
+                f"limit={query.get('limit')!r} must be an integer between 1 and {MAX_LIMIT}"
+            ) from None
+        runs = await self._db(self._ops.runs(query.get("job"), query.get("status"), limit))
+        return _json({"runs": [r.to_json() for r in runs]}, 200)
 
     # -- write API ----------------------------------------------------------------------
 
@@ -201,44 +195,26 @@ class HttpServer:
         body = await _body(request)
         scope = Scope.parse(str(body["scope"])) if body.get("scope") else GLOBAL
         at = parse_time(str(body["at"]), "at") if body.get("at") else None
-        local = self._jobs().get(job)
-
-        async def go(conn: Conn) -> Row:
-            if local is None:
-                await _ops.ensure_known(conn, self._store, job)
-            attempts = local.max_attempts if local is not None else 1
-            return await _ops.trigger(conn, self._store, job, scope, at, attempts)
-
-        row = await self._db(go)
-        return _json(
-            {"id": str(row["id"]), "created": row["created"]}, 201 if row["created"] else 200
-        )
+        done = await self._db(self._ops.trigger(job, scope, at))
+        return _json({"id": str(done.id), "created": done.created}, 201 if done.created else 200)
 
     async def api_pause(self, request: web.Request) -> web.Response:
-        return await self._pause(request, True)
-
-    async def api_resume(self, request: web.Request) -> web.Response:
-        return await self._pause(request, False)
-
-    async def _pause(self, request: web.Request, paused: bool) -> web.Response:
         self._authorise(request)
         job = request.match_info["job"]
+        await self._db(self._ops.pause(job))
+        return _json({"job": job, "paused": True}, 200)
 
-        async def go(conn: Conn) -> None:
-            await _ops.ensure_known(conn, self._store, job)
-            await _ops.set_paused(conn, self._store, job, paused)
-
-        await self._db(go)
-        return _json({"job": job, "paused": paused}, 200)
+    async def api_resume(self, request: web.Request) -> web.Response:
+        self._authorise(request)
+        job = request.match_info["job"]
+        await self._db(self._ops.resume(job))
+        return _json({"job": job, "paused": False}, 200)
 
     async def api_cancel(self, request: web.Request) -> web.Response:
         self._authorise(request)
-        try:
-            ident = UUID(request.match_info["id"])
-        except ValueError:
-            raise ConfigError(f"execution id {request.match_info['id']!r} is not a UUID") from None
-        await self._db(lambda conn: _ops.cancel(conn, self._store, ident))
-        return _json({"id": str(ident), "status": "CANCELLED"}, 200)
+        ident = request.match_info["id"]
+        await self._db(self._ops.cancel(ident))
+        return _json({"id": ident, "status": "CANCELLED"}, 200)
 
 
 async def _body(request: web.Request) -> dict[str, Any]:

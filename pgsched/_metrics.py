@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from ._store import Row
+from ._views import JobStatus
 
 _RUN_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 _LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
@@ -129,11 +130,10 @@ class Metrics:
         if interval is not None:
             self.job_interval.labels(job).set(interval.total_seconds())
 
-    def set_cluster_state(self, summary: list[Row]) -> None:
-        """Set the database-derived gauges from ``Store.job_summary`` rows."""
+    def set_cluster_state(self, summary: Iterable[JobStatus]) -> None:
+        """Set the database-derived gauges from the jobs' status."""
         for row in summary:
-            job = row["job_name"]
-            self.running_stale.labels(job).set(row["stale"])
-            self.failed_runs.labels(job).set(row["failed"])
-            if row["last_success"] is not None:
-                self.last_success.labels(job).set(row["last_success"].timestamp())
+            self.running_stale.labels(row.job).set(row.stale)
+            self.failed_runs.labels(row.job).set(row.failed)
+            if row.last_success is not None:
+                self.last_success.labels(row.job).set(row.last_success.timestamp())

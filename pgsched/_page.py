@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
-from ._store import Row
+from ._views import Execution, JobStatus
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;
@@ -35,113 +35,15 @@ td.err{white-space:normal;max-width:520px;font-family:ui-monospace,monospace;fon
 
 def render_status_page(
     *,
-    jobs: Sequence[Row],
-    recent: Sequence[Row],
-    failures: Sequence[Row],
-    stale: Sequence[Row],
+    jobs: Sequence[JobStatus],
+    recent: Sequence[Execution],
+    failures: Sequence[Execution],
+    stale: Sequence[Execution],
     runner_id: str,
 ) -> str:
     """The whole page as HTML; every value from the database is escaped."""
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    job_rows = [
-        [
-            _b(r["job_name"]),
-            _t(r["schedule"] or "—"),
-            '<span class="pill paused">paused</span>' if r["paused"] else "active",
-            _time(r["last_plan"]),
-            _status(r["last_status"]),
-            _time(r["last_success"]),
-            _num(r["running"]),
-            _num(r["stale"], bad=True),
-            _num(r["failed"], bad=True),
-            _num(r["pending"]),
-        ]
-        for r in jobs
-    ]
-    sections = [
-        _section(
-            "Jobs",
-            f"{len(jobs)} registered",
-            [
-                "job",
-                "schedule",
-                "state",
-                "last plan",
-                "last status",
-                "last success",
-                "running",
-                "stale",
-                "failed",
-                "pending",
-            ],
-            job_rows,
-            numeric={6, 7, 8, 9},
-        ),
-        _section(
-            "Stale leases",
-            "RUNNING past stale_after: the holder stopped heartbeating",
-            ["job", "scope", "plan time", "attempt", "runner", "last heartbeat", "stale since"],
-            [
-                [
-                    _t(r["job_name"]),
-                    _scope(r),
-                    _time(r["plan_time"]),
-                    _num(r["attempt"]),
-                    _t(r["runner_id"]),
-                    _time(r["heartbeat_at"]),
-                    _time(r["stale_after"]),
-                ]
-                for r in stale
-            ],
-        ),
-        _section(
-            "Recent failures",
-            "newest first",
-            ["job", "scope", "plan time", "attempt", "error", "message", "retry at"],
-            [
-                [
-                    _t(r["job_name"]),
-                    _scope(r),
-                    _time(r["plan_time"]),
-                    f"{r['attempt']}/{r['max_attempts']}",
-                    _t(r["error_code"] or ""),
-                    f'<td class="err">{escape(str(r["error_msg"] or ""))}</td>',
-                    _time(r["next_retry_at"]) if r["next_retry_at"] else "no retry left",
-                ]
-                for r in failures
-            ],
-        ),
-        _section(
-            "Recent runs",
-            "newest first",
-            [
-                "job",
-                "scope",
-                "plan time",
-                "trigger",
-                "status",
-                "attempt",
-                "runner",
-                "duration",
-                "rows",
-            ],
-            [
-                [
-                    _t(r["job_name"]),
-                    _scope(r),
-                    _time(r["plan_time"]),
-                    _t(r["trigger"]),
-                    _status("STALE" if r["stale"] else r["status"]),
-                    f"{r['attempt']}/{r['max_attempts']}",
-                    _t(r["runner_id"] or ""),
-                    _duration(r["duration_ms"]),
-                    _num(r["rows_affected"]),
-                ]
-                for r in recent
-            ],
-            numeric={8},
-        ),
-    ]
+    sections = [_jobs(jobs), _stale(stale), _failures(failures), _recent(recent)]
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta http-equiv="refresh" content="10">'
@@ -151,6 +53,82 @@ def render_status_page(
         " · refreshes every 10 s</span></header>"
         f"<main>{''.join(sections)}</main></body></html>"
     )
+
+
+def _jobs(jobs: Sequence[JobStatus]) -> str:
+    headers = ["job", "schedule", "state", "last plan", "last status", "last success"]
+    headers += ["running", "stale", "failed", "pending"]
+    rows = [
+        [
+            _b(r.job),
+            _t(r.schedule or "—"),
+            '<span class="pill paused">paused</span>' if r.paused else "active",
+            _time(r.last_plan),
+            _status(r.last_status),
+            _time(r.last_success),
+            _num(r.running),
+            _num(r.stale, bad=True),
+            _num(r.failed, bad=True),
+            _num(r.pending),
+        ]
+        for r in jobs
+    ]
+    return _section("Jobs", f"{len(jobs)} registered", headers, rows, numeric={6, 7, 8, 9})
+
+
+def _stale(stale: Sequence[Execution]) -> str:
+    headers = ["job", "scope", "plan time", "attempt", "runner", "last heartbeat", "stale since"]
+    rows = [
+        [
+            _t(r.job),
+            _scope(r),
+            _time(r.plan_time),
+            _num(r.attempt),
+            _t(r.runner_id),
+            _time(r.heartbeat_at),
+            _time(r.stale_after),
+        ]
+        for r in stale
+    ]
+    note = "RUNNING past stale_after: the holder stopped heartbeating"
+    return _section("Stale leases", note, headers, rows)
+
+
+def _failures(failures: Sequence[Execution]) -> str:
+    headers = ["job", "scope", "plan time", "attempt", "error", "message", "retry at"]
+    rows = [
+        [
+            _t(r.job),
+            _scope(r),
+            _time(r.plan_time),
+            f"{r.attempt}/{r.max_attempts}",
+            _t(r.error_code or ""),
+            f'<td class="err">{escape(str(r.error_msg or ""))}</td>',
+            _time(r.next_retry_at) if r.next_retry_at else "no retry left",
+        ]
+        for r in failures
+    ]
+    return _section("Recent failures", "newest first", headers, rows)
+
+
+def _recent(recent: Sequence[Execution]) -> str:
+    headers = ["job", "scope", "plan time", "trigger", "status", "attempt", "runner"]
+    headers += ["duration", "rows"]
+    rows = [
+        [
+            _t(r.job),
+            _scope(r),
+            _time(r.plan_time),
+            _t(r.trigger),
+            _status("STALE" if r.stale else r.status),
+            f"{r.attempt}/{r.max_attempts}",
+            _t(r.runner_id or ""),
+            _duration(r.duration_ms),
+            _num(r.rows_affected),
+        ]
+        for r in recent
+    ]
+    return _section("Recent runs", "newest first", headers, rows, numeric={8})
 
 
 def _section(
@@ -188,8 +166,8 @@ def _b(value: Any) -> str:
     return f"<strong>{escape(str(value))}</strong>"
 
 
-def _scope(row: Row) -> str:
-    return escape(f"{row['scope_kind']}:{row['scope_id']}"[:120])
+def _scope(row: Execution) -> str:
+    return escape(str(row.scope)[:120])
 
 
 def _time(value: datetime | None) -> str:

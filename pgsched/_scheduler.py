@@ -1,4 +1,6 @@
-"""The public ``Scheduler``: job registration and the blocking API around the runtime."""
+"""The public ``Scheduler``: job registration, the replica's lifecycle (``run``, ``serve``,
+``run_once``), and the operator actions on its jobs through the ``Admin`` it has.
+"""
 
 from __future__ import annotations
 
@@ -15,31 +17,36 @@ from uuid import UUID
 from prometheus_client import CollectorRegistry
 from psycopg_pool import AsyncConnectionPool
 
-from . import _ops
-from ._admin import Admin, aware, blocking
-from ._config import Handler, JobSpec, Overlap, ScopesFn, build_job, evaluate_scopes
+from ._admin import Admin, blocking
+from ._aio import AsyncAdmin
+from ._config import Handler, JobSpec, Overlap, ScopesFn, build_job
 from ._durations import Duration, parse_duration
 from ._errors import ConfigError, NotFoundError, PgschedError
 from ._metrics import Metrics
 from ._model import GLOBAL, Run, Scope, bound_logger
+from ._ops import aware
 from ._planning import CatchUp, DstRepeated, DstSkipped, Planner
-from ._runtime import Runtime, TickReport
-from ._store import Conn, Store
+from ._recorder import TickReport
+from ._replica import Replica
+from ._runtime import Runtime
+from ._views import Execution, JobStatus
 
 _F = TypeVar("_F", bound=Handler)
 PRUNE_JOB = "pgsched.prune"
 
 
-class Scheduler(Admin):
+class Scheduler:
     """Registers jobs and runs them on this replica, coordinated through PostgreSQL.
 
     The DSN is ``dsn``, else ``PGSCHED_DSN``, else ``DATABASE_URL``, read when first needed
     (so a command line can still supply it). ``runner_id`` defaults to ``<hostname>-<pid>``.
-    ``shutdown_grace`` is how long ``run()`` lets handlers finish after SIGTERM.
-    ``statement_timeout`` bounds every statement pgsched runs (and twice that, any idle
-    transaction), so a stuck session cannot hold row locks for ever. Metrics go
-    to ``registry`` (a fresh ``CollectorRegistry`` by default). With ``retention`` set, a
-    built-in job ``pgsched.prune`` deletes finished rows older than that every hour.
+    ``shutdown_grace`` is how long handlers may finish after SIGTERM, ``stop()`` or the
+    cancellation of ``serve()``. ``statement_timeout`` bounds every statement pgsched runs
+    (and twice that, any idle transaction). Metrics go to ``registry`` (a fresh
+    ``CollectorRegistry`` by default). With ``retention`` set, a built-in job
+    ``pgsched.prune`` deletes finished rows older than that every hour. Operator actions on
+    the jobs (``trigger``, ``pause``...) go through ``self.admin``; ``self.aio`` offers them
+    as coroutines.
     """
 
     def __init__(
@@ -54,7 +61,6 @@ class Scheduler(Admin):
         retention: Duration | None = None,
         statement_timeout: Duration = "30s",
     ) -> None:
-        super().__init__(dsn=dsn, schema=schema, statement_timeout=statement_timeout)
         if (
             not isinstance(max_concurrency, int)
             or isinstance(max_concurrency, bool)
@@ -66,34 +72,63 @@ class Scheduler(Admin):
         self.runner_id = runner_id or f"{socket.gethostname()}-{os.getpid()}"
         self.tick_interval = parse_duration(tick_interval, field="tick_interval", allow_zero=False)
         self.shutdown_grace = parse_duration(shutdown_grace, field="shutdown_grace")
+        self.statement_timeout = parse_duration(
+            statement_timeout, field="statement_timeout", allow_zero=False
+        )
         self.max_concurrency = max_concurrency
         self.metrics = Metrics(registry)
-        self.http_port: int | None = None  # the bound port while run() serves HTTP
+        self.http_port: int | None = None  # the bound port while the replica serves HTTP
+        self._dsn, self.schema = dsn, schema
         self._jobs: dict[str, JobSpec] = {}
         self._jobs_lock = threading.Lock()
-        self._runtime: Runtime | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._replica: Replica | None = None
         self._stop_requested = threading.Event()
-        self._log = bound_logger(runner_id=self.runner_id)
+        self._aio: AsyncAdmin | None = None
+        self.admin = self._new_admin()
         if retention is not None:
             self._register_retention(parse_duration(retention, field="retention", allow_zero=False))
+
+    @property
+    def dsn(self) -> str | None:
+        return self.admin.dsn
 
     def _app_name(self) -> str:
         return f"pgsched {self.runner_id}"[:63]
 
-    # -- configuration ------------------------------------------------------------------
+    def _new_admin(self) -> Admin:
+        return Admin(
+            self._dsn,
+            self.schema,
+            self.statement_timeout,
+            jobs=lambda: self.jobs,
+            app_name=self._app_name(),
+        )
 
     def configure(
         self, *, dsn: str | None = None, schema: str | None = None, runner_id: str | None = None
     ) -> None:
         """Override connection settings (the command line's ``--dsn``, ``--schema``...)."""
-        if dsn:
-            self._dsn = dsn
-        if schema:
-            self.schema = schema
-        if runner_id:
-            self.runner_id = runner_id
-            self._log = bound_logger(runner_id=runner_id)
+        self._dsn = dsn or self._dsn
+        self.schema = schema or self.schema
+        self.runner_id = runner_id or self.runner_id
+        self.admin = self._new_admin()
+        self._aio = None
+
+    @property
+    def aio(self) -> AsyncAdmin:
+        """The operator actions as coroutines, on a small pool of their own opened on first
+        use (on the running loop) and closed when ``serve()`` returns."""
+        if self._aio is None:
+            self._aio = AsyncAdmin(
+                self._dsn,
+                self.schema,
+                self.statement_timeout,
+                jobs=lambda: self.jobs,
+                app_name=self._app_name(),
+            )
+        return self._aio
+
+    # -- jobs -------------------------------------------------------------------------------
 
     def job(
         self,
@@ -123,51 +158,38 @@ class Scheduler(Admin):
         priority: int = 0,
         transactional: bool = False,
     ) -> Callable[[_F], _F]:
-        """Decorator form of :meth:`register`; returns the handler unchanged.
+        """Decorator form of :meth:`register` (durations: ``timedelta``, seconds or ``"1h30m"``).
 
-        Durations take a ``timedelta``, seconds, or text such as ``"90s"``, ``"1h30m"``.
-
-        - ``name``: the job's name, unique in this scheduler (default: the function's name).
-        - ``every``: a fixed cadence; plans are its multiples since the Unix epoch (UTC).
-        - ``cron``: a 5-field cron expression read in ``timezone`` (exactly one of
-          ``every``, ``cron``, ``planner``).
-        - ``planner``: an object with ``plans_between(start, end)`` giving plan instants.
-        - ``timezone``: the IANA zone of ``cron``.
-        - ``scopes``: ``Scope`` values, or ``scopes(now)`` (sync or async) evaluated every
-          tick; default the single ``pgsched.GLOBAL`` scope.
-        - ``catch_up``: ``"latest_only"`` runs only the newest due plan; ``"every_plan"``
-          runs every missed plan after the scope's latest, oldest first.
+        - ``name``: unique job name (default: the function's name).
+        - ``every``: fixed cadence; plans are its multiples since the Unix epoch (UTC).
+        - ``cron``: 5-field cron read in ``timezone`` (one of ``every``/``cron``/``planner``).
+        - ``planner``: an object whose ``plans_between(start, end)`` gives the plans.
+        - ``timezone``: IANA zone of ``cron``.
+        - ``scopes``: ``Scope`` values, or ``scopes(now)`` each tick (default ``GLOBAL``).
+        - ``catch_up``: ``"latest_only"`` (newest due plan) or ``"every_plan"`` (each missed).
         - ``catch_up_window``: ``every_plan`` ignores plans older than this.
-        - ``max_plans_per_tick``: plans claimed per scope per tick (required by
-          ``every_plan``).
+        - ``max_plans_per_tick``: plans per scope per tick (required by ``every_plan``).
         - ``max_lateness``: a plan not started within this of its due time is skipped.
         - ``schedule_delay``: a plan is due this long after its plan time.
-        - ``overlap``: ``"forbid"`` starts no plan of a scope while an earlier one runs;
-          ``"allow"`` does.
+        - ``overlap``: ``"forbid"`` waits for the scope's running plan; ``"allow"`` does not.
         - ``jitter``: delays each (scope, plan) by a deterministic fraction of this.
-        - ``dst_repeated``: ``"first"``, ``"last"`` or ``"both"``: where a wall time
-          repeated by fall-back fires (default: by the expression's kind, SPEC §3).
-        - ``dst_skipped``: ``"shift"`` or ``"skip"``: a wall time skipped by spring-forward.
+        - ``dst_repeated``: ``"first"``, ``"last"``, ``"both"``: fall-back's repeated times.
+        - ``dst_skipped``: ``"shift"`` or ``"skip"``: spring-forward's skipped times.
         - ``run_timeout``: a handler running longer is FAILED ``run_timeout``.
-        - ``stale_timeout``: a lease not renewed this long is stale (> ``run_timeout``;
-          default ``run_timeout`` + 1 minute).
-        - ``heartbeat_interval``: how often the lease is renewed (< ``stale_timeout``;
-          default a third of it, at most 30 s).
+        - ``stale_timeout``: an unrenewed lease is stale after this (> ``run_timeout``).
+        - ``heartbeat_interval``: how often the lease is renewed (< ``stale_timeout``).
         - ``allow_stale_reentry``: a stale lease is stolen (True) or failed (False).
         - ``max_attempts``: attempts per plan, retries included.
         - ``retry_backoff``: delay before attempt ``i + 2``; the last entry repeats.
-        - ``max_running``: cluster-wide cap on this job's running executions.
+        - ``max_running``: cluster-wide cap on the job's running executions.
         - ``priority``: higher claims first when slots are scarce.
-        - ``transactional``: the handler gets ``run.conn``, a transaction that commits
-          with the SUCCESS row if and only if the lease still holds.
-        """
+        - ``transactional``: ``run.conn`` commits with SUCCESS iff the lease holds."""
         options = {k: v for k, v in locals().items() if k != "self"}
+        return lambda handler: self._decorate(handler, options)
 
-        def decorate(handler: _F) -> _F:
-            self.register(handler, **options)
-            return handler
-
-        return decorate
+    def _decorate(self, handler: _F, options: dict[str, Any]) -> _F:
+        self.register(handler, **options)
+        return handler
 
     def register(self, handler: Handler, **options: Any) -> JobSpec:
         """Validate and add a job (also on a running scheduler: it is planned next tick).
@@ -208,52 +230,61 @@ class Scheduler(Admin):
 
     def _register_retention(self, older_than: timedelta) -> None:
         async def prune(run: Run) -> int:
-            deleted = await self._with_conn(lambda c, s: _ops.prune(c, s, older_than))
+            deleted = await self.admin._ops.prune(older_than)
             run.log.info("pruned", deleted=deleted, older_than_s=older_than.total_seconds())
             return deleted
 
         self.register(prune, name=PRUNE_JOB, every="1h", run_timeout="30m", stale_timeout="35m")
 
-    # -- database operations on this scheduler's jobs -----------------------------------
+    # -- operator actions on this scheduler's database (see Admin) --------------------------
+
+    def migrate(self) -> list[str]:
+        """Create or upgrade the schema; returns the migration versions applied now."""
+        return self.admin.migrate()
+
+    def status(self) -> list[JobStatus]:
+        """Per job: schedule, paused, last plan and status, last success, counts."""
+        return self.admin.status()
+
+    def runs(
+        self, job: str | None = None, status: str | None = None, limit: int = 20
+    ) -> list[Execution]:
+        """The most recent executions, newest first."""
+        return self.admin.runs(job, status, limit)
 
     def trigger(self, job: str, scope: Scope = GLOBAL, at: datetime | None = None) -> UUID:
-        """Insert a PENDING manual run (at the database's now, or at ``at``) and wake every
-        replica. While one is PENDING for the same job and scope, returns that one instead.
-        """
-        spec = self._job(job)
-        when = None if at is None else aware(at, "at")
-
-        async def go(conn: Conn, store: Store) -> UUID:
-            row = await _ops.trigger(conn, store, job, scope, when, spec.max_attempts)
-            return UUID(str(row["id"]))
-
-        return self._call(go)
-
-    def _set_paused(self, job: str, paused: bool) -> None:
+        """Queue a manual run (now, or at ``at``) with the job's ``max_attempts``; while one
+        is PENDING for the same job and scope, returns that one."""
         self._job(job)
-        self._call(lambda conn, store: _ops.set_paused(conn, store, job, paused))
+        return self.admin.trigger(job, scope, at)
+
+    def cancel(self, execution_id: UUID | str) -> None:
+        """Cancel a PENDING execution."""
+        self.admin.cancel(execution_id)
+
+    def pause(self, job: str) -> None:
+        """Stop planning and claiming ``job`` on every replica within one tick."""
+        self._job(job)
+        self.admin.pause(job)
+
+    def resume(self, job: str) -> None:
+        """Undo :meth:`pause`."""
+        self._job(job)
+        self.admin.resume(job)
 
     def backfill(
         self, job: str, start: datetime, end: datetime, scopes: Iterable[Scope] | None = None
     ) -> int:
-        """Insert PENDING backfill rows for every plan in ``[start, end]`` and scope.
+        """Insert PENDING backfill rows for every plan in ``[start, end]`` and scope; existing
+        plans are left alone. ``scopes`` defaults to the job's scopes (at ``end``)."""
+        self._job(job)
+        return self.admin.backfill(job, start, end, scopes)
 
-        Existing plans are left alone; returns the number of rows inserted. ``scopes``
-        defaults to the job's static scopes, or the callable's answer at ``end``.
-        """
-        spec = self._job(job)
-        lo, hi = aware(start, "start"), aware(end, "end")
-        if hi < lo:
-            raise ConfigError(f"job {job!r}: backfill end {hi.isoformat()} is before start")
-        plans = list(spec.schedule.plans_between(lo - timedelta(microseconds=1), hi))
+    def prune(self, older_than: Duration) -> int:
+        """Delete finished runs older than ``older_than``; each scope's newest plan stays."""
+        return self.admin.prune(older_than)
 
-        async def go(conn: Conn, store: Store) -> int:
-            chosen = list(scopes) if scopes is not None else await evaluate_scopes(spec, hi)
-            return await _ops.backfill(conn, store, job, chosen, plans, spec.max_attempts)
-
-        return self._call(go)
-
-    # -- running ------------------------------------------------------------------------
+    # -- running ----------------------------------------------------------------------------
 
     def run_once(self) -> TickReport:
         """One full tick: plan, claim, run the claimed handlers to completion, write rows."""
@@ -261,124 +292,101 @@ class Scheduler(Admin):
 
     async def _run_once(self) -> TickReport:
         async with self._pool() as pool:
-            runtime = self._new_runtime(pool)
-            runtime.start_background(listen=False)
-            if not await runtime.tick():
-                await runtime.shutdown(timedelta(0))
-                raise PgschedError("the tick failed; see the tick_error log event")
-            await runtime.wait_idle()
-            await runtime.shutdown(timedelta(0))
-            return runtime.report
+            replica = self._new_replica(pool)
+            report = await replica.once()
+        if report is None:
+            raise PgschedError("the tick failed; see the tick_error log event")
+        return report
 
     def run(self, http_port: int | None = None, http_host: str = "127.0.0.1") -> None:
-        """Tick until SIGTERM/SIGINT or :meth:`stop`, then shut down gracefully.
+        """Run the replica until SIGTERM/SIGINT or :meth:`stop`, then shut down gracefully
+        (the blocking form of :meth:`serve`, with signal handlers when on the main thread)."""
+        asyncio.run(self._run_with_signals(http_port, http_host))
 
-        With ``http_port`` (0 picks a free one, kept in ``self.http_port``) the replica
-        serves ``/metrics``, ``/healthz``, ``/readyz``, ``/`` and ``/api/`` on ``http_host``.
-        """
+    async def _run_with_signals(self, http_port: int | None, http_host: str) -> None:
+        loop = asyncio.get_running_loop()
+        on_main = threading.current_thread() is threading.main_thread()
+        signals = (signal.SIGTERM, signal.SIGINT) if on_main else ()
+        for sig in signals:
+            loop.add_signal_handler(sig, self._on_signal, sig)
         try:
-            asyncio.run(self._run(http_port, http_host))
+            await self.serve(http_port, http_host)
         finally:
-            self._stop_requested.clear()  # a stop() before run() began still counts
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        bound_logger(runner_id=self.runner_id).info("shutdown_requested", signal=sig.name)
+        self.stop()
+
+    async def serve(self, http_port: int | None = None, http_host: str = "127.0.0.1") -> None:
+        """Run the replica on the running event loop (a FastAPI/Starlette lifespan, an aiohttp
+        app) until :meth:`stop` or the cancellation of the awaiting task; either ends it as
+        SIGTERM does: stop claiming, let handlers finish within ``shutdown_grace``, fail the
+        rest retryably. Installs no signal handlers. With ``http_port`` (0 picks a free one,
+        kept in ``self.http_port``) it serves ``/metrics``, ``/healthz``, ``/readyz``, ``/``
+        and ``/api/`` on ``http_host``."""
+        try:
+            async with self._pool() as pool:
+                replica = self._new_replica(pool)
+                self._replica = replica
+                if self._stop_requested.is_set():
+                    replica.stop()
+                await replica.serve(http_port, http_host, self._on_listening)
+        finally:
+            self._replica = None
+            self.http_port = None
+            self._stop_requested.clear()  # a stop() before serve() began counted for it
+            aio, self._aio = self._aio, None
+            if aio is not None:
+                await aio.aclose()
+
+    @property
+    def _runtime(self) -> Runtime | None:
+        """The running engine (for tests and diagnostics), None when not running."""
+        replica = self._replica
+        return replica.runtime if replica is not None else None
+
+    def _on_listening(self, port: int) -> None:
+        self.http_port = port
 
     def stop(self) -> None:
-        """Ask a running :meth:`run` to shut down (thread-safe)."""
+        """Ask a running :meth:`run` or :meth:`serve` to shut down (thread-safe)."""
         self._stop_requested.set()
-        runtime, loop = self._runtime, self._loop
-        if runtime is not None and loop is not None:
-            loop.call_soon_threadsafe(runtime.request_stop)
+        replica = self._replica
+        if replica is not None:
+            replica.stop_threadsafe()
 
-    async def _run(self, http_port: int | None, http_host: str) -> None:
-        loop = asyncio.get_running_loop()
-        async with self._pool() as pool:
-            runtime = self._new_runtime(pool)
-            self._runtime, self._loop = runtime, loop
-            on_main = threading.current_thread() is threading.main_thread()
-            if on_main:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.add_signal_handler(sig, self._on_signal, sig, runtime)
-            server = None
-            try:
-                if self._stop_requested.is_set():
-                    runtime.request_stop()
-                if http_port is not None:
-                    from ._http import HttpServer
-
-                    server = HttpServer(
-                        jobs=lambda: self.jobs,
-                        runtime=runtime,
-                        store=Store(self.schema),
-                        pool=pool,
-                        metrics=self.metrics,
-                        log=self._log,
-                    )
-                    self.http_port = await server.start(http_host, http_port)
-                    url = f"http://{http_host}:{self.http_port}/"
-                    self._log.info(
-                        "http_listening",
-                        status_page=url,
-                        metrics=f"{url}metrics",
-                        host=http_host,
-                        port=self.http_port,
-                    )
-                self._log.info(
-                    "scheduler_started",
-                    jobs=sorted(self.jobs),
-                    schema=self.schema,
-                    max_concurrency=self.max_concurrency,
-                    tick_interval_s=self.tick_interval.total_seconds(),
-                )
-                runtime.start_background(listen=True)
-                await runtime.run_forever()
-                await runtime.shutdown(self.shutdown_grace)
-                self._log.info("scheduler_stopped", **_report_fields(runtime.report))
-            finally:
-                if server is not None:
-                    await server.stop()
-                self._runtime = self._loop = None
-                self.http_port = None
-                if on_main:
-                    for sig in (signal.SIGTERM, signal.SIGINT):
-                        loop.remove_signal_handler(sig)
-
-    def _on_signal(self, sig: signal.Signals, runtime: Runtime) -> None:
-        self._log.info("shutdown_requested", signal=sig.name)
-        runtime.request_stop()
-
-    def _new_runtime(self, pool: AsyncConnectionPool[Any]) -> Runtime:
-        return Runtime(
+    def _new_replica(self, pool: AsyncConnectionPool[Any]) -> Replica:
+        return Replica(
             jobs=lambda: self.jobs,
-            store=Store(self.schema),
             pool=pool,
+            schema=self.schema,
             runner_id=self.runner_id,
             max_concurrency=self.max_concurrency,
             tick_interval=self.tick_interval,
-            events=self.metrics,
-            conninfo=self._require_dsn(),
+            shutdown_grace=self.shutdown_grace,
+            metrics=self.metrics,
+            conninfo=self.admin._connect_info(),
             app_name=self._app_name(),
         )
 
-    async def _configure_connection(self, conn: Any) -> None:
-        await Store(self.schema).configure_session(
-            conn, self.statement_timeout, self.statement_timeout * 2
-        )
-
     def _pool(self) -> AsyncConnectionPool[Any]:
-        dsn = self._require_dsn()
         # Reconnection after a PostgreSQL restart is the pool's job: it checks connections
         # before lending them and retries connecting with backoff. One connection is held by
         # the LISTEN loop; the tick, heartbeats, writes and HTTP share the others.
+        timeout = self.statement_timeout
+
+        async def configure(conn: Any) -> None:
+            await self.admin._store.configure_session(conn, timeout, timeout * 2)
+
         return AsyncConnectionPool(
-            dsn,
+            self.admin._connect_info(),
             min_size=2,
             max_size=6,
             open=False,
             timeout=max(5.0, self.tick_interval.total_seconds() * 3),
             check=AsyncConnectionPool.check_connection,
-            configure=self._configure_connection,
+            configure=configure,
             kwargs={"autocommit": True, "application_name": self._app_name()},
         )
-
-
-def _report_fields(report: TickReport) -> dict[str, int]:
-    return {k: v for k, v in vars(report).items() if isinstance(v, int)}

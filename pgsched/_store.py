@@ -10,14 +10,17 @@ from functools import cache
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 import psycopg
 from psycopg import AsyncConnection, sql
-from psycopg.rows import dict_row
+from psycopg.rows import class_row, dict_row
+
+from ._views import Execution, JobStatus, Triggered
 
 Row = dict[str, Any]
+_V = TypeVar("_V")
 Conn = AsyncConnection[Any]
 
 # The claims are planned on every execution, never from a server-side prepared statement: a
@@ -106,6 +109,13 @@ class Store:
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(self._q[name], params, prepare=prepare)
             return await cur.fetchall() if cur.description else []
+
+    async def _typed(
+        self, conn: Conn, name: str, cls: type[_V], params: dict[str, Any] | None = None
+    ) -> list[_V]:
+        async with conn.cursor(row_factory=class_row(cls)) as cur:
+            await cur.execute(self._q[name], params)
+            return await cur.fetchall()
 
     async def _rowcount(self, conn: Conn, name: str, params: dict[str, Any]) -> int:
         async with conn.cursor() as cur:
@@ -274,10 +284,10 @@ class Store:
 
     async def trigger(
         self, conn: Conn, job: str, kind: str, scope_id: str, at: datetime | None, max_attempts: int
-    ) -> Row:
+    ) -> Triggered:
         params = {"job": job, "kind": kind, "id": scope_id, "at": at, "max_attempts": max_attempts}
         for _ in range(3):  # a concurrent trigger may commit between our insert and our read
-            rows = await self._rows(conn, "trigger", params)
+            rows = await self._typed(conn, "trigger", Triggered, params)
             if rows:
                 return rows[0]
         raise RuntimeError(f"job {job!r}: could not insert or find the triggered run")
@@ -319,13 +329,14 @@ class Store:
     async def job_exists(self, conn: Conn, job: str) -> bool:
         return bool((await self._one(conn, "job_exists", {"job": job}))["known"])
 
-    async def job_summary(self, conn: Conn) -> list[Row]:
-        return await self._rows(conn, "job_summary")
+    async def job_summary(self, conn: Conn) -> list[JobStatus]:
+        return await self._typed(conn, "job_summary", JobStatus)
 
     async def list_runs(
         self, conn: Conn, *, job: str | None, status: str | None, limit: int
-    ) -> list[Row]:
-        return await self._rows(conn, "list_runs", {"job": job, "status": status, "limit": limit})
+    ) -> list[Execution]:
+        params = {"job": job, "status": status, "limit": limit}
+        return await self._typed(conn, "list_runs", Execution, params)
 
     async def prune_batch(self, conn: Conn, older_than: timedelta, batch: int) -> int:
         return await self._rowcount(conn, "prune_batch", {"older_than": older_than, "batch": batch})

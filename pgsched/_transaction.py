@@ -1,5 +1,7 @@
 """Transactional runs: the handler's writes through ``run.conn`` and the SUCCESS row commit in
-one transaction, guarded by the lease token, so they commit if and only if the lease holds."""
+one transaction, guarded by the lease token, so they commit if and only if the lease holds.
+Owns the run's own connection; the engine's pool is never lent to a handler.
+"""
 
 from __future__ import annotations
 
@@ -10,63 +12,75 @@ from typing import Any
 import psycopg
 
 from ._model import Run
-from ._store import Finish, Store
+from ._outcomes import Outcome
+from ._store import Store
 
-Written = tuple[Finish, datetime | None]
+Written = tuple[Outcome, datetime | None]
 # An idle transaction may last as long as the handler may run, and a little more.
 _IDLE_MARGIN = timedelta(seconds=10)
 
 
-async def run_async(
-    conninfo: str,
-    app_name: str,
-    store: Store,
-    handler: Callable[[Run], Any],
-    run: Run,
-    run_timeout: timedelta,
-    success: Callable[[object], Finish],
-) -> Written | None:
-    """Run an ``async def`` handler in a transaction; None when the lease was lost (rolled
-    back). Exceptions (the handler's, or ``success`` refusing the result) roll back too."""
-    async with await psycopg.AsyncConnection.connect(
-        conninfo, autocommit=True, application_name=app_name
-    ) as conn:
-        await store.configure_session(conn, run_timeout, run_timeout + _IDLE_MARGIN)
-        await conn.set_autocommit(False)
-        run.conn = conn
-        try:
-            fin = success(await handler(run))
-            written = await store.finish(conn, [fin])
-            if fin.id in written:
-                await conn.commit()
-                return fin, written[fin.id]
-            await conn.rollback()
-            return None
-        finally:
-            run.conn = None
+class Transactions:
+    """Opens a connection per transactional run (``conninfo``, named ``app_name``)."""
 
+    def __init__(self, conninfo: str, app_name: str, store: Store, *, prepare: bool) -> None:
+        self._conninfo, self._app_name, self._store = conninfo, app_name, store
+        # Behind a transaction-pooling PgBouncer no statement may be prepared (SPEC §10).
+        self._prepare_threshold = 5 if prepare else None
 
-def run_sync(
-    conninfo: str,
-    app_name: str,
-    store: Store,
-    handler: Callable[[Run], Any],
-    run: Run,
-    run_timeout: timedelta,
-    success: Callable[[object], Finish],
-) -> Written | None:
-    """:func:`run_async` for a ``def`` handler, in its worker thread, on a sync connection."""
-    with psycopg.connect(conninfo, autocommit=True, application_name=app_name) as conn:
-        store.configure_session_sync(conn, run_timeout, run_timeout + _IDLE_MARGIN)
-        conn.autocommit = False
-        run.conn = conn
-        try:
-            fin = success(handler(run))
-            written = store.finish_sync(conn, [fin])
-            if fin.id in written:
-                conn.commit()
-                return fin, written[fin.id]
-            conn.rollback()
-            return None
-        finally:
-            run.conn = None
+    async def run_async(
+        self,
+        handler: Callable[[Run], Any],
+        run: Run,
+        timeout: timedelta,
+        outcome: Callable[[object], Outcome],
+    ) -> Written | None:
+        """Run an ``async def`` handler in a transaction; None when the lease was lost (rolled
+        back). Exceptions (the handler's, or ``outcome`` refusing the result) roll back too."""
+        async with await psycopg.AsyncConnection.connect(
+            self._conninfo,
+            autocommit=True,
+            application_name=self._app_name,
+            prepare_threshold=self._prepare_threshold,
+        ) as conn:
+            await self._store.configure_session(conn, timeout, timeout + _IDLE_MARGIN)
+            await conn.set_autocommit(False)
+            run.conn = conn
+            try:
+                done = outcome(await handler(run))
+                written = await self._store.finish(conn, [done.finish(run)])
+                if run.execution_id in written:
+                    await conn.commit()
+                    return done, written[run.execution_id]
+                await conn.rollback()
+                return None
+            finally:
+                run.conn = None
+
+    def run_sync(
+        self,
+        handler: Callable[[Run], Any],
+        run: Run,
+        timeout: timedelta,
+        outcome: Callable[[object], Outcome],
+    ) -> Written | None:
+        """:meth:`run_async` for a ``def`` handler, in its worker thread, on a sync connection."""
+        with psycopg.connect(
+            self._conninfo,
+            autocommit=True,
+            application_name=self._app_name,
+            prepare_threshold=self._prepare_threshold,
+        ) as conn:
+            self._store.configure_session_sync(conn, timeout, timeout + _IDLE_MARGIN)
+            conn.autocommit = False
+            run.conn = conn
+            try:
+                done = outcome(handler(run))
+                written = self._store.finish_sync(conn, [done.finish(run)])
+                if run.execution_id in written:
+                    conn.commit()
+                    return done, written[run.execution_id]
+                conn.rollback()
+                return None
+            finally:
+                run.conn = None

@@ -265,7 +265,7 @@ SELECT EXISTS (SELECT 1 FROM {schema}.job_state WHERE job_name = %(job)s) AS kno
 -- name: job_summary
 -- One row per known job: what `pgsched status`, the gauges and the status page show.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
-SELECT j.job_name, j.paused, j.schedule, j.seen_at, j.seen_by,
+SELECT j.job_name AS job, j.paused, j.schedule, j.seen_at, j.seen_by,
        last.plan_time AS last_plan, last.status AS last_status,
        (SELECT max(e.finished_at) FROM {schema}.cron_executions e
         WHERE e.job_name = j.job_name AND e.status = 'SUCCESS') AS last_success,
@@ -288,7 +288,7 @@ LEFT JOIN LATERAL (
 ORDER BY j.job_name
 
 -- name: list_runs
-SELECT id, job_name, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
+SELECT id, job_name AS job, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
        next_retry_at, runner_id, fencing_token, heartbeat_at, stale_after, started_at,
        finished_at, duration_ms, rows_affected, result, error_code, error_msg, created_at,
        (status = 'RUNNING' AND stale_after < clock_timestamp()) AS stale

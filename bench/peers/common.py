@@ -231,3 +231,12 @@ class AsyncLedger:
             await conn.execute(query, params)
         finally:
             idle.put_nowait(conn)
+
+
+async def handler(ledger: AsyncLedger, scope: str, plan_time: datetime) -> None:
+    """The benchmark's handler, one coroutine per execution: one INSERT into the ledger.
+
+    pgsched's app (``bench.peers.pgsched_app``) and the limit with a Python handler
+    (``bench.peers.raw_handler``) both run this one.
+    """
+    await ledger.record(scope, plan_time)

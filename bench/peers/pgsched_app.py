@@ -1,7 +1,8 @@
 """The pgsched replica: the APP of ``python -m pgsched run bench.peers.pgsched_app``.
 
 One job with the workload's scopes and cadence; its handler records the execution with one
-INSERT into the ledger.
+INSERT into the ledger (``bench.peers.common.handler``, which the limit with a Python handler,
+``bench.peers.raw_handler``, runs too).
 """
 
 from __future__ import annotations
@@ -37,4 +38,4 @@ if cfg.catch_up == "every_plan":
     **_options,
 )
 async def bench(run: pgsched.Run) -> None:
-    await ledger.record(run.scope.id, run.plan_time)
+    await common.handler(ledger, run.scope.id, run.plan_time)

@@ -7,6 +7,9 @@ leases, heartbeats, overlap checks or per-run Python: what PostgreSQL and the ne
 Like pgsched it ticks once a second and at the instant a plan falls due.
 Replicas start at different batches so they mostly do not collide; ON CONFLICT settles it
 when they do. The time spent in the claim and finish statements alone is reported too.
+
+:class:`Replica` is shared with ``bench.peers.raw_handler``, which settles each claimed
+batch by running a Python handler per execution instead of one batched ledger INSERT.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import contextlib
 import signal
 import time
 from datetime import datetime
+from typing import Any
 
 import psycopg
 
@@ -44,60 +48,88 @@ SET status = 'SUCCESS', finished_at = now(), updated_at = now()
 WHERE id = ANY(%(ids)s::uuid[])
 """
 
+Conn = psycopg.AsyncConnection[Any]
+Claimed = list[tuple[Any, ...]]  # (id, scope, plan_time) of the rows won
 
-async def main() -> None:
-    cfg = common.config()
-    common.count_psycopg_statements()
-    common.start_reporting(cfg)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    done: set[datetime] = set()
-    scopes = cfg.scope_ids()
-    batches = [scopes[i : i + BATCH] for i in range(0, len(scopes), BATCH)]
-    counters = common.COUNTERS
-    async with await psycopg.AsyncConnection.connect(cfg.dsn, autocommit=True) as conn:
-        while not stop.is_set():
+
+class Replica:
+    """One replica: ticks, claims each due plan in batches, settles each claimed batch."""
+
+    def __init__(self, cfg: common.Config) -> None:
+        self.cfg = cfg
+        self.counters = common.COUNTERS
+        self.stop = asyncio.Event()
+        scopes = cfg.scope_ids()
+        self.batches = [scopes[i : i + BATCH] for i in range(0, len(scopes), BATCH)]
+
+    async def main(self) -> None:
+        common.count_psycopg_statements()
+        common.start_reporting(self.cfg)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop.set)
+        async with await psycopg.AsyncConnection.connect(self.cfg.dsn, autocommit=True) as conn:
+            await self.open()
+            try:
+                await self.tick_loop(conn)
+            finally:
+                await self.close()
+
+    async def open(self) -> None:
+        """Anything the settling needs besides the claiming connection."""
+
+    async def close(self) -> None:
+        """Wait for anything still settling."""
+
+    async def tick_loop(self, conn: Conn) -> None:
+        done: set[datetime] = set()
+        cfg = self.cfg
+        while not self.stop.is_set():
             started = time.monotonic()
             now = (await (await conn.execute("SELECT clock_timestamp()")).fetchone())[0]  # type: ignore[index]
             for plan in common.due_plans(now, cfg):
-                if plan in done:
-                    continue
-                done.add(plan)
-                for k in range(len(batches)):
-                    if stop.is_set():
-                        break
-                    batch = batches[(k + cfg.replica) % len(batches)]
-                    params = {
-                        "job": cfg.job,
-                        "runner": cfg.runner,
-                        "scopes": batch,
-                        "plans": [plan] * len(batch),
-                    }
-                    t = time.perf_counter()
-                    rows = await (await conn.execute(CLAIM, params)).fetchall()
-                    counters.add("claim_s", time.perf_counter() - t)
-                    counters.add("claimed", len(rows))
-                    if not rows:
-                        continue
-                    won = {
-                        "job": cfg.job,
-                        "runner": cfg.runner,
-                        "scopes": [r[1] for r in rows],
-                        "plans": [r[2] for r in rows],
-                    }
-                    await conn.execute(RECORD, won)
-                    t = time.perf_counter()
-                    await conn.execute(FINISH, {"ids": [r[0] for r in rows]})
-                    counters.add("finish_s", time.perf_counter() - t)
+                if plan not in done:
+                    done.add(plan)
+                    await self.fan_out(conn, plan)
             # Tick once a second, and at the instant the next plan falls due (like pgsched).
             due_in = (common.floor_plan(now, cfg.every_s) - now).total_seconds() + cfg.every_s
             elapsed = time.monotonic() - started
             delay = max(0.0, min(1.0 - elapsed, due_in + 0.005 - elapsed))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
+                await asyncio.wait_for(self.stop.wait(), delay)
+
+    async def fan_out(self, conn: Conn, plan: datetime) -> None:
+        """Claim ``plan`` for every scope, a batch at a time, starting at this replica's."""
+        for k in range(len(self.batches)):
+            if self.stop.is_set():
+                break
+            batch = self.batches[(k + self.cfg.replica) % len(self.batches)]
+            rows = await self.claim(conn, batch, plan)
+            if rows:
+                await self.settle(conn, rows)
+
+    async def claim(self, conn: Conn, batch: list[str], plan: datetime) -> Claimed:
+        params = {"scopes": batch, "plans": [plan] * len(batch)}
+        t = time.perf_counter()
+        rows = await (await conn.execute(CLAIM, self.params(params))).fetchall()
+        self.counters.add("claim_s", time.perf_counter() - t)
+        self.counters.add("claimed", len(rows))
+        return rows
+
+    async def settle(self, conn: Conn, rows: Claimed) -> None:
+        """Record the won rows with one batched ledger INSERT, then finish them."""
+        won = {"scopes": [r[1] for r in rows], "plans": [r[2] for r in rows]}
+        await conn.execute(RECORD, self.params(won))
+        await self.finish(conn, rows)
+
+    async def finish(self, conn: Conn, rows: Claimed) -> None:
+        t = time.perf_counter()
+        await conn.execute(FINISH, {"ids": [r[0] for r in rows]})
+        self.counters.add("finish_s", time.perf_counter() - t)
+
+    def params(self, extra: dict[str, Any]) -> dict[str, Any]:
+        return {"job": self.cfg.job, "runner": self.cfg.runner, **extra}
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(Replica(common.config()).main())

@@ -835,7 +835,7 @@ def test_status_page_lists_every_job_and_escapes_hostile_data(cluster: Cluster) 
 # -- 5. the JSON API -----------------------------------------------------------------------
 
 JOB_FIELDS = {
-    "job_name",
+    "job",
     "paused",
     "schedule",
     "last_plan",
@@ -848,9 +848,8 @@ JOB_FIELDS = {
 }
 RUN_FIELDS = {
     "id",
-    "job_name",
-    "scope_kind",
-    "scope_id",
+    "job",
+    "scope",
     "plan_time",
     "trigger",
     "status",
@@ -879,7 +878,7 @@ def test_api_jobs(cluster: Cluster) -> None:
     resp = cluster.main.get("/api/jobs")
     assert resp.status == 200
     assert resp.headers["Content-Type"].startswith("application/json")
-    jobs = {j["job_name"]: j for j in resp.json()["jobs"]}
+    jobs = {j["job"]: j for j in resp.json()["jobs"]}
     assert {*MAIN_JOBS, "quiet", "ghost_api"} <= set(jobs)
     for job in jobs.values():
         assert set(job) >= JOB_FIELDS, set(job) ^ JOB_FIELDS
@@ -906,7 +905,7 @@ def test_api_runs_fields_filters_and_limit(cluster: Cluster) -> None:
     assert created == sorted(created, reverse=True)  # newest first
 
     tick = cluster.main.get("/api/runs?job=tick&limit=3").json()["runs"]
-    assert len(tick) == 3 and {r["job_name"] for r in tick} == {"tick"}
+    assert len(tick) == 3 and {r["job"] for r in tick} == {"tick"}
     row = cluster.q(
         "SELECT job_name, scope_kind, scope_id, plan_time, trigger FROM {s}.cron_executions"
         " WHERE id = %s",
@@ -920,7 +919,7 @@ def test_api_runs_fields_filters_and_limit(cluster: Cluster) -> None:
         "SELECT count(*) FROM {s}.cron_executions WHERE job_name = 'boom' AND status = 'FAILED'"
     )
     assert 1 <= len(failed) <= in_db
-    assert {(r["job_name"], r["status"], r["error_code"]) for r in failed} == {
+    assert {(r["job"], r["status"], r["error_code"]) for r in failed} == {
         ("boom", "FAILED", "handler_error")
     }
     lower = cluster.main.get("/api/runs?status=success&limit=5").json()["runs"]
@@ -1074,7 +1073,7 @@ def test_pause_and_resume_flip_job_state(cluster: Cluster) -> None:
     assert resp.status == 200, resp.text
     assert resp.json() == {"job": "pausable", "paused": True}
     assert paused() is True
-    jobs = {j["job_name"]: j for j in cluster.main.get("/api/jobs").json()["jobs"]}
+    jobs = {j["job"]: j for j in cluster.main.get("/api/jobs").json()["jobs"]}
     assert jobs["pausable"]["paused"] is True and jobs["hourly"]["paused"] is False
     resp = cluster.main.post("/api/jobs/pausable/pause", token=TOKEN)  # idempotent
     assert resp.status == 200 and paused() is True

@@ -217,7 +217,7 @@ def test_status_lists_every_job_with_counts(ops: Ops) -> None:
     assert [tenant[k] for k in ("RUNNING", "STALE", "FAILED", "PENDING")] == ["0"] * 4
 
     doc = json.loads(ops.ok("status", "--json"))
-    by_name = {j["job_name"]: j for j in doc["jobs"]}
+    by_name = {j["job"]: j for j in doc["jobs"]}
     assert set(by_name) == {"hourly", "per_tenant"}
     h = by_name["hourly"]
     assert (h["running"], h["stale"], h["failed"], h["pending"]) == (2, 1, 3, 2)
@@ -285,7 +285,7 @@ def test_runs_newest_first_with_filters(ops: Ops) -> None:
     assert len(default) == total  # fewer than the default limit of 20
 
     hourly = _runs_json(ops, "--job", "hourly")
-    assert {r["job_name"] for r in hourly} == {"hourly"} and len(hourly) == 6
+    assert {r["job"] for r in hourly} == {"hourly"} and len(hourly) == 6
 
     failed = _runs_json(ops, "--status", "failed")  # case-insensitive
     assert [r["status"] for r in failed] == ["FAILED", "FAILED"]
@@ -302,8 +302,8 @@ def test_runs_newest_first_with_filters(ops: Ops) -> None:
 
     assert _runs_json(ops, "--job", "no_such_job") == []
     cancelled = _runs_json(ops, "--status", "CANCELLED")
-    assert [(r["job_name"], r["scope_kind"], r["scope_id"]) for r in cancelled] == [
-        ("per_tenant", "tenant", "a")
+    assert [(r["job"], r["scope"]) for r in cancelled] == [
+        ("per_tenant", {"kind": "tenant", "id": "a"})
     ]
 
     # the human table: a header and the newest rows, in the same order as --json

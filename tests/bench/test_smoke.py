@@ -1,12 +1,15 @@
 """The benchmark (``python -m bench``) with tiny numbers, so it cannot rot: pgsched, the seed
-design and the raw limit, 3 replicas each, 20 scopes every 2 s, on the tests' database."""
+design, the raw limit and the limit with a Python handler, 3 replicas each, 20 scopes every
+2 s, on the tests' database; and the report rendered from its results."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from bench import report as report_mod
 from bench.run import main
+from bench.schedulers import REGISTRY
 
 
 def test_benchmark_smoke(pg_dsn: str, tmp_path: Path) -> None:
@@ -16,7 +19,7 @@ def test_benchmark_smoke(pg_dsn: str, tmp_path: Path) -> None:
         "--workloads",
         "a",
         "--schedulers",
-        "raw,pgsched,seed",
+        "raw,raw_handler,pgsched,seed",
         "--scopes",
         "20",
         "--every",
@@ -34,7 +37,7 @@ def test_benchmark_smoke(pg_dsn: str, tmp_path: Path) -> None:
     report = json.loads((tmp_path / "latest.json").read_text())
     assert report["machine"]["cores"] >= 1
     results = {r["scheduler"]: r for r in report["results"]}
-    assert set(results) == {"raw", "pgsched", "seed"}
+    assert set(results) == {"raw", "raw_handler", "pgsched", "seed"}
     for name, r in results.items():
         assert r["status"] == "ok", (name, r.get("reason"))
         assert r["due"] == 40, name
@@ -48,5 +51,23 @@ def test_benchmark_smoke(pg_dsn: str, tmp_path: Path) -> None:
         assert all(m is not None and m > 0 for m in r["peak_rss_mb"]), name
         assert sum(r["replica_shares"].values()) > 0.99, name
     assert results["raw"]["claim_finish_rows_per_s"] is not None
-    assert results["pgsched"]["ratio_to_limit"] is not None
-    assert results["pgsched"]["completed"] == 40, results["pgsched"]
+    assert results["raw_handler"]["claim_finish_rows_per_s"] is not None
+    mine = results["pgsched"]
+    for key in ("ratio_to_limit", "ratio_to_handler_limit", "fanout_to_limit"):
+        assert mine[key] is not None and mine[key] > 0, (key, mine.get(key))
+    assert "fanout_to_handler_limit" in mine
+    assert results["raw_handler"]["ratio_to_handler_limit"] == 1.0
+    assert mine["completed"] == 40, mine
+    page = report_mod.render(report, chart=False, notes="")
+    assert REGISTRY["raw_handler"].label in page
+    assert "× handler limit" in page and "pgsched against both limits" in page
+
+
+def test_pgsched_statements_are_named_from_queries_sql() -> None:
+    from bench.measure import pgsched_queries, pgsched_statement
+
+    assert {"tick_probe", "claim_new", "finish", "lock_job"} <= set(pgsched_queries())
+    assert pgsched_statement("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))") == (
+        "lock_job"
+    )
+    assert pgsched_statement("SELECT 1") is None

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pgsched._metrics import Metrics
+from pgsched._views import JobStatus
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "pgsched.json"
@@ -69,8 +70,9 @@ def _exported_metric_names() -> set[str]:
     metrics.run_finished("job", "FAILED", 1.0)
     metrics.started_late("job", 0.5)
     metrics.tick(0.01)
+    now = datetime.now(UTC)
     metrics.set_cluster_state(
-        [{"job_name": "job", "stale": 0, "failed": 0, "last_success": datetime.now(UTC)}]
+        [JobStatus("job", "every 5m", False, now, "SUCCESS", now, 0, 0, 0, 0, now, "r1")]
     )
     names = set()
     for family in metrics.registry.collect():

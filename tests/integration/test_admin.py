@@ -86,15 +86,15 @@ def test_status_counts_per_job(
         insert_row(db, migrated, job_name="alpha", plan_time=p0 - n * HOUR, **cols)
     admin.pause("beta")
 
-    summary = {r["job_name"]: r for r in admin.status()}
+    summary = {r.job: r for r in admin.status()}
     assert set(summary) == {"alpha", "beta"}
     a, b = summary["alpha"], summary["beta"]
-    assert (a["running"], a["stale"], a["failed"], a["pending"]) == (1, 2, 1, 1)
-    assert (a["last_plan"], a["last_status"]) == (p0, "SUCCESS")
-    assert a["last_success"] == first["finished_at"]
-    assert a["schedule"] == "every 1h" and a["paused"] is False
-    assert (b["running"], b["stale"], b["failed"], b["pending"]) == (0, 0, 0, 0)
-    assert b["paused"] is True and b["last_status"] == "SUCCESS"
+    assert (a.running, a.stale, a.failed, a.pending) == (1, 2, 1, 1)
+    assert (a.last_plan, a.last_status) == (p0, "SUCCESS")
+    assert a.last_success == first["finished_at"]
+    assert a.schedule == "every 1h" and a.paused is False
+    assert (b.running, b.stale, b.failed, b.pending) == (0, 0, 0, 0)
+    assert b.paused is True and b.last_status == "SUCCESS"
 
 
 def test_status_of_an_empty_schema_is_empty(admin: Admin) -> None:
@@ -119,16 +119,16 @@ def test_runs_newest_first_and_filtered(
         )
     everything = admin.runs(limit=100)
     assert len(everything) == count(db, migrated) == 6
-    created = [r["created_at"] for r in everything]
+    created = [r.created_at for r in everything]
     assert created == sorted(created, reverse=True)
 
     alpha = admin.runs(job="alpha")
-    assert len(alpha) == 5 and {r["job_name"] for r in alpha} == {"alpha"}
-    assert [r["status"] for r in admin.runs(status="failed")] == ["FAILED"]
-    assert [r["status"] for r in admin.runs(job="beta", status="SUCCESS")] == ["SUCCESS"]
+    assert len(alpha) == 5 and {r.job for r in alpha} == {"alpha"}
+    assert [r.status for r in admin.runs(status="failed")] == ["FAILED"]
+    assert [r.status for r in admin.runs(job="beta", status="SUCCESS")] == ["SUCCESS"]
     two = admin.runs(job="alpha", limit=2)
-    assert [r["id"] for r in two] == [r["id"] for r in alpha[:2]]
-    assert two[0]["plan_time"] == p0  # the replica's own run is the newest
+    assert [r.id for r in two] == [r.id for r in alpha[:2]]
+    assert two[0].plan_time == p0  # the replica's own run is the newest
     assert admin.runs(job="nobody") == []
 
     with pytest.raises(pgsched.ConfigError, match="DONE"):
@@ -216,7 +216,7 @@ def test_admin_works_inside_a_running_event_loop(
     admin: Admin, registered: pgsched.Scheduler
 ) -> None:
     async def from_async_code() -> list[str]:
-        return [r["job_name"] for r in admin.status()]
+        return [r.job for r in admin.status()]
 
     assert asyncio.run(from_async_code()) == ["alpha", "beta"]
 
@@ -279,7 +279,7 @@ def test_retention_registers_and_runs_the_prune_job(
     (prune_row,) = rows(db, migrated, "pgsched.prune")
     assert (prune_row["status"], prune_row["rows_affected"]) == ("SUCCESS", 8)
     assert count(db, migrated, "job_name = 'old'") == 2, "each scope keeps its newest plan"
-    assert "pgsched.prune" in [r["job_name"] for r in admin.status()]
+    assert "pgsched.prune" in [r.job for r in admin.status()]
     assert s.run_once().claimed == 0, "hourly: nothing more this hour"
 
     with pytest.raises(pgsched.ConfigError, match="retention"):

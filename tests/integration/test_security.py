@@ -160,11 +160,13 @@ def test_a_transactional_runs_connection_has_both_timeouts(
 def test_operator_connections_have_both_timeouts_too(runtime_dsn: str, migrated: str) -> None:
     admin = Admin(dsn=runtime_dsn, schema=migrated)
 
-    async def show(conn: Any, store: Any) -> tuple[str, str]:
-        row = await (await conn.execute(SETTINGS)).fetchone()
-        return row[2], row[3]
+    async def show() -> tuple[str, str]:
+        async with admin._connect() as conn:
+            row = await (await conn.execute(SETTINGS)).fetchone()
+            assert row is not None
+            return row[2], row[3]
 
-    statement, idle = admin._call(show)
+    statement, idle = asyncio.run(show())
     assert statement != "0" and idle != "0", (statement, idle)
 
 

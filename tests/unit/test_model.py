@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 import uuid
 from datetime import UTC, datetime
@@ -9,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 import pgsched
-from pgsched._model import GLOBAL, Run, Scope
+from pgsched._model import GLOBAL, Liveness, Run, Scope, watch
 
 
 def test_scope_int_ids_become_text() -> None:
@@ -81,32 +82,47 @@ def make_run(**overrides) -> Run:
     return Run(**fields)
 
 
+def watched(stale_timeout_s: float = 0.0, renewed_ago_s: float = 0.0) -> tuple[Run, Liveness]:
+    run, liveness = make_run(), Liveness(stale_timeout_s)
+    liveness._renewed_at = time.monotonic() - renewed_ago_s
+    watch(run, liveness)
+    return run, liveness
+
+
+def test_run_takes_no_private_fields() -> None:
+    init = inspect.signature(Run).parameters
+    assert not [name for name in init if name.startswith("_")]
+    assert make_run().payload == {}
+
+
 def test_heartbeat_raises_lease_lost_after_mark_lost() -> None:
-    run = make_run()
+    run, liveness = watched()
     assert run.lease_lost is False
     run.heartbeat()  # holds the lease: no error
-    run._mark_lost()
+    assert liveness.mark_lost() is True
+    assert liveness.mark_lost() is False  # counted once
     assert run.lease_lost is True
     with pytest.raises(pgsched.LeaseLost) as info:
         run.heartbeat()
     assert "rollup" in str(info.value)
     assert isinstance(info.value, pgsched.PgschedError)
-    run._mark_renewed()  # a late renewal does not resurrect a lost lease
+    liveness.renewed()  # a late renewal does not resurrect a lost lease
     assert run.lease_lost is True
 
 
 def test_lease_is_lost_when_not_renewed_within_stale_timeout() -> None:
-    run = make_run(_stale_timeout_s=10.0, _renewed_at=time.monotonic() - 11)
+    run, liveness = watched(stale_timeout_s=10.0, renewed_ago_s=11)
     assert run.lease_lost is True
+    assert liveness.known_lost is False  # overdue, not known lost: a write may still hold
     with pytest.raises(pgsched.LeaseLost):
         run.heartbeat()
-    run._mark_renewed()
+    liveness.renewed()
     assert run.lease_lost is False
     run.heartbeat()
 
 
 def test_no_stale_timeout_means_no_silent_expiry() -> None:
-    run = make_run(_stale_timeout_s=0.0, _renewed_at=time.monotonic() - 10_000)
+    run, _ = watched(stale_timeout_s=0.0, renewed_ago_s=10_000)
     assert run.lease_lost is False
 
 

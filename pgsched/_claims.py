@@ -1,0 +1,183 @@
+"""The claimer: one job's claim transaction. Closes out stale leases that must not be re-entered,
+takes over stale, retryable and PENDING rows, and inserts RUNNING rows for the offered plans,
+never more than the replica's free slots. Returns typed :class:`Claim` values; owns no state
+between calls (what is settled is the offer planner's to remember).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from uuid import UUID
+
+from ._config import JobSpec
+from ._model import Scope, Trigger
+from ._offers import Offer
+from ._recorder import ClaimKind, Recorder
+from ._store import Conn, Probe, Row, Store
+from ._views import trusted_scope
+
+# New plans of one due instant are claimed at most this many per transaction, so the replicas
+# take turns on a large fan-out and the first handlers start early.
+CLAIM_BATCH = 1_000
+_KIND_OF = {"RUNNING": "stole", "FAILED": "retry"}
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A row this replica now holds with a fresh lease."""
+
+    kind: ClaimKind
+    execution_id: UUID
+    scope: Scope
+    plan_time: datetime
+    trigger: Trigger
+    attempt: int
+    max_attempts: int
+    lease_token: UUID
+    fencing_token: int
+    started_at: datetime | None
+    previous_runner: str | None = None
+    previous_plan: datetime | None = None  # new claims: the scope's scheduled plan before it
+
+
+@dataclass
+class ClaimBatch:
+    """What one claim transaction got."""
+
+    claims: list[Claim] = field(default_factory=list)
+    unsettled: list[int] | None = None  # chunks of the offer that may still lack rows
+    again: bool = False  # a fan-out batch was full: claim again at once
+    backlog: bool = False  # work was left for want of slots
+
+
+class Claimer:
+    """Claims for one replica (``runner``)."""
+
+    def __init__(self, store: Store, runner: str, recorder: Recorder) -> None:
+        self._store, self._runner, self._recorder = store, runner, recorder
+
+    async def claim(
+        self, conn: Conn, job: JobSpec, probe: Probe, offer: Offer | None, free: int, first: bool
+    ) -> ClaimBatch:
+        """Claim what ``job`` may claim now, in one transaction. Only the ``first`` call of a
+        tick closes out stale leases and takes over existing rows."""
+        stale = first and job.name in probe.stale
+        existing = (
+            first and free > 0 and (stale or job.name in probe.retry or job.name in probe.pending)
+        )
+        batch = ClaimBatch()
+        if not (stale or existing or offer):
+            return batch
+        async with conn.transaction():
+            await self._store.lock_job(conn, job.name)
+            if stale:
+                for row in await self._store.close_stale(
+                    conn, job.name, reentry=job.allow_stale_reentry
+                ):
+                    self._recorder.stale_closed(job.name, row)
+            cap = free
+            if job.max_running is not None:
+                cap = min(cap, job.max_running - await self._store.running_count(conn, job.name))
+            if existing and cap > 0:
+                taken = await self._existing(conn, job, cap)
+                batch.claims.extend(taken)
+                cap -= len(taken)
+            if offer is not None and cap > 0:
+                size = min(cap, CLAIM_BATCH) if len(offer.plans) == 1 else cap
+                won, batch.unsettled = await self._new(conn, job, offer, size)
+                batch.claims.extend(won)
+                batch.again = size < cap and len(won) >= size
+                batch.backlog = bool(batch.unsettled)
+            elif offer is not None:
+                batch.backlog = True
+        return batch
+
+    async def _existing(self, conn: Conn, job: JobSpec, cap: int) -> list[Claim]:
+        rows = await self._store.claim_existing(
+            conn,
+            job.name,
+            runner=self._runner,
+            stale=job.stale_timeout,
+            limit=cap,
+            reentry=job.allow_stale_reentry,
+            forbid=job.overlap == "forbid",
+            max_attempts=job.max_attempts,
+        )
+        return [
+            _claim(row, _KIND_OF.get(row["previous_status"], "won"), None)  # type: ignore[arg-type]
+            for row in rows
+        ]
+
+    async def _new(
+        self, conn: Conn, job: JobSpec, offer: Offer, cap: int
+    ) -> tuple[list[Claim], list[int]]:
+        """Claim ``offer`` chunk by chunk up to ``cap`` rows; returns the claims and the
+        chunks that may still lack rows."""
+        claims: list[Claim] = []
+        unsettled: list[int] = []
+        for start, scopes in offer.parts():
+            if cap <= 0:
+                unsettled.append(start)
+                continue
+            won, settled = await self._chunk(conn, job, offer.plans, scopes, cap)
+            claims.extend(won)
+            cap -= len(won)
+            if not settled:  # rows left beyond the free slots, or blocked by overlap
+                unsettled.append(start)
+        return claims, unsettled
+
+    async def _chunk(
+        self, conn: Conn, job: JobSpec, plans: list[datetime], scopes: Sequence[Scope], cap: int
+    ) -> tuple[list[Claim], bool]:
+        """One claim statement; returns the claims and whether every candidate now has a
+        row (nothing is left to claim for these scopes and plans)."""
+        result = await self._store.claim_new(
+            conn,
+            job.name,
+            kinds=[s.kind for s in scopes],
+            ids=[s.id for s in scopes],
+            plans=plans,
+            runner=self._runner,
+            stale=job.stale_timeout,
+            limit=cap,
+            per_scope=job.max_plans_per_tick,
+            after_latest=job.catch_up == "every_plan",
+            forbid=job.overlap == "forbid",
+            max_attempts=job.max_attempts,
+        )
+        won = len(result.rows)
+        if result.picked > won:
+            self._recorder.conflicts(job.name, result.picked - won)
+        known = {(s.kind, s.id): s for s in scopes} if result.rows else {}
+        claims = [_claim(row, "won", known) for row in result.rows]
+        return claims, result.remaining <= won
+
+
+def _claim(row: Row, kind: ClaimKind, known: dict[tuple[str, str], Scope] | None) -> Claim:
+    key = (row["scope_kind"], row["scope_id"])
+    scope = (known or {}).get(key) or trusted_scope(*key)
+    return Claim(
+        kind=kind,
+        execution_id=row["id"],
+        scope=scope,
+        plan_time=row["plan_time"],
+        trigger=row.get("trigger", "schedule"),
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        lease_token=row["lease_token"],
+        fencing_token=row["fencing_token"],
+        started_at=row.get("started_at"),
+        previous_runner=row.get("previous_runner") if kind == "stole" else None,
+        previous_plan=row.get("previous_plan"),
+    )
+
+
+def superseded_pairs(claims: Iterable[Claim]) -> list[tuple[datetime, datetime]]:
+    """(previous plan, claimed plan) of new scheduled claims that skipped plans in between."""
+    return [
+        (c.previous_plan, c.plan_time)
+        for c in claims
+        if c.kind == "won" and c.trigger == "schedule" and c.previous_plan is not None
+    ]

@@ -1,0 +1,138 @@
+"""One running replica: the engine (``_runtime``) and its HTTP server on one pool, started and
+shut down together. Owns their lifecycle on the running loop; decides nothing about jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from ._config import JobSpec
+from ._metrics import Metrics
+from ._ops import Operations
+from ._recorder import TickReport
+from ._runtime import Runtime
+from ._store import Conn, Store
+from ._transaction import Transactions
+
+
+class Replica:
+    """The engine and HTTP server of one ``Scheduler`` while it runs."""
+
+    def __init__(
+        self,
+        *,
+        jobs: Callable[[], Mapping[str, JobSpec]],
+        pool: AsyncConnectionPool[Any],
+        schema: str,
+        runner_id: str,
+        max_concurrency: int,
+        tick_interval: timedelta,
+        shutdown_grace: timedelta,
+        metrics: Metrics,
+        conninfo: str,
+        app_name: str,
+    ) -> None:
+        self._pool, self._jobs, self._metrics = pool, jobs, metrics
+        self._grace = shutdown_grace
+        self._store = Store(schema)
+        self.runtime = Runtime(
+            jobs=jobs,
+            store=self._store,
+            pool=pool,
+            runner_id=runner_id,
+            max_concurrency=max_concurrency,
+            tick_interval=tick_interval,
+            metrics=metrics,
+            transactions=Transactions(conninfo, app_name, self._store, prepare=True),
+        )
+        self._loop = asyncio.get_running_loop()  # made on the loop it runs on
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Conn]:
+        async with self._pool.connection() as conn:
+            yield conn
+
+    def operations(self) -> Operations:
+        """The operations core on this replica's pool (for its HTTP API)."""
+        return Operations(self._store, self._connection, self._jobs)
+
+    async def once(self) -> TickReport | None:
+        """One tick, its handlers run to completion and their outcomes written; None when the
+        tick failed."""
+        runtime = self.runtime
+        runtime.start_background(listen=False)
+        ok = await runtime.tick()
+        if ok:
+            await runtime.wait_idle()
+        await runtime.shutdown(timedelta(0))
+        return runtime.report if ok else None
+
+    async def serve(
+        self, http_port: int | None, http_host: str, on_listening: Callable[[int], None]
+    ) -> None:
+        """Tick until :meth:`stop` (or cancellation), then shut down within the grace."""
+        runtime, log = self.runtime, self.runtime.recorder.log
+        server = None
+        try:
+            if http_port is not None:
+                server = await self._start_http(http_host, http_port, on_listening)
+            log.info(
+                "scheduler_started",
+                jobs=sorted(self._jobs()),
+                schema=self._store.schema,
+                max_concurrency=runtime.leases.max_concurrency,
+                tick_interval_s=runtime.tick_interval,
+            )
+            runtime.start_background(listen=True)
+            cancelled = await _until_cancelled(runtime.run_forever())
+            await runtime.shutdown(self._grace)
+            log.info("scheduler_stopped", **vars(runtime.report))
+            if cancelled:
+                raise asyncio.CancelledError
+        finally:
+            if server is not None:
+                await server.stop()
+
+    async def _start_http(self, host: str, port: int, on_listening: Callable[[int], None]) -> Any:
+        from ._http import HttpServer
+
+        server = HttpServer(
+            ops=self.operations(),
+            health=self.runtime,
+            metrics=self._metrics,
+            log=self.runtime.recorder.log,
+        )
+        bound = await server.start(host, port)
+        on_listening(bound)
+        url = f"http://{host}:{bound}/"
+        self.runtime.recorder.log.info(
+            "http_listening", status_page=url, metrics=f"{url}metrics", host=host, port=bound
+        )
+        return server
+
+    def stop(self) -> None:
+        self.runtime.request_stop()
+
+    def stop_threadsafe(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: it has stopped anyway
+            self._loop.call_soon_threadsafe(self.runtime.request_stop)
+
+
+async def _until_cancelled(work: Any) -> bool:
+    """Await ``work``; True when the awaiting task was cancelled meanwhile (the caller then
+    shuts down gracefully before letting the cancellation through)."""
+    try:
+        await work
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        return True
+    return False

@@ -1,0 +1,108 @@
+"""The typed values operator reads return: what ``status()``, ``runs()`` and ``trigger()`` give
+back, from the database's rows (built by psycopg's ``class_row``), with the JSON form the
+command line and the HTTP API print. Owns no I/O; never imports the engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import InitVar, dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from ._model import Scope
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, Scope):
+        return {"kind": value.kind, "id": value.id}
+    return value
+
+
+class _JsonView:
+    """``to_json()``: the value's fields as JSON-ready values (ISO times, UUIDs as text,
+    a scope as ``{"kind", "id"}``)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            f.name: _jsonable(getattr(self, f.name))
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+        }
+
+
+def trusted_scope(kind: str, ident: str) -> Scope:
+    """A scope read back from the database, which only ever stored valid ones (so the
+    checks of ``Scope()`` are not run again for every row read)."""
+    scope = object.__new__(Scope)
+    object.__setattr__(scope, "kind", kind)
+    object.__setattr__(scope, "id", ident)
+    return scope
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus(_JsonView):
+    """One job as ``status()`` reports it: the replicas that registered it, its pause flag,
+    its latest plan and success, and counts of its rows by state (from the database)."""
+
+    job: str
+    schedule: str | None
+    paused: bool
+    last_plan: datetime | None
+    last_status: str | None
+    last_success: datetime | None
+    running: int
+    stale: int
+    failed: int
+    pending: int
+    seen_at: datetime | None
+    seen_by: str | None
+
+
+@dataclass(frozen=True)
+class Execution(_JsonView):
+    """One row of ``cron_executions`` as ``runs()`` reports it; ``stale`` is true for a
+    RUNNING row whose lease has expired."""
+
+    id: UUID
+    job: str
+    scope_kind: InitVar[str]
+    scope_id: InitVar[str]
+    plan_time: datetime
+    trigger: str
+    status: str
+    attempt: int
+    max_attempts: int
+    next_retry_at: datetime | None
+    runner_id: str | None
+    fencing_token: int
+    heartbeat_at: datetime | None
+    stale_after: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_ms: int | None
+    rows_affected: int | None
+    result: Any
+    error_code: str | None
+    error_msg: str | None
+    created_at: datetime
+    stale: bool
+    scope: Scope = field(init=False)
+
+    def __post_init__(self, scope_kind: str, scope_id: str) -> None:
+        object.__setattr__(self, "scope", trusted_scope(scope_kind, scope_id))
+
+
+@dataclass(frozen=True, slots=True)
+class Triggered(_JsonView):
+    """A manual run: its execution id and plan time, and whether this call created it
+    (False: one was already PENDING for the job and scope, and that one is returned)."""
+
+    id: UUID
+    plan_time: datetime
+    status: str
+    created: bool
