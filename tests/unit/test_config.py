@@ -442,14 +442,13 @@ def test_invalid_registration_leaves_no_job_behind() -> None:
 def test_job_spells_out_every_option_with_the_same_defaults() -> None:
     """``Scheduler.job``'s keyword-only parameters are exactly the options ``register``
     validates, with the same defaults, each documented in its docstring."""
-    from pgsched._config import JOB_OPTIONS, _build_job
+    from pgsched._config import JOB_DEFAULTS
 
     job = inspect.signature(pgsched.Scheduler.job).parameters
-    built = inspect.signature(_build_job).parameters
-    assert set(job) - {"self"} == JOB_OPTIONS
-    for name in JOB_OPTIONS:
+    assert set(job) - {"self"} == set(JOB_DEFAULTS)
+    for name, default in JOB_DEFAULTS.items():
         assert job[name].kind is inspect.Parameter.KEYWORD_ONLY, name
-        assert job[name].default == built[name].default, name
+        assert job[name].default == default, name
         assert f"``{name}``" in (pgsched.Scheduler.job.__doc__ or ""), name
     assert "Literal['latest_only', 'every_plan']" in str(
         typing.get_type_hints(pgsched.Scheduler.job)["catch_up"]
