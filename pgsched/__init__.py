@@ -1,6 +1,9 @@
 """pgsched: periodic jobs run once per plan across many replicas, coordinated by PostgreSQL."""
 
+from importlib.metadata import PackageNotFoundError, version
+
 from ._admin import Admin
+from ._aio import AsyncAdmin
 from ._config import JobSpec
 from ._errors import AppLoadError, ConfigError, LeaseLost, NotFoundError, PgschedError
 from ._logging import configure_logging
@@ -8,15 +11,22 @@ from ._model import GLOBAL, Result, Run, Scope
 from ._planning import Planner
 from ._recorder import TickReport
 from ._scheduler import Scheduler
+from ._views import Execution, JobStatus, Triggered
 
-__version__ = "0.1.0"
+try:
+    __version__ = version("pgsched")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "GLOBAL",
     "Admin",
     "AppLoadError",
+    "AsyncAdmin",
     "ConfigError",
+    "Execution",
     "JobSpec",
+    "JobStatus",
     "LeaseLost",
     "NotFoundError",
     "PgschedError",
@@ -26,6 +36,7 @@ __all__ = [
     "Scheduler",
     "Scope",
     "TickReport",
+    "Triggered",
     "__version__",
     "configure_logging",
 ]

@@ -15,7 +15,7 @@ from ._config import JobSpec
 from ._model import Scope, Trigger
 from ._offers import Offer
 from ._recorder import ClaimKind, Recorder
-from ._store import Conn, Probe, Row, Store
+from ._store import ClaimTerms, Conn, NewPlans, Probe, Row, Store
 from ._views import trusted_scope
 
 # New plans of one due instant are claimed at most this many per transaction, so the replicas
@@ -94,17 +94,18 @@ class Claimer:
                 batch.backlog = True
         return batch
 
-    async def _existing(self, conn: Conn, job: JobSpec, cap: int) -> list[Claim]:
-        rows = await self._store.claim_existing(
-            conn,
-            job.name,
+    def _terms(self, job: JobSpec) -> ClaimTerms:
+        return ClaimTerms(
+            job=job.name,
             runner=self._runner,
             stale=job.stale_timeout,
-            limit=cap,
             reentry=job.allow_stale_reentry,
             forbid=job.overlap == "forbid",
             max_attempts=job.max_attempts,
         )
+
+    async def _existing(self, conn: Conn, job: JobSpec, cap: int) -> list[Claim]:
+        rows = await self._store.claim_existing(conn, self._terms(job), cap)
         return [
             _claim(row, _KIND_OF.get(row["previous_status"], "won"), None)  # type: ignore[arg-type]
             for row in rows
@@ -133,20 +134,14 @@ class Claimer:
     ) -> tuple[list[Claim], bool]:
         """One claim statement; returns the claims and whether every candidate now has a
         row (nothing is left to claim for these scopes and plans)."""
-        result = await self._store.claim_new(
-            conn,
-            job.name,
+        offer = NewPlans(
             kinds=[s.kind for s in scopes],
             ids=[s.id for s in scopes],
             plans=plans,
-            runner=self._runner,
-            stale=job.stale_timeout,
-            limit=cap,
             per_scope=job.max_plans_per_tick,
             after_latest=job.catch_up == "every_plan",
-            forbid=job.overlap == "forbid",
-            max_attempts=job.max_attempts,
         )
+        result = await self._store.claim_new(conn, self._terms(job), offer, cap)
         won = len(result.rows)
         if result.picked > won:
             self._recorder.conflicts(job.name, result.picked - won)

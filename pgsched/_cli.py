@@ -91,7 +91,16 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         required=True, metavar="COMMAND", parser_class=_Parser.with_parents(common)
     )
+    _replica_commands(sub)
+    _operator_commands(sub)
+    return parser
 
+
+Subparsers = Any  # argparse's _SubParsersAction, private to argparse
+
+
+def _replica_commands(sub: Subparsers) -> None:
+    """migrate, run, check, backfill: the commands about the schema and an APP's jobs."""
     p = sub.add_parser("migrate", help="create or upgrade pgsched's tables")
     p.set_defaults(command=_migrate)
 
@@ -118,6 +127,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=int, default=3, help="plan times to show per job")
     p.set_defaults(command=_check)
 
+    p = sub.add_parser("backfill", help="queue every plan of JOB in [--from, --to]")
+    p.add_argument("app", metavar="APP")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--from", dest="start", required=True, metavar="TIME")
+    p.add_argument("--to", dest="end", required=True, metavar="TIME")
+    p.add_argument("--scope", metavar="KIND:ID", help="default: the job's scopes")
+    p.set_defaults(command=_backfill)
+
+
+def _operator_commands(sub: Subparsers) -> None:
+    """status, runs, trigger, cancel, pause, resume, prune: no APP needed."""
     p = sub.add_parser("status", help="per job: last plan, status, success, running, stale...")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(command=_status)
@@ -144,18 +164,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("job", metavar="JOB")
         p.set_defaults(command=_pause, paused=paused)
 
-    p = sub.add_parser("backfill", help="queue every plan of JOB in [--from, --to]")
-    p.add_argument("app", metavar="APP")
-    p.add_argument("job", metavar="JOB")
-    p.add_argument("--from", dest="start", required=True, metavar="TIME")
-    p.add_argument("--to", dest="end", required=True, metavar="TIME")
-    p.add_argument("--scope", metavar="KIND:ID", help="default: the job's scopes")
-    p.set_defaults(command=_backfill)
-
     p = sub.add_parser("prune", help="delete finished runs older than --older-than")
     p.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 30d")
     p.set_defaults(command=_prune)
-    return parser
 
 
 def _admin(args: argparse.Namespace) -> Admin:

@@ -114,9 +114,9 @@ class Executor:
         job, run = lease.job, lease.run
         outcome = functools.partial(succeeded, started)
         if job.is_async:
-            return await self._transactions.run_async(job.handler, run, job.run_timeout, outcome)
-        sync = functools.partial(self._transactions.run_sync, job.handler)
-        result: Written | None = await in_thread(lambda r: sync(r, job.run_timeout, outcome), run)
+            return await self._transactions.run_async(job, run, outcome)
+        sync = functools.partial(self._transactions.run_sync, job)
+        result: Written | None = await in_thread(lambda r: sync(r, outcome), run)
         return result
 
     def _committed(self, lease: Lease, written: Written | None) -> None:

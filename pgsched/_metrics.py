@@ -27,8 +27,30 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._children: dict[tuple[object, ...], Any] = {}
         r = self.registry
-        self.runs = Counter(
-            "pgsched_runs", "Executions finished by this replica.", ["job", "status"], registry=r
+        counter, gauge = self._counter, self._gauge
+        self.runs = counter("pgsched_runs", "Executions finished by this replica.", "status")
+        self.claims_counter = counter(
+            "pgsched_claims", "Claims by outcome (won, stole, retry, conflict).", "outcome"
+        )
+        self.plans_skipped_counter = counter(
+            "pgsched_plans_skipped",
+            "Plans left unstarted, by reason (superseded, max_lateness).",
+            "reason",
+        )
+        self.leases_lost = counter("pgsched_leases_lost", "Leases this replica lost while running.")
+        self.running_stale = gauge(
+            "pgsched_running_stale", "RUNNING rows past stale_after, from the database."
+        )
+        self.failed_runs = gauge(
+            "pgsched_failed_runs", "FAILED rows with no retry left, from the database."
+        )
+        self.last_success = gauge(
+            "pgsched_last_success_timestamp_seconds",
+            "Finish time of the job's latest SUCCESS, from the database.",
+        )
+        self.job_interval = gauge(
+            "pgsched_job_interval_seconds",
+            "The job's nominal time between plans (for no-success alerts).",
         )
         self.run_duration = Histogram(
             "pgsched_run_duration_seconds",
@@ -37,50 +59,11 @@ class Metrics:
             buckets=_RUN_BUCKETS,
             registry=r,
         )
-        self.claims_counter = Counter(
-            "pgsched_claims",
-            "Claims by outcome (won, stole, retry, conflict).",
-            ["job", "outcome"],
-            registry=r,
-        )
-        self.running_stale = Gauge(
-            "pgsched_running_stale",
-            "RUNNING rows past stale_after, from the database.",
-            ["job"],
-            registry=r,
-        )
-        self.failed_runs = Gauge(
-            "pgsched_failed_runs",
-            "FAILED rows with no retry left, from the database.",
-            ["job"],
-            registry=r,
-        )
-        self.last_success = Gauge(
-            "pgsched_last_success_timestamp_seconds",
-            "Finish time of the job's latest SUCCESS, from the database.",
-            ["job"],
-            registry=r,
-        )
-        self.plans_skipped_counter = Counter(
-            "pgsched_plans_skipped",
-            "Plans left unstarted, by reason (superseded, max_lateness).",
-            ["job", "reason"],
-            registry=r,
-        )
-        self.leases_lost = Counter(
-            "pgsched_leases_lost", "Leases this replica lost while running.", ["job"], registry=r
-        )
         self.start_lag = Histogram(
             "pgsched_start_lag_seconds",
             "Handler start minus the plan's due time (first attempts of scheduled plans).",
             ["job"],
             buckets=_LAG_BUCKETS,
-            registry=r,
-        )
-        self.job_interval = Gauge(
-            "pgsched_job_interval_seconds",
-            "The job's nominal time between plans (for no-success alerts).",
-            ["job"],
             registry=r,
         )
         self.tick_duration = Histogram(
@@ -89,6 +72,12 @@ class Metrics:
             buckets=_TICK_BUCKETS,
             registry=r,
         )
+
+    def _counter(self, name: str, doc: str, *labels: str) -> Counter:
+        return Counter(name, doc, ["job", *labels], registry=self.registry)
+
+    def _gauge(self, name: str, doc: str) -> Gauge:
+        return Gauge(name, doc, ["job"], registry=self.registry)
 
     # -- the runtime's events -----------------------------------------------------------
 

@@ -80,9 +80,7 @@ def _stale(stale: Sequence[Execution]) -> str:
     headers = ["job", "scope", "plan time", "attempt", "runner", "last heartbeat", "stale since"]
     rows = [
         [
-            _t(r.job),
-            _scope(r),
-            _time(r.plan_time),
+            *_where(r),
             _num(r.attempt),
             _t(r.runner_id),
             _time(r.heartbeat_at),
@@ -98,9 +96,7 @@ def _failures(failures: Sequence[Execution]) -> str:
     headers = ["job", "scope", "plan time", "attempt", "error", "message", "retry at"]
     rows = [
         [
-            _t(r.job),
-            _scope(r),
-            _time(r.plan_time),
+            *_where(r),
             f"{r.attempt}/{r.max_attempts}",
             _t(r.error_code or ""),
             f'<td class="err">{escape(str(r.error_msg or ""))}</td>',
@@ -116,9 +112,7 @@ def _recent(recent: Sequence[Execution]) -> str:
     headers += ["duration", "rows"]
     rows = [
         [
-            _t(r.job),
-            _scope(r),
-            _time(r.plan_time),
+            *_where(r),
             _t(r.trigger),
             _status("STALE" if r.stale else r.status),
             f"{r.attempt}/{r.max_attempts}",
@@ -164,6 +158,11 @@ def _t(value: Any) -> str:
 
 def _b(value: Any) -> str:
     return f"<strong>{escape(str(value))}</strong>"
+
+
+def _where(row: Execution) -> list[str]:
+    """The job, scope and plan time cells of an execution."""
+    return [_t(row.job), _scope(row), _time(row.plan_time)]
 
 
 def _scope(row: Execution) -> str:

@@ -6,52 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from psycopg_pool import AsyncConnectionPool
-
-from ._config import JobSpec
-from ._metrics import Metrics
 from ._ops import Operations
 from ._recorder import TickReport
 from ._runtime import Runtime
 from ._store import Conn, Store
-from ._transaction import Transactions
 
 
 class Replica:
     """The engine and HTTP server of one ``Scheduler`` while it runs."""
 
-    def __init__(
-        self,
-        *,
-        jobs: Callable[[], Mapping[str, JobSpec]],
-        pool: AsyncConnectionPool[Any],
-        schema: str,
-        runner_id: str,
-        max_concurrency: int,
-        tick_interval: timedelta,
-        shutdown_grace: timedelta,
-        metrics: Metrics,
-        conninfo: str,
-        app_name: str,
-    ) -> None:
-        self._pool, self._jobs, self._metrics = pool, jobs, metrics
-        self._grace = shutdown_grace
-        self._store = Store(schema)
-        self.runtime = Runtime(
-            jobs=jobs,
-            store=self._store,
-            pool=pool,
-            runner_id=runner_id,
-            max_concurrency=max_concurrency,
-            tick_interval=tick_interval,
-            metrics=metrics,
-            transactions=Transactions(conninfo, app_name, self._store, prepare=True),
-        )
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self._pool, self._jobs, self._settings = runtime.pool, runtime.jobs, runtime.settings
+        self._metrics = runtime.recorder.metrics
+        self._store = Store(self._settings.schema)
         self._loop = asyncio.get_running_loop()  # made on the loop it runs on
 
     @asynccontextmanager
@@ -90,9 +63,9 @@ class Replica:
                 max_concurrency=runtime.leases.max_concurrency,
                 tick_interval_s=runtime.tick_interval,
             )
-            runtime.start_background(listen=True)
+            runtime.start_background(listen=self._settings.listen)
             cancelled = await _until_cancelled(runtime.run_forever())
-            await runtime.shutdown(self._grace)
+            await runtime.shutdown(self._settings.shutdown_grace)
             log.info("scheduler_stopped", **vars(runtime.report))
             if cancelled:
                 raise asyncio.CancelledError

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -36,24 +37,40 @@ _DUE_MARGIN_S = 0.005
 _REGISTER_EVERY = 60.0
 
 
+@dataclass(frozen=True)
+class ReplicaSettings:
+    """How one replica runs (from its ``Scheduler``)."""
+
+    schema: str
+    runner_id: str
+    max_concurrency: int
+    tick_interval: timedelta
+    shutdown_grace: timedelta
+    conninfo: str
+    app_name: str
+    listen: bool = True  # wake on NOTIFY (not through a transaction-pooling PgBouncer)
+    prepare: bool = True  # server-side prepared statements (not through one either)
+
+
 class Runtime:
     """Runs the jobs a scheduler has registered, against one pool, until stopped."""
 
     def __init__(
         self,
-        *,
         jobs: Callable[[], Mapping[str, JobSpec]],
-        store: Store,
         pool: AsyncConnectionPool[Any],
-        runner_id: str,
-        max_concurrency: int,
-        tick_interval: timedelta,
         metrics: Metrics,
-        transactions: Transactions,
+        settings: ReplicaSettings,
     ) -> None:
+        store = Store(settings.schema)
+        self.jobs, self.pool, self.settings = jobs, pool, settings
         self._jobs, self._store, self._pool = jobs, store, pool
+        runner_id, max_concurrency = settings.runner_id, settings.max_concurrency
         self.runner_id = runner_id
-        self.tick_interval = tick_interval.total_seconds()
+        self.tick_interval = settings.tick_interval.total_seconds()
+        transactions = Transactions(
+            settings.conninfo, settings.app_name, store, prepare=settings.prepare
+        )
         self.last_tick_ok: float | None = None
         self.last_tick_at: float | None = None  # any tick, failed or not: the loop is alive
         self.recorder = Recorder(metrics, runner_id)

@@ -9,8 +9,8 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -19,23 +19,22 @@ from psycopg_pool import AsyncConnectionPool
 
 from ._admin import Admin, blocking
 from ._aio import AsyncAdmin
-from ._config import Handler, JobSpec, Overlap, ScopesFn, build_job
+from ._config import Handler
 from ._durations import Duration, parse_duration
-from ._errors import ConfigError, NotFoundError, PgschedError
+from ._errors import ConfigError, PgschedError
 from ._metrics import Metrics
 from ._model import GLOBAL, Run, Scope, bound_logger
-from ._ops import aware
-from ._planning import CatchUp, DstRepeated, DstSkipped, Planner
 from ._recorder import TickReport
+from ._registry import JobRegistry
 from ._replica import Replica
-from ._runtime import Runtime
+from ._runtime import ReplicaSettings, Runtime
 from ._views import Execution, JobStatus
 
 _F = TypeVar("_F", bound=Handler)
 PRUNE_JOB = "pgsched.prune"
 
 
-class Scheduler:
+class Scheduler(JobRegistry):
     """Registers jobs and runs them on this replica, coordinated through PostgreSQL.
 
     The DSN is ``dsn``, else ``PGSCHED_DSN``, else ``DATABASE_URL``, read when first needed
@@ -79,8 +78,7 @@ class Scheduler:
         self.metrics = Metrics(registry)
         self.http_port: int | None = None  # the bound port while the replica serves HTTP
         self._dsn, self.schema = dsn, schema
-        self._jobs: dict[str, JobSpec] = {}
-        self._jobs_lock = threading.Lock()
+        JobRegistry.__init__(self, self.metrics)
         self._replica: Replica | None = None
         self._stop_requested = threading.Event()
         self._aio: AsyncAdmin | None = None
@@ -127,106 +125,6 @@ class Scheduler:
                 app_name=self._app_name(),
             )
         return self._aio
-
-    # -- jobs -------------------------------------------------------------------------------
-
-    def job(
-        self,
-        *,
-        name: str | None = None,
-        every: Duration | None = None,
-        cron: str | None = None,
-        planner: Planner | None = None,
-        timezone: str = "UTC",
-        scopes: Iterable[Scope] | ScopesFn | None = None,
-        catch_up: CatchUp = "latest_only",
-        catch_up_window: Duration = "1d",
-        max_plans_per_tick: int | None = None,
-        max_lateness: Duration | None = None,
-        schedule_delay: Duration = 0,
-        overlap: Overlap = "forbid",
-        jitter: Duration = 0,
-        dst_repeated: DstRepeated | None = None,
-        dst_skipped: DstSkipped | None = None,
-        run_timeout: Duration = "10m",
-        stale_timeout: Duration | None = None,
-        heartbeat_interval: Duration | None = None,
-        allow_stale_reentry: bool = True,
-        max_attempts: int = 1,
-        retry_backoff: Sequence[Duration] = ("1m",),
-        max_running: int | None = None,
-        priority: int = 0,
-        transactional: bool = False,
-    ) -> Callable[[_F], _F]:
-        """Decorator form of :meth:`register` (durations: ``timedelta``, seconds or ``"1h30m"``).
-
-        - ``name``: unique job name (default: the function's name).
-        - ``every``: fixed cadence; plans are its multiples since the Unix epoch (UTC).
-        - ``cron``: 5-field cron read in ``timezone`` (one of ``every``/``cron``/``planner``).
-        - ``planner``: an object whose ``plans_between(start, end)`` gives the plans.
-        - ``timezone``: IANA zone of ``cron``.
-        - ``scopes``: ``Scope`` values, or ``scopes(now)`` each tick (default ``GLOBAL``).
-        - ``catch_up``: ``"latest_only"`` (newest due plan) or ``"every_plan"`` (each missed).
-        - ``catch_up_window``: ``every_plan`` ignores plans older than this.
-        - ``max_plans_per_tick``: plans per scope per tick (required by ``every_plan``).
-        - ``max_lateness``: a plan not started within this of its due time is skipped.
-        - ``schedule_delay``: a plan is due this long after its plan time.
-        - ``overlap``: ``"forbid"`` waits for the scope's running plan; ``"allow"`` does not.
-        - ``jitter``: delays each (scope, plan) by a deterministic fraction of this.
-        - ``dst_repeated``: ``"first"``, ``"last"``, ``"both"``: fall-back's repeated times.
-        - ``dst_skipped``: ``"shift"`` or ``"skip"``: spring-forward's skipped times.
-        - ``run_timeout``: a handler running longer is FAILED ``run_timeout``.
-        - ``stale_timeout``: an unrenewed lease is stale after this (> ``run_timeout``).
-        - ``heartbeat_interval``: how often the lease is renewed (< ``stale_timeout``).
-        - ``allow_stale_reentry``: a stale lease is stolen (True) or failed (False).
-        - ``max_attempts``: attempts per plan, retries included.
-        - ``retry_backoff``: delay before attempt ``i + 2``; the last entry repeats.
-        - ``max_running``: cluster-wide cap on the job's running executions.
-        - ``priority``: higher claims first when slots are scarce.
-        - ``transactional``: ``run.conn`` commits with SUCCESS iff the lease holds."""
-        options = {k: v for k, v in locals().items() if k != "self"}
-        return lambda handler: self._decorate(handler, options)
-
-    def _decorate(self, handler: _F, options: dict[str, Any]) -> _F:
-        self.register(handler, **options)
-        return handler
-
-    def register(self, handler: Handler, **options: Any) -> JobSpec:
-        """Validate and add a job (also on a running scheduler: it is planned next tick).
-
-        ``options`` are those of :meth:`job`. Raises :class:`ConfigError` naming the job and
-        the field for an unknown or invalid option and for a duplicate job name.
-        """
-        spec = build_job(handler, **options)
-        with self._jobs_lock:
-            if spec.name in self._jobs:
-                raise ConfigError(f"job {spec.name!r}: name is already registered")
-            self._jobs[spec.name] = spec
-        self.metrics.declare(spec.name, spec.schedule.nominal_interval(datetime.now(UTC)))
-        return spec
-
-    def unregister(self, job: str) -> None:
-        """Stop planning and claiming ``job`` on this replica; running executions finish."""
-        with self._jobs_lock:
-            if self._jobs.pop(job, None) is None:
-                raise NotFoundError(f"job {job!r} is not registered")
-
-    @property
-    def jobs(self) -> dict[str, JobSpec]:
-        """A snapshot of the registered jobs by name."""
-        with self._jobs_lock:
-            return dict(self._jobs)
-
-    def _job(self, name: str) -> JobSpec:
-        spec = self.jobs.get(name)
-        if spec is None:
-            raise NotFoundError(f"job {name!r} is not registered")
-        return spec
-
-    def upcoming(self, job: str, after: datetime | None = None, count: int = 5) -> list[datetime]:
-        """The next ``count`` plan times of ``job`` strictly after ``after`` (aware UTC)."""
-        after = datetime.now(UTC) if after is None else aware(after, "after")
-        return self._job(job).schedule.upcoming(after, count)
 
     def _register_retention(self, older_than: timedelta) -> None:
         async def prune(run: Run) -> int:
@@ -358,18 +256,16 @@ class Scheduler:
             replica.stop_threadsafe()
 
     def _new_replica(self, pool: AsyncConnectionPool[Any]) -> Replica:
-        return Replica(
-            jobs=lambda: self.jobs,
-            pool=pool,
-            schema=self.schema,
-            runner_id=self.runner_id,
-            max_concurrency=self.max_concurrency,
-            tick_interval=self.tick_interval,
-            shutdown_grace=self.shutdown_grace,
-            metrics=self.metrics,
-            conninfo=self.admin._connect_info(),
-            app_name=self._app_name(),
+        settings = ReplicaSettings(
+            self.schema,
+            self.runner_id,
+            self.max_concurrency,
+            self.tick_interval,
+            self.shutdown_grace,
+            self.admin._connect_info(),
+            self._app_name(),
         )
+        return Replica(Runtime(lambda: self.jobs, pool, self.metrics, settings))
 
     def _pool(self) -> AsyncConnectionPool[Any]:
         # Reconnection after a PostgreSQL restart is the pool's job: it checks connections

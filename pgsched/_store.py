@@ -67,6 +67,39 @@ class Probe:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimTerms:
+    """What every claim of one job by one replica shares."""
+
+    job: str
+    runner: str
+    stale: timedelta  # the lease's stale_timeout
+    reentry: bool  # allow_stale_reentry
+    forbid: bool  # overlap="forbid"
+    max_attempts: int
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "runner": self.runner,
+            "stale": self.stale,
+            "reentry": self.reentry,
+            "forbid": self.forbid,
+            "max_attempts": self.max_attempts,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NewPlans:
+    """The plans and scopes one claim statement offers."""
+
+    kinds: list[str]
+    ids: list[str]
+    plans: list[datetime]
+    per_scope: int  # at most this many plans per scope (max_plans_per_tick)
+    after_latest: bool  # every_plan: only plans after the scope's latest scheduled one
+
+
+@dataclass(frozen=True, slots=True)
 class NewClaims:
     remaining: int
     picked: int
@@ -177,68 +210,26 @@ class Store:
     async def close_stale(self, conn: Conn, job: str, *, reentry: bool) -> list[Row]:
         return await self._rows(conn, "close_stale", {"job": job, "reentry": reentry})
 
-    async def claim_existing(
-        self,
-        conn: Conn,
-        job: str,
-        *,
-        runner: str,
-        stale: timedelta,
-        limit: int,
-        reentry: bool,
-        forbid: bool,
-        max_attempts: int,
-    ) -> list[Row]:
-        return await self._rows(
-            conn,
-            "claim_existing",
-            prepare=_PLAN_EACH_TIME,
-            params={
-                "job": job,
-                "runner": runner,
-                "stale": stale,
-                "limit": limit,
-                "reentry": reentry,
-                "forbid": forbid,
-                "max_attempts": max_attempts,
-            },
-        )
+    async def claim_existing(self, conn: Conn, terms: ClaimTerms, limit: int) -> list[Row]:
+        """Take over stale (steal), retryable and due PENDING rows, oldest plan first."""
+        params = {**terms.params(), "limit": limit}
+        return await self._rows(conn, "claim_existing", prepare=_PLAN_EACH_TIME, params=params)
 
     async def claim_new(
-        self,
-        conn: Conn,
-        job: str,
-        *,
-        kinds: list[str],
-        ids: list[str],
-        plans: list[datetime],
-        runner: str,
-        stale: timedelta,
-        limit: int,
-        per_scope: int,
-        after_latest: bool,
-        forbid: bool,
-        max_attempts: int,
+        self, conn: Conn, terms: ClaimTerms, offer: NewPlans, limit: int
     ) -> NewClaims:
-        rows = await self._rows(
-            conn,
-            "claim_new",
-            prepare=_PLAN_EACH_TIME,
-            params={
-                "job": job,
-                "kinds": kinds,
-                "ids": ids,
-                "plans": plans,
-                "newest": max(plans),
-                "runner": runner,
-                "stale": stale,
-                "limit": limit,
-                "per_scope": per_scope,
-                "after_latest": after_latest,
-                "forbid": forbid,
-                "max_attempts": max_attempts,
-            },
-        )
+        """Insert RUNNING rows for ``offer``'s plans and scopes (ON CONFLICT DO NOTHING)."""
+        params = {
+            **terms.params(),
+            "kinds": offer.kinds,
+            "ids": offer.ids,
+            "plans": offer.plans,
+            "newest": max(offer.plans),
+            "limit": limit,
+            "per_scope": offer.per_scope,
+            "after_latest": offer.after_latest,
+        }
+        rows = await self._rows(conn, "claim_new", prepare=_PLAN_EACH_TIME, params=params)
         won = [r for r in rows if r["id"] is not None]
         return NewClaims(remaining=rows[0]["remaining"], picked=rows[0]["picked"], rows=won)
 

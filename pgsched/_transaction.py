@@ -11,11 +11,13 @@ from typing import Any
 
 import psycopg
 
+from ._config import JobSpec
 from ._model import Run
 from ._outcomes import Outcome
 from ._store import Store
 
 Written = tuple[Outcome, datetime | None]
+ToOutcome = Callable[[object], Outcome]
 # An idle transaction may last as long as the handler may run, and a little more.
 _IDLE_MARGIN = timedelta(seconds=10)
 
@@ -28,59 +30,43 @@ class Transactions:
         # Behind a transaction-pooling PgBouncer no statement may be prepared (SPEC §10).
         self._prepare_threshold = 5 if prepare else None
 
-    async def run_async(
-        self,
-        handler: Callable[[Run], Any],
-        run: Run,
-        timeout: timedelta,
-        outcome: Callable[[object], Outcome],
-    ) -> Written | None:
+    def _connect_options(self) -> dict[str, Any]:
+        return {
+            "autocommit": True,
+            "application_name": self._app_name,
+            "prepare_threshold": self._prepare_threshold,
+        }
+
+    async def run_async(self, job: JobSpec, run: Run, outcome: ToOutcome) -> Written | None:
         """Run an ``async def`` handler in a transaction; None when the lease was lost (rolled
         back). Exceptions (the handler's, or ``outcome`` refusing the result) roll back too."""
-        async with await psycopg.AsyncConnection.connect(
-            self._conninfo,
-            autocommit=True,
-            application_name=self._app_name,
-            prepare_threshold=self._prepare_threshold,
-        ) as conn:
+        timeout = job.run_timeout
+        conn = await psycopg.AsyncConnection.connect(self._conninfo, **self._connect_options())
+        async with conn:
             await self._store.configure_session(conn, timeout, timeout + _IDLE_MARGIN)
             await conn.set_autocommit(False)
             run.conn = conn
             try:
-                done = outcome(await handler(run))
+                done = outcome(await job.handler(run))
                 written = await self._store.finish(conn, [done.finish(run)])
-                if run.execution_id in written:
-                    await conn.commit()
-                    return done, written[run.execution_id]
-                await conn.rollback()
-                return None
+                held = run.execution_id in written
+                await (conn.commit() if held else conn.rollback())
+                return (done, written[run.execution_id]) if held else None
             finally:
                 run.conn = None
 
-    def run_sync(
-        self,
-        handler: Callable[[Run], Any],
-        run: Run,
-        timeout: timedelta,
-        outcome: Callable[[object], Outcome],
-    ) -> Written | None:
+    def run_sync(self, job: JobSpec, run: Run, outcome: ToOutcome) -> Written | None:
         """:meth:`run_async` for a ``def`` handler, in its worker thread, on a sync connection."""
-        with psycopg.connect(
-            self._conninfo,
-            autocommit=True,
-            application_name=self._app_name,
-            prepare_threshold=self._prepare_threshold,
-        ) as conn:
+        timeout = job.run_timeout
+        with psycopg.connect(self._conninfo, **self._connect_options()) as conn:
             self._store.configure_session_sync(conn, timeout, timeout + _IDLE_MARGIN)
             conn.autocommit = False
             run.conn = conn
             try:
-                done = outcome(handler(run))
+                done = outcome(job.handler(run))
                 written = self._store.finish_sync(conn, [done.finish(run)])
-                if run.execution_id in written:
-                    conn.commit()
-                    return done, written[run.execution_id]
-                conn.rollback()
-                return None
+                held = run.execution_id in written
+                conn.commit() if held else conn.rollback()
+                return (done, written[run.execution_id]) if held else None
             finally:
                 run.conn = None
