@@ -262,7 +262,8 @@ def pgsched_queries() -> dict[str, list[str]]:
 
 def _words(text: str) -> list[str]:
     lines = [ln for ln in text.splitlines() if not ln.strip().startswith("--")]
-    return re.findall(r"[A-Za-z_]{2,}", " ".join(lines))[:60]
+    body = re.sub(r"%\(\w+\)s", " ", " ".join(lines))  # parameters are $n in the server's text
+    return re.findall(r"[A-Za-z_]{2,}", body)[:60]
 
 
 def pgsched_statement(query: str) -> str | None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
+
+import psycopg
 
 from ._config import JobSpec
 from ._model import Scope, Trigger
@@ -18,9 +20,12 @@ from ._recorder import ClaimKind, Recorder
 from ._store import ClaimTerms, Conn, NewPlans, Probe, Row, Store
 from ._views import trusted_scope
 
-# New plans of one due instant are claimed at most this many per transaction, so the replicas
-# take turns on a large fan-out and the first handlers start early.
+# New plans of one due instant are claimed at most this many per transaction, so the first
+# handlers start early and no transaction holds many rows for long.
 CLAIM_BATCH = 1_000
+# A claim transaction lasts milliseconds; the server ends one left idle this long (a replica
+# cut off mid-claim), releasing the rows it inserted to the other replicas.
+CLAIM_IDLE_TIMEOUT = timedelta(seconds=1)
 _KIND_OF = {"RUNNING": "stole", "FAILED": "retry"}
 
 
@@ -71,15 +76,17 @@ class Claimer:
         if not (stale or existing or offer):
             return batch
         async with conn.transaction():
-            await self._store.lock_job(conn, job.name)
+            await self._store.claim_begin(conn, CLAIM_IDLE_TIMEOUT)
+            cap = await self._cap(conn, job, free)
+            if cap is None:  # another replica is claiming this max_running job right now
+                self._recorder.lock_busy(job.name)
+                batch.backlog = offer is not None
+                return batch
             if stale:
                 for row in await self._store.close_stale(
                     conn, job.name, reentry=job.allow_stale_reentry
                 ):
                     self._recorder.stale_closed(job.name, row)
-            cap = free
-            if job.max_running is not None:
-                cap = min(cap, job.max_running - await self._store.running_count(conn, job.name))
             if existing and cap > 0:
                 taken = await self._existing(conn, job, cap)
                 batch.claims.extend(taken)
@@ -94,6 +101,15 @@ class Claimer:
                 batch.backlog = True
         return batch
 
+    async def _cap(self, conn: Conn, job: JobSpec, free: int) -> int | None:
+        """How many rows this claim may take: the free slots, and for a ``max_running`` job
+        what its cap leaves (under its claim lock; None when another replica holds it)."""
+        if job.max_running is None:
+            return free
+        if not await self._store.try_lock_job(conn, job.name):
+            return None
+        return min(free, job.max_running - await self._store.running_count(conn, job.name))
+
     def _terms(self, job: JobSpec) -> ClaimTerms:
         return ClaimTerms(
             job=job.name,
@@ -105,7 +121,14 @@ class Claimer:
         )
 
     async def _existing(self, conn: Conn, job: JobSpec, cap: int) -> list[Claim]:
-        rows = await self._store.claim_existing(conn, self._terms(job), cap)
+        try:
+            async with conn.transaction():  # a savepoint
+                rows = await self._store.claim_existing(conn, self._terms(job), cap)
+        except psycopg.errors.UniqueViolation:
+            # overlap="forbid": a concurrent claimer started an execution of the same scope
+            # first; these rows wait for the next tick.
+            self._recorder.conflicts(job.name, 1)
+            return []
         return [
             _claim(row, _KIND_OF.get(row["previous_status"], "won"), None)  # type: ignore[arg-type]
             for row in rows
@@ -122,7 +145,8 @@ class Claimer:
             if cap <= 0:
                 unsettled.append(start)
                 continue
-            won, settled = await self._chunk(conn, job, offer.plans, scopes, cap)
+            shift = offer.walk_from % len(scopes)
+            won, settled = await self._chunk(conn, job, offer.plans, scopes, cap, shift)
             claims.extend(won)
             cap -= len(won)
             if not settled:  # rows left beyond the free slots, or blocked by overlap
@@ -130,7 +154,13 @@ class Claimer:
         return claims, unsettled
 
     async def _chunk(
-        self, conn: Conn, job: JobSpec, plans: list[datetime], scopes: Sequence[Scope], cap: int
+        self,
+        conn: Conn,
+        job: JobSpec,
+        plans: list[datetime],
+        scopes: Sequence[Scope],
+        cap: int,
+        shift: int,
     ) -> tuple[list[Claim], bool]:
         """One claim statement; returns the claims and whether every candidate now has a
         row (nothing is left to claim for these scopes and plans)."""
@@ -140,6 +170,7 @@ class Claimer:
             plans=plans,
             per_scope=job.max_plans_per_tick,
             after_latest=job.catch_up == "every_plan",
+            shift=shift,
         )
         result = await self._store.claim_new(conn, self._terms(job), offer, cap)
         won = len(result.rows)

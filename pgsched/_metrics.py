@@ -38,6 +38,10 @@ class Metrics:
             "reason",
         )
         self.leases_lost = counter("pgsched_leases_lost", "Leases this replica lost while running.")
+        self.claim_lock_busy_counter = counter(
+            "pgsched_claim_lock_busy",
+            "Ticks that skipped a max_running job: another replica held its claim lock.",
+        )
         self.running_stale = gauge(
             "pgsched_running_stale", "RUNNING rows past stale_after, from the database."
         )
@@ -94,6 +98,9 @@ class Metrics:
 
     def plans_skipped(self, job: str, reason: str, count: int) -> None:
         self.plans_skipped_counter.labels(job, reason).inc(count)
+
+    def claim_lock_busy(self, job: str) -> None:
+        self.claim_lock_busy_counter.labels(job).inc()
 
     def lease_lost(self, job: str) -> None:
         self.leases_lost.labels(job).inc()

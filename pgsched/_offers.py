@@ -7,6 +7,7 @@ counts skipped plans, and says when the next plan falls due. Pure planning on to
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -33,6 +34,7 @@ class Offer:
     chunks: list[int]
     chunk: int
     settle: bool  # every scope is past its jitter: once every chunk is settled, so is the plan
+    walk_from: int = 0  # this replica's starting point: chunks, and scopes within a chunk
 
     def parts(self) -> Iterable[tuple[int, Sequence[Scope]]]:
         for start in self.chunks:
@@ -54,9 +56,13 @@ class _JobMemo:
 class OfferPlanner:
     """Per-job offers for one replica."""
 
-    def __init__(self, recorder: Recorder) -> None:
+    def __init__(self, recorder: Recorder, runner_id: str) -> None:
         self._recorder = recorder
         self._memos: dict[str, _JobMemo] = {}
+        # Each replica walks a fan-out (its chunks, and the scopes within each) from its own
+        # starting point, so replicas claiming at once mostly work on different scopes.
+        digest = hashlib.blake2b(runner_id.encode(), digest_size=8).digest()
+        self._walk_from = int.from_bytes(digest, "big")
 
     def _memo(self, job: JobSpec) -> _JobMemo:
         memo = self._memos.get(job.name)
@@ -98,10 +104,12 @@ class OfferPlanner:
         chunk = CLAIM_CHUNK if len(plans) == 1 else max(1, len(scopes))
         if memo.chunk_plans != plans or not _same(memo.chunk_scopes, scopes):
             memo.chunk_plans, memo.chunk_scopes = plans, scopes
-            memo.chunks = list(range(0, len(scopes), chunk))
+            starts = list(range(0, len(scopes), chunk))
+            first = self._walk_from % len(starts) if starts else 0
+            memo.chunks = starts[first:] + starts[:first]
         if not memo.chunks:
             return None
-        return Offer(plans, scopes, list(memo.chunks), chunk, settle)
+        return Offer(plans, scopes, list(memo.chunks), chunk, settle, self._walk_from)
 
     def settled(self, job: JobSpec, offer: Offer, unsettled: list[int]) -> None:
         """The claim of ``offer`` left ``unsettled`` chunks (rows left beyond the free slots,

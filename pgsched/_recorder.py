@@ -33,6 +33,7 @@ class TickReport:
     succeeded: int = 0
     failed: int = 0
     leases_lost: int = 0
+    lock_busy: int = 0
     errors: int = 0
 
     @property
@@ -64,6 +65,11 @@ class Recorder:
     def conflicts(self, job: str, count: int) -> None:
         self.report.conflicts += count
         self.metrics.claims(job, "conflict", count)
+
+    def lock_busy(self, job: str) -> None:
+        """A ``max_running`` job was skipped this tick: another replica held its claim lock."""
+        self.report.lock_busy += 1
+        self.metrics.claim_lock_busy(job)
 
     def skipped(self, job: str, reason: str, count: int) -> None:
         self.report.skipped += count

@@ -75,7 +75,7 @@ class Runtime:
         self.last_tick_at: float | None = None  # any tick, failed or not: the loop is alive
         self.recorder = Recorder(metrics, runner_id)
         self.leases = LeaseTable(max_concurrency, self.recorder, self.wake)
-        self.offers = OfferPlanner(self.recorder)
+        self.offers = OfferPlanner(self.recorder, runner_id)
         self.claimer = Claimer(store, runner_id, self.recorder)
         self.writer = LeaseWriter(
             store=store,

@@ -97,6 +97,7 @@ class NewPlans:
     plans: list[datetime]
     per_scope: int  # at most this many plans per scope (max_plans_per_tick)
     after_latest: bool  # every_plan: only plans after the scope's latest scheduled one
+    shift: int = 0  # within one plan, start at the scope at this position (then wrap around)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,8 +202,14 @@ class Store:
             pending=frozenset(row["pending"]),
         )
 
-    async def lock_job(self, conn: Conn, job: str) -> None:
-        await self._rows(conn, "lock_job", {"key": f"pgsched.claim:{self.schema}:{job}"})
+    async def claim_begin(self, conn: Conn, idle: timedelta) -> None:
+        """Open a claim transaction: the server ends it if it sits idle for ``idle``."""
+        await self._rows(conn, "claim_begin", {"idle_ms": str(int(idle.total_seconds() * 1000))})
+
+    async def try_lock_job(self, conn: Conn, job: str) -> bool:
+        """Take the job's claim lock for this transaction if it is free (max_running jobs)."""
+        key = f"pgsched.claim:{self.schema}:{job}"
+        return bool((await self._one(conn, "try_lock_job", {"key": key}))["locked"])
 
     async def running_count(self, conn: Conn, job: str) -> int:
         return int((await self._one(conn, "running_count", {"job": job}))["running"])
@@ -228,6 +235,7 @@ class Store:
             "limit": limit,
             "per_scope": offer.per_scope,
             "after_latest": offer.after_latest,
+            "shift": offer.shift,
         }
         rows = await self._rows(conn, "claim_new", prepare=_PLAN_EACH_TIME, params=params)
         won = [r for r in rows if r["id"] is not None]

@@ -19,10 +19,16 @@ SELECT (SELECT t FROM now) AS now,
              WHERE status = 'PENDING' AND job_name = ANY(%(jobs)s)
                AND plan_time <= (SELECT t FROM now)) AS pending
 
--- name: lock_job
--- Serialises one job's claims across replicas for the rest of the transaction, so that
--- overlap and max_running hold cluster-wide and replicas never fight over the same keys.
-SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))
+-- name: claim_begin
+-- The first statement of every claim transaction. Claims last milliseconds; a replica cut off
+-- inside one (its session idle in transaction, holding the rows it inserted) is ended by the
+-- server after this long, so the others' claims of the same keys wait no longer than that.
+SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true)
+
+-- name: try_lock_job
+-- Only for jobs with max_running: serialises their claims across replicas so the cap holds
+-- cluster-wide. A replica that does not get it at once skips the job for this tick.
+SELECT pg_try_advisory_xact_lock(hashtextextended(%(key)s, 0)) AS locked
 
 -- name: running_count
 SELECT count(*) AS running FROM {schema}.cron_executions
@@ -45,10 +51,15 @@ RETURNING e.id, e.scope_kind, e.scope_id, e.plan_time, e.attempt, e.runner_id
 
 -- name: claim_existing
 -- Takes over existing rows on the same row, oldest plan first: stale leases (steal),
--- FAILED rows whose retry is due, and PENDING rows (manual triggers and backfills).
+-- FAILED rows whose retry is due, and PENDING rows (manual triggers and backfills). Under
+-- overlap="forbid" a scope runs one execution at a time: a row is taken only when no other
+-- row of its scope is RUNNING (an exclusive one, or any with a live lease), at most one per
+-- scope per statement, and it becomes the scope's `exclusive` row (the unique index then
+-- turns a concurrent claimer's take of the same scope into a unique violation).
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
-picked AS (
-    SELECT c.id, c.status AS previous_status, c.runner_id AS previous_runner
+locked AS (
+    SELECT c.id, c.status AS previous_status, c.runner_id AS previous_runner,
+           c.scope_kind, c.scope_id, c.plan_time
     FROM {schema}.cron_executions c
     WHERE c.job_name = %(job)s
       AND (   (%(reentry)s AND c.status = 'RUNNING' AND c.stale_after < (SELECT t FROM now)
@@ -56,19 +67,27 @@ picked AS (
            OR (c.status = 'FAILED' AND c.next_retry_at <= (SELECT t FROM now)
                AND c.attempt < c.max_attempts)
            OR (c.status = 'PENDING' AND c.plan_time <= (SELECT t FROM now)))
-      AND (c.status = 'RUNNING' OR NOT %(forbid)s OR NOT EXISTS (
+      AND (NOT %(forbid)s OR NOT EXISTS (
             SELECT 1 FROM {schema}.cron_executions r
             WHERE r.job_name = c.job_name AND r.scope_kind = c.scope_kind
-              AND r.scope_id = c.scope_id AND r.status = 'RUNNING'
-              AND r.stale_after >= (SELECT t FROM now) AND r.plan_time < c.plan_time))
+              AND r.scope_id = c.scope_id AND r.status = 'RUNNING' AND r.id <> c.id
+              AND (r.exclusive OR r.stale_after >= (SELECT t FROM now))))
     ORDER BY c.plan_time, c.scope_kind, c.scope_id
     LIMIT %(limit)s
     FOR UPDATE OF c SKIP LOCKED
+),
+picked AS (
+    SELECT l.* FROM (
+        SELECT l.*, row_number() OVER (
+                   PARTITION BY l.scope_kind, l.scope_id ORDER BY l.plan_time, l.id) AS nth
+        FROM locked l) AS l
+    WHERE NOT %(forbid)s OR l.nth = 1
 )
 UPDATE {schema}.cron_executions e
 SET status = 'RUNNING',
     attempt = e.attempt + CASE WHEN e.status = 'PENDING' THEN 0 ELSE 1 END,
     max_attempts = CASE WHEN e.status = 'PENDING' THEN %(max_attempts)s ELSE e.max_attempts END,
+    exclusive = %(forbid)s,
     lease_token = gen_random_uuid(),
     fencing_token = nextval('{schema}.fencing_seq'),
     runner_id = %(runner)s,
@@ -83,11 +102,13 @@ RETURNING e.id, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.attempt, e.m
 
 -- name: claim_new
 -- The claim: INSERT ... ON CONFLICT DO NOTHING of RUNNING rows for the due plans of the
--- given scopes, oldest plan first (then in the order the scopes were given), inserted in one
+-- given scopes, oldest plan first (then in the order the scopes were given, starting at the
+-- `shift`-th and wrapping around), inserted in one
 -- canonical key order. `remaining` counts the candidates that had no row when the statement
 -- started, so the caller knows whether the plan is settled. Sorting on the scopes' position
 -- rather than their text keeps a large fan-out cheap, and the overlap check runs on the
--- ordered candidates only until `limit` of them are eligible.
+-- ordered candidates only until `limit` of them are eligible. Under overlap="forbid" a scope
+-- gets at most its oldest plan, and only while none of its executions is RUNNING.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 scopes AS MATERIALIZED (
     SELECT s.kind, s.id, s.ord,
@@ -113,23 +134,28 @@ cand AS MATERIALIZED (
 ),
 eligible AS MATERIALIZED (
     SELECT c.kind, c.id, c.plan_time
-    FROM (SELECT o.kind, o.id, o.plan_time FROM cand o
+    FROM (SELECT o.kind, o.id, o.plan_time, o.rn FROM cand o
           WHERE o.rn <= %(per_scope)s
-          ORDER BY o.plan_time, o.ord
+          -- from this replica's starting scope, so that concurrent claimers mostly pick
+          -- different scopes rather than conflict on the same first ones
+          ORDER BY o.plan_time, mod(o.ord - 1 + cardinality(%(kinds)s::text[]) - %(shift)s,
+                                    cardinality(%(kinds)s::text[]))
           OFFSET 0) AS c  -- a fence: the overlap check below reads this order lazily
-    WHERE NOT %(forbid)s OR NOT EXISTS (
+    WHERE NOT %(forbid)s OR (c.rn = 1 AND NOT EXISTS (
             SELECT 1 FROM {schema}.cron_executions r
             WHERE r.job_name = %(job)s AND r.scope_kind = c.kind AND r.scope_id = c.id
-              AND r.status = 'RUNNING' AND r.stale_after >= (SELECT t FROM now)
-              AND r.plan_time < c.plan_time)
+              AND r.status = 'RUNNING'
+              AND (r.exclusive OR r.stale_after >= (SELECT t FROM now))))
     LIMIT %(limit)s
 ),
 ins AS (
+    -- Under overlap="forbid" the row is its scope's `exclusive` one: a concurrent claimer's
+    -- insert for the same scope conflicts with it, committed or not, and does nothing.
     INSERT INTO {schema}.cron_executions AS x
         (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
-         runner_id, heartbeat_at, stale_after, started_at, created_at, updated_at)
+         exclusive, runner_id, heartbeat_at, stale_after, started_at, created_at, updated_at)
     SELECT %(job)s, el.kind, el.id, el.plan_time, 'schedule', 'RUNNING', 1, %(max_attempts)s,
-           %(runner)s, now.t, now.t + %(stale)s, now.t, now.t, now.t
+           %(forbid)s, %(runner)s, now.t, now.t + %(stale)s, now.t, now.t, now.t
     FROM eligible el, now
     ORDER BY el.kind, el.id, el.plan_time
     ON CONFLICT DO NOTHING

@@ -66,8 +66,8 @@ def test_benchmark_smoke(pg_dsn: str, tmp_path: Path) -> None:
 def test_pgsched_statements_are_named_from_queries_sql() -> None:
     from bench.measure import pgsched_queries, pgsched_statement
 
-    assert {"tick_probe", "claim_new", "finish", "lock_job"} <= set(pgsched_queries())
-    assert pgsched_statement("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))") == (
-        "lock_job"
-    )
+    assert {"tick_probe", "claim_new", "finish", "claim_begin"} <= set(pgsched_queries())
+    assert pgsched_statement(
+        "SELECT pg_try_advisory_xact_lock(hashtextextended($1, $2)) AS locked"
+    ) == ("try_lock_job")
     assert pgsched_statement("SELECT 1") is None

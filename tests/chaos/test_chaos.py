@@ -312,13 +312,6 @@ def test_sigstop_lease_holder_for_twice_stale_timeout(
     assert told["not_told"] == 0, f"a stopped holder was not told it lost a lease: {told}"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    raises=LivenessViolation,
-    reason="liveness only: when the blackhole falls inside a claim transaction the cut-off "
-    "replica holds the job's advisory lock until idle_in_transaction_session_timeout (the "
-    "open mid_claim finding), so O4/O6 can exceed their bounds; O1-O3 must still be 0",
-)
 def test_proxy_latency_and_blackhole(scenario: Scenario, profile: Profile, request: Any) -> None:
     """Through per-replica TCP proxies: 2 s round-trip latency on two of four replicas, then
     one replica cut off (blackholed, nothing closed) for a while."""
@@ -356,30 +349,23 @@ def test_proxy_latency_and_blackhole(scenario: Scenario, profile: Profile, reque
     assert told["not_told"] == 0, f"the cut-off replica was not told it lost a lease: {told}"
 
 
-MID_CLAIM_REASON = (
-    "pgsched bug: a replica partitioned inside its claim transaction keeps the job's"
-    " pg_advisory_xact_lock (its session sits idle in transaction until"
-    " idle_in_transaction_session_timeout = 2 x statement_timeout, 60 s by default); every other"
-    " replica's tick blocks on lock_job for statement_timeout, so the cut replica's leases are"
-    " not stolen within stale_timeout + tick + 1 s (O4) and stay RUNNING (O6)"
-)
-
-
-@pytest.mark.xfail(strict=True, raises=LivenessViolation, reason=MID_CLAIM_REASON)
 def test_blackhole_inside_a_claim_transaction(
     scenario: Scenario, profile: Profile, request: Any
 ) -> None:
-    """Cut a lease-holding replica off right after it sent ``lock_job`` (so the server holds
-    the job's advisory lock for it) and keep it cut off: safety holds, liveness does not."""
+    """Cut a lease-holding replica off inside a claim transaction of job "tx" (the server
+    holds the rows it inserted or locked) and keep it cut off: the server ends that session
+    after the claim's idle-in-transaction timeout (about a second), so the other replicas go
+    on claiming and steal the cut-off replica's leases within stale_timeout + tick + 1 s."""
     blackhole_s = profile.pick(9, 45)
     replicas = [f"r{i}" for i in range(4)]
     with scenario("mid_claim", proxy=True) as run:
         assert run.proxy is not None
         ready = run.begin(replicas, via_proxy=True, faketime=None)
         quiet_phase(run, QUIET_S)
-        # lock_job's parameter for "tx": a tick claims "plain" first, so a replica sending
-        # it often holds the "plain" leases it has just claimed.
-        needle = f"pgsched.claim:{run.schema}:tx".encode()
+        # The job name "tx" as a length-prefixed text parameter: sent by the claim statements
+        # of a "tx" claim transaction (after its claim_begin). A tick claims "plain" first, so
+        # a replica sending it often holds the "plain" leases it has just claimed.
+        needle = b"\x00\x00\x00\x02tx"
         for _ in range(40):
             hit = run.proxy.cut_on("r2", needle)
             if not hit.wait(10):

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import threading
 import time
 from collections import Counter
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -12,7 +16,15 @@ from psycopg import sql
 
 import pgsched
 from tests.helpers import wait_for
-from tests.integration._support import Recorder, count, rows, run_together, table
+from tests.integration._support import (
+    Recorder,
+    count,
+    db_now,
+    rows,
+    run_together,
+    running,
+    table,
+)
 
 
 def test_eight_concurrent_claimers_have_exactly_one_winner(
@@ -186,3 +198,56 @@ def test_a_failing_job_does_not_orphan_the_claims_of_other_jobs(
         f"(handler runs: {[r.job for r in recorder.runs]})"
     )
     assert [r.job for r in recorder.runs] == ["healthy"] * len(healthy)
+
+
+def test_eight_concurrent_claimers_never_overlap_a_forbid_scope(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    """No job-wide lock: 8 replicas claim one overlap="forbid" job at once, on overlapping
+    plans (new plans every second, several due per scope, backfilled PENDING rows and manual
+    triggers of the same scopes); the handler outlasts the period. No two executions of a
+    scope ever run at the same time, and no plan runs twice."""
+    scopes = [pgsched.Scope("t", str(i)) for i in range(6)]
+    lock = threading.Lock()
+    spans: list[tuple[pgsched.Scope, float, float, datetime, str, str]] = []
+
+    def slow(run: pgsched.Run) -> None:
+        start = time.monotonic()
+        time.sleep(0.15)
+        with lock:
+            spans.append(
+                (run.scope, start, time.monotonic(), run.plan_time, run.trigger, run.runner_id)
+            )
+
+    replicas = [make_scheduler(f"r{i}", tick_interval=0.1, max_concurrency=4) for i in range(8)]
+    for s in replicas:
+        s.register(
+            slow,
+            name="exclusive",
+            every="1s",
+            scopes=scopes,
+            overlap="forbid",
+            catch_up="every_plan",
+            catch_up_window="1m",
+            max_plans_per_tick=3,
+        )
+    now = db_now(db)
+    replicas[0].backfill("exclusive", now - timedelta(seconds=20), now - timedelta(seconds=2))
+    for scope in scopes[:3]:
+        replicas[1].trigger("exclusive", scope=scope)
+    with contextlib.ExitStack() as stack:
+        for s in replicas:
+            stack.enter_context(running(s))
+        wait_for(lambda: len(spans) >= 60, 60, what="60 executions")
+    by_scope: dict[pgsched.Scope, list[tuple[float, float, datetime, str, str]]] = {}
+    for scope, start, end, *rest in spans:
+        by_scope.setdefault(scope, []).append((start, end, *rest))
+    for scope, intervals in by_scope.items():
+        intervals.sort()
+        for one, two in itertools.pairwise(intervals):
+            assert two[0] >= one[1], f"{scope}: two executions overlapped: {one} and {two}"
+    plans = Counter((s, p, t) for s, _, _, p, t, _ in spans if t != "manual")
+    assert max(plans.values()) == 1, [k for k, n in plans.items() if n > 1]
+    assert len(by_scope) == len(scopes)
+    runners = {r["runner_id"] for r in rows(db, migrated) if r["status"] == "SUCCESS"}
+    assert len(runners) > 1, runners  # the replicas did claim concurrently

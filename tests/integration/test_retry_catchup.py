@@ -150,7 +150,13 @@ def test_every_plan_catches_up_oldest_first(make_scheduler: Any, migrated: str, 
     recorder = Recorder()
     s = make_scheduler()
 
-    @s.job(every="1h", catch_up="every_plan", catch_up_window="10h", max_plans_per_tick=3)
+    @s.job(
+        every="1h",
+        catch_up="every_plan",
+        catch_up_window="10h",
+        max_plans_per_tick=3,
+        overlap="allow",  # several plans of the scope in one tick
+    )
     def catchup(run: pgsched.Run) -> None:
         recorder.enter(run)
 
@@ -173,6 +179,28 @@ def test_every_plan_catches_up_oldest_first(make_scheduler: Any, migrated: str, 
     assert all(r["status"] == "SUCCESS" for r in rows(db, migrated))
 
 
+def test_every_plan_under_forbid_runs_one_plan_of_a_scope_at_a_time(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    """overlap="forbid" (the default): a catching-up scope runs its missed plans one after
+    the other, oldest first, each claimed once the one before it has finished."""
+    plan = floor_to(db_now(db), HOUR)
+    seed_success(db, migrated, "serial", plan - 4 * HOUR)
+    recorder = Recorder()
+    s = make_scheduler()
+
+    @s.job(every="1h", catch_up="every_plan", catch_up_window="10h", max_plans_per_tick=3)
+    def serial(run: pgsched.Run) -> None:
+        recorder.enter(run)
+
+    for n in (3, 2, 1):
+        report = s.run_once()
+        assert report.claimed == 1, report
+        assert recorder.runs[-1].plan_time == plan - n * HOUR
+    assert s.run_once().claimed == 1 and recorder.runs[-1].plan_time >= plan
+    assert len(recorder) == 4
+
+
 def test_every_plan_starts_a_new_scope_at_its_latest_plan(
     make_scheduler: Any, migrated: str, db: Any
 ) -> None:
@@ -189,6 +217,7 @@ def test_every_plan_starts_a_new_scope_at_its_latest_plan(
         catch_up="every_plan",
         catch_up_window="1d",
         max_plans_per_tick=100,
+        overlap="allow",
         scopes=lambda now: [pgsched.Scope("tenant", t) for t in tenants],
     )
     def fanout(run: pgsched.Run) -> None:
@@ -215,7 +244,13 @@ def test_every_plan_skips_plans_older_than_the_window(
     recorder = Recorder()
     s = make_scheduler()
 
-    @s.job(every="1h", catch_up="every_plan", catch_up_window="10h", max_plans_per_tick=3)
+    @s.job(
+        every="1h",
+        catch_up="every_plan",
+        catch_up_window="10h",
+        max_plans_per_tick=3,
+        overlap="allow",
+    )
     def window(run: pgsched.Run) -> None:
         recorder.enter(run)
 
