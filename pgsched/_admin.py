@@ -15,7 +15,7 @@ from uuid import UUID
 import psycopg
 
 from ._config import JobSpec
-from ._dsn import require_dsn, resolve_dsn
+from ._dsn import require_dsn, resolve_dsn, resolve_transaction_pooling
 from ._durations import Duration, parse_duration
 from ._errors import ConfigError
 from ._model import GLOBAL, Scope
@@ -42,7 +42,7 @@ class Admin:
         *,
         jobs: Callable[[], Mapping[str, JobSpec]] = _no_jobs,
         app_name: str = "pgsched admin",
-        prepare: bool = True,
+        transaction_pooling: bool | None = None,
     ) -> None:
         self._dsn = dsn
         self.schema = check_schema(schema)
@@ -50,7 +50,8 @@ class Admin:
             statement_timeout, field="statement_timeout", allow_zero=False
         )
         self._app_name = app_name
-        self._prepare_threshold = 5 if prepare else None
+        self.transaction_pooling = resolve_transaction_pooling(transaction_pooling)
+        self._prepare_threshold = None if self.transaction_pooling else 5
         self._store = Store(self.schema)
         self._ops = Operations(self._store, self._connect, jobs)
 
@@ -70,8 +71,9 @@ class Admin:
             application_name=self._app_name,
             prepare_threshold=self._prepare_threshold,
         ) as conn:
-            timeout = self.statement_timeout
-            await self._store.configure_session(conn, timeout, timeout * 2)
+            if not self.transaction_pooling:
+                timeout = self.statement_timeout
+                await self._store.configure_session(conn, timeout, timeout * 2)
             yield conn
 
     def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:

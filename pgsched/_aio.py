@@ -14,7 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ._admin import check_schema
 from ._config import JobSpec
-from ._dsn import require_dsn, resolve_dsn
+from ._dsn import require_dsn, resolve_dsn, resolve_transaction_pooling
 from ._durations import Duration, parse_duration
 from ._ops import Operations, _no_jobs
 from ._store import Conn, Store
@@ -40,14 +40,15 @@ class AsyncAdmin(Operations):
         max_connections: int = 4,
         jobs: Callable[[], Mapping[str, JobSpec]] = _no_jobs,
         app_name: str = "pgsched admin",
-        prepare: bool = True,
+        transaction_pooling: bool | None = None,
     ) -> None:
         self._dsn = dsn
         self._timeout = parse_duration(
             statement_timeout, field="statement_timeout", allow_zero=False
         )
         self._max_connections = max_connections
-        self._app_name, self._prepare = app_name, prepare
+        self._app_name = app_name
+        self.transaction_pooling = resolve_transaction_pooling(transaction_pooling)
         self._pool: AsyncConnectionPool[Any] | None = None
         super().__init__(Store(check_schema(schema)), self._connection, jobs)
 
@@ -78,7 +79,7 @@ class AsyncAdmin(Operations):
             kwargs={
                 "autocommit": True,
                 "application_name": self._app_name,
-                "prepare_threshold": 5 if self._prepare else None,
+                "prepare_threshold": None if self.transaction_pooling else 5,
             },
         )
         await pool.open()
@@ -91,7 +92,8 @@ class AsyncAdmin(Operations):
             await pool.close()
 
     async def _configure(self, conn: Conn) -> None:
-        await self._store.configure_session(conn, self._timeout, self._timeout * 2)
+        if not self.transaction_pooling:  # no session state through the pooler
+            await self._store.configure_session(conn, self._timeout, self._timeout * 2)
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[Conn]:

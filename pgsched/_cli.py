@@ -77,6 +77,13 @@ def _connection_options(parser: argparse.ArgumentParser, schema_default: object)
         default=schema_default,
         help="schema of pgsched's tables (default: $PGSCHED_SCHEMA, then the APP's, then pgsched)",
     )
+    parser.add_argument(
+        "--transaction-pooling",
+        action="store_true",
+        default=dsn_default,
+        help="connect through a transaction-pooling PgBouncer: no LISTEN, no prepared"
+        " statements (default: $PGSCHED_TRANSACTION_POOLING)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -170,7 +177,11 @@ def _operator_commands(sub: Subparsers) -> None:
 
 
 def _admin(args: argparse.Namespace) -> Admin:
-    return Admin(dsn=args.dsn, schema=args.schema or "pgsched")
+    return Admin(
+        dsn=args.dsn,
+        schema=args.schema or "pgsched",
+        transaction_pooling=args.transaction_pooling or None,
+    )
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -183,7 +194,12 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     scheduler = load_scheduler(args.app)
-    scheduler.configure(dsn=args.dsn, schema=args.schema, runner_id=args.runner_id)
+    scheduler.configure(
+        dsn=args.dsn,
+        schema=args.schema,
+        runner_id=args.runner_id,
+        transaction_pooling=args.transaction_pooling or None,
+    )
     migrate = args.migrate
     if not scheduler.dsn:
         from ._embedded import start_embedded
@@ -310,7 +326,9 @@ def _pause(args: argparse.Namespace) -> int:
 
 def _backfill(args: argparse.Namespace) -> int:
     scheduler = load_scheduler(args.app)
-    scheduler.configure(dsn=args.dsn, schema=args.schema)
+    scheduler.configure(
+        dsn=args.dsn, schema=args.schema, transaction_pooling=args.transaction_pooling or None
+    )
     scopes = [Scope.parse(args.scope)] if args.scope else None
     count = scheduler.backfill(
         args.job, parse_time(args.start, "--from"), parse_time(args.end, "--to"), scopes

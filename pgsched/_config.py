@@ -223,7 +223,7 @@ class _Validator:
             )
         try:
             tz = ZoneInfo(o["timezone"])
-        except (ZoneInfoNotFoundError, ValueError, TypeError):
+        except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):  # "America": a directory
             raise self.bad("timezone", o["timezone"], "is not a known IANA time zone") from None
         repeated = self.choice("dst_repeated", o["dst_repeated"], (*get_args(DstRepeated), None))
         skipped = self.choice("dst_skipped", o["dst_skipped"], (*get_args(DstSkipped), None))

@@ -78,3 +78,20 @@ def require_dsn(dsn: str | None) -> str:
     except psycopg.ProgrammingError as exc:
         raise ConfigError(f"invalid DSN: {redact(str(exc))}") from None
     return dsn
+
+
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+
+
+def resolve_transaction_pooling(explicit: bool | None) -> bool:
+    """``explicit``, else ``PGSCHED_TRANSACTION_POOLING`` (1/true/yes/on or 0/false/no/off)."""
+    if explicit is not None:
+        if not isinstance(explicit, bool):
+            raise ConfigError(f"transaction_pooling={explicit!r} must be True or False")
+        return explicit
+    raw = os.environ.get("PGSCHED_TRANSACTION_POOLING", "")
+    if raw.strip().lower() in _TRUE:
+        return True
+    if raw.strip().lower() in _FALSE:
+        return False
+    raise ConfigError(f"PGSCHED_TRANSACTION_POOLING={raw!r} must be 1 or 0 (true or false)")

@@ -21,6 +21,7 @@ from ._model import Run
 from ._outcomes import Outcome, failed, succeeded
 from ._recorder import Recorder
 from ._results import InvalidResult, describe_error
+from ._tracing import run_span
 from ._transaction import Transactions, Written
 
 
@@ -64,7 +65,9 @@ class Executor:
             started = time.monotonic()
             if lease.claim_lag is not None:
                 self._recorder.started(lease, lease.claim_lag + started - lease.claimed_at)
-            outcome = await self._run(lease, started)
+            with run_span(lease.run, lease.kind) as record:
+                outcome = await self._run(lease, started)
+                record(outcome)
         except asyncio.CancelledError:
             if not lease.abandoned:
                 raise

@@ -104,11 +104,9 @@ class HttpServer:
     # -- metrics and probes -------------------------------------------------------------
 
     async def metrics(self, request: web.Request) -> web.Response:
-        try:
-            self._metrics.set_cluster_state(await self._db(self._ops.status()))
-        except (psycopg.Error, TimeoutError) as exc:
-            # The counters are still worth serving; the gauges keep their last values.
-            self._log.warning("metrics_db_error", error=describe_error(exc))
+        # The database gauges come from the registry's collector (cached for a few seconds,
+        # so N scrapes a second are not N queries); here the scrape waits for a due refresh.
+        await self._metrics.cluster.refresh()
         body = generate_latest(self._metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -32,6 +32,7 @@ class Lease:
     liveness: Liveness
     next_beat: float
     claim_lag: float | None = None  # seconds late at claim, for first scheduled attempts
+    kind: str = "won"  # how it was claimed: won, stole, retry
     claimed_at: float = field(default_factory=time.monotonic)
     abandoned: bool = False  # shutdown wrote (or is writing) its outcome
     previous: Lease | None = None  # overlap="forbid": the scope's earlier plan, still running here
@@ -149,7 +150,11 @@ def open_lease(job: JobSpec, claim: Claim, runner_id: str, log: FilteringBoundLo
     liveness = Liveness(job.stale_timeout.total_seconds())
     watch(run, liveness)
     lease = Lease(
-        job, run, liveness, next_beat=time.monotonic() + job.heartbeat_interval.total_seconds()
+        job,
+        run,
+        liveness,
+        next_beat=time.monotonic() + job.heartbeat_interval.total_seconds(),
+        kind=claim.kind,
     )
     if claim.kind == "won" and claim.trigger == "schedule" and claim.started_at is not None:
         # The claim's database time less the due time; the executor adds any local wait.

@@ -8,6 +8,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ._gauges import ClusterGauges
 from ._views import JobStatus
 
 _RUN_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
@@ -18,9 +19,8 @@ _TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5
 class Metrics:
     """The runtime's event sink. Counters count what this replica did; the gauges
     ``pgsched_running_stale``, ``pgsched_failed_runs`` and
-    ``pgsched_last_success_timestamp_seconds`` describe the whole cluster and are set from
-    one database query (:meth:`set_cluster_state`), so every replica exports the same values
-    (aggregate them with ``max by (job)``).
+    ``pgsched_last_success_timestamp_seconds`` describe the whole cluster: a collector
+    (``_gauges``) reads them from the database when the registry is scraped.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -42,16 +42,7 @@ class Metrics:
             "pgsched_claim_lock_busy",
             "Ticks that skipped a max_running job: another replica held its claim lock.",
         )
-        self.running_stale = gauge(
-            "pgsched_running_stale", "RUNNING rows past stale_after, from the database."
-        )
-        self.failed_runs = gauge(
-            "pgsched_failed_runs", "FAILED rows with no retry left, from the database."
-        )
-        self.last_success = gauge(
-            "pgsched_last_success_timestamp_seconds",
-            "Finish time of the job's latest SUCCESS, from the database.",
-        )
+        self.cluster = ClusterGauges(r)
         self.job_interval = gauge(
             "pgsched_job_interval_seconds",
             "The job's nominal time between plans (for no-success alerts).",
@@ -128,8 +119,4 @@ class Metrics:
 
     def set_cluster_state(self, summary: Iterable[JobStatus]) -> None:
         """Set the database-derived gauges from the jobs' status."""
-        for row in summary:
-            self.running_stale.labels(row.job).set(row.stale)
-            self.failed_runs.labels(row.job).set(row.failed)
-            if row.last_success is not None:
-                self.last_success.labels(row.job).set(row.last_success.timestamp())
+        self.cluster.set(summary)

@@ -13,6 +13,7 @@ from typing import Any
 
 from ._ops import Operations
 from ._recorder import TickReport
+from ._results import describe_error
 from ._runtime import Runtime
 from ._store import Conn, Store
 
@@ -53,6 +54,12 @@ class Replica:
         """Tick until :meth:`stop` (or cancellation), then shut down within the grace."""
         runtime, log = self.runtime, self.runtime.recorder.log
         server = None
+        ops = self.operations()
+        self._metrics.cluster.attach(
+            lambda: asyncio.wait_for(ops.status(), 5.0),
+            self._loop,
+            lambda exc: log.warning("metrics_db_error", error=describe_error(exc)),
+        )
         try:
             if http_port is not None:
                 server = await self._start_http(http_host, http_port, on_listening)
@@ -63,13 +70,14 @@ class Replica:
                 max_concurrency=runtime.leases.max_concurrency,
                 tick_interval_s=runtime.tick_interval,
             )
-            runtime.start_background(listen=self._settings.listen)
+            runtime.start_background(listen=not self._settings.transaction_pooling)
             cancelled = await _until_cancelled(runtime.run_forever())
             await runtime.shutdown(self._settings.shutdown_grace)
             log.info("scheduler_stopped", **vars(runtime.report))
             if cancelled:
                 raise asyncio.CancelledError
         finally:
+            self._metrics.cluster.detach()
             if server is not None:
                 await server.stop()
 

@@ -48,8 +48,9 @@ class ReplicaSettings:
     shutdown_grace: timedelta
     conninfo: str
     app_name: str
-    listen: bool = True  # wake on NOTIFY (not through a transaction-pooling PgBouncer)
-    prepare: bool = True  # server-side prepared statements (not through one either)
+    # Behind a transaction-pooling PgBouncer: no LISTEN (the tick wakes the replica), no
+    # prepared statements, no session settings outside a transaction (SPEC §10).
+    transaction_pooling: bool = False
 
 
 class Runtime:
@@ -69,7 +70,10 @@ class Runtime:
         self.runner_id = runner_id
         self.tick_interval = settings.tick_interval.total_seconds()
         transactions = Transactions(
-            settings.conninfo, settings.app_name, store, prepare=settings.prepare
+            settings.conninfo,
+            settings.app_name,
+            store,
+            transaction_pooling=settings.transaction_pooling,
         )
         self.last_tick_ok: float | None = None
         self.last_tick_at: float | None = None  # any tick, failed or not: the loop is alive

@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 from ._admin import Admin, blocking
 from ._aio import AsyncAdmin
 from ._config import Handler
+from ._dsn import resolve_transaction_pooling
 from ._durations import Duration, parse_duration
 from ._errors import ConfigError, PgschedError
 from ._metrics import Metrics
@@ -43,7 +44,10 @@ class Scheduler(JobRegistry):
     cancellation of ``serve()``. ``statement_timeout`` bounds every statement pgsched runs
     (and twice that, any idle transaction). Metrics go to ``registry`` (a fresh
     ``CollectorRegistry`` by default). With ``retention`` set, a built-in job
-    ``pgsched.prune`` deletes finished rows older than that every hour. Operator actions on
+    ``pgsched.prune`` deletes finished rows older than that every hour. With
+    ``transaction_pooling`` (else ``PGSCHED_TRANSACTION_POOLING``) it works through a
+    transaction-pooling PgBouncer: no LISTEN, no prepared statements, no session settings
+    outside a transaction (SPEC §10). Operator actions on
     the jobs (``trigger``, ``pause``...) go through ``self.admin``; ``self.aio`` offers them
     as coroutines.
     """
@@ -59,6 +63,7 @@ class Scheduler(JobRegistry):
         registry: CollectorRegistry | None = None,
         retention: Duration | None = None,
         statement_timeout: Duration = "30s",
+        transaction_pooling: bool | None = None,
     ) -> None:
         if (
             not isinstance(max_concurrency, int)
@@ -78,6 +83,7 @@ class Scheduler(JobRegistry):
         self.metrics = Metrics(registry)
         self.http_port: int | None = None  # the bound port while the replica serves HTTP
         self._dsn, self.schema = dsn, schema
+        self.transaction_pooling = resolve_transaction_pooling(transaction_pooling)
         JobRegistry.__init__(self, self.metrics)
         self._replica: Replica | None = None
         self._stop_requested = threading.Event()
@@ -100,15 +106,23 @@ class Scheduler(JobRegistry):
             self.statement_timeout,
             jobs=lambda: self.jobs,
             app_name=self._app_name(),
+            transaction_pooling=self.transaction_pooling,
         )
 
     def configure(
-        self, *, dsn: str | None = None, schema: str | None = None, runner_id: str | None = None
+        self,
+        *,
+        dsn: str | None = None,
+        schema: str | None = None,
+        runner_id: str | None = None,
+        transaction_pooling: bool | None = None,
     ) -> None:
         """Override connection settings (the command line's ``--dsn``, ``--schema``...)."""
         self._dsn = dsn or self._dsn
         self.schema = schema or self.schema
         self.runner_id = runner_id or self.runner_id
+        if transaction_pooling is not None:
+            self.transaction_pooling = transaction_pooling
         self.admin = self._new_admin()
         self._aio = None
 
@@ -123,6 +137,7 @@ class Scheduler(JobRegistry):
                 self.statement_timeout,
                 jobs=lambda: self.jobs,
                 app_name=self._app_name(),
+                transaction_pooling=self.transaction_pooling,
             )
         return self._aio
 
@@ -264,6 +279,7 @@ class Scheduler(JobRegistry):
             self.shutdown_grace,
             self.admin._connect_info(),
             self._app_name(),
+            transaction_pooling=self.transaction_pooling,
         )
         return Replica(Runtime(lambda: self.jobs, pool, self.metrics, settings))
 
@@ -274,7 +290,8 @@ class Scheduler(JobRegistry):
         timeout = self.statement_timeout
 
         async def configure(conn: Any) -> None:
-            await self.admin._store.configure_session(conn, timeout, timeout * 2)
+            if not self.transaction_pooling:  # a pooler's server sessions are shared
+                await self.admin._store.configure_session(conn, timeout, timeout * 2)
 
         return AsyncConnectionPool(
             self.admin._connect_info(),
@@ -284,5 +301,9 @@ class Scheduler(JobRegistry):
             timeout=max(5.0, self.tick_interval.total_seconds() * 3),
             check=AsyncConnectionPool.check_connection,
             configure=configure,
-            kwargs={"autocommit": True, "application_name": self._app_name()},
+            kwargs={
+                "autocommit": True,
+                "application_name": self._app_name(),
+                "prepare_threshold": None if self.transaction_pooling else 5,
+            },
         )

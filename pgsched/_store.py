@@ -268,13 +268,22 @@ class Store:
             cur.execute(self._q["finish"], _finish_params(batch))
             return {r["id"]: r["next_retry_at"] for r in cur.fetchall()}
 
-    async def configure_session(self, conn: Conn, statement: timedelta, idle: timedelta) -> None:
-        await self._rows(conn, "session_settings", _session_params(statement, idle))
+    async def configure_session(
+        self, conn: Conn, statement: timedelta, idle: timedelta, *, local: bool = False
+    ) -> None:
+        """Statement and idle-in-transaction timeouts for the session (or, ``local``, for
+        the current transaction only)."""
+        await self._rows(conn, "session_settings", _session_params(statement, idle, local))
 
     def configure_session_sync(
-        self, conn: psycopg.Connection[Any], statement: timedelta, idle: timedelta
+        self,
+        conn: psycopg.Connection[Any],
+        statement: timedelta,
+        idle: timedelta,
+        *,
+        local: bool = False,
     ) -> None:
-        conn.execute(self._q["session_settings"], _session_params(statement, idle))
+        conn.execute(self._q["session_settings"], _session_params(statement, idle, local))
 
     # -- operations ---------------------------------------------------------------------
 
@@ -367,8 +376,9 @@ def _finish_params(batch: Sequence[Finish]) -> dict[str, Any]:
     }
 
 
-def _session_params(statement: timedelta, idle: timedelta) -> dict[str, str]:
+def _session_params(statement: timedelta, idle: timedelta, local: bool) -> dict[str, Any]:
     return {
         "statement_ms": str(int(statement.total_seconds() * 1000)),
         "idle_ms": str(int(idle.total_seconds() * 1000)),
+        "local": local,
     }

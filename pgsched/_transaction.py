@@ -25,10 +25,14 @@ _IDLE_MARGIN = timedelta(seconds=10)
 class Transactions:
     """Opens a connection per transactional run (``conninfo``, named ``app_name``)."""
 
-    def __init__(self, conninfo: str, app_name: str, store: Store, *, prepare: bool) -> None:
+    def __init__(
+        self, conninfo: str, app_name: str, store: Store, *, transaction_pooling: bool
+    ) -> None:
         self._conninfo, self._app_name, self._store = conninfo, app_name, store
-        # Behind a transaction-pooling PgBouncer no statement may be prepared (SPEC §10).
-        self._prepare_threshold = 5 if prepare else None
+        # Behind a transaction-pooling PgBouncer no statement may be prepared and settings
+        # are made inside the run's transaction only (SPEC §10).
+        self._prepare_threshold = None if transaction_pooling else 5
+        self._local = transaction_pooling
 
     def _connect_options(self) -> dict[str, Any]:
         return {
@@ -43,8 +47,10 @@ class Transactions:
         timeout = job.run_timeout
         conn = await psycopg.AsyncConnection.connect(self._conninfo, **self._connect_options())
         async with conn:
-            await self._store.configure_session(conn, timeout, timeout + _IDLE_MARGIN)
             await conn.set_autocommit(False)
+            await self._store.configure_session(
+                conn, timeout, timeout + _IDLE_MARGIN, local=self._local
+            )
             run.conn = conn
             try:
                 done = outcome(await job.handler(run))
@@ -59,8 +65,10 @@ class Transactions:
         """:meth:`run_async` for a ``def`` handler, in its worker thread, on a sync connection."""
         timeout = job.run_timeout
         with psycopg.connect(self._conninfo, **self._connect_options()) as conn:
-            self._store.configure_session_sync(conn, timeout, timeout + _IDLE_MARGIN)
             conn.autocommit = False
+            self._store.configure_session_sync(
+                conn, timeout, timeout + _IDLE_MARGIN, local=self._local
+            )
             run.conn = conn
             try:
                 done = outcome(job.handler(run))

@@ -350,6 +350,7 @@ SELECT pg_notify(%(channel)s, %(payload)s)
 
 -- name: session_settings
 -- Applied to every pgsched connection: a stuck statement or an abandoned transaction cannot
--- hold row locks for ever.
-SELECT set_config('statement_timeout', %(statement_ms)s, false),
-       set_config('idle_in_transaction_session_timeout', %(idle_ms)s, false)
+-- hold row locks for ever. Behind a transaction-pooling PgBouncer only inside a transaction
+-- (local), since a server connection's session is shared.
+SELECT set_config('statement_timeout', %(statement_ms)s, %(local)s),
+       set_config('idle_in_transaction_session_timeout', %(idle_ms)s, %(local)s)

@@ -69,13 +69,16 @@ def spawn_pgsched(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess
 class Replicas:
     """Starts and stops ``pgsched run`` replicas; collects their output."""
 
-    def __init__(self, dsn: str, schema: str, workdir: Path) -> None:
+    def __init__(
+        self, dsn: str, schema: str, workdir: Path, extra_env: dict[str, str] | None = None
+    ) -> None:
         self.dsn, self.schema, self.workdir = dsn, schema, workdir
+        self.extra_env = extra_env or {}
         self.procs: dict[str, subprocess.Popen[str]] = {}
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",)}
-        env.update(PGSCHED_DSN=self.dsn, PGSCHED_SCHEMA=self.schema, **extra)
+        env.update(PGSCHED_DSN=self.dsn, PGSCHED_SCHEMA=self.schema, **self.extra_env, **extra)
         return env
 
     def start(self, runner_id: str, app: str = "app.py") -> subprocess.Popen[str]:

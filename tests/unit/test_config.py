@@ -69,6 +69,7 @@ INVALID: list[tuple[dict[str, Any], str, str]] = [
     ({"cron": "0 * * * *", "timezone": "Mars/Olympus"}, "timezone", "'Mars/Olympus'"),
     ({"cron": "0 * * * *", "timezone": ""}, "timezone", "''"),
     ({"cron": "0 * * * *", "timezone": "../../etc/passwd"}, "timezone", "'../../etc/passwd'"),
+    ({"cron": "0 * * * *", "timezone": "America"}, "timezone", "'America'"),
     ({"cron": "0 * * * *", "dst_repeated": "middle"}, "dst_repeated", "'middle'"),
     ({"cron": "0 * * * *", "dst_skipped": "never"}, "dst_skipped", "'never'"),
     # lease timings

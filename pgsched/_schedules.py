@@ -1,0 +1,420 @@
+"""Schedules as data (SPEC §8), the pure part: the spec a caller puts, its validation and
+normalisation, the read result, and the plan times of one stored schedule. No I/O, no SQL
+and no clock: every function gets the instants it needs as arguments, so all of it is
+deterministic and unit-tested without a database.
+
+Plan times are computed by the same planner classes as code-defined jobs
+(:class:`~pgsched._planning.CadenceSchedule`, :class:`~pgsched._planning.CronSchedule` with
+the default DST rules), so SPEC §3 applies in the schedule's own zone: cadences are aligned
+to the Unix epoch in UTC, cron expressions with a fixed hour fire once per local day across
+DST changes, and those whose hour is ``*`` or a step follow elapsed time.
+
+Storage, locking, notification and claiming live elsewhere; this module only decides what
+is valid, what the canonical stored form is (:class:`ValidSchedule`), whether a replacement
+changes plan times (:attr:`ValidSchedule.spec_key`) and which plan comes next.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import reprlib
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadCronError, CroniterError
+
+from ._config import check_job_name
+from ._durations import Duration, parse_duration
+from ._errors import ConfigError
+from ._model import Scope
+from ._planning import CadenceSchedule, CronSchedule
+from ._planning import Schedule as Planner
+
+MAX_PAYLOAD_BYTES = 16384  # 16 KiB of UTF-8 JSON, canonical compact form
+# Where "never fires" is checked from: a fixed instant keeps validation deterministic. A
+# 5-field expression that fires at all fires within 28 years of any instant.
+_REFERENCE = datetime(2000, 1, 1, tzinfo=UTC)
+# starts_at / ends_at must lie in this range: far from datetime's limits, so plan arithmetic
+# (which looks decades ahead) never overflows, and inside PostgreSQL's timestamptz range.
+_EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
+_LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+_SHOWN = 100  # characters of a value's repr quoted in an error message
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 4, _SHOWN, _SHOWN, _SHOWN
+_FIRST_SPAN = timedelta(hours=1)  # first chunk listed by plans_between for cron schedules
+
+# (every in whole microseconds, normalised cron expression, IANA zone): what plan times
+# depend on. Payload, window and paused flag are not part of it.
+SpecKey = tuple[int | None, str | None, str]
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """One schedule as a caller puts it (``put_schedule`` / ``put_schedules``), unchecked.
+
+    Exactly one of ``every`` (a duration: ``timedelta``, seconds, or text such as ``"1h"``)
+    and ``cron`` (5-field expression, evaluated in ``timezone``). ``payload`` is a JSON
+    object handed to every run as ``run.payload``. Plans satisfy
+    ``starts_at <= plan_time < ends_at``; both must be timezone-aware.
+    """
+
+    scope: Scope
+    every: Duration | None = None
+    cron: str | None = None
+    timezone: str = "UTC"
+    payload: dict[str, Any] | None = None
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
+    paused: bool = False
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A stored schedule as ``get_schedule`` / ``list_schedules`` return it.
+
+    Times are aware UTC; ``next_plan_time`` is None when no plan is left (past ``ends_at``,
+    or an expression that never fires again).
+    """
+
+    job: str
+    scope: Scope
+    every: timedelta | None
+    cron: str | None
+    timezone: str
+    payload: dict[str, Any]
+    starts_at: datetime | None
+    ends_at: datetime | None
+    paused: bool
+    next_plan_time: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class ValidSchedule:
+    """A checked and normalised schedule: what is stored. Built by :func:`check_schedule`.
+
+    ``every`` is a positive ``timedelta`` or None; ``cron`` has its whitespace collapsed to
+    single spaces; ``payload`` is the JSON round trip of the caller's payload (``{}`` when
+    none was given) and ``payload_json`` its canonical text (sorted keys, compact, UTF-8);
+    ``starts_at`` / ``ends_at`` are aware UTC or None.
+    """
+
+    job: str
+    scope: Scope
+    every: timedelta | None
+    cron: str | None
+    timezone: str
+    payload: dict[str, Any]
+    payload_json: str
+    starts_at: datetime | None
+    ends_at: datetime | None
+    paused: bool
+
+    @property
+    def spec_key(self) -> SpecKey:
+        """What the plan times depend on: ``(every in microseconds, cron, timezone)``.
+
+        Two schedules with equal keys have the same plan times, so a put whose key equals the
+        stored one (identical, or only payload / window / paused changed) leaves the stored
+        plan times alone; a different key is a replacement of the spec. The zone is part of
+        the key for cadences too, as SPEC §8 lists ``timezone`` among the spec fields.
+        """
+        every = None if self.every is None else self.every // _US
+        return (every, self.cron, self.timezone)
+
+    def as_schedule(
+        self, next_plan_time: datetime | None, created_at: datetime, updated_at: datetime
+    ) -> Schedule:
+        """The public read result for this schedule (with a payload of its own)."""
+        return Schedule(
+            job=self.job,
+            scope=self.scope,
+            every=self.every,
+            cron=self.cron,
+            timezone=self.timezone,
+            payload=json.loads(self.payload_json),
+            starts_at=self.starts_at,
+            ends_at=self.ends_at,
+            paused=self.paused,
+            next_plan_time=next_plan_time,
+            created_at=created_at,
+            updated_at=updated_at,
+        )
+
+
+def check_schedule(job: str, spec: ScheduleSpec) -> ValidSchedule:
+    """Validate ``spec`` for ``job`` and return its normalised form, or raise
+    :class:`ConfigError` with a one-line message naming the job, the scope, the field and
+    the value, e.g. ``job 'reminder', scope user:42: cron='61 * * * *' is not a valid cron
+    expression (...)``.
+
+    Refused: both or neither of ``every`` / ``cron``; a cron expression jobs would refuse
+    (not 5 fields, croniter's random ``R`` or hashed ``H`` fields, never fires); an unknown
+    IANA zone; an ``every`` that is not a positive duration of at most 100 years; a payload
+    that is not a JSON object with string keys, holds a value JSON cannot represent (or a NUL
+    character, which PostgreSQL's jsonb cannot store), or exceeds 16 KiB as canonical UTF-8
+    JSON; ``starts_at`` / ``ends_at`` that are not timezone-aware datetimes between 1900 and
+    9000, or with ``ends_at <= starts_at``; a ``paused`` that is not a bool; a scope over
+    :class:`Scope`'s limits.
+
+    Naive datetimes are refused, as everywhere in pgsched's Python API (``_ops.aware``);
+    only text from the command line is read as UTC when it has no offset (``parse_time``),
+    so the CLI and HTTP layers convert their text before building a :class:`ScheduleSpec`.
+    """
+    job = check_job_name(job)
+    if not isinstance(spec, ScheduleSpec):
+        raise ConfigError(f"job {job!r}: spec={_show(spec)} must be a pgsched.ScheduleSpec")
+    c = _Checker(job, _check_scope(job, spec.scope))
+    every, cron, timezone = c.spec(spec.every, spec.cron, spec.timezone)
+    payload, payload_json = c.payload(spec.payload)
+    starts_at = c.instant("starts_at", spec.starts_at)
+    ends_at = c.instant("ends_at", spec.ends_at)
+    if starts_at is not None and ends_at is not None and ends_at <= starts_at:
+        why = f"must be later than starts_at={_show(spec.starts_at)}"
+        raise c.bad("ends_at", spec.ends_at, why)
+    if not isinstance(spec.paused, bool):
+        raise c.bad("paused", spec.paused, "must be True or False")
+    return ValidSchedule(
+        job=job,
+        scope=spec.scope,
+        every=every,
+        cron=cron,
+        timezone=timezone,
+        payload=payload,
+        payload_json=payload_json,
+        starts_at=starts_at,
+        ends_at=ends_at,
+        paused=spec.paused,
+    )
+
+
+def first_plan_after(valid: ValidSchedule, after: datetime) -> datetime | None:
+    """The first plan time strictly after ``after`` with ``starts_at <= plan < ends_at``, as
+    aware UTC; None when no plan is left before ``ends_at``.
+
+    When ``starts_at`` is later than ``after`` this is the first occurrence at or after
+    ``starts_at``. A put at instant ``t`` gets ``first_plan_after(valid, t)`` as its first
+    plan: a put exactly on a plan boundary does not get that plan. ``after`` must be aware.
+    """
+    lo = _lower_bound(valid, after)
+    plan = planner_for(valid.spec_key).next_after(lo)
+    if plan is None or (valid.ends_at is not None and plan >= valid.ends_at):
+        return None
+    return plan
+
+
+def next_plan_after(valid: ValidSchedule, plan_time: datetime) -> datetime | None:
+    """The plan after ``plan_time`` (the plan just claimed), under the same window rule as
+    :func:`first_plan_after`, of which it is the same computation: the plan after a plan is
+    the first plan strictly after it."""
+    return first_plan_after(valid, plan_time)
+
+
+def plans_between(
+    valid: ValidSchedule, after: datetime, until: datetime, limit: int
+) -> list[datetime]:
+    """Plan times ``p`` with ``after < p <= until`` and ``starts_at <= p < ends_at``, aware
+    UTC, oldest first, at most ``limit`` of them (the oldest ones): the plans missed while a
+    schedule was paused or its replicas down. Costs about ``limit`` plans, however long the
+    range."""
+    lo = _lower_bound(valid, after)
+    hi = _utc(until, "until")
+    if valid.ends_at is not None:
+        hi = min(hi, valid.ends_at - _US)  # plan times are whole microseconds
+    if limit <= 0 or hi <= lo:
+        return []
+    planner = planner_for(valid.spec_key)
+    if isinstance(planner, CadenceSchedule):
+        first = planner.next_after(lo)
+        if first > hi:
+            return []
+        if (hi - first) // planner.every >= limit:
+            hi = first + planner.every * (limit - 1)
+        return planner.plans_between(lo, hi)
+    return _chunked_plans(planner, lo, hi, limit)
+
+
+@functools.lru_cache(maxsize=4096)
+def planner_for(key: SpecKey) -> Planner:
+    """The planner object of a spec (cached: parsing a cron expression is not free).
+
+    A cadence ignores the zone (SPEC §3: aligned to the epoch in UTC); a cron expression is
+    evaluated in its zone with the default DST rules of a code-defined job."""
+    every_us, cron, timezone = key
+    if every_us is not None:
+        return CadenceSchedule(_US * every_us)
+    assert cron is not None
+    return CronSchedule(cron, ZoneInfo(timezone))
+
+
+def _chunked_plans(planner: Planner, lo: datetime, hi: datetime, limit: int) -> list[datetime]:
+    """Up to ``limit`` plans in ``(lo, hi]``, listed in chunks that double in length, each
+    starting at the next plan, so neither an empty stretch nor a dense one costs more than
+    a few chunks."""
+    out: list[datetime] = []
+    span = _FIRST_SPAN
+    while len(out) < limit and lo < hi:
+        nxt = planner.next_after(lo)
+        if nxt is None or nxt > hi:
+            break
+        lo = nxt - _US
+        end = hi if hi - lo <= span else lo + span
+        out.extend(planner.plans_between(lo, end))
+        lo, span = end, span * 2
+    return out[:limit]
+
+
+def _lower_bound(valid: ValidSchedule, after: datetime) -> datetime:
+    """The instant plans must be strictly after: ``after``, or just before ``starts_at``."""
+    lo = _utc(after, "after")
+    if valid.starts_at is not None and valid.starts_at > lo:
+        lo = valid.starts_at - _US
+    return lo
+
+
+def _utc(value: datetime, name: str) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{name}={value!r} must be a timezone-aware datetime")
+    return value.astimezone(UTC)
+
+
+class _Checker:
+    """The checks of one schedule's fields, each raising :class:`ConfigError` prefixed with
+    the job and the scope."""
+
+    def __init__(self, job: str, scope_text: str) -> None:
+        self.prefix = f"job {job!r}, scope {scope_text}: "
+
+    def bad(self, field: str, value: object, why: str) -> ConfigError:
+        return ConfigError(f"{self.prefix}{field}={_show(value)} {why}")
+
+    def spec(
+        self, every: object, cron: object, timezone: object
+    ) -> tuple[timedelta | None, str | None, str]:
+        """``every`` / ``cron`` / ``timezone`` checked and normalised."""
+        if (every is None) == (cron is None):
+            got = f"every={_show(every)}, cron={_show(cron)}"
+            raise ConfigError(f"{self.prefix}{got}: exactly one of every= or cron= is required")
+        if not isinstance(timezone, str):
+            raise self.bad("timezone", timezone, "must be a string naming an IANA time zone")
+        try:
+            tz = ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            raise self.bad("timezone", timezone, "is not a known IANA time zone") from None
+        if every is not None:
+            try:
+                delta = parse_duration(every, field="every", allow_zero=False)
+            except ConfigError as exc:
+                raise ConfigError(f"{self.prefix}{exc}") from None
+            return delta, None, timezone
+        return None, self.cron(cron, tz), timezone
+
+    def cron(self, expr: object, tz: ZoneInfo) -> str:
+        """``expr`` with its whitespace normalised, if a code-defined job would accept it."""
+        if not isinstance(expr, str):
+            raise self.bad("cron", expr, "must be a string")
+        normal = " ".join(expr.split())
+        try:
+            planner = CronSchedule(normal, tz)
+        except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
+            why = " ".join(str(exc).split())
+            raise self.bad("cron", expr, f"is not a valid cron expression ({why})") from None
+        if planner.next_after(_REFERENCE) is None:
+            raise self.bad("cron", expr, "never fires")
+        return normal
+
+    def payload(self, payload: object) -> tuple[dict[str, Any], str]:
+        """The payload's JSON round trip and canonical text (``{}`` for None)."""
+        if payload is None:
+            return {}, "{}"
+        if not isinstance(payload, dict):
+            raise self.bad("payload", payload, "must be a JSON object (a dict)")
+        try:
+            text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+            size = len(text.encode("utf-8"))
+        except (TypeError, ValueError, RecursionError) as exc:
+            why = " ".join(str(exc).split()) or type(exc).__name__
+            raise self.bad("payload", payload, f"is not JSON-serialisable ({why})") from None
+        if size > MAX_PAYLOAD_BYTES:
+            why = f"is {size} bytes as JSON; the limit is {MAX_PAYLOAD_BYTES} bytes"
+            raise self.bad("payload", payload, why)
+        problem = _json_problem(payload)
+        if problem is not None:
+            raise self.bad("payload", payload, f"is not a JSON object: {problem}")
+        canonical = json.dumps(payload, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        loaded: dict[str, Any] = json.loads(canonical)
+        return loaded, canonical
+
+    def instant(self, field: str, value: object) -> datetime | None:
+        """``value`` as aware UTC (None stays None); naive datetimes are refused."""
+        if value is None:
+            return None
+        if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+            raise self.bad(field, value, "must be a timezone-aware datetime")
+        try:
+            utc = value.astimezone(UTC)
+        except OverflowError:
+            utc = _LATEST if value.year > 2000 else _EARLIEST - _US
+        if not _EARLIEST <= utc < _LATEST:
+            raise self.bad(field, value, "must lie between the years 1900 and 9000")
+        return utc
+
+
+def _check_scope(job: str, scope: object) -> str:
+    """The scope as shown in messages, once it is a :class:`Scope` within Scope's own limits
+    (checked again here by rebuilding it, in case those checks were bypassed)."""
+    if not isinstance(scope, Scope):
+        raise ConfigError(f"job {job!r}: scope={_show(scope)} must be a pgsched.Scope")
+    kind, ident = getattr(scope, "kind", None), getattr(scope, "id", None)
+    text = f"{kind}:{ident}"
+    if not text.isprintable():
+        text = repr(text)
+    if len(text) > 80:
+        text = f"{text[:80]}... ({len(text)} characters)"
+    try:
+        Scope(kind, ident)  # type: ignore[arg-type]
+    except ConfigError as exc:
+        raise ConfigError(f"job {job!r}, scope {text}: {exc}") from None
+    return text
+
+
+def _json_problem(payload: dict[str, Any]) -> str | None:
+    """Why ``payload`` (already known to encode, so free of cycles) would not come back from
+    a jsonb column as the same value, or None: a non-string key, a NUL character, or a
+    container or scalar JSON does not have (tuples pass and come back as lists)."""
+    stack: list[tuple[str, object]] = [("payload", payload)]
+    while stack:
+        path, value = stack.pop()
+        if value is None or isinstance(value, bool | int):
+            continue
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                return f"{path} is {value!r}"
+        elif isinstance(value, str):
+            if "\x00" in value:
+                return f"{path} contains a NUL character"
+        elif isinstance(value, list | tuple):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str) or "\x00" in key:
+                    return f"{path} has the key {_show(key)}; keys must be strings without NUL"
+                stack.append((f"{path}[{_show(key)}]", item))
+        else:
+            return f"{path} is a {type(value).__name__}"
+    return None
+
+
+def _show(value: object) -> str:
+    """``value`` for an error message: ISO text for datetimes, else its repr, shortened (and
+    bounded in depth, so a deep or cyclic payload costs little to show)."""
+    text = repr(value.isoformat()) if isinstance(value, datetime) else _REPR.repr(value)
+    if len(text) > _SHOWN:
+        text = f"{text[:_SHOWN]}..."
+    return text
