@@ -9,6 +9,7 @@ own loop (a scrape never waits for the database, nor blocks a loop).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 
@@ -19,7 +20,7 @@ from prometheus_client.registry import Collector
 from ._views import JobStatus
 
 Fetch = Callable[[], Awaitable[Sequence[JobStatus]]]
-CACHE_TTL_S = 5.0
+CACHE_TTL_S = 2.0
 
 _FAMILIES = (
     ("pgsched_running_stale", "RUNNING rows past stale_after, from the database."),
@@ -41,7 +42,7 @@ class ClusterGauges(Collector):
         self._read_at = float("-inf")
         self._source: tuple[Fetch, asyncio.AbstractEventLoop] | None = None
         self._on_error: Callable[[Exception], None] = lambda exc: None
-        self._pending: asyncio.Future[None] | None = None
+        self._pending: concurrent.futures.Future[None] | None = None
         self.reads = self.errors = 0
         registry.register(self)
 
@@ -100,4 +101,4 @@ class ClusterGauges(Collector):
         _, loop = source
         if loop.is_closed():
             return
-        self._pending = asyncio.run_coroutine_threadsafe(self.refresh(), loop)  # type: ignore[assignment]
+        self._pending = asyncio.run_coroutine_threadsafe(self.refresh(), loop)

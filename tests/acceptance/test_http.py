@@ -38,6 +38,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
+from pgsched._gauges import CACHE_TTL_S
 from tests.acceptance.conftest import spawn_pgsched
 from tests.helpers import wait_for
 
@@ -539,25 +540,39 @@ def test_metrics_expose_spec_names_types_and_labels(cluster: Cluster) -> None:
 # -- 2. values -----------------------------------------------------------------------------
 
 
-def test_running_stale_gauge_follows_the_database_on_each_scrape(cluster: Cluster) -> None:
+# The database gauges are read on scrape and cached for CACHE_TTL_S: a change in the database
+# shows within that (the tests allow a few seconds more), and never runs ahead of it.
+GAUGE_DEADLINE_S = CACHE_TTL_S + 8
+
+
+def _gauge_becomes(cluster: Cluster, sample: str, job: str, expected: float) -> None:
+    wait_for(
+        lambda: scrape(cluster.main).value(sample, job=job) == expected,
+        timeout=GAUGE_DEADLINE_S,
+        interval=0.25,
+        what=f"{sample}{{job={job}}} to become {expected}",
+    )
+
+
+def test_running_stale_gauge_follows_the_database(cluster: Cluster) -> None:
     job = "ghost_stale"  # known in job_state, run by no replica: nobody closes its rows
     _seed_job(cluster, job)
-    assert scrape(cluster.main).value("pgsched_running_stale", job=job) == 0
+    _gauge_becomes(cluster, "pgsched_running_stale", job, 0)
 
     first = _seed_run(cluster, job, "RUNNING", stale_in_s=-60)
     _seed_run(cluster, job, "RUNNING", ago_s=10, stale_in_s=600)  # live lease: not stale
-    assert scrape(cluster.main).value("pgsched_running_stale", job=job) == 1
+    _gauge_becomes(cluster, "pgsched_running_stale", job, 1)
 
     _seed_run(cluster, job, "RUNNING", ago_s=200, stale_in_s=-1)
-    assert scrape(cluster.main).value("pgsched_running_stale", job=job) == 2
+    _gauge_becomes(cluster, "pgsched_running_stale", job, 2)
 
     cluster.q(
         "UPDATE {s}.cron_executions SET status = 'FAILED', finished_at = clock_timestamp()"
         " WHERE id = %s",
         (first,),
     )
+    _gauge_becomes(cluster, "pgsched_running_stale", job, 1)
     m = scrape(cluster.main)
-    assert m.value("pgsched_running_stale", job=job) == 1
     assert m.value("pgsched_failed_runs", job=job) == 1
     assert m.value("pgsched_running_stale", job="tick") == 0
 
@@ -568,30 +583,32 @@ def test_failed_runs_gauge_counts_only_failures_without_retry(cluster: Cluster) 
     _seed_run(cluster, job, "FAILED", finished_ago_s=250)  # no retry left: counted
     _seed_run(cluster, job, "FAILED", ago_s=400, finished_ago_s=390, retry_in_s=3600)
     _seed_run(cluster, job, "SUCCESS", ago_s=500, finished_ago_s=480)
-    m = scrape(cluster.main)
-    assert m.value("pgsched_failed_runs", job=job) == 1
+    _gauge_becomes(cluster, "pgsched_failed_runs", job, 1)
     finished = cluster.one(
         "SELECT max(finished_at) FROM {s}.cron_executions WHERE job_name = %s"
         " AND status = 'SUCCESS'",
         (job,),
     )
-    assert m.value("pgsched_last_success_timestamp_seconds", job=job) == pytest.approx(
-        finished.timestamp(), abs=1e-3
-    )
+    assert scrape(cluster.main).value(
+        "pgsched_last_success_timestamp_seconds", job=job
+    ) == pytest.approx(finished.timestamp(), abs=1e-3)
 
-    # boom fails every second with max_attempts=1: the gauge is the database's count at the
-    # moment of the scrape, so it lies between a count taken before and one taken after.
+    # boom fails every second with max_attempts=1: the gauge catches up with a count taken
+    # before, never exceeds a count taken after, and it moves.
     count = "SELECT count(*) FROM {s}.cron_executions WHERE job_name = 'boom'" + (
         " AND status = 'FAILED' AND next_retry_at IS NULL"
     )
     before = cluster.one(count)
-    gauge = scrape(cluster.main).value("pgsched_failed_runs", job="boom")
-    after = cluster.one(count)
-    assert gauge is not None and before <= gauge <= after
-    # ... and it moves.
     wait_for(
-        lambda: scrape(cluster.main).v("pgsched_failed_runs", job="boom") > after,
-        timeout=10,
+        lambda: scrape(cluster.main).v("pgsched_failed_runs", job="boom") >= before,
+        timeout=GAUGE_DEADLINE_S,
+        what="pgsched_failed_runs{job=boom} to catch up with the database",
+    )
+    gauge = scrape(cluster.main).value("pgsched_failed_runs", job="boom")
+    assert gauge is not None and gauge <= cluster.one(count)
+    wait_for(
+        lambda: scrape(cluster.main).v("pgsched_failed_runs", job="boom") > gauge,
+        timeout=GAUGE_DEADLINE_S,
         what="pgsched_failed_runs{job=boom} to grow",
     )
 
@@ -654,12 +671,20 @@ def test_last_success_timestamp_is_the_latest_success_in_the_database(cluster: C
     latest += " WHERE job_name = 'tick' AND status = 'SUCCESS'"
     wait_for(lambda: cluster.one(latest), timeout=10, what="a SUCCESS of tick")
     before = cluster.one(latest)
+    wait_for(
+        lambda: (
+            scrape(cluster.main).v("pgsched_last_success_timestamp_seconds", job="tick")
+            >= before - 1e-3
+        ),
+        timeout=GAUGE_DEADLINE_S,
+        what="the gauge to catch up with the database",
+    )
     gauge = scrape(cluster.main).value("pgsched_last_success_timestamp_seconds", job="tick")
     after = cluster.one(latest)
     assert gauge is not None
     assert before - 1e-3 <= gauge <= after + 1e-3, (before, gauge, after)
     db_now = cluster.one("SELECT extract(epoch FROM clock_timestamp())::float8")
-    assert db_now - 5 < gauge <= db_now  # tick succeeds every second: recent
+    assert db_now - 5 - CACHE_TTL_S < gauge <= db_now  # tick succeeds every second: recent
     # No series for a job that never succeeded.
     assert scrape(cluster.main).value("pgsched_last_success_timestamp_seconds", job="boom") is None
 
