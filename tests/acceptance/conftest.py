@@ -9,10 +9,13 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
+
+from tests.helpers import wait_for
 
 # The config module the replicas run. Each handler records its execution in a ledger table
 # (the side effect whose duplicates the tests count) before doing its work.
@@ -52,6 +55,27 @@ APP = textwrap.dedent(
         return 1
     """
 )
+
+
+def in_schema(
+    conn: psycopg.Connection[Any], schema: str, text: str, params: tuple[Any, ...] = ()
+) -> list[tuple[Any, ...]]:
+    """Run ``text`` with ``{s}`` standing for the test's schema."""
+    return conn.execute(sql.SQL(text).format(s=sql.Identifier(schema)), params).fetchall()
+
+
+def victim_first_attempt(conn: psycopg.Connection[Any], schema: str) -> tuple[Any, ...]:
+    """Wait for APP's ``victim`` job to record its first attempt: (plan_time, runner_id)."""
+    return wait_for(
+        lambda: in_schema(
+            conn,
+            schema,
+            "SELECT plan_time, runner_id FROM {s}.ledger WHERE job='victim' AND attempt=1",
+        ),
+        timeout=30,
+        interval=0.05,
+        what="the victim's first attempt",
+    )[0]
 
 
 def spawn_pgsched(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -18,15 +17,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from tests.helpers import wait_for
+from tests.helpers import free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _call(base: str, method: str, path: str) -> tuple[int, Any]:
@@ -48,7 +41,7 @@ def _count(db: psycopg.Connection[Any], schema: str, where: str) -> int:
 def test_fastapi_app_serves_the_scheduler_in_its_lifespan(
     pg_dsn: str, schema: str, db: psycopg.Connection[Any]
 ) -> None:
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env.update(PGSCHED_DSN=pg_dsn, PGSCHED_SCHEMA=schema, PGSCHED_LOG_FORMAT="json")
     proc = subprocess.Popen(

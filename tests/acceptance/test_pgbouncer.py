@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,14 +19,8 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.acceptance.conftest import APP, Replicas
-from tests.helpers import wait_for
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.acceptance.conftest import APP, Replicas, in_schema, victim_first_attempt
+from tests.helpers import free_port, wait_for
 
 
 def _pgbouncer() -> str:
@@ -46,7 +39,7 @@ def pooled_dsn(pg_dsn: str) -> Iterator[str]:
     host = str(target.get("host") or "127.0.0.1")
     if host.startswith("/"):
         host = "127.0.0.1"  # the embedded server also listens on loopback
-    port, user = _free_port(), str(target.get("user") or "postgres")
+    port, user = free_port(), str(target.get("user") or "postgres")
     dbname = str(target.get("dbname") or "postgres")
     # pgbouncer refuses to run as root: it runs as postgres, which must reach and write this
     # directory (pytest's tmp_path is private to the test's user).
@@ -102,12 +95,10 @@ def _cli(dsn: str, schema: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _q(db: psycopg.Connection[tuple[object, ...]], schema: str, query: str) -> list[tuple]:
-    return db.execute(sql.SQL(query).format(s=sql.Identifier(schema))).fetchall()
-
-
 def _fast_plans(db: psycopg.Connection[tuple[object, ...]], schema: str) -> int:
-    found = _q(db, schema, "SELECT count(DISTINCT plan_time) FROM {s}.ledger WHERE job='fast'")
+    found = in_schema(
+        db, schema, "SELECT count(DISTINCT plan_time) FROM {s}.ledger WHERE job='fast'"
+    )
     return int(found[0][0])  # type: ignore[call-overload]
 
 
@@ -139,21 +130,11 @@ def test_replicas_and_commands_through_a_transaction_pooling_pgbouncer(
             group.start(rid)
 
         # A replica killed while it holds the victim's lease: stolen through the pooler.
-        first = wait_for(
-            lambda: _q(
-                db,
-                schema,
-                "SELECT plan_time, runner_id FROM {s}.ledger WHERE job='victim' AND attempt=1",
-            ),
-            timeout=30,
-            interval=0.05,
-            what="the victim's first attempt",
-        )[0]
-        holder = str(first[1])
+        holder = str(victim_first_attempt(db, schema)[1])
         os.kill(group.procs[holder].pid, signal.SIGKILL)
         killed_at = db.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
         stolen = wait_for(
-            lambda: _q(
+            lambda: in_schema(
                 db,
                 schema,
                 "SELECT started_at, runner_id FROM {s}.cron_executions"
@@ -174,7 +155,7 @@ def test_replicas_and_commands_through_a_transaction_pooling_pgbouncer(
         status = _cli(pooled_dsn, schema, "status", "--json")
         assert status.returncode == 0 and '"fast"' in status.stdout, status.stderr
         manual = wait_for(
-            lambda: _q(
+            lambda: in_schema(
                 db,
                 schema,
                 "SELECT count(*) FROM {s}.cron_executions WHERE trigger='manual'"
@@ -199,13 +180,15 @@ def test_replicas_and_commands_through_a_transaction_pooling_pgbouncer(
                 proc.wait(10)
             print(f"--- {rid}\n{group.output(rid)[-4000:]}")  # shown when the test fails
 
-    duplicates = _q(
+    duplicates = in_schema(
         db,
         schema,
         "SELECT job, scope_id, plan_time, count(*) FROM {s}.ledger WHERE attempt = 1"
         " GROUP BY 1, 2, 3 HAVING count(*) > 1",
     )
     assert duplicates == []
-    running = _q(db, schema, "SELECT count(*) FROM {s}.cron_executions WHERE status='RUNNING'")
+    running = in_schema(
+        db, schema, "SELECT count(*) FROM {s}.cron_executions WHERE status='RUNNING'"
+    )
     assert running[0][0] == 0
     assert _fast_plans(db, schema) >= 5

@@ -7,19 +7,12 @@ import signal
 from datetime import timedelta
 from itertools import pairwise
 
-import psycopg
 import pytest
-from psycopg import sql
 
-from tests.acceptance.conftest import Replicas
+from tests.acceptance.conftest import Replicas, in_schema, victim_first_attempt
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.acceptance
-
-
-def _q(conn: psycopg.Connection, schema: str, text: str, params: tuple = ()) -> list[tuple]:
-    """Run ``text`` with ``{s}`` standing for the test's schema."""
-    return conn.execute(sql.SQL(text).format(s=sql.Identifier(schema)), params).fetchall()
 
 
 def test_three_replicas_run_every_plan_exactly_once(replicas: Replicas, db, schema) -> None:
@@ -29,9 +22,9 @@ def test_three_replicas_run_every_plan_exactly_once(replicas: Replicas, db, sche
     # 4 scopes x 1 plan per second: wait for a few seconds' worth of plans.
     wait_for(
         lambda: (
-            _q(db, schema, "SELECT count(DISTINCT plan_time) FROM {s}.ledger WHERE job='fast'")[0][
-                0
-            ]
+            in_schema(
+                db, schema, "SELECT count(DISTINCT plan_time) FROM {s}.ledger WHERE job='fast'"
+            )[0][0]
             >= 6
         ),
         timeout=30,
@@ -40,7 +33,7 @@ def test_three_replicas_run_every_plan_exactly_once(replicas: Replicas, db, sche
     codes = replicas.terminate_all()
     assert codes == {"replica-0": 0, "replica-1": 0, "replica-2": 0}
 
-    duplicates = _q(
+    duplicates = in_schema(
         db,
         schema,
         "SELECT job, scope_id, plan_time, count(*) FROM {s}.ledger"
@@ -50,14 +43,14 @@ def test_three_replicas_run_every_plan_exactly_once(replicas: Replicas, db, sche
     # Every plan between the first and the last one seen ran for every scope: none was lost.
     plans = [
         r[0]
-        for r in _q(
+        for r in in_schema(
             db, schema, "SELECT DISTINCT plan_time FROM {s}.ledger WHERE job='fast' ORDER BY 1"
         )
     ]
     inner = plans[1:-1]  # the edges may be partial when the replicas start and stop
     assert all(b - a == timedelta(seconds=1) for a, b in pairwise(plans))
     per_plan = dict(
-        _q(
+        in_schema(
             db,
             schema,
             "SELECT plan_time, count(*) FROM {s}.cron_executions"
@@ -66,25 +59,15 @@ def test_three_replicas_run_every_plan_exactly_once(replicas: Replicas, db, sche
     )
     assert all(per_plan.get(p) == 4 for p in inner), per_plan
     # The audit rows agree with the ledger: one SUCCESS row per executed (scope, plan).
-    ledger_count = _q(db, schema, "SELECT count(*) FROM {s}.ledger WHERE job='fast'")[0][0]
+    ledger_count = in_schema(db, schema, "SELECT count(*) FROM {s}.ledger WHERE job='fast'")[0][0]
     assert sum(per_plan.values()) == ledger_count
 
 
 def test_sigkilled_holder_is_stolen_within_stale_timeout(replicas: Replicas, db, schema) -> None:
     for i in range(3):
         replicas.start(f"replica-{i}")
-    first = wait_for(
-        lambda: _q(
-            db,
-            schema,
-            "SELECT plan_time, runner_id FROM {s}.ledger WHERE job='victim' AND attempt=1",
-        ),
-        timeout=30,
-        interval=0.05,
-        what="the victim's first attempt",
-    )[0]
-    plan_time, holder = first
-    before = _q(
+    plan_time, holder = victim_first_attempt(db, schema)
+    before = in_schema(
         db,
         schema,
         "SELECT id, lease_token, fencing_token FROM {s}.cron_executions"
@@ -95,7 +78,7 @@ def test_sigkilled_holder_is_stolen_within_stale_timeout(replicas: Replicas, db,
     killed_at = db.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
 
     def stolen() -> list[tuple]:
-        return _q(
+        return in_schema(
             db,
             schema,
             "SELECT id, lease_token, fencing_token, attempt, runner_id, started_at, status"
@@ -117,7 +100,7 @@ def test_sigkilled_holder_is_stolen_within_stale_timeout(replicas: Replicas, db,
     replicas.procs.pop(holder)
     codes = replicas.terminate_all()
     assert set(codes.values()) == {0}
-    attempts = _q(
+    attempts = in_schema(
         db, schema, "SELECT attempt, runner_id FROM {s}.ledger WHERE job='victim' ORDER BY attempt"
     )
     assert [a for a, _ in attempts] == [1, 2]
@@ -143,7 +126,7 @@ def test_rolling_update_runs_no_plan_twice_and_loses_none(replicas: Replicas, db
     (replicas.workdir / "rolling.py").write_text(ROLLING_APP)
 
     def plans_seen() -> int:
-        return _q(db, schema, "SELECT count(DISTINCT plan_time) FROM {s}.ledger")[0][0]
+        return in_schema(db, schema, "SELECT count(DISTINCT plan_time) FROM {s}.ledger")[0][0]
 
     for i in range(3):
         replicas.start(f"old-{i}", app="rolling.py")
@@ -153,7 +136,7 @@ def test_rolling_update_runs_no_plan_twice_and_loses_none(replicas: Replicas, db
     for i in range(3):
         old = replicas.procs.pop(f"old-{i}")
         in_flight = wait_for(
-            lambda i=i: _q(
+            lambda i=i: in_schema(
                 db,
                 schema,
                 "SELECT count(*) FROM {s}.cron_executions WHERE status = 'RUNNING'"
@@ -172,13 +155,13 @@ def test_rolling_update_runs_no_plan_twice_and_loses_none(replicas: Replicas, db
         print(f"old-{i}: {in_flight} run(s) in flight at SIGTERM")
     assert set(replicas.terminate_all().values()) == {0}
 
-    duplicates = _q(
+    duplicates = in_schema(
         db,
         schema,
         "SELECT scope_id, plan_time, count(*) FROM {s}.ledger GROUP BY 1, 2 HAVING count(*) > 1",
     )
     assert duplicates == []
-    per_plan = _q(
+    per_plan = in_schema(
         db,
         schema,
         "SELECT plan_time, count(*) FILTER (WHERE status = 'SUCCESS'), count(*)"
@@ -187,9 +170,9 @@ def test_rolling_update_runs_no_plan_twice_and_loses_none(replicas: Replicas, db
     # Every plan except the edges (replicas starting, and the final stop) ran for all six
     # scopes; nothing was abandoned at a SIGTERM.
     assert all(ok == 6 for _, ok, _ in per_plan[1:-2]), per_plan
-    shutdown = _q(
+    shutdown = in_schema(
         db, schema, "SELECT count(*) FROM {s}.cron_executions WHERE error_code IS NOT NULL"
     )
     assert shutdown[0][0] == 0
-    runners = {r[0] for r in _q(db, schema, "SELECT DISTINCT runner_id FROM {s}.ledger")}
+    runners = {r[0] for r in in_schema(db, schema, "SELECT DISTINCT runner_id FROM {s}.ledger")}
     assert {"new-0", "new-1", "new-2"} <= runners
