@@ -11,6 +11,7 @@ from ._model import GLOBAL, Result, Run, Scope
 from ._planning import Planner
 from ._recorder import TickReport
 from ._scheduler import Scheduler
+from ._schedules import Schedule, ScheduleSpec
 from ._views import Execution, JobStatus, Triggered
 
 try:
@@ -33,6 +34,8 @@ __all__ = [
     "Planner",
     "Result",
     "Run",
+    "Schedule",
+    "ScheduleSpec",
     "Scheduler",
     "Scope",
     "TickReport",

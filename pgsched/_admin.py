@@ -20,13 +20,86 @@ from ._durations import Duration, parse_duration
 from ._errors import ConfigError
 from ._model import GLOBAL, Scope
 from ._ops import Operations, _no_jobs
+from ._schedules import Schedule, ScheduleSpec
 from ._store import Conn, Store
 from ._views import Execution, JobStatus
 
 _T = TypeVar("_T")
 
 
-class Admin:
+class ScheduleMethods:
+    """The schedule operations of dynamic jobs (SPEC §8) for sync callers: on ``Admin`` and
+    on ``Scheduler``. Each validates everything before it writes and writes nothing when
+    anything is invalid (``ConfigError`` naming the job, the scope, the field, the value)."""
+
+    def _admin(self) -> Admin:
+        raise NotImplementedError
+
+    def put_schedule(
+        self,
+        job: str,
+        scope: Scope,
+        *,
+        every: Duration | None = None,
+        cron: str | None = None,
+        timezone: str = "UTC",
+        payload: dict[str, Any] | None = None,
+        starts_at: datetime | None = None,
+        ends_at: datetime | None = None,
+        paused: bool = False,
+    ) -> Schedule:
+        """Create or replace the schedule of ``scope`` (exactly one of ``every`` / ``cron``);
+        its first plan is strictly after the put. Returns it as stored."""
+        admin = self._admin()
+        return admin._call(
+            admin._ops.put_schedule(
+                job,
+                scope,
+                every=every,
+                cron=cron,
+                timezone=timezone,
+                payload=payload,
+                starts_at=starts_at,
+                ends_at=ends_at,
+                paused=paused,
+            )
+        )
+
+    def put_schedules(self, job: str, specs: Iterable[ScheduleSpec]) -> int:
+        """Create or replace many schedules in one transaction, all or nothing; returns how
+        many were written (one identical to the stored schedule is not)."""
+        admin = self._admin()
+        return admin._call(admin._ops.put_schedules(job, specs))
+
+    def get_schedule(self, job: str, scope: Scope) -> Schedule | None:
+        """The stored schedule of ``scope``, or None."""
+        admin = self._admin()
+        return admin._call(admin._ops.get_schedule(job, scope))
+
+    def list_schedules(
+        self, job: str, *, after: Scope | None = None, limit: int = 100
+    ) -> list[Schedule]:
+        """Up to ``limit`` schedules ordered by scope kind then id, after the scope ``after``."""
+        admin = self._admin()
+        return admin._call(admin._ops.list_schedules(job, after=after, limit=limit))
+
+    def delete_schedule(self, job: str, scope: Scope) -> bool:
+        """Delete the schedule (its runs stay); False when there was none."""
+        admin = self._admin()
+        return admin._call(admin._ops.delete_schedule(job, scope))
+
+    def pause_schedule(self, job: str, scope: Scope) -> None:
+        """No plan of the schedule is claimed until it is resumed (``NotFoundError`` if none)."""
+        admin = self._admin()
+        admin._call(admin._ops.pause_schedule(job, scope))
+
+    def resume_schedule(self, job: str, scope: Scope) -> None:
+        """Resume the schedule; the job's catch-up mode decides which missed plans run."""
+        admin = self._admin()
+        admin._call(admin._ops.resume_schedule(job, scope))
+
+
+class Admin(ScheduleMethods):
     """Operator actions on one database and schema, for code that is not ``async``.
 
     The DSN is ``dsn``, else ``PGSCHED_DSN``, else ``DATABASE_URL``, read when first needed.
@@ -78,6 +151,9 @@ class Admin:
 
     def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
         return blocking(coro)
+
+    def _admin(self) -> Admin:
+        return self
 
     def migrate(self) -> list[str]:
         """Create or upgrade the schema; returns the migration versions applied now (safe when

@@ -9,15 +9,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 import psycopg
 
 from ._config import JobSpec
+from ._dynamic import decide
 from ._model import Scope, Trigger
 from ._offers import Offer
 from ._recorder import ClaimKind, Recorder
-from ._store import ClaimTerms, Conn, NewPlans, Probe, Row, Store
+from ._store import ClaimTerms, Conn, NewPlans, Probe, Row, ScheduleStore, Store
 from ._views import trusted_scope
 
 # New plans of one due instant are claimed at most this many per transaction, so the first
@@ -45,6 +47,7 @@ class Claim:
     started_at: datetime | None
     previous_runner: str | None = None
     previous_plan: datetime | None = None  # new claims: the scope's scheduled plan before it
+    payload: dict[str, Any] | None = None  # the schedule's payload (dynamic jobs)
 
 
 @dataclass
@@ -62,6 +65,7 @@ class Claimer:
 
     def __init__(self, store: Store, runner: str, recorder: Recorder) -> None:
         self._store, self._runner, self._recorder = store, runner, recorder
+        self._schedules = ScheduleStore(store.schema)
 
     async def claim(
         self, conn: Conn, job: JobSpec, probe: Probe, offer: Offer | None, free: int, first: bool
@@ -72,15 +76,16 @@ class Claimer:
         existing = (
             first and free > 0 and (stale or job.name in probe.retry or job.name in probe.pending)
         )
+        dynamic = job.dynamic and probe.schedules_due(job.name, job.schedule_delay)
         batch = ClaimBatch()
-        if not (stale or existing or offer):
+        if not (stale or existing or offer or dynamic):
             return batch
         async with conn.transaction():
             await self._store.claim_begin(conn, CLAIM_IDLE_TIMEOUT)
             cap = await self._cap(conn, job, free)
             if cap is None:  # another replica is claiming this max_running job right now
                 self._recorder.lock_busy(job.name)
-                batch.backlog = offer is not None
+                batch.backlog = offer is not None or dynamic
                 return batch
             if stale:
                 for row in await self._store.close_stale(
@@ -99,7 +104,38 @@ class Claimer:
                 batch.backlog = bool(batch.unsettled)
             elif offer is not None:
                 batch.backlog = True
+            if dynamic:
+                await self._dynamic(conn, job, cap, batch)
         return batch
+
+    async def _dynamic(self, conn: Conn, job: JobSpec, cap: int, batch: ClaimBatch) -> None:
+        """Claim the due schedules of a dynamic job (at most ``cap`` rows, a batch at a
+        time) and move each one's next plan on, in the claim transaction."""
+        cap -= len(batch.claims)
+        if cap <= 0:
+            batch.backlog = True
+            return
+        size = min(cap, CLAIM_BATCH)
+        terms = self._terms(job)
+        rows = await self._schedules.due(conn, terms, job.schedule_delay, size)
+        if not rows:
+            return
+        decisions = [decide(job, row, row["now"]) for row in rows]
+        superseded = sum(d.superseded for d in decisions)
+        late = sum(d.late for d in decisions)
+        if superseded:
+            self._recorder.skipped(job.name, "superseded", superseded)
+        if late:
+            self._recorder.skipped(job.name, "max_lateness", late)
+        moves = [d.move for d in decisions if d.move is not None]
+        won = await self._schedules.claim(conn, terms, moves) if moves else []
+        wanted = sum(d.claims for d in decisions)
+        if wanted > len(won):
+            self._recorder.conflicts(job.name, wanted - len(won))
+        batch.claims.extend(_claim(row, "won", None) for row in won)
+        full = len(rows) >= size
+        batch.again = batch.again or (full and size < cap)
+        batch.backlog = batch.backlog or full or wanted > len(won)
 
     async def _cap(self, conn: Conn, job: JobSpec, free: int) -> int | None:
         """How many rows this claim may take: the free slots, and for a ``max_running`` job
@@ -197,6 +233,7 @@ def _claim(row: Row, kind: ClaimKind, known: dict[tuple[str, str], Scope] | None
         started_at=row.get("started_at"),
         previous_runner=row.get("previous_runner") if kind == "stole" else None,
         previous_plan=row.get("previous_plan"),
+        payload=row.get("payload"),
     )
 
 

@@ -21,6 +21,7 @@ from ._planning import (
     CronSchedule,
     DstRepeated,
     DstSkipped,
+    DynamicSchedule,
     HookSchedule,
     PlanCursor,
     Planner,
@@ -79,6 +80,7 @@ class JobSpec:
     max_running: int | None
     priority: int
     transactional: bool = False
+    dynamic: bool = False  # SPEC §8: each scope has a stored schedule of its own
     options: dict[str, Any] = field(default_factory=dict)
 
     def new_cursor(self) -> PlanCursor:
@@ -126,7 +128,11 @@ JOB_DEFAULTS: dict[str, Any] = {
     "max_running": None,
     "priority": 0,
     "transactional": False,
+    "dynamic": False,
 }
+# What a dynamic job's stored schedules replace: giving one of these with dynamic=True is an
+# error. (The DST options too: stored schedules follow SPEC §3's default rules.)
+_NOT_DYNAMIC = ("every", "cron", "planner", "scopes", "dst_repeated", "dst_skipped")
 JOB_OPTIONS = frozenset(JOB_DEFAULTS)
 
 
@@ -150,14 +156,19 @@ def build_job(handler: Handler, **options: Any) -> JobSpec:
             + (f" (did you mean {hint[0]!r}?)" if hint else "")
         )
     o = {**JOB_DEFAULTS, **options}
-    static_scopes, scopes_fn = v.scopes(o["scopes"])
+    dynamic = v.flag("dynamic", o["dynamic"])
+    if dynamic:
+        v.dynamic_only(o)
+        static_scopes, scopes_fn = None, None
+    else:
+        static_scopes, scopes_fn = v.scopes(o["scopes"])
     run_timeout, stale_timeout, heartbeat = v.timeouts(o)
     return JobSpec(
         name=v.job,
         handler=handler,
         is_async=inspect.iscoroutinefunction(handler)
         or inspect.iscoroutinefunction(getattr(handler, "__call__", None)),  # noqa: B004
-        schedule=v.schedule(o),
+        schedule=DynamicSchedule() if dynamic else v.schedule(o),
         static_scopes=static_scopes,
         scopes_fn=scopes_fn,
         catch_up=v.choice("catch_up", o["catch_up"], get_args(CatchUp)),
@@ -178,6 +189,7 @@ def build_job(handler: Handler, **options: Any) -> JobSpec:
         else v.integer("max_running", o["max_running"], 1),
         priority=v.integer("priority", o["priority"], None),
         transactional=v.flag("transactional", o["transactional"]),
+        dynamic=dynamic,
     )
 
 
@@ -213,6 +225,15 @@ class _Validator:
         if value not in allowed:
             raise self.bad(field, value, f"must be one of {', '.join(map(repr, allowed))}")
         return value
+
+    def dynamic_only(self, o: dict[str, Any]) -> None:
+        """A dynamic job takes its schedules from the database: refuse a schedule in code."""
+        for name in _NOT_DYNAMIC:
+            if o[name] is not None:
+                raise self.bad(name, o[name], "cannot be given with dynamic=True")
+        if o["timezone"] != "UTC":
+            why = "cannot be given with dynamic=True (each schedule has its own)"
+            raise self.bad("timezone", o["timezone"], why)
 
     def schedule(self, o: dict[str, Any]) -> Schedule:
         given = [k for k in ("every", "cron", "planner") if o[k] is not None]

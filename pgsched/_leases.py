@@ -139,6 +139,7 @@ def open_lease(job: JobSpec, claim: Claim, runner_id: str, log: FilteringBoundLo
         fencing_token=claim.fencing_token,
         runner_id=runner_id,
         trigger=claim.trigger,
+        payload=claim.payload or {},
         log=log.bind(
             job=job.name,
             scope=str(claim.scope),

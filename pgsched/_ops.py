@@ -6,7 +6,6 @@ runs SQL on its own. Owns no connection: it borrows one per action from its conn
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -18,6 +17,7 @@ from ._config import JobSpec, check_job_name, evaluate_scopes
 from ._durations import Duration, parse_duration
 from ._errors import ConfigError, NotFoundError, PgschedError
 from ._model import GLOBAL, Scope
+from ._schedule_ops import ScheduleOperations
 from ._store import Conn, Store
 from ._views import Execution, JobStatus, Triggered
 
@@ -31,10 +31,11 @@ def _no_jobs() -> Mapping[str, JobSpec]:
     return {}
 
 
-class Operations:
+class Operations(ScheduleOperations):
     """Operator actions on one schema. ``jobs`` gives the jobs the caller has registered in
     code (a ``Scheduler``'s); other jobs are known from ``job_state``, where every replica
-    records the jobs it runs."""
+    records the jobs it runs. The schedule operations of dynamic jobs are in
+    :class:`~pgsched._schedule_ops.ScheduleOperations`."""
 
     def __init__(
         self,
@@ -43,6 +44,7 @@ class Operations:
         jobs: Callable[[], Mapping[str, JobSpec]] = _no_jobs,
     ) -> None:
         self._store, self._connect, self._jobs = store, connect, jobs
+        self._knows_jobs = jobs is not _no_jobs
 
     @property
     def schema(self) -> str:
@@ -169,6 +171,8 @@ class Operations:
         lo, hi = aware(start, "start"), aware(end, "end")
         if hi < lo:
             raise ConfigError(f"job {job!r}: backfill end {hi.isoformat()} is before start")
+        if spec.dynamic:
+            return await self._backfill_dynamic(spec, lo, hi, scopes)
         plans = list(spec.schedule.plans_between(lo - timedelta(microseconds=1), hi))
         chosen = list(scopes) if scopes is not None else list(await evaluate_scopes(spec, hi))
         if any(not isinstance(s, Scope) for s in chosen):
@@ -196,9 +200,6 @@ class Operations:
     async def _ensure_known(self, conn: Conn, job: str) -> None:
         if not await self._store.job_exists(conn, job):
             raise NotFoundError(f"unknown job {job!r}: no replica has registered it")
-
-    async def _notify(self, conn: Conn, event: str, job: str) -> None:
-        await self._store.notify(conn, json.dumps({"event": event, "job": job}))
 
 
 def _run_status(status: str | None) -> str | None:

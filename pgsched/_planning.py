@@ -105,6 +105,23 @@ class HookSchedule(Schedule):
         return f"planner={type(self._hook).__name__}"
 
 
+class DynamicSchedule(Schedule):
+    """The schedule of a dynamic job (SPEC §8): the job has none of its own; each of its
+    scopes has a stored schedule, planned by ``_schedules`` and claimed by ``_dynamic``."""
+
+    def plans_between(self, start: datetime, end: datetime) -> Sequence[datetime]:
+        return []
+
+    def describe(self) -> str:
+        return "dynamic"
+
+    def next_after(self, t: datetime) -> datetime | None:
+        return None
+
+    def latest_at_or_before(self, t: datetime) -> datetime | None:
+        return None
+
+
 class CadenceSchedule(Schedule):
     """Plans every ``every``, aligned to the Unix epoch in UTC."""
 

@@ -55,6 +55,7 @@ class JobRegistry:
         max_running: int | None = None,
         priority: int = 0,
         transactional: bool = False,
+        dynamic: bool = False,
     ) -> Callable[[_F], _F]:
         """Decorator form of :meth:`register` (durations: ``timedelta``, seconds or ``"1h30m"``).
 
@@ -81,7 +82,9 @@ class JobRegistry:
         - ``retry_backoff``: delay before attempt ``i + 2``; the last entry repeats.
         - ``max_running``: cluster-wide cap on the job's running executions.
         - ``priority``: higher claims first when slots are scarce.
-        - ``transactional``: ``run.conn`` commits with SUCCESS iff the lease holds."""
+        - ``transactional``: ``run.conn`` commits with SUCCESS iff the lease holds.
+        - ``dynamic``: each scope has a schedule of its own, put at run time
+          (``put_schedule``); replaces ``every``/``cron``/``planner``/``scopes``/``timezone``."""
         options = {k: v for k, v in locals().items() if k != "self"}
         return lambda handler: self._decorate(handler, options)
 

@@ -197,14 +197,15 @@ class Runtime:
             return True
         ok = True
         async with self._pool.connection() as conn:
-            probe = await self._store.probe(conn, list(jobs))
+            dynamic = [name for name, job in jobs.items() if job.dynamic]
+            probe = await self._store.probe(conn, list(jobs), dynamic)
             probed_at = time.monotonic()
             await self._register(conn, jobs)
             for job in sorted(jobs.values(), key=lambda j: (-j.priority, j.name)):
                 if job.name in probe.paused or self._stopping.is_set():
                     continue
                 ok = await self._tick_job(conn, job, probe) and ok
-        soonest = self.offers.next_due(jobs, probe.now)
+        soonest = _sooner(self.offers.next_due(jobs, probe.now), _dynamic_due(jobs, probe))
         self._next_due = (
             None if soonest is None else probed_at + soonest.total_seconds() + _DUE_MARGIN_S
         )
@@ -273,3 +274,20 @@ class Runtime:
             except Exception as exc:
                 self.recorder.log.warning("listen_error", error=describe_error(exc))
                 await asyncio.sleep(self.tick_interval)
+
+
+def _dynamic_due(jobs: Mapping[str, JobSpec], probe: Probe) -> timedelta | None:
+    """How long after the probe the earliest stored schedule of a dynamic job falls due."""
+    waits = [
+        nxt + jobs[name].schedule_delay - probe.now
+        for name, nxt in probe.dynamic_next.items()
+        if nxt is not None and name not in probe.paused
+    ]
+    future = [w for w in waits if w > timedelta(0)]
+    return min(future) if future else None
+
+
+def _sooner(a: timedelta | None, b: timedelta | None) -> timedelta | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return min(a, b)

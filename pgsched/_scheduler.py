@@ -17,7 +17,7 @@ from uuid import UUID
 from prometheus_client import CollectorRegistry
 from psycopg_pool import AsyncConnectionPool
 
-from ._admin import Admin, blocking
+from ._admin import Admin, ScheduleMethods, blocking
 from ._aio import AsyncAdmin
 from ._config import Handler
 from ._dsn import resolve_transaction_pooling
@@ -35,7 +35,7 @@ _F = TypeVar("_F", bound=Handler)
 PRUNE_JOB = "pgsched.prune"
 
 
-class Scheduler(JobRegistry):
+class Scheduler(JobRegistry, ScheduleMethods):
     """Registers jobs and runs them on this replica, coordinated through PostgreSQL.
 
     The DSN is ``dsn``, else ``PGSCHED_DSN``, else ``DATABASE_URL``, read when first needed
@@ -147,6 +147,9 @@ class Scheduler(JobRegistry):
         self.register(prune, name=PRUNE_JOB, every="1h", run_timeout="30m", stale_timeout="35m")
 
     # -- operator actions on this scheduler's database (see Admin) --------------------------
+
+    def _admin(self) -> Admin:
+        return self.admin
 
     def migrate(self) -> list[str]:
         """Create or upgrade the schema; returns the migration versions applied now."""

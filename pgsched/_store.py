@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from functools import cache
 from importlib import resources
@@ -64,6 +64,13 @@ class Probe:
     stale: frozenset[str]
     retry: frozenset[str]
     pending: frozenset[str]
+    # Dynamic jobs: the earliest next plan of their schedules (None: no schedule has one).
+    dynamic_next: dict[str, datetime | None] = field(default_factory=dict)
+
+    def schedules_due(self, job: str, delay: timedelta) -> bool:
+        """True when a schedule of the dynamic ``job`` has a plan due at the probe's now."""
+        nxt = self.dynamic_next.get(job)
+        return nxt is not None and nxt + delay <= self.now
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +129,8 @@ class Finish:
     retry_delay_s: float | None
 
 
-class Store:
-    """Statements against one schema; every method takes the connection to use."""
+class _Statements:
+    """The named statements of one schema, and how to run them."""
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
@@ -160,6 +167,10 @@ class Store:
         rows = await self._rows(conn, name, params)
         return rows[0]
 
+
+class Store(_Statements):
+    """Statements against one schema; every method takes the connection to use."""
+
     # -- schema -------------------------------------------------------------------------
 
     async def migrate(self, conn: Conn) -> list[str]:
@@ -192,14 +203,17 @@ class Store:
 
     # -- the tick -----------------------------------------------------------------------
 
-    async def probe(self, conn: Conn, jobs: Sequence[str]) -> Probe:
-        row = await self._one(conn, "tick_probe", {"jobs": list(jobs)})
+    async def probe(self, conn: Conn, jobs: Sequence[str], dynamic: Sequence[str] = ()) -> Probe:
+        """The tick's one read; ``dynamic`` are the jobs whose earliest next plan to read."""
+        params = {"jobs": list(jobs), "dynamic": list(dynamic)}
+        row = await self._one(conn, "tick_probe", params)
         return Probe(
             now=row["now"],
             paused=frozenset(row["paused"]),
             stale=frozenset(row["stale"]),
             retry=frozenset(row["retry"]),
             pending=frozenset(row["pending"]),
+            dynamic_next=dict(zip(dynamic, row["dynamic_next"], strict=True)),
         )
 
     async def claim_begin(self, conn: Conn, idle: timedelta) -> None:
@@ -308,13 +322,14 @@ class Store:
         ids: list[str],
         plans: list[datetime],
         max_attempts: int,
+        *,
+        pairs: bool = False,
     ) -> int:
-        rows = await self._rows(
-            conn,
-            "backfill",
-            {"job": job, "kinds": kinds, "ids": ids, "plans": plans, "max_attempts": max_attempts},
-        )
-        return len(rows)
+        """PENDING rows for every plan of every scope, or with ``pairs`` for the scope and
+        plan at each position of the three lists."""
+        params: dict[str, Any] = {"job": job, "kinds": kinds, "ids": ids, "plans": plans}
+        params.update(max_attempts=max_attempts, pairs=pairs)
+        return len(await self._rows(conn, "backfill", params))
 
     async def cancel(self, conn: Conn, execution_id: UUID) -> str:
         """Cancel a PENDING row; returns ``"cancelled"``, the row's status, or ``"missing"``."""
@@ -333,6 +348,12 @@ class Store:
             "register_jobs",
             {"jobs": [j[0] for j in jobs], "schedules": [j[1] for j in jobs], "runner": runner},
         )
+
+    async def job_schedule(self, conn: Conn, job: str) -> str | None:
+        """The schedule replicas registered for ``job`` (``"dynamic"`` for a dynamic job),
+        ``""`` when it has none on record, None when no replica registered the job."""
+        rows = await self._rows(conn, "job_schedule", {"job": job})
+        return None if not rows else str(rows[0]["schedule"] or "")
 
     async def job_exists(self, conn: Conn, job: str) -> bool:
         return bool((await self._one(conn, "job_exists", {"job": job}))["known"])
@@ -382,3 +403,78 @@ def _session_params(statement: timedelta, idle: timedelta, local: bool) -> dict[
         "idle_ms": str(int(idle.total_seconds() * 1000)),
         "local": local,
     }
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRows:
+    """Validated schedules of one job, column by column, for one bulk upsert."""
+
+    kinds: list[str]
+    ids: list[str]
+    every_us: list[int | None]
+    crons: list[str | None]
+    tzs: list[str]
+    payloads: list[str]
+    starts: list[datetime | None]
+    ends: list[datetime | None]
+    paused: list[bool]
+    nexts: list[datetime | None]
+
+
+class ScheduleStore(_Statements):
+    """Statements on the ``schedules`` table of dynamic jobs (SPEC §8)."""
+
+    async def put(self, conn: Conn, job: str, rows: ScheduleRows) -> int:
+        """Upsert ``rows``; returns how many were written (identical ones are not)."""
+        params: dict[str, Any] = {"job": job}
+        params.update((f.name, getattr(rows, f.name)) for f in fields(rows))
+        return len(await self._rows(conn, "schedules_put", params))
+
+    async def get(self, conn: Conn, job: str, kind: str, ident: str) -> Row | None:
+        rows = await self._rows(conn, "schedule_get", {"job": job, "kind": kind, "id": ident})
+        return rows[0] if rows else None
+
+    async def page(
+        self, conn: Conn, job: str, after: tuple[str, str] | None, limit: int
+    ) -> list[Row]:
+        kind, ident = after if after is not None else (None, None)
+        params = {"job": job, "kind": kind, "id": ident, "limit": limit}
+        return await self._rows(conn, "schedules_list", params)
+
+    async def delete(self, conn: Conn, job: str, kind: str, ident: str) -> bool:
+        params = {"job": job, "kind": kind, "id": ident}
+        return bool(await self._rows(conn, "schedule_delete", params))
+
+    async def set_paused(self, conn: Conn, job: str, kind: str, ident: str, paused: bool) -> bool:
+        params = {"job": job, "kind": kind, "id": ident, "paused": paused}
+        return bool(await self._rows(conn, "schedule_set_paused", params))
+
+    async def due(self, conn: Conn, terms: ClaimTerms, delay: timedelta, limit: int) -> list[Row]:
+        """Lock up to ``limit`` due schedules of the job (SKIP LOCKED), oldest next plan first."""
+        params = {"job": terms.job, "forbid": terms.forbid, "delay": delay, "limit": limit}
+        return await self._rows(conn, "schedules_due", params, prepare=_PLAN_EACH_TIME)
+
+    async def claim(
+        self, conn: Conn, terms: ClaimTerms, moves: Sequence[ScheduleMove]
+    ) -> list[Row]:
+        """Insert RUNNING rows for the moves with a plan, and move each schedule's next plan
+        on; returns the rows this replica won."""
+        params = {
+            **terms.params(),
+            "kinds": [m.kind for m in moves],
+            "ids": [m.id for m in moves],
+            "plans": [m.plan for m in moves],
+            "nexts": [m.next_plan for m in moves],
+        }
+        rows = await self._rows(conn, "schedules_claim", params, prepare=_PLAN_EACH_TIME)
+        return [r for r in rows if r["id"] is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleMove:
+    """One due schedule's claim: the plan to run (None: none now) and its next plan after."""
+
+    kind: str
+    id: str
+    plan: datetime | None
+    next_plan: datetime | None

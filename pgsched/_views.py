@@ -61,6 +61,10 @@ class JobStatus(_JsonView):
     pending: int
     seen_at: datetime | None
     seen_by: str | None
+    # Dynamic jobs (SPEC §8) only, else None: schedules, how many paused, the next plan due.
+    schedules: int | None = None
+    schedules_paused: int | None = None
+    next_due: datetime | None = None
 
 
 @dataclass(frozen=True)

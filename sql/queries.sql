@@ -17,7 +17,13 @@ SELECT (SELECT t FROM now) AS now,
                AND next_retry_at <= (SELECT t FROM now)) AS retry,
        ARRAY(SELECT DISTINCT job_name FROM {schema}.cron_executions
              WHERE status = 'PENDING' AND job_name = ANY(%(jobs)s)
-               AND plan_time <= (SELECT t FROM now)) AS pending
+               AND plan_time <= (SELECT t FROM now)) AS pending,
+       -- per dynamic job, in the order given: its earliest next plan (one index probe each)
+       ARRAY(SELECT (SELECT min(s.next_plan_time) FROM {schema}.schedules s
+                     WHERE s.job_name = d.job AND NOT s.paused
+                       AND s.next_plan_time IS NOT NULL)
+             FROM unnest(%(dynamic)s::text[]) WITH ORDINALITY AS d(job, n)
+             ORDER BY d.n) AS dynamic_next
 
 -- name: claim_begin
 -- The first statement of every claim transaction. Claims last milliseconds; a replica cut off
@@ -97,7 +103,7 @@ SET status = 'RUNNING',
 FROM picked, now
 WHERE e.id = picked.id
 RETURNING e.id, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.attempt, e.max_attempts,
-          e.lease_token, e.fencing_token, e.started_at, picked.previous_status,
+          e.lease_token, e.fencing_token, e.started_at, e.payload, picked.previous_status,
           picked.previous_runner
 
 -- name: claim_new
@@ -207,9 +213,13 @@ RETURNING e.id, e.next_retry_at
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 ins AS (
     INSERT INTO {schema}.cron_executions AS x
-        (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts)
+        (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
+         payload)
     SELECT %(job)s, %(kind)s, %(id)s, coalesce(%(at)s, now.t), 'manual', 'PENDING', 1,
-           %(max_attempts)s
+           %(max_attempts)s,
+           -- a dynamic job's scope: its schedule's payload
+           (SELECT s.payload FROM {schema}.schedules s
+            WHERE s.job_name = %(job)s AND s.scope_kind = %(kind)s AND s.scope_id = %(id)s)
     FROM now
     ON CONFLICT DO NOTHING
     RETURNING x.id, x.plan_time, x.status, true AS created
@@ -225,12 +235,24 @@ UNION ALL
  LIMIT 1)
 
 -- name: backfill
+-- Every plan for every scope, or (`pairs`) the given (scope, plan) pairs: a dynamic job's
+-- scopes each have plans of their own. Rows carry the scope's schedule payload, if any.
 INSERT INTO {schema}.cron_executions
-    (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts)
-SELECT %(job)s, s.kind, s.id, p.plan_time, 'backfill', 'PENDING', 1, %(max_attempts)s
-FROM unnest(%(kinds)s::text[], %(ids)s::text[]) AS s(kind, id)
-CROSS JOIN unnest(%(plans)s::timestamptz[]) AS p(plan_time)
-ORDER BY s.kind, s.id, p.plan_time
+    (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
+     payload)
+SELECT %(job)s, v.kind, v.id, v.plan_time, 'backfill', 'PENDING', 1, %(max_attempts)s,
+       (SELECT sc.payload FROM {schema}.schedules sc
+        WHERE sc.job_name = %(job)s AND sc.scope_kind = v.kind AND sc.scope_id = v.id)
+FROM (SELECT s.kind, s.id, p.plan_time
+      FROM unnest(%(kinds)s::text[], %(ids)s::text[]) AS s(kind, id)
+      CROSS JOIN unnest(%(plans)s::timestamptz[]) AS p(plan_time)
+      WHERE NOT %(pairs)s
+      UNION ALL
+      SELECT q.kind, q.id, q.plan_time
+      FROM unnest(%(kinds)s::text[], %(ids)s::text[], %(plans)s::timestamptz[])
+           AS q(kind, id, plan_time)
+      WHERE %(pairs)s) AS v
+ORDER BY v.kind, v.id, v.plan_time
 ON CONFLICT DO NOTHING
 RETURNING id
 
@@ -287,6 +309,9 @@ ORDER BY r.job_name
 ON CONFLICT (job_name) DO UPDATE
 SET schedule = EXCLUDED.schedule, seen_at = EXCLUDED.seen_at, seen_by = EXCLUDED.seen_by
 
+-- name: job_schedule
+SELECT schedule FROM {schema}.job_state WHERE job_name = %(job)s
+
 -- name: job_exists
 SELECT EXISTS (SELECT 1 FROM {schema}.job_state WHERE job_name = %(job)s) AS known
 
@@ -307,8 +332,19 @@ SELECT j.job_name AS job, j.paused, j.schedule, j.seen_at, j.seen_by,
         WHERE e.job_name = j.job_name AND e.status = 'FAILED'
           AND e.next_retry_at IS NULL) AS failed,
        (SELECT count(*) FROM {schema}.cron_executions e
-        WHERE e.job_name = j.job_name AND e.status = 'PENDING') AS pending
+        WHERE e.job_name = j.job_name AND e.status = 'PENDING') AS pending,
+       -- dynamic jobs: their schedules, how many are paused, the next plan due
+       dyn.schedules, dyn.schedules_paused, dyn.next_due
 FROM {schema}.job_state j
+LEFT JOIN LATERAL (
+    SELECT count(*) AS schedules, count(*) FILTER (WHERE s.paused) AS schedules_paused,
+           (SELECT min(n.next_plan_time) FROM {schema}.schedules n
+            WHERE n.job_name = j.job_name AND NOT n.paused
+              AND n.next_plan_time IS NOT NULL) AS next_due
+    FROM {schema}.schedules s
+    WHERE s.job_name = j.job_name AND j.schedule = 'dynamic'
+    HAVING j.schedule = 'dynamic'
+) AS dyn ON true
 LEFT JOIN LATERAL (
     SELECT e.plan_time, e.status FROM {schema}.cron_executions e
     WHERE e.job_name = j.job_name ORDER BY e.plan_time DESC LIMIT 1
@@ -354,3 +390,130 @@ SELECT pg_notify(%(channel)s, %(payload)s)
 -- (local), since a server connection's session is shared.
 SELECT set_config('statement_timeout', %(statement_ms)s, %(local)s),
        set_config('idle_in_transaction_session_timeout', %(idle_ms)s, %(local)s)
+
+-- name: schedules_put
+-- Schedules as data: create or replace many schedules of one job in one statement. A row
+-- identical to the stored one is not written (and not returned). `next_plan_time` is the
+-- caller's (the first plan after the put) only when the spec changed (every, cron, zone), or,
+-- when only the window changed, the earlier of the stored one and the caller's; otherwise the
+-- stored plan times stay as they are. The upsert locks the row, so it waits for a claim that
+-- holds it and then applies to the row as that claim left it.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+INSERT INTO {schema}.schedules AS s
+    (job_name, scope_kind, scope_id, every_us, cron, timezone, payload, starts_at, ends_at,
+     paused, next_plan_time, created_at, updated_at)
+SELECT %(job)s, v.kind, v.id, v.every_us, v.cron, v.tz, v.payload::jsonb, v.starts_at,
+       v.ends_at, v.paused, v.next_plan, now.t, now.t
+FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(every_us)b::bigint[], %(crons)b::text[],
+            %(tzs)b::text[], %(payloads)b::text[], %(starts)b::timestamptz[],
+            %(ends)b::timestamptz[], %(paused)b::boolean[], %(nexts)b::timestamptz[])
+     AS v(kind, id, every_us, cron, tz, payload, starts_at, ends_at, paused, next_plan),
+     now
+ORDER BY v.kind, v.id
+ON CONFLICT (job_name, scope_kind, scope_id) DO UPDATE
+SET every_us = EXCLUDED.every_us, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
+    payload = EXCLUDED.payload, starts_at = EXCLUDED.starts_at, ends_at = EXCLUDED.ends_at,
+    paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at,
+    next_plan_time = CASE
+        WHEN (s.every_us, s.cron, s.timezone)
+             IS DISTINCT FROM (EXCLUDED.every_us, EXCLUDED.cron, EXCLUDED.timezone)
+            THEN EXCLUDED.next_plan_time
+        WHEN (s.starts_at, s.ends_at) IS DISTINCT FROM (EXCLUDED.starts_at, EXCLUDED.ends_at)
+            THEN CASE WHEN s.next_plan_time IS NULL THEN EXCLUDED.next_plan_time
+                      ELSE least(s.next_plan_time, EXCLUDED.next_plan_time) END
+        ELSE s.next_plan_time END
+WHERE (s.every_us, s.cron, s.timezone, s.payload, s.starts_at, s.ends_at, s.paused)
+      IS DISTINCT FROM (EXCLUDED.every_us, EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.payload,
+                        EXCLUDED.starts_at, EXCLUDED.ends_at, EXCLUDED.paused)
+RETURNING s.scope_kind
+
+-- name: schedule_get
+SELECT job_name, scope_kind, scope_id, every_us, cron, timezone, payload, starts_at, ends_at,
+       paused, next_plan_time, created_at, updated_at
+FROM {schema}.schedules
+WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
+
+-- name: schedules_list
+-- Keyset pages in (scope_kind, scope_id) order, starting after the given scope.
+SELECT job_name, scope_kind, scope_id, every_us, cron, timezone, payload, starts_at, ends_at,
+       paused, next_plan_time, created_at, updated_at
+FROM {schema}.schedules
+WHERE job_name = %(job)s
+  AND (%(kind)s::text IS NULL OR (scope_kind, scope_id) > (%(kind)s::text, %(id)s::text))
+ORDER BY scope_kind, scope_id
+LIMIT %(limit)s
+
+-- name: schedule_delete
+DELETE FROM {schema}.schedules
+WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
+RETURNING scope_id
+
+-- name: schedule_set_paused
+UPDATE {schema}.schedules
+SET paused = %(paused)s, updated_at = clock_timestamp()
+WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
+RETURNING scope_id
+
+-- name: schedules_due
+-- The claim of a dynamic job, first half: the schedules whose next plan is due, oldest first,
+-- locked for this claim transaction (SKIP LOCKED: concurrent replicas take different ones; a
+-- put, pause or delete of a locked schedule waits for the claim to commit). Under
+-- overlap="forbid" a schedule whose scope has a RUNNING execution waits.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+SELECT s.scope_kind, s.scope_id, s.every_us, s.cron, s.timezone, s.starts_at, s.ends_at,
+       s.next_plan_time, (SELECT t FROM now) AS now
+FROM {schema}.schedules s
+WHERE s.job_name = %(job)s AND NOT s.paused AND s.next_plan_time IS NOT NULL
+  AND s.next_plan_time <= (SELECT t FROM now) - %(delay)s
+  AND (NOT %(forbid)s OR NOT EXISTS (
+        SELECT 1 FROM {schema}.cron_executions r
+        WHERE r.job_name = s.job_name AND r.scope_kind = s.scope_kind
+          AND r.scope_id = s.scope_id AND r.status = 'RUNNING'
+          AND (r.exclusive OR r.stale_after >= (SELECT t FROM now))))
+ORDER BY s.next_plan_time
+LIMIT %(limit)s
+FOR UPDATE OF s SKIP LOCKED
+
+-- name: schedules_claim
+-- The claim of a dynamic job, second half: RUNNING rows for the chosen plans (with the
+-- schedule's payload as of now), and each schedule's next plan moved on. A schedule whose
+-- insert met another row is moved on only when that row is the same plan (a backfill or
+-- trigger had it); one that met a concurrent claim's exclusive row stays due.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+p AS MATERIALIZED (
+    SELECT * FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(plans)b::timestamptz[],
+                         %(nexts)b::timestamptz[]) AS p(kind, id, plan_time, next_plan)
+),
+ins AS (
+    INSERT INTO {schema}.cron_executions AS x
+        (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
+         exclusive, runner_id, heartbeat_at, stale_after, started_at, created_at, updated_at,
+         payload)
+    SELECT %(job)s, p.kind, p.id, p.plan_time, 'schedule', 'RUNNING', 1, %(max_attempts)s,
+           %(forbid)s, %(runner)s, now.t, now.t + %(stale)s, now.t, now.t, now.t, s.payload
+    FROM p
+    JOIN {schema}.schedules s
+      ON s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id
+    CROSS JOIN now
+    WHERE p.plan_time IS NOT NULL
+    ORDER BY p.kind, p.id, p.plan_time
+    ON CONFLICT DO NOTHING
+    RETURNING x.id, x.scope_kind, x.scope_id, x.plan_time, x.attempt, x.max_attempts,
+              x.lease_token, x.fencing_token, x.started_at, x.payload
+),
+moved AS (
+    UPDATE {schema}.schedules s
+    SET next_plan_time = p.next_plan
+    FROM p
+    WHERE s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id
+      AND (p.plan_time IS NULL
+           OR EXISTS (SELECT 1 FROM ins WHERE ins.scope_kind = p.kind AND ins.scope_id = p.id)
+           OR EXISTS (SELECT 1 FROM {schema}.cron_executions e
+                      WHERE e.job_name = %(job)s AND e.scope_kind = p.kind
+                        AND e.scope_id = p.id AND e.plan_time = p.plan_time))
+    RETURNING s.scope_kind
+)
+SELECT (SELECT count(*) FROM moved) AS moved, ins.*
+FROM (SELECT 1) AS one
+LEFT JOIN ins ON true
+

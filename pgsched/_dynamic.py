@@ -1,0 +1,126 @@
+"""Claims of dynamic jobs (SPEC §8), the pure part: for each stored schedule the claim found
+due, which plan to claim now under the job's catch-up rules and which plan comes after it.
+No I/O: the claimer reads the due schedules and writes the claims and moves.
+
+A stored schedule's ``next_plan_time`` is its first plan not yet claimed. When it is due:
+
+- ``latest_only``: the newest plan due now is claimed; the ones between are skipped
+  (counted as superseded), as for code-defined jobs.
+- ``every_plan``: the oldest plan within ``catch_up_window`` is claimed, then the next one on
+  a later claim.
+- ``max_lateness``: plans not started within it of their due time are skipped (counted).
+- ``jitter``: a plan still inside its scope's jitter is left due, untouched.
+- ``starts_at`` / ``ends_at`` (which a put may have changed since ``next_plan_time`` was
+  computed) bound every plan chosen; a schedule with no plan left gets None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ._config import JobSpec
+from ._planning import count_plans_between, jitter_offset
+from ._schedules import Schedule, ValidSchedule, first_plan_after, next_plan_after, planner_for
+from ._store import Row, ScheduleMove
+from ._views import trusted_scope
+
+_US = timedelta(microseconds=1)
+_SKIP_COUNT_CAP = 10_000
+_TIMES = ("starts_at", "ends_at", "next_plan_time", "created_at", "updated_at")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the claim does with one due schedule: ``move`` (None: leave it as it is) and the
+    plans it skipped, superseded or too late."""
+
+    move: ScheduleMove | None
+    superseded: int = 0
+    late: int = 0
+
+    @property
+    def claims(self) -> bool:
+        return self.move is not None and self.move.plan is not None
+
+
+def stored(job: str, row: Row) -> ValidSchedule:
+    """The schedule a row of ``schedules`` holds (trusted: it was checked when put)."""
+    every = None if row["every_us"] is None else _US * row["every_us"]
+    payload: dict[str, Any] = row.get("payload") or {}
+    return ValidSchedule(
+        job=job,
+        scope=trusted_scope(row["scope_kind"], row["scope_id"]),
+        every=every,
+        cron=row["cron"],
+        timezone=row["timezone"],
+        payload=payload,
+        payload_json="",
+        starts_at=row["starts_at"],
+        ends_at=row["ends_at"],
+        paused=bool(row.get("paused", False)),
+    )
+
+
+def public(job: str, row: Row) -> Schedule:
+    """The read result (``get_schedule``, ``list_schedules``) of a row of ``schedules``."""
+    valid = stored(job, row)
+    utc = {k: None if row[k] is None else row[k].astimezone(UTC) for k in _TIMES}
+    return Schedule(
+        job=job,
+        scope=valid.scope,
+        every=valid.every,
+        cron=valid.cron,
+        timezone=valid.timezone,
+        payload=valid.payload,
+        starts_at=utc["starts_at"],
+        ends_at=utc["ends_at"],
+        paused=valid.paused,
+        next_plan_time=utc["next_plan_time"],
+        created_at=utc["created_at"],
+        updated_at=utc["updated_at"],
+    )
+
+
+def decide(job: JobSpec, row: Row, now: datetime) -> Decision:
+    """The claim of the due schedule ``row`` of ``job`` at ``now`` (the database's clock)."""
+    valid = stored(job.name, row)
+    kind, ident = row["scope_kind"], row["scope_id"]
+    horizon = now - job.schedule_delay
+    first = first_plan_after(valid, row["next_plan_time"] - _US)  # the window may have moved
+    if first is None or first > horizon:
+        return Decision(ScheduleMove(kind, ident, None, first))
+    plan, superseded = _pick(job, valid, first, horizon)
+    if plan is None or plan > horizon:
+        return Decision(ScheduleMove(kind, ident, None, plan))
+    late = 0
+    if job.max_lateness is not None and plan < horizon - job.max_lateness:
+        deadline = horizon - job.max_lateness
+        if job.catch_up == "latest_only":
+            return Decision(ScheduleMove(kind, ident, None, next_plan_after(valid, plan)), 0, 1)
+        late = 1 + count_plans_between(planner_for(valid.spec_key), plan, deadline, _SKIP_COUNT_CAP)
+        plan = first_plan_after(valid, deadline - _US)
+        if plan is None or plan > horizon:
+            return Decision(ScheduleMove(kind, ident, None, plan), 0, late)
+    if job.jitter > timedelta(0):
+        wait = jitter_offset(job.name, kind, ident, plan, job.jitter)
+        if now < plan + job.schedule_delay + wait:
+            return Decision(None, 0, late)
+    return Decision(ScheduleMove(kind, ident, plan, next_plan_after(valid, plan)), superseded, late)
+
+
+def _pick(
+    job: JobSpec, valid: ValidSchedule, first: datetime, horizon: datetime
+) -> tuple[datetime | None, int]:
+    """The plan the catch-up mode claims among those from ``first`` to ``horizon``, and how
+    many older ones it supersedes."""
+    if job.catch_up == "every_plan":
+        oldest = horizon - job.catch_up_window
+        return (first if first >= oldest else first_plan_after(valid, oldest - _US)), 0
+    planner = planner_for(valid.spec_key)
+    until = horizon if valid.ends_at is None else min(horizon, valid.ends_at - _US)
+    plan = planner.latest_at_or_before(until)
+    if plan is None or plan < first:
+        return first, 0
+    return plan, count_plans_between(planner, first - _US, plan, _SKIP_COUNT_CAP)
