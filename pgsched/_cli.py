@@ -12,8 +12,9 @@ from typing import Any, NoReturn
 
 import psycopg
 
-from ._admin import Admin
 from ._app import load_scheduler
+from ._cli_common import admin_from, print_table, utc_text
+from ._cli_schedules import add_schedule_commands
 from ._dsn import redact, remember_secrets
 from ._errors import PgschedError
 from ._logging import configure_logging
@@ -100,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _replica_commands(sub)
     _operator_commands(sub)
+    add_schedule_commands(sub, _Parser.with_parents(common))
     return parser
 
 
@@ -176,16 +178,8 @@ def _operator_commands(sub: Subparsers) -> None:
     p.set_defaults(command=_prune)
 
 
-def _admin(args: argparse.Namespace) -> Admin:
-    return Admin(
-        dsn=args.dsn,
-        schema=args.schema or "pgsched",
-        transaction_pooling=args.transaction_pooling or None,
-    )
-
-
 def _migrate(args: argparse.Namespace) -> int:
-    admin = _admin(args)
+    admin = admin_from(args)
     applied = admin.migrate()
     target = f"schema {admin.schema!r}"
     print(f"applied {', '.join(applied)} to {target}" if applied else f"{target} is up to date")
@@ -243,13 +237,13 @@ def _check(args: argparse.Namespace) -> int:
             p.strftime("%Y-%m-%d %H:%M:%S") for p in spec.schedule.upcoming(now, args.count)
         )
         rows.append([name, spec.schedule.describe(), scopes, upcoming or "never"])
-    _table(["JOB", "SCHEDULE", "SCOPES", f"NEXT {args.count} PLAN TIMES (UTC)"], rows)
+    print_table(["JOB", "SCHEDULE", "SCOPES", f"NEXT {args.count} PLAN TIMES (UTC)"], rows)
     print(f"{len(jobs)} job(s) OK")
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
-    summary = _admin(args).status()
+    summary = admin_from(args).status()
     if args.json:
         print(json.dumps({"jobs": [j.to_json() for j in summary]}, indent=2))
         return 0
@@ -263,9 +257,9 @@ def _status(args: argparse.Namespace) -> int:
             j.job,
             j.schedule or "-",
             "yes" if j.paused else "no",
-            _time(j.last_plan),
+            utc_text(j.last_plan),
             j.last_status or "-",
-            _time(j.last_success),
+            utc_text(j.last_success),
             j.running,
             j.stale,
             j.failed,
@@ -273,12 +267,12 @@ def _status(args: argparse.Namespace) -> int:
         ]
         for j in summary
     ]
-    _table(headers, rows)
+    print_table(headers, rows)
     return 0
 
 
 def _runs(args: argparse.Namespace) -> int:
-    runs = _admin(args).runs(job=args.job, status=args.status, limit=args.limit)
+    runs = admin_from(args).runs(job=args.job, status=args.status, limit=args.limit)
     if args.json:
         print(json.dumps({"runs": [r.to_json() for r in runs]}, indent=2))
         return 0
@@ -289,7 +283,7 @@ def _runs(args: argparse.Namespace) -> int:
             str(r.id),
             r.job,
             str(r.scope)[:40],
-            _time(r.plan_time),
+            utc_text(r.plan_time),
             r.trigger,
             "STALE" if r.stale else r.status,
             f"{r.attempt}/{r.max_attempts}",
@@ -299,26 +293,26 @@ def _runs(args: argparse.Namespace) -> int:
         ]
         for r in runs
     ]
-    _table(headers, rows)
+    print_table(headers, rows)
     return 0
 
 
 def _trigger(args: argparse.Namespace) -> int:
     scope = Scope.parse(args.scope) if args.scope else GLOBAL
     at = parse_time(args.at, "--at") if args.at else None
-    execution_id = _admin(args).trigger(args.job, scope, at)
+    execution_id = admin_from(args).trigger(args.job, scope, at)
     print(execution_id)
     return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    _admin(args).cancel(args.execution_id)
+    admin_from(args).cancel(args.execution_id)
     print(f"cancelled {args.execution_id}")
     return 0
 
 
 def _pause(args: argparse.Namespace) -> int:
-    admin = _admin(args)
+    admin = admin_from(args)
     (admin.pause if args.paused else admin.resume)(args.job)
     print(f"{'paused' if args.paused else 'resumed'} {args.job}")
     return 0
@@ -338,25 +332,12 @@ def _backfill(args: argparse.Namespace) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    deleted = _admin(args).prune(args.older_than)
+    deleted = admin_from(args).prune(args.older_than)
     print(f"deleted {deleted} finished run(s) older than {args.older_than}")
     return 0
-
-
-def _time(value: datetime | None) -> str:
-    return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _error(run: Execution) -> str:
     if not run.error_code:
         return ""
     return f"{run.error_code}: {' '.join(str(run.error_msg or '').split())}"[:60]
-
-
-def _table(headers: list[str], rows: list[list[Any]]) -> None:
-    """Print ``rows`` as aligned columns (the last column is not padded)."""
-    cells = [headers, *[[str(c) for c in row] for row in rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers) - 1)]
-    for row in cells:
-        padded = [c.ljust(w) for c, w in zip(row, widths, strict=False)]
-        print("  ".join([*padded, row[-1]]).rstrip())

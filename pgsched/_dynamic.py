@@ -28,7 +28,7 @@ from ._views import trusted_scope
 
 _US = timedelta(microseconds=1)
 _SKIP_COUNT_CAP = 10_000
-_TIMES = ("starts_at", "ends_at", "next_plan_time", "created_at", "updated_at")
+_TIMES = ("starts_at", "ends_at", "next_plan_time")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +78,8 @@ def public(job: str, row: Row) -> Schedule:
         ends_at=utc["ends_at"],
         paused=valid.paused,
         next_plan_time=utc["next_plan_time"],
-        created_at=utc["created_at"],
-        updated_at=utc["updated_at"],
+        created_at=row["created_at"].astimezone(UTC),
+        updated_at=row["updated_at"].astimezone(UTC),
     )
 
 

@@ -94,6 +94,28 @@ class Schedule:
     created_at: datetime
     updated_at: datetime
 
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready fields (the command line's and the HTTP API's form): times in ISO 8601,
+        ``every`` in seconds, the scope as ``{"kind", "id"}``."""
+
+        def iso(value: datetime | None) -> str | None:
+            return None if value is None else value.isoformat()
+
+        return {
+            "job": self.job,
+            "scope": {"kind": self.scope.kind, "id": self.scope.id},
+            "every": None if self.every is None else self.every.total_seconds(),
+            "cron": self.cron,
+            "timezone": self.timezone,
+            "payload": self.payload,
+            "starts_at": iso(self.starts_at),
+            "ends_at": iso(self.ends_at),
+            "paused": self.paused,
+            "next_plan_time": iso(self.next_plan_time),
+            "created_at": iso(self.created_at),
+            "updated_at": iso(self.updated_at),
+        }
+
 
 @dataclass(frozen=True)
 class ValidSchedule:
