@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from structlog.typing import FilteringBoundLogger
 
 from ._errors import ConfigError, NotFoundError, PgschedError
+from ._http_schedules import ScheduleRoutes
 from ._metrics import Metrics
 from ._model import GLOBAL, Scope
 from ._ops import MAX_LIMIT, Operations, parse_time
@@ -64,6 +65,10 @@ class HttpServer:
                 web.post("/api/runs/{id}/cancel", self.api_cancel),
             ]
         )
+        schedules = ScheduleRoutes(
+            ops, db=self._db, authorise=self._authorise, body=_body, reply=_json
+        )
+        app.add_routes(schedules.routes())
         self.app = app
 
     async def start(self, host: str, port: int) -> int:

@@ -61,7 +61,7 @@ def _jobs(jobs: Sequence[JobStatus]) -> str:
     rows = [
         [
             _b(r.job),
-            _t(r.schedule or "—"),
+            _t(r.schedule or "—") + _dynamic_counts(r),
             '<span class="pill paused">paused</span>' if r.paused else "active",
             _time(r.last_plan),
             _status(r.last_status),
@@ -74,6 +74,15 @@ def _jobs(jobs: Sequence[JobStatus]) -> str:
         for r in jobs
     ]
     return _section("Jobs", f"{len(jobs)} registered", headers, rows, numeric={6, 7, 8, 9})
+
+
+def _dynamic_counts(job: JobStatus) -> str:
+    """A dynamic job's schedules: how many, how many paused, the next plan due."""
+    if job.schedules is None:
+        return ""
+    text = f"{job.schedules} schedules, {job.schedules_paused or 0} paused"
+    text += f", next due {_time(job.next_due)}" if job.next_due is not None else ", none due"
+    return f'<br><small class="schedules">{_t(text)}</small>'
 
 
 def _stale(stale: Sequence[Execution]) -> str:
