@@ -23,6 +23,13 @@ class Workload:
     window_s: int = 20  # idle: length of the window; catch-up: longest wait for the backlog
     peers: bool = True  # whether pgqueuer and procrastinate can run it at all
     why_no_peers: str = ""
+    # Schedules as data (one dynamic job, its schedules put by a driver process): "bulk" (put
+    # `scopes` random crons in batches of `batch`, then idle ticks), "due" (`scopes` schedules
+    # due every minute), "churn" (`churn_per_s` replacements and deletes a second for
+    # `window_s` while the plans run). Empty: a code-defined job (workloads a-f).
+    schedules: str = ""
+    batch: int = 10_000
+    churn_per_s: int = 0
 
 
 WORKLOADS = {
@@ -45,5 +52,33 @@ WORKLOADS = {
             "schedule once at most",
         ),
         Workload("f", "idle: 100,000 scopes, nothing due", 100_000, 3600, idle=True, window_s=20),
+        Workload(
+            "g",
+            "schedules as data: 1,000,000 random crons over 24 zones put in batches of "
+            "10,000, then idle ticks with none due",
+            1_000_000,
+            3600,
+            idle=True,
+            window_s=20,
+            schedules="bulk",
+        ),
+        Workload(
+            "h",
+            "schedules as data: 10,000 schedules due at the same minute (* * * * *)",
+            10_000,
+            60,
+            periods=3,
+            schedules="due",
+        ),
+        Workload(
+            "i",
+            "schedules as data: 1,000 replacements and deletes/s for 60 s over 10,000 "
+            "schedules firing every 10-30 s",
+            10_000,
+            10,
+            window_s=60,
+            schedules="churn",
+            churn_per_s=1000,
+        ),
     )
 }

@@ -28,6 +28,10 @@ CLAIM_BATCH = 1_000
 # A claim transaction lasts milliseconds; the server ends one left idle this long (a replica
 # cut off mid-claim), releasing the rows it inserted to the other replicas.
 CLAIM_IDLE_TIMEOUT = timedelta(seconds=1)
+# A dynamic job's claim computes each due schedule's plan in Python between its two
+# statements; only schedules it locked (which other claimers skip) wait on it, so a busy
+# replica gets longer before the server ends the transaction.
+DYNAMIC_IDLE_TIMEOUT = timedelta(seconds=10)
 _KIND_OF = {"RUNNING": "stole", "FAILED": "retry"}
 
 
@@ -117,6 +121,7 @@ class Claimer:
             return
         size = min(cap, CLAIM_BATCH)
         terms = self._terms(job)
+        await self._store.claim_begin(conn, DYNAMIC_IDLE_TIMEOUT)
         rows = await self._schedules.due(conn, terms, job.schedule_delay, size)
         if not rows:
             return

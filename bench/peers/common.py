@@ -25,7 +25,8 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {LEDGER_TABLE} (
     scope      text NOT NULL,
     plan_time  timestamptz NOT NULL,
     runner     text NOT NULL,
-    started_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    claimed_at timestamptz  -- when the scheduler decided to run it, if it says (celery beat)
 )
 """
 # The trivial handler: one INSERT per execution (psycopg and asyncpg placeholders).

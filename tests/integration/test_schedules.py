@@ -1,0 +1,329 @@
+"""Schedules as data (SPEC §8) on a real PostgreSQL: the operations, their validation and
+their semantics, and the claims of due schedules by several replicas."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import pgsched
+from tests.helpers import wait_for
+from tests.integration._support import (
+    Recorder,
+    count,
+    db_now,
+    floor_to,
+    rows,
+    run_together,
+    running,
+    table,
+)
+
+Scope = pgsched.Scope
+JOB = "reminder"
+
+
+def dynamic_scheduler(
+    make_scheduler: Any, runner: str = "r1", job: dict[str, Any] | None = None, **options: Any
+) -> Any:
+    """A scheduler (``options``) with the dynamic job ``reminder`` (more options in ``job``)
+    whose handler records its runs in ``scheduler.recorder``."""
+    recorder = Recorder()
+    options.setdefault("tick_interval", "0.2s")
+    s = make_scheduler(runner, **options)
+
+    def reminder(run: pgsched.Run) -> None:
+        s.recorder.enter(run)  # looked up per run: a test may share one recorder
+        s.recorder.leave()
+
+    s.register(reminder, name=JOB, dynamic=True, **(job or {}))
+    s.recorder = recorder
+    return s
+
+
+def schedules(db: Any, schema: str) -> list[dict[str, Any]]:
+    query = sql.SQL("SELECT * FROM {} ORDER BY scope_kind, scope_id").format(
+        table(schema, "schedules")
+    )
+    with db.cursor(row_factory=psycopg.rows.dict_row) as cur:
+        return cur.execute(query).fetchall()
+
+
+def test_put_get_list_delete(make_scheduler: Any, migrated: str, db: Any) -> None:
+    s = dynamic_scheduler(make_scheduler)
+    before = db_now(db)
+    put = s.put_schedule(
+        JOB, Scope("user", "42"), cron="0 9 * * *", timezone="Europe/Berlin", payload={"t": "x"}
+    )
+    assert put.job == JOB and put.scope == Scope("user", "42")
+    assert put.cron == "0 9 * * *" and put.every is None and put.timezone == "Europe/Berlin"
+    assert put.payload == {"t": "x"} and not put.paused
+    assert put.next_plan_time is not None and put.next_plan_time > before
+    # 09:00 in Berlin: 08:00 UTC in winter, 07:00 UTC in summer.
+    assert put.next_plan_time.minute == 0 and put.next_plan_time.hour in (7, 8)
+    assert put.next_plan_time - before <= timedelta(days=1)
+    assert s.get_schedule(JOB, Scope("user", "42")) == put
+
+    for i in range(5):
+        s.put_schedule(JOB, Scope("team", str(i)), every="1h")
+    first = s.list_schedules(JOB, limit=2)
+    assert [str(x.scope) for x in first] == ["team:0", "team:1"]
+    second = s.list_schedules(JOB, after=first[-1].scope, limit=3)
+    assert [str(x.scope) for x in second] == ["team:2", "team:3", "team:4"]
+    third = s.list_schedules(JOB, after=second[-1].scope, limit=3)
+    assert [str(x.scope) for x in third] == ["user:42"]
+
+    assert s.delete_schedule(JOB, Scope("user", "42")) is True
+    assert s.delete_schedule(JOB, Scope("user", "42")) is False
+    assert s.get_schedule(JOB, Scope("user", "42")) is None
+    with pytest.raises(pgsched.NotFoundError, match="no such schedule"):
+        s.pause_schedule(JOB, Scope("user", "42"))
+
+
+def test_identical_put_writes_nothing_and_payload_changes_keep_plan_times(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    s = dynamic_scheduler(make_scheduler)
+    spec = pgsched.ScheduleSpec(Scope("user", "1"), every="1h", payload={"a": 1})
+    assert s.put_schedules(JOB, [spec]) == 1
+    stored = s.get_schedule(JOB, spec.scope)
+    assert s.put_schedules(JOB, [spec]) == 0
+    assert s.get_schedule(JOB, spec.scope) == stored  # not even updated_at moved
+
+    changed = pgsched.ScheduleSpec(spec.scope, every="1h", payload={"a": 2}, paused=True)
+    assert s.put_schedules(JOB, [changed]) == 1
+    after = s.get_schedule(JOB, spec.scope)
+    assert after.payload == {"a": 2} and after.paused
+    assert after.next_plan_time == stored.next_plan_time
+    assert after.updated_at > stored.updated_at
+
+
+def test_replacing_the_spec_moves_the_next_plan_to_the_new_one(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    s = dynamic_scheduler(make_scheduler)
+    s.put_schedule(JOB, Scope("user", "1"), every="7d")
+    before = db_now(db)
+    replaced = s.put_schedule(JOB, Scope("user", "1"), cron="*/5 * * * *", timezone="Asia/Tokyo")
+    expected = floor_to(before, timedelta(minutes=5)) + timedelta(minutes=5)
+    assert replaced.next_plan_time == expected
+
+
+def test_invalid_input_names_the_field_and_writes_nothing(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    s = dynamic_scheduler(make_scheduler)
+    good = [pgsched.ScheduleSpec(Scope("user", str(i)), every="1h") for i in range(3)]
+    bad = pgsched.ScheduleSpec(Scope("user", "bad"), cron="61 * * * *")
+    with pytest.raises(pgsched.ConfigError) as err:
+        s.put_schedules(JOB, [*good, bad])
+    assert "job 'reminder', scope user:bad: cron='61 * * * *'" in str(err.value)
+    assert count(db, migrated, "true") == 0
+    assert schedules(db, migrated) == []
+
+    with pytest.raises(pgsched.ConfigError, match="given twice"):
+        s.put_schedules(JOB, [*good, good[0]])
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"every": "1h", "cron": "* * * * *"}, "exactly one of"),
+        ({}, "exactly one of"),
+        ({"cron": "0 9 * * *", "timezone": "Mars/Base"}, "timezone='Mars/Base'"),
+        ({"every": "-5m"}, "every"),
+        ({"every": "1h", "payload": [1, 2]}, "payload=[1, 2] must be a JSON object"),
+        ({"every": "1h", "payload": {"x": "y" * 20000}}, "the limit is 16384 bytes"),
+        (
+            {
+                "every": "1h",
+                "starts_at": datetime(2030, 1, 1, tzinfo=UTC),
+                "ends_at": datetime(2029, 1, 1, tzinfo=UTC),
+            },
+            "ends_at=",
+        ),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(pgsched.ConfigError, match=message.replace("[", r"\[")):
+            s.put_schedule(JOB, Scope("user", "9"), **kwargs)
+    assert schedules(db, migrated) == []
+
+
+def test_jobs_that_are_not_dynamic_are_refused(
+    make_scheduler: Any, migrated: str, db: Any, runtime_dsn: str
+) -> None:
+    admin = pgsched.Admin(runtime_dsn, schema=migrated)
+    with pytest.raises(pgsched.NotFoundError, match="no replica has registered it"):
+        admin.put_schedule("ghost", Scope("user", "1"), every="1h")
+
+    s = make_scheduler("r1")
+    s.register(lambda run: None, name="coded", every="1h")
+    with pytest.raises(pgsched.ConfigError, match="not registered as dynamic"):
+        s.put_schedule("coded", Scope("user", "1"), every="1h")
+    with pytest.raises(pgsched.ConfigError, match="not registered as dynamic"):
+        s.put_schedule("ghost", Scope("user", "1"), every="1h")
+    s.run_once()  # registers "coded" in job_state
+    with pytest.raises(pgsched.ConfigError, match="is not dynamic"):
+        admin.put_schedule("coded", Scope("user", "1"), every="1h")
+
+    d = dynamic_scheduler(make_scheduler, "r2")
+    d.run_once()  # registers the dynamic job: Admin may now put its schedules
+    assert admin.put_schedule(JOB, Scope("user", "1"), every="1h").every == timedelta(hours=1)
+    assert [x.scope for x in admin.list_schedules(JOB)] == [Scope("user", "1")]
+
+
+def test_due_schedules_run_with_their_payload_each_plan_once(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    a = dynamic_scheduler(make_scheduler, "a")
+    b = dynamic_scheduler(make_scheduler, "b")
+    put_at = db_now(db)
+    a.put_schedules(
+        JOB,
+        [
+            pgsched.ScheduleSpec(Scope("user", str(i)), every="1s", payload={"user": i})
+            for i in range(5)
+        ],
+    )
+    with running(a), running(b):
+        wait_for(lambda: len(a.recorder) + len(b.recorder) >= 15, 20, what="15 runs of 5 schedules")
+    runs = a.recorder.runs + b.recorder.runs
+    keys = [(r.scope, r.plan_time) for r in runs]
+    assert len(keys) == len(set(keys)), "a plan ran twice"
+    for run in runs:
+        assert run.payload == {"user": int(run.scope.id)}
+        assert run.plan_time > put_at  # the first plan is strictly after the put
+        assert run.trigger == "schedule"
+    stored = {row["id"]: row for row in rows(db, migrated, JOB)}
+    assert all(stored[r.execution_id]["payload"] == r.payload for r in runs)
+
+
+def test_delete_and_replace_racing_claims(make_scheduler: Any, migrated: str, db: Any) -> None:
+    """Replicas claim every second while the application deletes one schedule and replaces
+    another: after each change commits, no plan of the deleted schedule or of the replaced
+    spec is claimed."""
+    replicas = [dynamic_scheduler(make_scheduler, f"r{i}", tick_interval="0.1s") for i in range(4)]
+    replicas[0].put_schedule(JOB, Scope("user", "gone"), every="1s")
+    replicas[0].put_schedule(JOB, Scope("user", "moved"), every="1s")
+    with running(replicas[0]), running(replicas[1]), running(replicas[2]), running(replicas[3]):
+        wait_for(lambda: count(db, migrated, "scope_id = 'moved'") >= 2, 15, what="two runs each")
+        replicas[1].delete_schedule(JOB, Scope("user", "gone"))
+        deleted_at = db_now(db)
+        replicas[2].put_schedule(JOB, Scope("user", "moved"), cron="0 0 1 1 *")
+        replaced_at = db_now(db)
+        time.sleep(2.5)  # plans of the old spec would have fallen due twice by now
+    late = [
+        r
+        for r in rows(db, migrated, JOB)
+        if (r["scope_id"] == "gone" and r["created_at"] > deleted_at)
+        or (r["scope_id"] == "moved" and r["created_at"] > replaced_at)
+    ]
+    assert late == []
+    runs = [run for s in replicas for run in s.recorder.runs]
+    keys = [(r.scope, r.plan_time) for r in runs]
+    assert len(keys) == len(set(keys))
+    assert count(db, migrated, "scope_id = 'gone'") >= 2  # history stays
+
+
+def test_pause_across_replicas_then_resume_with_catch_up(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    a = dynamic_scheduler(make_scheduler, "a", tick_interval="0.1s")
+    b = dynamic_scheduler(make_scheduler, "b", tick_interval="0.1s")
+    scope = Scope("user", "p")
+    a.put_schedule(JOB, scope, every="1s")
+    with running(a), running(b):
+        wait_for(lambda: count(db, migrated) >= 1, 10, what="a first run")
+        b.pause_schedule(JOB, scope)
+        paused_at = db_now(db)
+        assert a.get_schedule(JOB, scope).paused
+        time.sleep(2.5)
+        assert count(db, migrated, "created_at > %s", (paused_at,)) == 0
+        a.resume_schedule(JOB, scope)
+        resumed_at = db_now(db)
+        wait_for(
+            lambda: count(db, migrated, "created_at > %s", (resumed_at,)) >= 1, 10, what="a run"
+        )
+    after = [r for r in rows(db, migrated) if r["created_at"] > resumed_at]
+    # latest_only: the plans missed while paused are skipped; the first run after resume is
+    # the latest due plan, not one from the pause.
+    assert min(r["plan_time"] for r in after) >= resumed_at - timedelta(seconds=1)
+
+
+def test_triggers_and_backfills_carry_the_schedule_payload(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    s = dynamic_scheduler(make_scheduler)
+    scope = Scope("user", "7")
+    s.put_schedule(JOB, scope, cron="0 * * * *", payload={"name": "seven"})
+    s.trigger(JOB, scope)
+    end = floor_to(db_now(db), timedelta(hours=1))
+    queued = s.backfill(JOB, end - timedelta(hours=2), end, [scope])
+    assert queued == 3
+    wait_for(lambda: (s.run_once(), len(s.recorder) >= 4)[1], 20, what="4 runs")
+    assert {r.trigger for r in s.recorder.runs} == {"manual", "backfill"}
+    assert all(r.payload == {"name": "seven"} for r in s.recorder.runs)
+    assert sorted(r.plan_time for r in s.recorder.runs if r.trigger == "backfill") == [
+        end - timedelta(hours=2),
+        end - timedelta(hours=1),
+        end,
+    ]
+    with pytest.raises(pgsched.ConfigError, match="needs its scopes"):
+        s.backfill(JOB, end - timedelta(hours=1), end)
+
+
+def test_window_bounds_the_plans(make_scheduler: Any, migrated: str, db: Any) -> None:
+    s = dynamic_scheduler(make_scheduler)
+    now = db_now(db)
+    later = floor_to(now, timedelta(hours=1)) + timedelta(days=3, minutes=30)
+    future = s.put_schedule(JOB, Scope("user", "f"), every="1h", starts_at=later)
+    assert future.next_plan_time == later + timedelta(minutes=30)
+    # The window ends before the next plan: none is left.
+    ended = s.put_schedule(JOB, Scope("user", "e"), every="1d", ends_at=now + timedelta(seconds=1))
+    assert ended.next_plan_time is None
+    # Moving starts_at earlier brings the next plan forward (window only: same spec).
+    moved = s.put_schedule(JOB, Scope("user", "f"), every="1h")
+    assert moved.next_plan_time == floor_to(db_now(db), timedelta(hours=1)) + timedelta(hours=1)
+
+
+def test_eight_replicas_claim_ten_thousand_due_schedules_once_each(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    replicas = [dynamic_scheduler(make_scheduler, f"r{i}", max_concurrency=2000) for i in range(8)]
+    for s in replicas[1:]:
+        s.recorder = replicas[0].recorder  # one record of every run
+    specs = [pgsched.ScheduleSpec(Scope("user", str(i)), every="1h") for i in range(10_000)]
+    assert replicas[0].put_schedules(JOB, specs) == 10_000
+    # Every schedule's next plan: the hour that has just begun, due at the same instant.
+    hour = floor_to(db_now(db), timedelta(hours=1))
+    db.execute(
+        sql.SQL("UPDATE {} SET next_plan_time = %s").format(table(migrated, "schedules")),
+        (hour,),
+    )
+    recorder = replicas[0].recorder
+    deadline = time.monotonic() + 120
+    while len(recorder) < 10_000 and time.monotonic() < deadline:
+        run_together([s.run_once for s in replicas], timeout=120)
+    assert len(recorder) == 10_000
+    keys = {(r.scope, r.plan_time) for r in recorder.runs}
+    assert len(keys) == 10_000
+    assert {r.plan_time for r in recorder.runs} == {hour}
+    assert len({r.runner_id for r in recorder.runs}) >= 2
+    nexts = {row["next_plan_time"] for row in schedules(db, migrated)}
+    assert nexts == {hour + timedelta(hours=1)}
+    assert count(db, migrated, "status = 'SUCCESS'") == 10_000
+
+
+def test_notify_wakes_replicas_within_a_second(make_scheduler: Any, migrated: str, db: Any) -> None:
+    s = dynamic_scheduler(make_scheduler, tick_interval="30s")
+    scope = Scope("user", "n")
+    with running(s):
+        wait_for(lambda: s._runtime is not None and s._runtime.last_tick_ok, 10, what="a tick")
+        time.sleep(0.5)
+        s.put_schedule(JOB, scope, every="1s")
+        put_at = time.monotonic()
+        # The replica ticks every 30 s: only the NOTIFY of the put (and the wake-up at the
+        # next due plan it learns from the probe) gets the plan run this soon.
+        wait_for(lambda: len(s.recorder) >= 1, 5, what="the first plan")
+    assert time.monotonic() - put_at < 5
