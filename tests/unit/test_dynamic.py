@@ -1,0 +1,149 @@
+"""Dynamic jobs without a database: the ``dynamic=True`` option and the claim decision for a
+due stored schedule (``_dynamic.decide``) under each catch-up rule."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+import pgsched
+from pgsched._config import build_job
+from pgsched._dynamic import decide, public
+
+T0 = datetime(2027, 3, 10, 12, 0, tzinfo=UTC)  # a Wednesday, no DST change near
+
+
+def job(**options: Any) -> Any:
+    return build_job(lambda run: None, name="reminder", dynamic=True, **options)
+
+
+def row(next_plan: datetime | None, **cols: Any) -> dict[str, Any]:
+    base = {
+        "scope_kind": "user",
+        "scope_id": "1",
+        "every_us": None,
+        "cron": None,
+        "timezone": "UTC",
+        "starts_at": None,
+        "ends_at": None,
+        "next_plan_time": next_plan,
+        "payload": {},
+        "paused": False,
+        "created_at": T0,
+        "updated_at": T0,
+    }
+    base.update(cols)
+    if base["every_us"] is None and base["cron"] is None:
+        base["every_us"] = 60_000_000  # every minute
+    return base
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("every", "1h"),
+        ("cron", "* * * * *"),
+        ("scopes", [pgsched.Scope("user", "1")]),
+        ("timezone", "Europe/Berlin"),
+        ("dst_skipped", "skip"),
+    ],
+)
+def test_dynamic_refuses_a_schedule_in_code(option: str, value: Any) -> None:
+    with pytest.raises(pgsched.ConfigError) as err:
+        job(**{option: value})
+    assert str(err.value).startswith(f"job 'reminder': {option}=")
+    assert "cannot be given with dynamic=True" in str(err.value)
+
+
+def test_dynamic_must_be_a_bool() -> None:
+    with pytest.raises(pgsched.ConfigError, match="dynamic='yes' must be True or False"):
+        build_job(lambda run: None, name="x", every="1h", dynamic="yes")
+
+
+def test_a_dynamic_job_has_no_plans_of_its_own() -> None:
+    spec = job(catch_up="every_plan", max_plans_per_tick=3, max_attempts=2)
+    assert spec.dynamic and spec.max_attempts == 2
+    assert spec.schedule.describe() == "dynamic"
+    assert spec.schedule.upcoming(T0, 3) == []
+
+
+def test_a_due_plan_is_claimed_and_the_next_one_follows() -> None:
+    d = decide(job(), row(T0), T0 + timedelta(seconds=5))
+    assert d.move is not None
+    assert (d.move.plan, d.move.next_plan) == (T0, T0 + timedelta(minutes=1))
+    assert d.superseded == 0 and d.late == 0
+
+
+def test_latest_only_claims_the_newest_and_counts_the_superseded() -> None:
+    d = decide(job(), row(T0), T0 + timedelta(minutes=10, seconds=5))
+    assert d.move is not None
+    assert d.move.plan == T0 + timedelta(minutes=10)
+    assert d.move.next_plan == T0 + timedelta(minutes=11)
+    assert d.superseded == 10
+
+
+def test_every_plan_claims_the_oldest_within_the_window() -> None:
+    spec = job(catch_up="every_plan", max_plans_per_tick=1, catch_up_window="5m")
+    d = decide(spec, row(T0), T0 + timedelta(minutes=10, seconds=5))
+    assert d.move is not None
+    # The window reaches back 5 minutes from now: 12:05:05, so 12:06 is the oldest plan.
+    assert d.move.plan == T0 + timedelta(minutes=6)
+    assert d.move.next_plan == T0 + timedelta(minutes=7)
+    inside = decide(spec, row(T0), T0 + timedelta(minutes=2))
+    assert inside.move is not None and inside.move.plan == T0
+
+
+def test_max_lateness_skips_late_plans() -> None:
+    spec = job(max_lateness="30s")
+    d = decide(spec, row(T0), T0 + timedelta(minutes=3, seconds=40))
+    # The newest plan, 12:03, is 40 s late: skipped; the next plan is 12:04.
+    assert d.move is not None and d.move.plan is None
+    assert d.move.next_plan == T0 + timedelta(minutes=4) and d.late == 1
+    every = job(catch_up="every_plan", max_plans_per_tick=1, max_lateness="90s")
+    d = decide(every, row(T0), T0 + timedelta(minutes=3, seconds=10))
+    # 12:00 and 12:01 are more than 90 s late; 12:02 is claimed.
+    assert d.move is not None and d.move.plan == T0 + timedelta(minutes=2) and d.late == 2
+
+
+def test_a_plan_inside_its_jitter_is_left_due() -> None:
+    spec = job(jitter="59s")
+    now = T0 + timedelta(microseconds=1)
+    d = decide(spec, row(T0), now)
+    if d.move is None:
+        assert d.superseded == 0
+    else:  # the scope's jitter happened to be under a microsecond
+        assert d.move.plan == T0
+    later = decide(spec, row(T0), T0 + timedelta(seconds=59))
+    assert later.move is not None and later.move.plan == T0
+
+
+def test_a_window_moved_since_the_put_bounds_the_plan() -> None:
+    starts = T0 + timedelta(hours=2)
+    d = decide(job(), row(T0, starts_at=starts), T0 + timedelta(seconds=1))
+    assert d.move is not None and d.move.plan is None and d.move.next_plan == starts
+    ends = T0 + timedelta(minutes=3)
+    d = decide(job(), row(T0, ends_at=ends), T0 + timedelta(minutes=10))
+    assert d.move is not None
+    assert d.move.plan == T0 + timedelta(minutes=2)  # the last plan before ends_at
+    assert d.move.next_plan is None
+
+
+def test_cron_in_a_zone_across_spring_forward() -> None:
+    # 02:30 does not exist in Berlin on 2027-03-28: the plan is shifted to 03:00 local.
+    cron = row(
+        datetime(2027, 3, 27, 1, 30, tzinfo=UTC),
+        every_us=None,
+        cron="30 2 * * *",
+        timezone="Europe/Berlin",
+    )
+    d = decide(job(), cron, datetime(2027, 3, 27, 1, 30, 1, tzinfo=UTC))
+    assert d.move is not None and d.move.next_plan == datetime(2027, 3, 28, 1, 0, tzinfo=UTC)
+
+
+def test_public_read_result_is_aware_utc() -> None:
+    shown = public("reminder", row(T0, payload={"a": 1}))
+    assert shown.next_plan_time == T0 and shown.payload == {"a": 1}
+    assert shown.every == timedelta(minutes=1) and shown.to_json()["every"] == 60.0
+    assert shown.to_json()["scope"] == {"kind": "user", "id": "1"}
