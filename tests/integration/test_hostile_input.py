@@ -264,7 +264,9 @@ def test_a_hundred_thousand_scopes_each_run_exactly_once(
         ).format(table(migrated))
     ).fetchone()
     assert stored == (n, n, 1, n)
-    assert elapsed < 60, f"100,000 scopes took {elapsed:.1f}s"
+    # A guard against pathological (quadratic) claiming, not a performance claim: about 30 s
+    # on a quiet 2-core machine; the bound leaves room for a loaded CI runner.
+    assert elapsed < 120, f"100,000 scopes took {elapsed:.1f}s"
     # A second tick in the same plan period claims nothing again.
     assert s.run_once().started == 0
     assert count(db, migrated) == n
