@@ -3,6 +3,7 @@ their semantics, and the claims of due schedules by several replicas."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -327,3 +328,25 @@ def test_notify_wakes_replicas_within_a_second(make_scheduler: Any, migrated: st
         # next due plan it learns from the probe) gets the plan run this soon.
         wait_for(lambda: len(s.recorder) >= 1, 5, what="the first plan")
     assert time.monotonic() - put_at < 5
+
+
+def test_async_admin_offers_the_schedule_operations_as_coroutines(
+    make_scheduler: Any, migrated: str, db: Any, runtime_dsn: str
+) -> None:
+    dynamic_scheduler(make_scheduler).run_once()  # a replica registers the dynamic job
+
+    async def scenario() -> tuple[int, list[pgsched.Schedule], bool, Any]:
+        async with pgsched.AsyncAdmin(runtime_dsn, schema=migrated) as admin:
+            specs = [pgsched.ScheduleSpec(Scope("user", str(i)), every="1h") for i in range(3)]
+            written = await admin.put_schedules(JOB, specs)
+            await admin.pause_schedule(JOB, Scope("user", "1"))
+            page = await admin.list_schedules(JOB, limit=10)
+            deleted = await admin.delete_schedule(JOB, Scope("user", "2"))
+            with pytest.raises(pgsched.ConfigError, match="payload"):
+                await admin.put_schedule(JOB, Scope("user", "3"), every="1h", payload={1: 2})
+            return written, page, deleted, await admin.get_schedule(JOB, Scope("user", "2"))
+
+    written, page, deleted, gone = asyncio.run(scenario())
+    assert written == 3 and deleted is True and gone is None
+    assert [(s.scope.id, s.paused) for s in page] == [("0", False), ("1", True), ("2", False)]
+    assert [s["scope_id"] for s in schedules(db, migrated)] == ["0", "1"]
