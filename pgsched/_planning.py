@@ -21,6 +21,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 # Wider than any UTC offset change in the tz database (30 min to 2 h), so a scan of wall
 # times this far either side of a range sees every occurrence that maps into the range.
+_DAY = timedelta(days=1)
 _DST_MARGIN = timedelta(hours=3)
 # How far next/previous searches look before concluding an expression never fires.
 _HORIZONS = (
@@ -219,7 +220,10 @@ class CronSchedule(Schedule):
 
     def next_after(self, t: datetime) -> datetime | None:
         """Walks croniter forward from just before ``t``: cost is a DST margin of wall times,
-        however far away the next plan is."""
+        however far away the next plan is (one croniter step when no offset change is near)."""
+        quick = self._next_without_offset_change(t)
+        if quick is not None:
+            return quick
         margin = self._margin(t, t)
         best: datetime | None = None
         best_wall: datetime | None = None
@@ -230,6 +234,25 @@ class CronSchedule(Schedule):
                 if instant > t and (best is None or instant < best):
                     best, best_wall = instant, wall
         return best
+
+    def _next_without_offset_change(self, t: datetime) -> datetime | None:
+        """The next plan after ``t`` in one croniter step, when the zone's UTC offset is the
+        same from a day before ``t`` to three days after it and the next wall time is under
+        two days away: wall times then map one to one onto instants, with no DST rule to
+        apply. None when that does not hold (the caller walks with the DST margin)."""
+        offset = t.astimezone(self.tz).utcoffset()
+        for probe in (t - _DAY, t + 3 * _DAY):
+            if probe.astimezone(self.tz).utcoffset() != offset:
+                return None
+        wall = self._wall(t)
+        try:
+            nxt: datetime = croniter(self.expr, wall).get_next(datetime)
+        except CroniterBadDateError:
+            return None
+        if nxt - wall > 2 * _DAY:
+            return None
+        instant = nxt.replace(tzinfo=self.tz).astimezone(UTC)
+        return instant if instant > t else None
 
     def latest_at_or_before(self, t: datetime) -> datetime | None:
         """Like :meth:`next_after`, walking croniter backwards from just after ``t``."""

@@ -225,7 +225,7 @@ def first_plan_after(valid: ValidSchedule, after: datetime) -> datetime | None:
     plan: a put exactly on a plan boundary does not get that plan. ``after`` must be aware.
     """
     lo = _lower_bound(valid, after)
-    plan = planner_for(valid.spec_key).next_after(lo)
+    plan = _next_after(valid.spec_key, lo)
     if plan is None or (valid.ends_at is not None and plan >= valid.ends_at):
         return None
     return plan
@@ -262,7 +262,40 @@ def plans_between(
     return _chunked_plans(planner, lo, hi, limit)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=65536)
+def _cron_problem(normal: str, timezone: str) -> str | None:
+    """Why a code-defined job would refuse the cron expression ``normal`` in ``timezone``, or
+    None (cached: a bulk put repeats expressions, and parsing and the "never fires" walk cost
+    about a millisecond)."""
+    try:
+        planner = CronSchedule(normal, ZoneInfo(timezone))
+    except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
+        return f"is not a valid cron expression ({' '.join(str(exc).split())})"
+    if planner.next_after(_REFERENCE) is None:
+        return "never fires"
+    return None
+
+
+def _next_after(key: SpecKey, t: datetime) -> datetime | None:
+    """The planner's first plan strictly after ``t``, remembering the last answer per spec:
+    ``next_after(t0) = r`` means no plan lies in ``(t0, r)``, so every ``t`` in ``[t0, r)`` has
+    the same answer. A bulk put computes each spec's next plan after one instant, so
+    schedules sharing a spec cost one planner walk."""
+    known = _NEXT_MEMO.get(key)
+    if known is not None and known[0] <= t and (known[1] is None or t < known[1]):
+        return known[1]
+    plan = planner_for(key).next_after(t)
+    if len(_NEXT_MEMO) >= _NEXT_MEMO_SIZE:
+        _NEXT_MEMO.clear()
+    _NEXT_MEMO[key] = (t, plan)
+    return plan
+
+
+_NEXT_MEMO: dict[SpecKey, tuple[datetime, datetime | None]] = {}
+_NEXT_MEMO_SIZE = 100_000
+
+
+@functools.lru_cache(maxsize=65536)
 def planner_for(key: SpecKey) -> Planner:
     """The planner object of a spec (cached: parsing a cron expression is not free).
 
@@ -342,13 +375,9 @@ class _Checker:
         if not isinstance(expr, str):
             raise self.bad("cron", expr, "must be a string")
         normal = " ".join(expr.split())
-        try:
-            planner = CronSchedule(normal, tz)
-        except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
-            why = " ".join(str(exc).split())
-            raise self.bad("cron", expr, f"is not a valid cron expression ({why})") from None
-        if planner.next_after(_REFERENCE) is None:
-            raise self.bad("cron", expr, "never fires")
+        problem = _cron_problem(normal, tz.key)
+        if problem is not None:
+            raise self.bad("cron", expr, problem)
         return normal
 
     def payload(self, payload: object) -> tuple[dict[str, Any], str]:

@@ -395,8 +395,8 @@ SELECT set_config('statement_timeout', %(statement_ms)s, %(local)s),
 -- Schedules as data: create or replace many schedules of one job in one statement. A row
 -- identical to the stored one is not written (and not returned). `next_plan_time` is the
 -- caller's (the first plan after the put) only when the spec changed (every, cron, zone), or,
--- when only the window changed, the earlier of the stored one and the caller's; otherwise the
--- stored plan times stay as they are. The upsert locks the row, so it waits for a claim that
+-- when only the window changed and the stored one falls outside it, else the earlier of the
+-- two; otherwise the stored plan times stay as they are. The upsert locks the row, so it waits for a claim that
 -- holds it and then applies to the row as that claim left it.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 INSERT INTO {schema}.schedules AS s
@@ -418,8 +418,13 @@ SET every_us = EXCLUDED.every_us, cron = EXCLUDED.cron, timezone = EXCLUDED.time
         WHEN (s.every_us, s.cron, s.timezone)
              IS DISTINCT FROM (EXCLUDED.every_us, EXCLUDED.cron, EXCLUDED.timezone)
             THEN EXCLUDED.next_plan_time
+        -- Only the window changed: the stored next plan stays unless the new window excludes
+        -- it (or none was left); a window that starts earlier can bring it forward.
         WHEN (s.starts_at, s.ends_at) IS DISTINCT FROM (EXCLUDED.starts_at, EXCLUDED.ends_at)
-            THEN CASE WHEN s.next_plan_time IS NULL THEN EXCLUDED.next_plan_time
+            THEN CASE WHEN s.next_plan_time IS NULL
+                        OR s.next_plan_time < EXCLUDED.starts_at
+                        OR s.next_plan_time >= EXCLUDED.ends_at
+                      THEN EXCLUDED.next_plan_time
                       ELSE least(s.next_plan_time, EXCLUDED.next_plan_time) END
         ELSE s.next_plan_time END
 WHERE (s.every_us, s.cron, s.timezone, s.payload, s.starts_at, s.ends_at, s.paused)

@@ -350,3 +350,17 @@ def test_async_admin_offers_the_schedule_operations_as_coroutines(
     assert written == 3 and deleted is True and gone is None
     assert [(s.scope.id, s.paused) for s in page] == [("0", False), ("1", True), ("2", False)]
     assert [s["scope_id"] for s in schedules(db, migrated)] == ["0", "1"]
+
+
+def test_narrowing_the_window_moves_the_next_plan(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    s = dynamic_scheduler(make_scheduler)
+    scope = Scope("user", "w")
+    first = s.put_schedule(JOB, scope, every="1h")
+    assert first.next_plan_time is not None
+    later = first.next_plan_time + timedelta(days=2, minutes=30)
+    moved = s.put_schedule(JOB, scope, every="1h", starts_at=later)
+    assert moved.next_plan_time == later + timedelta(minutes=30)
+    ended = s.put_schedule(JOB, scope, every="1h", ends_at=first.next_plan_time)
+    assert ended.next_plan_time is None
