@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -182,7 +183,8 @@ class CronSchedule(Schedule):
                 f"{expr!r} has {len(expr.split())} fields; pgsched takes standard 5-field cron "
                 "(use every= for sub-minute cadences)"
             )
-        fields = croniter(expr).expressions  # raises CroniterBadCronError
+        stepper = croniter(expr)  # raises CroniterBadCronError
+        fields = stepper.expressions
         for token in re.split(r"[\s,/-]+", " ".join(map(str, fields))):
             if token.upper() in ("R", "H") or token.upper().startswith(("R(", "H(")):
                 # croniter's random and hashed fields differ per process: replicas would
@@ -195,6 +197,10 @@ class CronSchedule(Schedule):
             )
         self.expr = expr
         self.tz = tz
+        # One croniter, re-aimed per call (parsing costs more than a step); the lock lets
+        # threads share this schedule (an Admin's bulk put and the replica's claims).
+        self._stepper = stepper
+        self._stepper_lock = threading.Lock()
         hour = str(fields[1])
         self.follows_elapsed_time = hour == "*" or "/" in hour
         self.dst_repeated: DstRepeated = dst_repeated or (
@@ -246,7 +252,9 @@ class CronSchedule(Schedule):
                 return None
         wall = self._wall(t)
         try:
-            nxt: datetime = croniter(self.expr, wall).get_next(datetime)
+            with self._stepper_lock:
+                self._stepper.set_current(wall, force=True)
+                nxt: datetime = self._stepper.get_next(datetime)
         except CroniterBadDateError:
             return None
         if nxt - wall > 2 * _DAY:

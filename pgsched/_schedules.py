@@ -268,7 +268,7 @@ def _cron_problem(normal: str, timezone: str) -> str | None:
     None (cached: a bulk put repeats expressions, and parsing and the "never fires" walk cost
     about a millisecond)."""
     try:
-        planner = CronSchedule(normal, ZoneInfo(timezone))
+        planner = planner_for((None, normal, timezone))
     except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
         return f"is not a valid cron expression ({' '.join(str(exc).split())})"
     if planner.next_after(_REFERENCE) is None:
