@@ -295,7 +295,7 @@ _NEXT_MEMO: dict[SpecKey, tuple[datetime, datetime | None]] = {}
 _NEXT_MEMO_SIZE = 100_000
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=40_000)  # about 1.5 KB each for cron: at most ~60 MB
 def planner_for(key: SpecKey) -> Planner:
     """The planner object of a spec (cached: parsing a cron expression is not free).
 
