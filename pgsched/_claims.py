@@ -32,6 +32,8 @@ CLAIM_IDLE_TIMEOUT = timedelta(seconds=1)
 # statements; only schedules it locked (which other claimers skip) wait on it, so a busy
 # replica gets longer before the server ends the transaction.
 DYNAMIC_IDLE_TIMEOUT = timedelta(seconds=10)
+# Due schedules locked per dynamic claim: bounds the Python work between its statements.
+DYNAMIC_BATCH = 250
 _KIND_OF = {"RUNNING": "stole", "FAILED": "retry"}
 
 
@@ -119,7 +121,7 @@ class Claimer:
         if cap <= 0:
             batch.backlog = True
             return
-        size = min(cap, CLAIM_BATCH)
+        size = min(cap, DYNAMIC_BATCH)
         terms = self._terms(job)
         await self._store.claim_begin(conn, DYNAMIC_IDLE_TIMEOUT)
         rows = await self._schedules.due(conn, terms, job.schedule_delay, size)

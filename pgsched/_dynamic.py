@@ -118,8 +118,11 @@ def _pick(
     if job.catch_up == "every_plan":
         oldest = horizon - job.catch_up_window
         return (first if first >= oldest else first_plan_after(valid, oldest - _US)), 0
-    planner = planner_for(valid.spec_key)
     until = horizon if valid.ends_at is None else min(horizon, valid.ends_at - _US)
+    after_first = next_plan_after(valid, first)  # memoised per spec: one step at most
+    if after_first is None or after_first > until:
+        return first, 0  # the usual case: the stored next plan is the only one due
+    planner = planner_for(valid.spec_key)
     plan = planner.latest_at_or_before(until)
     if plan is None or plan < first:
         return first, 0

@@ -263,7 +263,11 @@ class CronSchedule(Schedule):
         return instant if instant > t else None
 
     def latest_at_or_before(self, t: datetime) -> datetime | None:
-        """Like :meth:`next_after`, walking croniter backwards from just after ``t``."""
+        """Like :meth:`next_after`, walking croniter backwards from just after ``t`` (one
+        step when no offset change is near)."""
+        quick = self._latest_without_offset_change(t)
+        if quick is not None:
+            return quick
         margin = self._margin(t, t)
         best: datetime | None = None
         best_wall: datetime | None = None
@@ -274,6 +278,26 @@ class CronSchedule(Schedule):
                 if instant <= t and (best is None or instant > best):
                     best, best_wall = instant, wall
         return best
+
+    def _latest_without_offset_change(self, t: datetime) -> datetime | None:
+        """:meth:`_next_without_offset_change` backwards: the latest plan at or before ``t``
+        in one croniter step when the offset is the same from three days before ``t`` to a
+        day after it and that plan is under two days back."""
+        offset = t.astimezone(self.tz).utcoffset()
+        for probe in (t - 3 * _DAY, t + _DAY):
+            if probe.astimezone(self.tz).utcoffset() != offset:
+                return None
+        wall = self._wall(t) + _US  # get_prev is strictly before: t itself may be a plan
+        try:
+            with self._stepper_lock:
+                self._stepper.set_current(wall, force=True)
+                prev: datetime = self._stepper.get_prev(datetime)
+        except CroniterBadDateError:
+            return None
+        if wall - prev > 2 * _DAY:
+            return None
+        instant = prev.replace(tzinfo=self.tz).astimezone(UTC)
+        return instant if instant <= t else None
 
     def plans_between(self, start: datetime, end: datetime) -> list[datetime]:
         if end <= start:
