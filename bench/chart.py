@@ -1,5 +1,6 @@
 """``python -m bench.chart RESULTS.json OUT.png``: completed plans/s and p99 start lag
-against the number of scopes, one line per scheduler (needs matplotlib: the peers' venv)."""
+against the number of scopes, one line per scheduler, and the schedules-as-data workloads'
+bulk put rate and start lag, one bar per scheduler (needs matplotlib: the peers' venv)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from bench.dynamic_schedulers import DYNAMIC
 from bench.schedulers import ORDER, REGISTRY, label
 
 
@@ -18,7 +20,9 @@ def points(report: dict, sched: str) -> list[tuple[int, float, float, str]]:
         wl = workloads.get(r["workload"], {})
         if r["scheduler"] != sched or r.get("status") != "ok":
             continue
-        if wl.get("idle") or wl.get("catch_up") or not r.get("due") or not r.get("completed"):
+        if wl.get("idle") or wl.get("catch_up") or wl.get("schedules"):
+            continue  # not a fan-out of one schedule (the table has them)
+        if not r.get("due") or not r.get("completed"):
             continue  # nothing completed: no throughput or lag to draw (see the table)
         out.append((wl["scopes"], r["plans_per_s"], r["lag_p99_s"] or 0.0, r["workload"]))
     return sorted(out)
@@ -29,8 +33,45 @@ def none_completed(report: dict) -> list[str]:
     return [
         f"{label(r['scheduler'])} at {workloads[r['workload']]['scopes']:,}"
         for r in report["results"]
-        if r.get("status") == "ok" and r.get("due") and not r.get("completed")
+        if r.get("status") == "ok"
+        and r.get("due")
+        and not r.get("completed")
+        and not workloads[r["workload"]].get("schedules")  # the third panel says it
     ]
+
+
+def dynamic_bars(report: dict, ax) -> None:  # type: ignore[no-untyped-def]
+    """Schedules as data: (g) schedules put per second, (h) p99 start lag, per scheduler."""
+    rows = {
+        (r["workload"], r["scheduler"]): r
+        for r in report["results"]
+        if r.get("status") == "ok" and report["workloads"].get(r["workload"], {}).get("schedules")
+    }
+    keys = [k for k in DYNAMIC if any(s == k for _, s in rows)]
+    if not keys:
+        ax.set_axis_off()
+        return
+    names = []
+    for i, key in enumerate(keys):
+        g, h = rows.get(("g", key), {}), rows.get(("h", key), {})
+        if g.get("put_per_s"):
+            ax.bar(i, g["put_per_s"], color=DYNAMIC[key].style.get("color"))
+            ax.annotate(f"{g['put_schedules']:,}", (i, g["put_per_s"]), ha="center", fontsize=7)
+        lag = h.get("lag_p99_s")
+        below = f"\nh: p99 {lag:.2f} s" if lag is not None else ""
+        if h.get("due") and not h.get("completed"):
+            below = "\nh: none completed"
+        names.append(label(key).split(" ")[0] + below)
+    ax.axhline(50_000, color="0.6", linewidth=0.8, linestyle=":")
+    ax.annotate("goal 50,000/s", (-0.4, 50_000), fontsize=7, color="0.4", va="bottom")
+    ax.set(
+        yscale="log",
+        xticks=range(len(keys)),
+        xticklabels=names,
+        ylabel="schedules put per second (g; over each bar: how many)",
+        title="Schedules as data: bulk put",
+    )
+    ax.grid(True, which="both", axis="y", alpha=0.3)
 
 
 def draw(report: dict, out: Path) -> None:
@@ -39,13 +80,13 @@ def draw(report: dict, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8))
-    for sched in ORDER:
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(17, 4.8))
+    for sched in (*ORDER, *(k for k in DYNAMIC if k not in ORDER)):
         pts = points(report, sched)
         if not pts:
             continue
         xs = [p[0] for p in pts]
-        line = {"label": label(sched), **REGISTRY[sched].style}
+        line = {"label": label(sched), **(REGISTRY.get(sched) or DYNAMIC[sched]).style}
         ax1.plot(xs, [p[1] for p in pts], **line)
         ax2.plot(xs, [max(p[2], 0.01) for p in pts], **line)
     ax1.set(
@@ -66,6 +107,7 @@ def draw(report: dict, out: Path) -> None:
     for ax in (ax1, ax2):
         ax.grid(True, which="both", alpha=0.3)
     ax1.legend(loc="best", fontsize=8)
+    dynamic_bars(report, ax3)
     machine = report.get("machine", {})
     fig.suptitle(
         f"pgsched benchmark: {report.get('options', {}).get('replicas', 3)} replicas, "

@@ -26,7 +26,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import REPO, measure, pg
+from bench import REPO, measure, pg, report_dynamic
+from bench.dynamic_schedulers import DYNAMIC
+from bench.dynamic_trial import DynamicTrial
 from bench.schedulers import CEILINGS, ORDER, REGISTRY
 from bench.trial import Options, Trial
 from bench.workloads import WORKLOADS, Workload
@@ -77,18 +79,37 @@ def selected_workloads(args: argparse.Namespace) -> list[Workload]:
             ("every_s", args.every),
             ("periods", args.periods),
             ("window_s", args.window),
+            ("churn_per_s", args.churn_per_s),
         )
         if v is not None
     }
     return [replace(WORKLOADS[k], **overrides) for k in args.workloads.split(",")]
 
 
+ALL_KEYS = (*ORDER, *(k for k in DYNAMIC if k not in REGISTRY))
+
+
 def selected_schedulers(args: argparse.Namespace) -> list[str]:
     keys = [s for s in args.schedulers.split(",") if s]
-    unknown = [k for k in keys if k not in REGISTRY]
+    unknown = [k for k in keys if k not in REGISTRY and k not in DYNAMIC]
     if unknown:
-        raise SystemExit(f"unknown schedulers {unknown}; known: {', '.join(ORDER)}")
+        raise SystemExit(f"unknown schedulers {unknown}; known: {', '.join(ALL_KEYS)}")
     return keys
+
+
+def contender_for(wl: Workload, key: str) -> Any:
+    """The contender ``key`` of ``wl``'s kind (schedules as data or not), or None: a
+    scheduler without schedules as data does not appear in workloads g-i, nor the peers
+    with only schedules as data in a-f."""
+    return (DYNAMIC if wl.schedules else REGISTRY).get(key)
+
+
+def needs_peers(workloads: list[Workload], schedulers: list[str]) -> bool:
+    return any(
+        c is not None and c.third_party
+        for wl in workloads
+        for c in (contender_for(wl, k) for k in schedulers)
+    )
 
 
 def new_report(
@@ -118,9 +139,10 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         concurrency=args.concurrency,
         warmup_s=args.warmup,
         keep_databases=args.keep_databases,
+        put_cap_s=args.put_cap,
     )
     peers_py, peers_why = (None, "")
-    if any(REGISTRY[s].third_party for s in schedulers):
+    if needs_peers(workloads, schedulers):
         peers_py, peers_why = peers_python(install=not args.no_install)
     server = pg.external(args.dsn) if args.dsn else pg.start_private()
     log(f"PostgreSQL {server.version}: {server.description}; pg_stat_statements={server.has_pgss}")
@@ -132,6 +154,8 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     try:
         for wl in workloads:
             for key in schedulers:
+                if contender_for(wl, key) is None:
+                    continue
                 res = run_one(server, wl, key, opts, (peers_py, peers_why), run_dir)
                 report["results"].append(res)
                 log(summary_line(res))
@@ -143,9 +167,10 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         log(line)
     report["finished"] = datetime.now(UTC).isoformat()
     report["loadavg_end"] = measure.loadavg()
-    text = json.dumps(report, indent=1)
-    (results_dir / "latest.json").write_text(text)
-    (results_dir / f"results-{stamp}.json").write_text(text)
+    (results_dir / f"results-{stamp}.json").write_text(json.dumps(report, indent=1))
+    if args.merge:  # this run's results replace the earlier file's for the same pairs
+        report = report_dynamic.merge([json.loads(Path(args.merge).read_text()), report])
+    (results_dir / "latest.json").write_text(json.dumps(report, indent=1))
     if not args.keep_work and not args.work_dir:
         shutil.rmtree(run_dir, ignore_errors=True)
     return report
@@ -160,7 +185,7 @@ def run_one(
     run_dir: Path,
 ) -> dict[str, Any]:
     """One trial's result, or why it was not run."""
-    contender = REGISTRY[key]
+    contender = contender_for(wl, key)
     base = {"workload": wl.key, "scheduler": key}
     why = contender.unsupported(wl)
     if why:
@@ -169,7 +194,10 @@ def run_one(
     if python is None:
         return {**base, "status": "not run", "reason": peers[1]}
     log(f"workload {wl.key} ({wl.title}): {key}, load {measure.loadavg()}")
-    trial = Trial(server, wl, contender, opts, python, run_dir)
+    if wl.schedules:
+        trial: Trial = DynamicTrial(server, wl, contender, opts, python, run_dir)
+    else:
+        trial = Trial(server, wl, contender, opts, python, run_dir)
     try:
         return trial.execute()
     except Exception as exc:
@@ -181,13 +209,24 @@ def run_one(
 def summary_line(r: dict[str, Any]) -> str:
     if r.get("status") != "ok":
         return f"  {r['workload']}/{r['scheduler']}: {r.get('status')} {r.get('reason', '')}"
+    dynamic = ""
+    if "put_per_s" in r:
+        dynamic = (
+            f" | {r['schedules']} schedules, put {r['put_schedules']} at {r['put_per_s']}/s"
+            f"{' (' + r['size_note'] + ')' if r.get('size_note') else ''}"
+        )
+    if "stale_claims" in r:
+        dynamic += (
+            f", churn {r['churn_ops_per_s']} ops/s, stale {r['stale_claims']}, missed "
+            f"{r['churn_missed']} of {r['churn_due']}, lag p99 {r['churn_lag_p99_s']} s"
+        )
     return (
         f"  {r['workload']}/{r['scheduler']}: due {r['due']} completed {r['completed']} "
         f"({r['completion_pct']}%) dups {r['duplicates']} lag p50/p99/max "
         f"{r['lag_p50_s']}/{r['lag_p99_s']}/{r['lag_max_s']} s {r['plans_per_s']} plans/s "
         f"(peak {r['peak_per_s']}/s) "
         f"stmts/tick {r.get('statements_per_tick')} db ms/tick {r.get('db_ms_per_tick')} "
-        f"cpu {r['cpu_s']} rss {r['peak_rss_mb']}"
+        f"cpu {r['cpu_s']} rss {r['peak_rss_mb']}{dynamic}"
     )
 
 
@@ -212,8 +251,10 @@ def ratio_lines(results: list[dict[str, Any]]) -> list[str]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
-    p.add_argument("--workloads", default=",".join(WORKLOADS), help="default: a,b,c,d,e,f")
-    p.add_argument("--schedulers", default=",".join(ORDER), help=f"default: {','.join(ORDER)}")
+    p.add_argument("--workloads", default=",".join(WORKLOADS), help="default: a,b,c,d,e,f,g,h,i")
+    p.add_argument(
+        "--schedulers", default=",".join(ALL_KEYS), help=f"default: {','.join(ALL_KEYS)}"
+    )
     p.add_argument("--replicas", type=int, default=3)
     p.add_argument("--concurrency", type=int, default=2000, help="handler slots per replica")
     p.add_argument("--warmup", type=float, default=8.0, help="seconds before measuring")
@@ -221,6 +262,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--every", type=int, help="override every workload's cadence (s)")
     p.add_argument("--periods", type=int, help="override the periods measured")
     p.add_argument("--window", type=int, help="override the idle / catch-up window (s)")
+    p.add_argument("--churn-per-s", type=int, help="override the churn's operations/s (i)")
+    p.add_argument(
+        "--put-cap", type=float, default=600.0, help="longest bulk put of schedules (s), g"
+    )
     p.add_argument("--dsn", help="use this server instead of starting a private one")
     p.add_argument("--results-dir", default=str(RESULTS))
     p.add_argument("--work-dir", help="replica logs and counters (default: a temp dir)")
@@ -228,6 +273,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-databases", action="store_true")
     p.add_argument("--no-install", action="store_true", help="never create the peers' venv")
     p.add_argument("--no-docs", action="store_true", help="do not rewrite docs/performance.*")
+    p.add_argument(
+        "--merge",
+        metavar="RESULTS.json",
+        help="add this run's results to an earlier run's (latest.json and the docs)",
+    )
     return p
 
 

@@ -205,5 +205,7 @@ CEILINGS = {k: c.ceiling for k, c in REGISTRY.items() if c.ceiling}  # key -> JS
 
 def label(key: str) -> str:
     """The table's and the chart's name of ``key`` (the key itself if unknown)."""
-    contender = REGISTRY.get(key)
+    from bench.dynamic_schedulers import DYNAMIC
+
+    contender = REGISTRY.get(key) or DYNAMIC.get(key)
     return contender.label if contender else key

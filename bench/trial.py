@@ -38,6 +38,7 @@ class Options:
     warmup_s: float = 8.0
     drain_cap_s: float = 60.0
     keep_databases: bool = False
+    put_cap_s: float = 600.0  # schedules as data: the longest bulk put (workload g)
 
 
 class Replicas:

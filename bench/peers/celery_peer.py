@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.peers.celery_settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
@@ -62,9 +62,7 @@ def bench_run(scope: str, plan: str, sent: float) -> None:
     conn = getattr(_local, "conn", None)
     if conn is None:
         conn = _local.conn = psycopg.connect(cfg.dsn, autocommit=True)
-    conn.execute(
-        LEDGER_INSERT, (cfg.job, scope, datetime.fromisoformat(plan), cfg.runner, sent)
-    )
+    conn.execute(LEDGER_INSERT, (cfg.job, scope, datetime.fromisoformat(plan), cfg.runner, sent))
 
 
 def plan_of(crontab: CrontabSchedule, now: datetime) -> datetime:
@@ -112,7 +110,7 @@ def main() -> None:
 
 
 class CeleryAdapter:
-    cadences = (60, 120, 180, 300)  # crontab has no seconds: minute steps
+    cadences = dynamic.MINUTE_CADENCES  # crontab has no seconds: minute steps
 
     def __init__(self) -> None:
         django.db.connections.close_all()

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 _dsn = urlsplit(os.environ["BENCH_DSN"])
 
-SECRET_KEY = "bench-only"  # noqa: S105 (a throw-away Django project, no HTTP)
+SECRET_KEY = "bench-only"  # a throw-away Django project, no HTTP
 USE_TZ = True
 TIME_ZONE = "UTC"
 INSTALLED_APPS = ["django_celery_beat"]

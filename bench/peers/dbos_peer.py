@@ -15,6 +15,8 @@ atomically, one batch per call) and ``DBOSClient.delete_schedule``.
 
 from __future__ import annotations
 
+import os
+import queue
 import signal
 import sys
 import threading
@@ -43,18 +45,20 @@ def dbos_config(dsn: str, runner: str) -> dict[str, Any]:
 
 
 class Ledger:
-    """The handler's INSERT from DBOS's worker threads: one connection per thread."""
+    """The handler's INSERT from DBOS's worker threads, over ``ledger_pool`` connections."""
 
     def __init__(self, cfg: common.Config) -> None:
         self.cfg = cfg
-        self.local = threading.local()
+        self.idle: queue.Queue[psycopg.Connection[Any]] = queue.Queue()
+        for _ in range(cfg.ledger_pool):
+            self.idle.put(psycopg.connect(cfg.dsn, autocommit=True, application_name="ledger"))
 
     def record(self, scope: str, plan_time: datetime) -> None:
-        conn = getattr(self.local, "conn", None)
-        if conn is None:
-            conn = psycopg.connect(self.cfg.dsn, autocommit=True, application_name="bench-ledger")
-            self.local.conn = conn
-        conn.execute(common.LEDGER_INSERT, (self.cfg.job, scope, plan_time, self.cfg.runner))
+        conn = self.idle.get()
+        try:
+            conn.execute(common.LEDGER_INSERT, (self.cfg.job, scope, plan_time, self.cfg.runner))
+        finally:
+            self.idle.put(conn)
 
 
 def setup(dsn: str) -> None:
@@ -80,6 +84,7 @@ def main() -> None:
     DBOS.launch()
     stop.wait()
     DBOS.destroy()
+    os._exit(0)  # its per-schedule threads would go on logging that DBOS is not launched
 
 
 class DbosAdapter:

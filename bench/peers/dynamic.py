@@ -61,7 +61,10 @@ ZONES = (
     "Africa/Lagos",
 )
 CHURN_CADENCES = (10, 15, 20, 30)  # seconds: every one divides a minute (DBOS cron seconds)
+MINUTE_CADENCES = (60, 120)  # for a scheduler without seconds (celery's crontab)
 SEED = 20261123
+DELETE_SHARE = 0.1  # of the churn's operations on a scope that has a schedule
+CHURN_STEP_S = 0.2  # each driver thread sends its share of the operations this often
 
 
 @dataclass(frozen=True)
@@ -203,8 +206,8 @@ class Churn:
 
     def pick(self, n: int) -> tuple[list[Spec], list[str]]:
         """``n`` operations on distinct scopes with nothing in flight: puts (a replacement with
-        another cadence, or a re-put of a deleted scope) and deletes (30% of the scopes that
-        have a schedule). Each scope stays busy until its operation is recorded."""
+        another cadence, or a re-put of a deleted scope) and deletes (:data:`DELETE_SHARE` of the
+        scopes that have a schedule). Each scope stays busy until its operation is recorded."""
         puts: list[Spec] = []
         deletes: list[str] = []
         with self.lock:
@@ -212,7 +215,7 @@ class Churn:
             for scope in self.rng.sample(idle, min(n, len(idle))):
                 self.busy.add(scope)
                 current = self.state[scope]
-                if current is not None and self.rng.random() < 0.3:
+                if current is not None and self.rng.random() < DELETE_SHARE:
                     deletes.append(scope)
                     self.state[scope] = None
                 else:
@@ -228,11 +231,12 @@ class Churn:
 
     def worker(self, until: float, share: float) -> None:
         adapter = self.make()
-        step = 0.1
-        per_step = max(1, round(self.per_s * share * step))
+        step, owed = CHURN_STEP_S, 0.0  # operations owed carry over: rates need not divide
         next_at = time.time()
         while time.time() < until:
-            puts, deletes = self.pick(per_step)
+            owed = min(owed + self.per_s * share * step, self.per_s * share)  # a second at most
+            puts, deletes = self.pick(int(owed))
+            owed -= len(puts) + len(deletes)
             if puts:
                 t0 = time.time()
                 adapter.put(puts)
@@ -275,8 +279,12 @@ def drive(make: Callable[[], Adapter], argv: list[str]) -> None:
     run_dir = Path(cfg.run_dir)
     if argv[0] == "put":
         kind, count, batch, cap_s = argv[1], int(argv[2]), int(argv[3]), float(argv[4])
-        result = put_all(make(), kind, count, batch, cap_s)
+        adapter = make()
+        result = put_all(adapter, kind, count, batch, cap_s)
         (run_dir / f"put-{kind}.json").write_text(json.dumps(result))
+        if kind == "churn":  # the churn checks start from these (bench.churn)
+            initial = churn_specs(result["put"], adapter.cadences)
+            (run_dir / "initial.json").write_text(json.dumps({s.scope: s.every_s for s in initial}))
     elif argv[0] == "churn":
         count, per_s, seconds, threads = int(argv[1]), int(argv[2]), float(argv[3]), int(argv[4])
         churn = Churn(make, count, per_s, threads)

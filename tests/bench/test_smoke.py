@@ -71,3 +71,64 @@ def test_pgsched_statements_are_named_from_queries_sql() -> None:
         "SELECT pg_try_advisory_xact_lock(hashtextextended($1, $2)) AS locked"
     ) == ("try_lock_job")
     assert pgsched_statement("SELECT 1") is None
+
+
+def test_schedules_as_data_smoke(pg_dsn: str, tmp_path: Path) -> None:
+    """Workloads g (bulk put, then idle) and i (churn) for pgsched with tiny numbers: 60
+    schedules, a 3-s window, 60 operations a second; h waits for a minute boundary, so it is
+    left to real runs. The report gets its schedules-as-data table and goals."""
+    argv = [
+        "--dsn",
+        pg_dsn,
+        "--workloads",
+        "g,i",
+        "--schedulers",
+        "pgsched",
+        "--scopes",
+        "60",
+        "--window",
+        "3",
+        "--churn-per-s",
+        "60",
+        "--warmup",
+        "1",
+        "--results-dir",
+        str(tmp_path),
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--no-docs",
+        "--no-install",
+    ]
+    assert main(argv) == 0
+    report = json.loads((tmp_path / "latest.json").read_text())
+    results = {r["workload"]: r for r in report["results"]}
+    assert set(results) == {"g", "i"}
+    for key, r in results.items():
+        assert r["status"] == "ok", (key, r.get("reason"))
+        assert r["scheduler"] == "pgsched" and r["schedules"] == 60, key
+        assert r["put_schedules"] == 60 and r["put_per_s"] > 0, key
+        assert r["duplicates"] == 0, key
+        assert r["statements_per_tick"] is not None, key
+        assert all(m is not None and m > 0 for m in r["peak_rss_mb"]), key
+    churn = results["i"]
+    assert churn["churn_ops"] > 0 and churn["churn_deletes"] > 0, churn
+    assert churn["stale_claims"] == 0, churn["stale_examples"]
+    assert churn["churn_missed"] == 0, churn
+    page = report_mod.render(report, chart=False, notes="")
+    assert "Schedules as data (one dynamic job" in page
+    assert "(g) bulk put through Admin.put_schedules" in page
+    assert "(i) under churn: zero double runs" in page
+
+
+def test_churn_check_flags_a_stale_plan(tmp_path: Path) -> None:
+    """A plan of the old cadence claimed after the replacement committed is stale; one
+    claimed while the replacement was in flight is not (doubt counts for the scheduler)."""
+    from bench.churn import Version, allowed, candidates
+
+    history = [Version(0.0, 1.0, 10), Version(100.0, 100.5, 15)]
+    late = candidates(history, 101.0, 101.2)
+    assert late == [history[1]] and not any(allowed(v, 100.0) for v in late)
+    in_flight = candidates(history, 100.2, 100.3)
+    assert any(allowed(v, 100.0) for v in in_flight)
+    assert any(allowed(v, 105.0) for v in late)  # the new cadence's first plan after the put
+    assert not allowed(Version(100.0, 100.5, None), 105.0)  # deleted
