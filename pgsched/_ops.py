@@ -18,7 +18,7 @@ from ._durations import Duration, parse_duration
 from ._errors import ConfigError, NotFoundError, PgschedError
 from ._model import GLOBAL, Scope
 from ._schedule_ops import ScheduleOperations
-from ._store import Conn, Store
+from ._store import Conn, ScheduleStore, Store
 from ._views import Execution, JobStatus, Triggered
 
 Connector = Callable[[], AbstractAsyncContextManager[Conn]]
@@ -44,6 +44,7 @@ class Operations(ScheduleOperations):
         jobs: Callable[[], Mapping[str, JobSpec]] = _no_jobs,
     ) -> None:
         self._store, self._connect, self._jobs = store, connect, jobs
+        self._schedules = ScheduleStore(store.schema)
         self._knows_jobs = jobs is not _no_jobs
 
     @property

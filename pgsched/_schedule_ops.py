@@ -38,16 +38,13 @@ class ScheduleOperations:
     attributes declared here)."""
 
     _store: Store
+    _schedules: ScheduleStore
     _jobs: Callable[[], Mapping[str, JobSpec]]
     _knows_jobs: bool  # the caller registered its jobs in code (a Scheduler)
     _conn: Callable[[], AbstractAsyncContextManager[Conn]]
 
     async def _notify(self, conn: Conn, event: str, job: str) -> None:
         await self._store.notify(conn, json.dumps({"event": event, "job": job}))
-
-    @property
-    def _schedules(self) -> ScheduleStore:
-        return ScheduleStore(self._store.schema)
 
     async def put_schedule(
         self,
