@@ -12,15 +12,13 @@ labels from the peers' virtualenv.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from bench import REPO
 from bench.peers.common import LEDGER_TABLE
-from bench.schedulers import _line
+from bench.schedulers import _line, peer_setup
 from bench.workloads import Workload
 
 
@@ -93,14 +91,7 @@ class _Dynamic:
         return replicas
 
     def setup(self, dsn: str, python: str, env: Mapping[str, str]) -> None:
-        subprocess.run(
-            [python, "-m", f"bench.peers.{self.module}", "setup"],
-            check=True,
-            env=dict(env),
-            cwd=REPO,
-            capture_output=True,
-            timeout=180,
-        )
+        peer_setup(self.module, python, env, timeout_s=180)
 
     def command(self, python: str, dsn: str) -> list[str]:
         return [python, "-m", f"bench.peers.{self.module}"]

@@ -29,6 +29,18 @@ def _line(**style: Any) -> Mapping[str, Any]:
     return MappingProxyType(style)
 
 
+def peer_setup(module: str, python: str, env: Mapping[str, str], timeout_s: float) -> None:
+    """``python -m bench.peers.MODULE setup``: a peer's schema in the fresh database."""
+    subprocess.run(
+        [python, "-m", f"bench.peers.{module}", "setup"],
+        check=True,
+        env=dict(env),
+        cwd=REPO,
+        capture_output=True,
+        timeout=timeout_s,
+    )
+
+
 class Contender(Protocol):
     key: str  # in --schedulers and the results JSON
     label: str  # in the table and the chart's legend
@@ -156,14 +168,7 @@ class _Peer(_Base):
         return None if wl.peers else f"{self.key} {wl.why_no_peers}"
 
     def setup(self, dsn: str, python: str, env: Mapping[str, str]) -> None:
-        subprocess.run(
-            [python, "-m", f"bench.peers.{self.module}", "setup"],
-            check=True,
-            env=dict(env),
-            cwd=REPO,
-            capture_output=True,
-            timeout=120,
-        )
+        peer_setup(self.module, python, env, timeout_s=120)
 
 
 class Pgqueuer(_Peer):
