@@ -116,8 +116,8 @@ class Claimer:
 
     async def _dynamic(self, conn: Conn, job: JobSpec, cap: int, batch: ClaimBatch) -> None:
         """Claim the due schedules of a dynamic job (at most ``cap`` rows, a batch at a
-        time) and move each one's next plan on, in the claim transaction."""
-        cap -= len(batch.claims)
+        time) and move each one's next plan on, in the claim transaction. ``cap`` is what
+        the rows taken over earlier in this transaction left."""
         if cap <= 0:
             batch.backlog = True
             return
