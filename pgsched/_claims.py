@@ -33,7 +33,7 @@ CLAIM_IDLE_TIMEOUT = timedelta(seconds=1)
 # replica gets longer before the server ends the transaction.
 DYNAMIC_IDLE_TIMEOUT = timedelta(seconds=10)
 # Due schedules locked per dynamic claim: bounds the Python work between its statements.
-DYNAMIC_BATCH = 250
+DYNAMIC_BATCH = 1_000
 _KIND_OF = {"RUNNING": "stole", "FAILED": "retry"}
 
 

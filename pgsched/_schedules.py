@@ -263,12 +263,13 @@ def plans_between(
 
 
 @functools.lru_cache(maxsize=65536)
-def _cron_problem(normal: str, timezone: str) -> str | None:
-    """Why a code-defined job would refuse the cron expression ``normal`` in ``timezone``, or
-    None (cached: a bulk put repeats expressions, and parsing and the "never fires" walk cost
-    about a millisecond)."""
+def _cron_problem(normal: str) -> str | None:
+    """Why a code-defined job would refuse the cron expression ``normal``, or None (cached
+    per expression: a bulk put repeats expressions, and parsing and the "never fires" walk
+    cost about half a millisecond). The zone plays no part: a wall time a zone skips fires
+    at the end of its gap."""
     try:
-        planner = planner_for((None, normal, timezone))
+        planner = planner_for((None, normal, "UTC"))
     except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
         return f"is not a valid cron expression ({' '.join(str(exc).split())})"
     if planner.next_after(_REFERENCE) is None:
@@ -277,22 +278,29 @@ def _cron_problem(normal: str, timezone: str) -> str | None:
 
 
 def _next_after(key: SpecKey, t: datetime) -> datetime | None:
-    """The planner's first plan strictly after ``t``, remembering the last answer per spec:
-    ``next_after(t0) = r`` means no plan lies in ``(t0, r)``, so every ``t`` in ``[t0, r)`` has
-    the same answer. A bulk put computes each spec's next plan after one instant, so
-    schedules sharing a spec cost one planner walk."""
+    """The planner's first plan strictly after ``t``, remembering the last few answers per
+    spec: ``next_after(t0) = r`` means no plan lies in ``(t0, r)``, so every ``t`` in
+    ``[t0, r)`` has the same answer. A bulk put computes each spec's next plan after one
+    instant, and a claim asks for a due plan and the one after it, so schedules sharing a
+    spec cost one planner walk per distinct answer."""
     known = _NEXT_MEMO.get(key)
-    if known is not None and known[0] <= t and (known[1] is None or t < known[1]):
-        return known[1]
+    if known is not None:
+        for start, plan in known:
+            if start <= t and (plan is None or t < plan):
+                return plan
     plan = planner_for(key).next_after(t)
-    if len(_NEXT_MEMO) >= _NEXT_MEMO_SIZE:
-        _NEXT_MEMO.clear()
-    _NEXT_MEMO[key] = (t, plan)
+    if known is None:
+        if len(_NEXT_MEMO) >= _NEXT_MEMO_SIZE:
+            _NEXT_MEMO.clear()
+        known = _NEXT_MEMO[key] = []
+    known.insert(0, (t, plan))
+    del known[_NEXT_MEMO_DEPTH:]
     return plan
 
 
-_NEXT_MEMO: dict[SpecKey, tuple[datetime, datetime | None]] = {}
+_NEXT_MEMO: dict[SpecKey, list[tuple[datetime, datetime | None]]] = {}
 _NEXT_MEMO_SIZE = 100_000
+_NEXT_MEMO_DEPTH = 4  # answers kept per spec: a claim alternates between two of them
 
 
 @functools.lru_cache(maxsize=40_000)  # about 1.5 KB each for cron: at most ~60 MB
@@ -375,7 +383,7 @@ class _Checker:
         if not isinstance(expr, str):
             raise self.bad("cron", expr, "must be a string")
         normal = " ".join(expr.split())
-        problem = _cron_problem(normal, tz.key)
+        problem = _cron_problem(normal)
         if problem is not None:
             raise self.bad("cron", expr, problem)
         return normal

@@ -33,7 +33,8 @@ def _nothing(outcome: Outcome | None) -> None:
 def run_span(run: Run, claim: str) -> Iterator[Record]:
     """A span around one execution; the caller records the outcome through the yielded
     function (None: nothing was written by this replica, e.g. the lease was lost)."""
-    if _TRACER is None:
+    if _TRACER is None or isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider):
+        # No provider set yet: every span would be a non-recording one, at a cost per run.
         yield _nothing
         return
     attributes = {
