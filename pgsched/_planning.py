@@ -6,6 +6,8 @@ caller), so all of it is deterministic and unit-tested without a database.
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import re
 import threading
@@ -161,6 +163,13 @@ class CadenceSchedule(Schedule):
         return (self.latest_at_or_before(end) - self.latest_at_or_before(start)) // self.every
 
 
+@functools.lru_cache(maxsize=8192)
+def _parsed(expr: str) -> croniter:
+    """croniter's parse of ``expr``, once per expression: schedules in different zones copy
+    it (a copy shares the expanded fields, which croniter only reads)."""
+    return croniter(expr)
+
+
 class CronSchedule(Schedule):
     """Occurrences of a 5-field cron expression in an IANA zone, as UTC instants.
 
@@ -183,7 +192,7 @@ class CronSchedule(Schedule):
                 f"{expr!r} has {len(expr.split())} fields; pgsched takes standard 5-field cron "
                 "(use every= for sub-minute cadences)"
             )
-        stepper = croniter(expr)  # raises CroniterBadCronError
+        stepper = copy.copy(_parsed(expr))  # raises CroniterBadCronError
         fields = stepper.expressions
         for token in re.split(r"[\s,/-]+", " ".join(map(str, fields))):
             if token.upper() in ("R", "H") or token.upper().startswith(("R(", "H(")):
@@ -228,8 +237,9 @@ class CronSchedule(Schedule):
         """Walks croniter forward from just before ``t``: cost is a DST margin of wall times,
         however far away the next plan is (one croniter step when no offset change is near)."""
         quick = self._next_without_offset_change(t)
-        if quick is not None:
-            return quick
+        return quick if quick is not None else self._next_by_walk(t)
+
+    def _next_by_walk(self, t: datetime) -> datetime | None:
         margin = self._margin(t, t)
         best: datetime | None = None
         best_wall: datetime | None = None
@@ -242,14 +252,14 @@ class CronSchedule(Schedule):
         return best
 
     def _next_without_offset_change(self, t: datetime) -> datetime | None:
-        """The next plan after ``t`` in one croniter step, when the zone's UTC offset is the
-        same from a day before ``t`` to three days after it and the next wall time is under
-        two days away: wall times then map one to one onto instants, with no DST rule to
-        apply. None when that does not hold (the caller walks with the DST margin)."""
-        offset = t.astimezone(self.tz).utcoffset()
-        for probe in (t - _DAY, t + 3 * _DAY):
-            if probe.astimezone(self.tz).utcoffset() != offset:
-                return None
+        """The next plan after ``t`` in one croniter step, when no offset change is within a
+        day of ``t`` and the next matching wall time exists exactly once: every wall time
+        croniter stepped over then stands for instants after ``t`` (a change further away
+        moves the wall clock by less than a day), and none of them matched, so no DST rule
+        applies. None when that does not hold (the caller walks with the DST margin)."""
+        offset = self._steady_offset(t)
+        if offset is None:
+            return None
         wall = self._wall(t)
         try:
             with self._stepper_lock:
@@ -257,17 +267,36 @@ class CronSchedule(Schedule):
                 nxt: datetime = self._stepper.get_next(datetime)
         except CroniterBadDateError:
             return None
-        if nxt - wall > 2 * _DAY:
+        instant = self._only_instant(nxt, offset)
+        return instant if instant is not None and instant > t else None
+
+    def _steady_offset(self, t: datetime) -> timedelta | None:
+        """The zone's UTC offset at ``t`` when it is the same a day before and a day after."""
+        offset = t.astimezone(self.tz).utcoffset()
+        for probe in (t - _DAY, t + _DAY):
+            if probe.astimezone(self.tz).utcoffset() != offset:
+                return None
+        return offset
+
+    def _only_instant(self, wall: datetime, near: timedelta) -> datetime | None:
+        """The instant of ``wall`` when that wall time exists exactly once (in no gap, no
+        fold) and its offset is less than a day from ``near``; else None."""
+        first = wall.replace(tzinfo=self.tz, fold=0)
+        offset = first.utcoffset()
+        if offset is None or offset != wall.replace(tzinfo=self.tz, fold=1).utcoffset():
             return None
-        instant = nxt.replace(tzinfo=self.tz).astimezone(UTC)
-        return instant if instant > t else None
+        instant = first.astimezone(UTC)
+        if abs(offset - near) >= _DAY or instant.astimezone(self.tz).replace(tzinfo=None) != wall:
+            return None
+        return instant
 
     def latest_at_or_before(self, t: datetime) -> datetime | None:
         """Like :meth:`next_after`, walking croniter backwards from just after ``t`` (one
         step when no offset change is near)."""
         quick = self._latest_without_offset_change(t)
-        if quick is not None:
-            return quick
+        return quick if quick is not None else self._latest_by_walk(t)
+
+    def _latest_by_walk(self, t: datetime) -> datetime | None:
         margin = self._margin(t, t)
         best: datetime | None = None
         best_wall: datetime | None = None
@@ -281,12 +310,10 @@ class CronSchedule(Schedule):
 
     def _latest_without_offset_change(self, t: datetime) -> datetime | None:
         """:meth:`_next_without_offset_change` backwards: the latest plan at or before ``t``
-        in one croniter step when the offset is the same from three days before ``t`` to a
-        day after it and that plan is under two days back."""
-        offset = t.astimezone(self.tz).utcoffset()
-        for probe in (t - 3 * _DAY, t + _DAY):
-            if probe.astimezone(self.tz).utcoffset() != offset:
-                return None
+        in one croniter step under the same conditions."""
+        offset = self._steady_offset(t)
+        if offset is None:
+            return None
         wall = self._wall(t) + _US  # get_prev is strictly before: t itself may be a plan
         try:
             with self._stepper_lock:
@@ -294,10 +321,8 @@ class CronSchedule(Schedule):
                 prev: datetime = self._stepper.get_prev(datetime)
         except CroniterBadDateError:
             return None
-        if wall - prev > 2 * _DAY:
-            return None
-        instant = prev.replace(tzinfo=self.tz).astimezone(UTC)
-        return instant if instant <= t else None
+        instant = self._only_instant(prev, offset)
+        return instant if instant is not None and instant <= t else None
 
     def plans_between(self, start: datetime, end: datetime) -> list[datetime]:
         if end <= start:

@@ -329,3 +329,83 @@ def test_cron_describe_and_bad_field_counts() -> None:
     assert "Europe/Berlin" in s.describe()
     with pytest.raises(ValueError, match="6 fields"):
         CronSchedule("0 0 * * * *", ZoneInfo("UTC"))
+
+
+# The one-step paths (next plan and latest plan in one croniter step when no offset change is
+# near) must agree with the DST-margin walk everywhere they answer: instants near transitions
+# in zones with odd rules, expressions whose next plan is days or years away.
+_STEP_ZONES = (
+    "Europe/Berlin",
+    "America/New_York",
+    "Australia/Lord_Howe",
+    "Pacific/Chatham",
+    "Africa/Casablanca",
+    "America/Santiago",
+    "Pacific/Apia",
+    "America/Sitka",
+    "Asia/Kolkata",
+    "UTC",
+)
+_STEP_EXPRS = (
+    "* * * * *",
+    "*/15 * * * *",
+    "0 * * * *",
+    "30 2 * * *",
+    "0 1,2,3 * * *",
+    "15 9 * * 1-5",
+    "0 9 13 * *",
+    "45 23 * * 0",
+    "0 0 1 1 *",
+    "0 9 29 2 *",
+    "*/20 2 * * *",
+)
+
+
+def _transition_instants(zone: ZoneInfo) -> list[datetime]:
+    """UTC instants of the zone's offset changes from 1990 to 2035 (to the minute)."""
+    found, t = [], datetime(1990, 1, 1, tzinfo=UTC)
+    offset = t.astimezone(zone).utcoffset()
+    while t < datetime(2035, 1, 1, tzinfo=UTC):
+        t += timedelta(hours=6)
+        now = t.astimezone(zone).utcoffset()
+        if now != offset:
+            lo, hi = t - timedelta(hours=6), t  # bisect to the minute
+            while hi - lo > timedelta(minutes=1):
+                mid = lo + (hi - lo) / 2
+                lo, hi = (mid, hi) if mid.astimezone(zone).utcoffset() == offset else (lo, mid)
+            found.append(hi)
+            offset = now
+    return found
+
+
+@pytest.mark.parametrize("zone", _STEP_ZONES)
+def test_one_step_paths_agree_with_the_dst_walk(zone: str) -> None:
+    import random
+
+    rng = random.Random(zone)
+    tz = ZoneInfo(zone)
+    transitions = _transition_instants(tz)
+    answered = 0
+    schedules = [CronSchedule(expr, tz) for expr in _STEP_EXPRS]
+    schedules += [CronSchedule(e, tz, "last", "skip") for e in ("30 1 * * 0", "30 1/2 * * *")]
+    for schedule in schedules:
+        expr = schedule.expr
+        for _ in range(60):
+            near = rng.random()
+            if transitions and near < 0.5:  # within hours of a change
+                base = rng.choice(transitions) + timedelta(minutes=rng.randrange(-240, 240))
+            elif transitions and near < 0.8:  # days before or after one
+                base = rng.choice(transitions) + timedelta(minutes=rng.randrange(-4 * 1440, 1440))
+            else:
+                minutes = rng.randrange(2 * 10**7)
+                base = datetime(1995, 1, 1, tzinfo=UTC) + timedelta(minutes=minutes)
+            t = base + timedelta(seconds=rng.choice((0, 0, 1, 59)))
+            quick = schedule._next_without_offset_change(t)
+            if quick is not None:
+                answered += 1
+                assert quick == schedule._next_by_walk(t), (expr, zone, t)
+            quick = schedule._latest_without_offset_change(t)
+            if quick is not None:
+                answered += 1
+                assert quick == schedule._latest_by_walk(t), (expr, zone, t)
+    assert answered > len(_STEP_EXPRS) * 60 // 4  # the one-step paths do answer
