@@ -1,11 +1,13 @@
-"""``Admin``: the operations core (``_ops``) for synchronous callers, one short connection per
-action. Translates and calls, nothing more: validation and SQL live in the core.
+"""``Admin``: the operations core (``_ops``) for synchronous callers. Translates and calls,
+nothing more: validation and SQL live in the core. Operations run on the process's portal
+loop (``_portal``), where the Admin keeps a few idle connections between calls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -13,6 +15,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 import psycopg
+from psycopg_pool import AsyncConnectionPool
 
 from ._config import JobSpec
 from ._dsn import require_dsn, resolve_dsn, resolve_transaction_pooling
@@ -20,11 +23,14 @@ from ._durations import Duration, parse_duration
 from ._errors import ConfigError
 from ._model import GLOBAL, Scope
 from ._ops import Operations, _no_jobs
+from ._portal import PORTAL
 from ._schedules import Schedule, ScheduleSpec
 from ._store import Conn, Store
 from ._views import Execution, JobStatus
 
 _T = TypeVar("_T")
+KEEP_IDLE = 4  # connections an Admin keeps open between actions
+_FORKED_AWAY: list[Conn] = []
 
 
 class ScheduleMethods:
@@ -103,8 +109,10 @@ class Admin(ScheduleMethods):
     """Operator actions on one database and schema, for code that is not ``async``.
 
     The DSN is ``dsn``, else ``PGSCHED_DSN``, else ``DATABASE_URL``, read when first needed.
-    Each action opens one connection (bounded by ``statement_timeout``) and closes it. The
-    same actions as coroutines: :class:`AsyncAdmin`.
+    Each action borrows a connection (statements bounded by ``statement_timeout``): an idle
+    one this Admin kept from an earlier action, checked first, or a new one; up to
+    ``KEEP_IDLE`` stay open between actions, until :meth:`close` or the interpreter exits.
+    Safe to share between threads. The same actions as coroutines: :class:`AsyncAdmin`.
     """
 
     def __init__(
@@ -127,6 +135,9 @@ class Admin(ScheduleMethods):
         self._prepare_threshold = None if self.transaction_pooling else 5
         self._store = Store(self.schema)
         self._ops = Operations(self._store, self._connect, jobs)
+        self._idle: list[Conn] = []  # touched on the portal's loop only
+        self._idle_pid = os.getpid()
+        self._exit_hook = False
 
     @property
     def dsn(self) -> str | None:
@@ -138,19 +149,79 @@ class Admin(ScheduleMethods):
 
     @asynccontextmanager
     async def _connect(self) -> AsyncIterator[Conn]:
-        async with await psycopg.AsyncConnection.connect(
+        """A connection for one action: kept ones are reused on the portal's loop only (a
+        coroutine of the replica's own loop, such as the retention job, gets its own)."""
+        keep = PORTAL.owns_running_loop()
+        conn = await self._take_idle() if keep else None
+        if conn is None:
+            conn = await self._open()
+        try:
+            yield conn
+        finally:
+            if keep and self._reusable(conn):
+                self._idle.append(conn)
+            else:
+                await conn.close()
+
+    async def _open(self) -> Conn:
+        conn = await psycopg.AsyncConnection.connect(
             self._connect_info(),
             autocommit=True,
             application_name=self._app_name,
             prepare_threshold=self._prepare_threshold,
-        ) as conn:
+        )
+        try:
             if not self.transaction_pooling:
                 timeout = self.statement_timeout
                 await self._store.configure_session(conn, timeout, timeout * 2)
-            yield conn
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def _take_idle(self) -> Conn | None:
+        """A kept connection that still answers, or None."""
+        if self._idle_pid != os.getpid():  # a forked child: the parent's sessions are not ours
+            _FORKED_AWAY.extend(self._idle)  # never collected: finalising would end them
+            self._idle, self._idle_pid = [], os.getpid()
+        if not self._exit_hook:
+            PORTAL.on_exit(self._close_idle)
+            self._exit_hook = True
+        while self._idle:
+            conn = self._idle.pop()
+            try:
+                await AsyncConnectionPool.check_connection(conn)
+                return conn
+            except psycopg.Error:
+                await conn.close()
+        return None
+
+    def _reusable(self, conn: Conn) -> bool:
+        return (
+            len(self._idle) < KEEP_IDLE
+            and not conn.closed
+            and not conn.broken
+            and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        )
+
+    async def _close_idle(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()
+
+    def close(self) -> None:
+        """Close the connections kept between actions (a later action opens new ones)."""
+        if self._idle:
+            PORTAL.call(self._close_idle())
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        return blocking(coro)
+        return PORTAL.call(coro)
 
     def _admin(self) -> Admin:
         return self

@@ -405,3 +405,88 @@ def test_start_lag_and_job_interval_metrics(make_scheduler: Any, migrated: str, 
     s.trigger("hourly")
     s.run_once()
     assert registry.get_sample_value("pgsched_start_lag_seconds_count", labels) == 1
+
+
+def _backends(db: Any, app: str) -> list[int]:
+    return [
+        r[0]
+        for r in db.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s ORDER BY pid", (app,)
+        ).fetchall()
+    ]
+
+
+def _until(check: Any, timeout_s: float = 10.0) -> Any:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if got or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
+def test_admin_keeps_one_connection_between_calls_and_close_ends_it(
+    runtime_dsn: str, migrated: str, registered: pgsched.Scheduler, db: Any
+) -> None:
+    app = f"pgsched admin {uuid.uuid4().hex[:8]}"
+    admin = Admin(dsn=runtime_dsn, schema=migrated, app_name=app)
+    admin.status()
+    first = _backends(db, app)
+    for _ in range(5):
+        admin.status()
+        admin.pause("alpha")
+        admin.resume("alpha")
+    assert len(first) == 1
+    assert _backends(db, app) == first  # the same session served every call
+    admin.close()
+    assert _until(lambda: _backends(db, app) == [])
+    assert [s.job for s in admin.status()] == ["alpha", "beta"]  # a new one after close
+
+
+def test_admin_replaces_a_kept_connection_the_server_ended(
+    runtime_dsn: str, migrated: str, registered: pgsched.Scheduler, db: Any
+) -> None:
+    app = f"pgsched admin {uuid.uuid4().hex[:8]}"
+    with Admin(dsn=runtime_dsn, schema=migrated, app_name=app) as admin:
+        admin.status()
+        [pid] = _backends(db, app)
+        db.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert _until(lambda: pid not in _backends(db, app))
+        admin.pause("beta")  # checked before reuse: the dead one is dropped, not an error
+        assert paused(db, migrated, "beta") is True
+        [new] = _backends(db, app)
+        assert new != pid
+
+
+def test_admin_shared_by_threads_runs_their_calls_concurrently(
+    runtime_dsn: str, migrated: str, registered: pgsched.Scheduler, db: Any
+) -> None:
+    import threading
+
+    from pgsched._admin import KEEP_IDLE
+
+    app = f"pgsched admin {uuid.uuid4().hex[:8]}"
+    admin = Admin(dsn=runtime_dsn, schema=migrated, app_name=app)
+    errors: list[BaseException] = []
+    jobs: list[list[str]] = []
+    barrier = threading.Barrier(8)
+
+    def work() -> None:
+        barrier.wait()
+        try:
+            for _ in range(10):
+                jobs.append([s.job for s in admin.status()])
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert len(jobs) == 80 and all(j == ["alpha", "beta"] for j in jobs)
+    assert 1 <= len(_backends(db, app)) <= KEEP_IDLE  # the rest were closed when returned
+    admin.close()
