@@ -163,6 +163,13 @@ class CadenceSchedule(Schedule):
         return (self.latest_at_or_before(end) - self.latest_at_or_before(start)) // self.every
 
 
+@functools.lru_cache(maxsize=1024)
+def zone(key: str) -> ZoneInfo:
+    """``ZoneInfo(key)``, held: zoneinfo's own cache keeps only eight zones strongly, and
+    reading a zone file again costs more than a cron step. Raises as ``ZoneInfo`` does."""
+    return ZoneInfo(key)
+
+
 @functools.lru_cache(maxsize=8192)
 def _parsed(expr: str) -> croniter:
     """croniter's parse of ``expr``, once per expression: schedules in different zones copy
@@ -221,6 +228,18 @@ class CronSchedule(Schedule):
 
     def describe(self) -> str:
         return f"cron {self.expr!r} {self.tz.key}"
+
+    def surely_fires(self) -> bool:
+        """True when croniter's expanded fields show a day that exists in every month (any
+        day, the last day, a day up to the 28th, or any weekday, which croniter ORs with the
+        day of month): every minute, hour and month then has a matching day. False means
+        "walk to find out" (February 30th never comes)."""
+        if self._stepper.nth_weekday_of_month:
+            return False
+        days, weekdays = self._stepper.expanded[2], self._stepper.expanded[4]
+        if weekdays != ["*"]:
+            return True
+        return any(d in ("*", "l") or (isinstance(d, int) and d <= 28) for d in days)
 
     def _margin(self, start: datetime, end: datetime) -> timedelta:
         """How far around a range to scan wall times: the usual DST margin, or more where

@@ -31,7 +31,7 @@ from ._config import check_job_name
 from ._durations import Duration, parse_duration
 from ._errors import ConfigError
 from ._model import Scope
-from ._planning import CadenceSchedule, CronSchedule
+from ._planning import CadenceSchedule, CronSchedule, zone
 from ._planning import Schedule as Planner
 
 MAX_PAYLOAD_BYTES = 16384  # 16 KiB of UTF-8 JSON, canonical compact form
@@ -272,7 +272,8 @@ def _cron_problem(normal: str) -> str | None:
         planner = planner_for((None, normal, "UTC"))
     except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
         return f"is not a valid cron expression ({' '.join(str(exc).split())})"
-    if planner.next_after(_REFERENCE) is None:
+    quick = isinstance(planner, CronSchedule) and planner.surely_fires()
+    if not quick and planner.next_after(_REFERENCE) is None:
         return "never fires"
     return None
 
@@ -313,7 +314,7 @@ def planner_for(key: SpecKey) -> Planner:
     if every_us is not None:
         return CadenceSchedule(_US * every_us)
     assert cron is not None
-    return CronSchedule(cron, ZoneInfo(timezone))
+    return CronSchedule(cron, zone(timezone))
 
 
 def _chunked_plans(planner: Planner, lo: datetime, hi: datetime, limit: int) -> list[datetime]:
@@ -367,7 +368,7 @@ class _Checker:
         if not isinstance(timezone, str):
             raise self.bad("timezone", timezone, "must be a string naming an IANA time zone")
         try:
-            tz = ZoneInfo(timezone)
+            tz = zone(timezone)
         except (ZoneInfoNotFoundError, ValueError, OSError):
             raise self.bad("timezone", timezone, "is not a known IANA time zone") from None
         if every is not None:

@@ -409,3 +409,25 @@ def test_one_step_paths_agree_with_the_dst_walk(zone: str) -> None:
                 answered += 1
                 assert quick == schedule._latest_by_walk(t), (expr, zone, t)
     assert answered > len(_STEP_EXPRS) * 60 // 4  # the one-step paths do answer
+
+
+@pytest.mark.parametrize(
+    ("expr", "surely"),
+    [
+        ("0 9 * * *", True),
+        ("0 9 * * 1-5", True),
+        ("0 9 28 * *", True),
+        ("0 9 L 2 *", True),
+        ("0 9 30 2 1", True),  # croniter ORs a day of month with a weekday
+        ("0 9 30 2 *", False),  # never fires
+        ("0 9 31 4,6 *", False),  # never fires
+        ("0 9 29 2 *", False),  # fires in leap years: found by the walk
+        ("0 9 * * 1#2", False),
+    ],
+)
+def test_surely_fires_is_only_said_of_expressions_that_fire(expr: str, surely: bool) -> None:
+    schedule = CronSchedule(expr, ZoneInfo("Europe/Berlin"))
+    assert schedule.surely_fires() is surely
+    fires = schedule.next_after(datetime(2000, 1, 1, tzinfo=UTC)) is not None
+    assert fires or not surely
+    assert fires is (expr not in ("0 9 30 2 *", "0 9 31 4,6 *"))
