@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -135,9 +136,8 @@ class Admin(ScheduleMethods):
         self._prepare_threshold = None if self.transaction_pooling else 5
         self._store = Store(self.schema)
         self._ops = Operations(self._store, self._connect, jobs)
-        self._idle: list[Conn] = []  # touched on the portal's loop only
-        self._idle_pid = os.getpid()
-        self._exit_hook = False
+        self._kept = _Kept()  # touched on the portal's loop only, or once dead
+        weakref.finalize(self, _close_kept, self._kept)  # collected, or the interpreter exits
 
     @property
     def dsn(self) -> str | None:
@@ -159,7 +159,7 @@ class Admin(ScheduleMethods):
             yield conn
         finally:
             if keep and self._reusable(conn):
-                self._idle.append(conn)
+                self._kept.conns.append(conn)
             else:
                 await conn.close()
 
@@ -181,14 +181,10 @@ class Admin(ScheduleMethods):
 
     async def _take_idle(self) -> Conn | None:
         """A kept connection that still answers, or None."""
-        if self._idle_pid != os.getpid():  # a forked child: the parent's sessions are not ours
-            _FORKED_AWAY.extend(self._idle)  # never collected: finalising would end them
-            self._idle, self._idle_pid = [], os.getpid()
-        if not self._exit_hook:
-            PORTAL.on_exit(self._close_idle)
-            self._exit_hook = True
-        while self._idle:
-            conn = self._idle.pop()
+        kept = self._kept
+        kept.adopt()
+        while kept.conns:
+            conn = kept.conns.pop()
             try:
                 await AsyncConnectionPool.check_connection(conn)
                 return conn
@@ -198,21 +194,15 @@ class Admin(ScheduleMethods):
 
     def _reusable(self, conn: Conn) -> bool:
         return (
-            len(self._idle) < KEEP_IDLE
+            len(self._kept.conns) < KEEP_IDLE
             and not conn.closed
             and not conn.broken
             and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         )
 
-    async def _close_idle(self) -> None:
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            await conn.close()
-
     def close(self) -> None:
         """Close the connections kept between actions (a later action opens new ones)."""
-        if self._idle:
-            PORTAL.call(self._close_idle())
+        _close_kept(self._kept)
 
     def __enter__(self) -> Admin:
         return self
@@ -268,6 +258,37 @@ class Admin(ScheduleMethods):
     def prune(self, older_than: Duration) -> int:
         """Delete finished runs older than ``older_than``; each scope's newest plan stays."""
         return self._call(self._ops.prune(older_than))
+
+
+class _Kept:
+    """The idle connections an Admin keeps, and the process they were opened in."""
+
+    def __init__(self) -> None:
+        self.conns: list[Conn] = []
+        self.pid = os.getpid()
+
+    def adopt(self) -> None:
+        """In a forked child, set the parent's sessions aside: never used, never closed
+        (closing would end them for the parent), never collected (finalising would too)."""
+        if self.pid != os.getpid():
+            _FORKED_AWAY.extend(self.conns)
+            self.conns.clear()
+            self.pid = os.getpid()
+
+
+def _close_kept(kept: _Kept) -> None:
+    """Close ``kept``'s connections on the portal's loop (close(), or the Admin's finaliser
+    when it is collected or the interpreter exits)."""
+
+    async def close_all() -> None:
+        kept.adopt()
+        conns = list(kept.conns)
+        kept.conns.clear()
+        for conn in conns:
+            await conn.close()
+
+    if kept.conns:
+        PORTAL.run_soon(close_all(), wait_s=5.0)
 
 
 def check_schema(schema: object) -> str:

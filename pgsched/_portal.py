@@ -7,11 +7,10 @@ until their coroutine is done; many threads' calls run concurrently on this loop
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import os
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
@@ -24,7 +23,7 @@ class Portal:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pid = 0
-        self._at_exit: list[Callable[[], Awaitable[None]]] = []
+        self._thread: threading.Thread | None = None
 
     def _running(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -33,8 +32,7 @@ class Portal:
                 thread = threading.Thread(target=loop.run_forever, name="pgsched-admin")
                 thread.daemon = True  # a caller's exit does not wait for it
                 thread.start()
-                self._loop, self._pid = loop, os.getpid()
-                self._at_exit = []
+                self._loop, self._thread, self._pid = loop, thread, os.getpid()
             return self._loop
 
     def owns_running_loop(self) -> bool:
@@ -53,26 +51,14 @@ class Portal:
             future.cancel()  # an interrupted caller does not leave its operation running
             raise
 
-    def on_exit(self, cleanup: Callable[[], Awaitable[None]]) -> None:
-        """Run ``cleanup`` on the loop when the interpreter exits (closing kept connections,
-        so the server sees a clean goodbye rather than a dropped socket)."""
-        with self._lock:
-            self._at_exit.append(cleanup)
-
-    def _shutdown(self) -> None:
-        with self._lock:
-            loop, cleanups, self._at_exit = self._loop, self._at_exit, []
-        if loop is None or self._pid != os.getpid() or not cleanups:
-            return
-
-        async def run_all() -> None:
-            for cleanup in cleanups:
-                with contextlib.suppress(Exception):  # exiting: a failed goodbye changes nothing
-                    await cleanup()
-
-        with contextlib.suppress(Exception):  # the loop is stuck: the OS closes the sockets
-            asyncio.run_coroutine_threadsafe(run_all(), loop).result(timeout=5)
+    def run_soon(self, coro: Coroutine[Any, Any, None], wait_s: float) -> None:
+        """Start ``coro`` on the portal's loop and wait up to ``wait_s`` for it (not at all
+        on the portal's own thread, which would wait on itself)."""
+        loop = self._running()
+        future = asyncio.run_coroutine_threadsafe(coro, loop)
+        if threading.current_thread() is not self._thread:
+            with contextlib.suppress(Exception):  # slow or failed: it ends on its own
+                future.result(timeout=wait_s)
 
 
 PORTAL = Portal()
-atexit.register(PORTAL._shutdown)

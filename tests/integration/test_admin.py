@@ -490,3 +490,17 @@ def test_admin_shared_by_threads_runs_their_calls_concurrently(
     assert len(jobs) == 80 and all(j == ["alpha", "beta"] for j in jobs)
     assert 1 <= len(_backends(db, app)) <= KEEP_IDLE  # the rest were closed when returned
     admin.close()
+
+
+def test_a_collected_admin_closes_the_connections_it_kept(
+    runtime_dsn: str, migrated: str, registered: pgsched.Scheduler, db: Any
+) -> None:
+    import gc
+
+    app = f"pgsched admin {uuid.uuid4().hex[:8]}"
+    admin = Admin(dsn=runtime_dsn, schema=migrated, app_name=app)
+    admin.status()
+    assert len(_backends(db, app)) == 1
+    del admin
+    gc.collect()
+    assert _until(lambda: _backends(db, app) == [])  # an Admin per request leaks nothing
