@@ -64,22 +64,12 @@ def stored(job: str, row: Row) -> ValidSchedule:
 
 
 def public(job: str, row: Row) -> Schedule:
-    """The read result (``get_schedule``, ``list_schedules``) of a row of ``schedules``."""
-    valid = stored(job, row)
+    """The read result (``get_schedule``, ``list_schedules``) of a row of ``schedules``, its
+    times in UTC."""
     utc = {k: None if row[k] is None else row[k].astimezone(UTC) for k in _TIMES}
-    return Schedule(
-        job=job,
-        scope=valid.scope,
-        every=valid.every,
-        cron=valid.cron,
-        timezone=valid.timezone,
-        payload=valid.payload,
-        starts_at=utc["starts_at"],
-        ends_at=utc["ends_at"],
-        paused=valid.paused,
-        next_plan_time=utc["next_plan_time"],
-        created_at=row["created_at"].astimezone(UTC),
-        updated_at=row["updated_at"].astimezone(UTC),
+    valid = stored(job, {**row, **utc})
+    return valid.as_schedule(
+        utc["next_plan_time"], row["created_at"].astimezone(UTC), row["updated_at"].astimezone(UTC)
     )
 
 

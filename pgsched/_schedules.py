@@ -153,14 +153,15 @@ class ValidSchedule:
     def as_schedule(
         self, next_plan_time: datetime | None, created_at: datetime, updated_at: datetime
     ) -> Schedule:
-        """The public read result for this schedule (with a payload of its own)."""
+        """The public read result for this schedule (with a payload of its own: a copy of
+        a checked one, or the one read from a row)."""
         return Schedule(
             job=self.job,
             scope=self.scope,
             every=self.every,
             cron=self.cron,
             timezone=self.timezone,
-            payload=json.loads(self.payload_json),
+            payload=json.loads(self.payload_json) if self.payload_json else self.payload,
             starts_at=self.starts_at,
             ends_at=self.ends_at,
             paused=self.paused,
