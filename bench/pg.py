@@ -102,6 +102,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _cluster_owner(root: Path) -> str | None:
+    """The OS user to run initdb and pg_ctl as (None: this one), owning ``root``: initdb
+    refuses to run as root, so root uses the postgres account."""
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", "embedded_postgres"):
+        with contextlib.suppress(KeyError):
+            pw = pwd.getpwnam(name)
+            os.chown(root, pw.pw_uid, pw.pw_gid)
+            return name
+    raise RuntimeError("running as root and no 'postgres' OS user to run initdb as")
+
+
 def start_private(bindir: Path | None = None) -> Server:
     """initdb + pg_ctl start a throw-away cluster; returns it (call ``stop()``)."""
     bindir = bindir or find_bindir()
@@ -109,16 +122,7 @@ def start_private(bindir: Path | None = None) -> Server:
         raise RuntimeError("no PostgreSQL binaries found (initdb, pg_ctl); pass --dsn")
     root = Path(tempfile.mkdtemp(prefix="pgsched-bench-pg-"))
     data = root / "data"
-    user: str | None = None
-    if os.geteuid() == 0:  # initdb refuses to run as root: use the postgres account
-        for name in ("postgres", "embedded_postgres"):
-            with contextlib.suppress(KeyError):
-                pw = pwd.getpwnam(name)
-                os.chown(root, pw.pw_uid, pw.pw_gid)
-                user = name
-                break
-        if user is None:
-            raise RuntimeError("running as root and no 'postgres' OS user to run initdb as")
+    user = _cluster_owner(root)
     root.chmod(0o755)
     env = dict(os.environ, LC_ALL="C.UTF-8")
 
