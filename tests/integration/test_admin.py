@@ -416,6 +416,12 @@ def _backends(db: Any, app: str) -> list[int]:
     ]
 
 
+def _named_admin(dsn: str, schema: str) -> tuple[Admin, str]:
+    """An Admin whose sessions carry an application name of their own, and that name."""
+    app = f"pgsched admin {uuid.uuid4().hex[:8]}"
+    return Admin(dsn=dsn, schema=schema, app_name=app), app
+
+
 def _until(check: Any, timeout_s: float = 10.0) -> Any:
     import time
 
@@ -430,8 +436,7 @@ def _until(check: Any, timeout_s: float = 10.0) -> Any:
 def test_admin_keeps_one_connection_between_calls_and_close_ends_it(
     runtime_dsn: str, migrated: str, registered: pgsched.Scheduler, db: Any
 ) -> None:
-    app = f"pgsched admin {uuid.uuid4().hex[:8]}"
-    admin = Admin(dsn=runtime_dsn, schema=migrated, app_name=app)
+    admin, app = _named_admin(runtime_dsn, migrated)
     admin.status()
     first = _backends(db, app)
     for _ in range(5):
@@ -448,8 +453,8 @@ def test_admin_keeps_one_connection_between_calls_and_close_ends_it(
 def test_admin_replaces_a_kept_connection_the_server_ended(
     runtime_dsn: str, migrated: str, registered: pgsched.Scheduler, db: Any
 ) -> None:
-    app = f"pgsched admin {uuid.uuid4().hex[:8]}"
-    with Admin(dsn=runtime_dsn, schema=migrated, app_name=app) as admin:
+    named, app = _named_admin(runtime_dsn, migrated)
+    with named as admin:
         admin.status()
         [pid] = _backends(db, app)
         db.execute("SELECT pg_terminate_backend(%s)", (pid,))
@@ -467,8 +472,7 @@ def test_admin_shared_by_threads_runs_their_calls_concurrently(
 
     from pgsched._admin import KEEP_IDLE
 
-    app = f"pgsched admin {uuid.uuid4().hex[:8]}"
-    admin = Admin(dsn=runtime_dsn, schema=migrated, app_name=app)
+    admin, app = _named_admin(runtime_dsn, migrated)
     errors: list[BaseException] = []
     jobs: list[list[str]] = []
     barrier = threading.Barrier(8)
@@ -497,8 +501,7 @@ def test_a_collected_admin_closes_the_connections_it_kept(
 ) -> None:
     import gc
 
-    app = f"pgsched admin {uuid.uuid4().hex[:8]}"
-    admin = Admin(dsn=runtime_dsn, schema=migrated, app_name=app)
+    admin, app = _named_admin(runtime_dsn, migrated)
     admin.status()
     assert len(_backends(db, app)) == 1
     del admin
