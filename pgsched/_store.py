@@ -428,7 +428,7 @@ class ScheduleStore(_Statements):
         """Upsert ``rows``; returns how many were written (identical ones are not)."""
         params: dict[str, Any] = {"job": job}
         params.update((f.name, getattr(rows, f.name)) for f in fields(rows))
-        return len(await self._rows(conn, "schedules_put", params))
+        return await self._rowcount(conn, "schedules_put", params)
 
     async def get(self, conn: Conn, job: str, kind: str, ident: str) -> Row | None:
         rows = await self._rows(conn, "schedule_get", {"job": job, "kind": kind, "id": ident})

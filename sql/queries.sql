@@ -393,7 +393,7 @@ SELECT set_config('statement_timeout', %(statement_ms)s, %(local)s),
 
 -- name: schedules_put
 -- Schedules as data: create or replace many schedules of one job in one statement. A row
--- identical to the stored one is not written (and not returned). `next_plan_time` is the
+-- identical to the stored one is not written (nor counted in the command's row count). `next_plan_time` is the
 -- caller's (the first plan after the put) only when the spec changed (every, cron, zone), or,
 -- when only the window changed and the stored one falls outside it, else the earlier of the
 -- two; otherwise the stored plan times stay as they are. The upsert locks the row, so it waits for a claim that
@@ -430,7 +430,6 @@ SET every_us = EXCLUDED.every_us, cron = EXCLUDED.cron, timezone = EXCLUDED.time
 WHERE (s.every_us, s.cron, s.timezone, s.payload, s.starts_at, s.ends_at, s.paused)
       IS DISTINCT FROM (EXCLUDED.every_us, EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.payload,
                         EXCLUDED.starts_at, EXCLUDED.ends_at, EXCLUDED.paused)
-RETURNING s.scope_kind
 
 -- name: schedule_get
 SELECT job_name, scope_kind, scope_id, every_us, cron, timezone, payload, starts_at, ends_at,
