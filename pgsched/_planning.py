@@ -276,18 +276,31 @@ class CronSchedule(Schedule):
         croniter stepped over then stands for instants after ``t`` (a change further away
         moves the wall clock by less than a day), and none of them matched, so no DST rule
         applies. None when that does not hold (the caller walks with the DST margin)."""
+        return self._one_step(t, backwards=False)
+
+    def _latest_without_offset_change(self, t: datetime) -> datetime | None:
+        """:meth:`_next_without_offset_change` backwards: the latest plan at or before ``t``
+        in one croniter step under the same conditions."""
+        return self._one_step(t, backwards=True)
+
+    def _one_step(self, t: datetime, *, backwards: bool) -> datetime | None:
         offset = self._steady_offset(t)
         if offset is None:
             return None
-        wall = self._wall(t)
         try:
             with self._stepper_lock:
-                self._stepper.set_current(wall, force=True)
-                nxt: datetime = self._stepper.get_next(datetime)
+                if backwards:  # get_prev is strictly before: t itself may be a plan
+                    self._stepper.set_current(self._wall(t) + _US, force=True)
+                    wall: datetime = self._stepper.get_prev(datetime)
+                else:
+                    self._stepper.set_current(self._wall(t), force=True)
+                    wall = self._stepper.get_next(datetime)
         except CroniterBadDateError:
             return None
-        instant = self._only_instant(nxt, offset)
-        return instant if instant is not None and instant > t else None
+        instant = self._only_instant(wall, offset)
+        if instant is None or (instant > t if backwards else instant <= t):
+            return None
+        return instant
 
     def _steady_offset(self, t: datetime) -> timedelta | None:
         """The zone's UTC offset at ``t`` when it is the same a day before and a day after."""
@@ -326,22 +339,6 @@ class CronSchedule(Schedule):
                 if instant <= t and (best is None or instant > best):
                     best, best_wall = instant, wall
         return best
-
-    def _latest_without_offset_change(self, t: datetime) -> datetime | None:
-        """:meth:`_next_without_offset_change` backwards: the latest plan at or before ``t``
-        in one croniter step under the same conditions."""
-        offset = self._steady_offset(t)
-        if offset is None:
-            return None
-        wall = self._wall(t) + _US  # get_prev is strictly before: t itself may be a plan
-        try:
-            with self._stepper_lock:
-                self._stepper.set_current(wall, force=True)
-                prev: datetime = self._stepper.get_prev(datetime)
-        except CroniterBadDateError:
-            return None
-        instant = self._only_instant(prev, offset)
-        return instant if instant is not None and instant <= t else None
 
     def plans_between(self, start: datetime, end: datetime) -> list[datetime]:
         if end <= start:
