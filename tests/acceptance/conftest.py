@@ -118,6 +118,13 @@ class Replicas:
                 proc.send_signal(signal.SIGTERM)
         return {rid: proc.wait(timeout) for rid, proc in self.procs.items()}
 
+    def kill_all(self) -> None:
+        """SIGKILL every replica still running (a test's teardown)."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
     def output(self, runner_id: str) -> str:
         proc = self.procs[runner_id]
         assert proc.stdout is not None
@@ -142,7 +149,4 @@ def replicas(pg_dsn: str, schema: str, tmp_path: Path) -> Iterator[Replicas]:
         )
     group = Replicas(pg_dsn, schema, tmp_path)
     yield group
-    for proc in group.procs.values():
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+    group.kill_all()

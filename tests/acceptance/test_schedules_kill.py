@@ -107,10 +107,7 @@ def group(pg_dsn: str, schema: str, tmp_path: Path) -> Any:
         )
     replicas = LoggedReplicas(pg_dsn, schema, tmp_path)
     yield replicas
-    for proc in replicas.procs.values():
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+    replicas.kill_all()
 
 
 def test_kills_lose_no_plan_and_claim_nothing_stale(
