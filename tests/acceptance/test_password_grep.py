@@ -21,6 +21,7 @@ import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import psycopg
@@ -29,7 +30,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.acceptance.conftest import spawn_pgsched
-from tests.helpers import wait_for
+from tests.helpers import CliResult, cli_in_process, wait_for
 
 pytestmark = pytest.mark.acceptance
 
@@ -192,7 +193,7 @@ def replicas() -> Iterator[list[Replica]]:
             replica.proc.wait(10)
 
 
-def one_line_error(result: subprocess.CompletedProcess[str]) -> None:
+def one_line_error(result: subprocess.CompletedProcess[str] | CliResult) -> None:
     assert result.returncode != 0, result.stdout
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert result.stderr.startswith("pgsched: error: "), result.stderr
@@ -316,8 +317,11 @@ COMMANDS = [
 
 
 def test_malformed_and_unreachable_dsns_never_show_the_password(
-    secret: Secret, workdir: Path, base_env: dict[str, str]
+    secret: Secret, workdir: Path, base_env: dict[str, str], capfd: pytest.CaptureFixture[str]
 ) -> None:
+    """Every command with every bad DSN in every place: run by the CLI's entry point in this
+    process (200 commands); the real ``python -m pgsched`` path is checked by the test below
+    and by the whole run above."""
     unreachable = secret.url_with(secret.encoded, port="1")
     for dsn in [*_malformed(secret), unreachable]:
         for command in COMMANDS:
@@ -327,26 +331,54 @@ def test_malformed_and_unreachable_dsns_never_show_the_password(
                 ((*command, f"--dsn={dsn}", "--schema", "elsewhere"), base_env),
                 (command, {**base_env, "PGSCHED_DSN": dsn}),
             ):
-                result = cli(*args, cwd=workdir, env=env)
+                result = cli_in_process(args, env=env, cwd=workdir, capfd=capfd)
                 one_line_error(result)
                 assert result.returncode == 1, (args, result.stderr)  # refused by the database
                 secret.assert_absent(result.stdout + result.stderr, f"{command} with {dsn!r}")
 
 
-def test_usage_errors_never_show_the_password(
+def test_bad_dsns_in_a_real_process_never_show_the_password(
     secret: Secret, workdir: Path, base_env: dict[str, str]
 ) -> None:
-    """argparse quotes the arguments it rejects; a DSN among them is masked first."""
+    """The matrix above through ``python -m pgsched`` for each bad DSN, given in each place
+    once: what the interpreter itself prints (an uncaught error, a warning at exit) is seen."""
+    unreachable = secret.url_with(secret.encoded, port="1")
+    places = [
+        lambda dsn: (("--dsn", dsn, "status"), base_env),
+        lambda dsn: (("runs", "--json", "--dsn", dsn), base_env),
+        lambda dsn: (("trigger", "fine", f"--dsn={dsn}", "--schema", "elsewhere"), base_env),
+        lambda dsn: (("migrate",), {**base_env, "PGSCHED_DSN": dsn}),
+    ]
+    for i, dsn in enumerate([*_malformed(secret), unreachable]):
+        args, env = places[i % len(places)](dsn)
+        result = cli(*args, cwd=workdir, env=env)
+        one_line_error(result)
+        assert result.returncode == 1, (args, result.stderr)
+        secret.assert_absent(result.stdout + result.stderr, f"{args[0]} with {dsn!r}")
+
+
+USAGE_ERRORS = [
+    lambda dsn: ("status", "--dsn", dsn, "--bogus"),
+    lambda dsn: ("--dsn", dsn, "status", "--bogus", dsn),
+    lambda dsn: ("status", dsn),
+    lambda dsn: ("runs", "--limit", "x", "--dsn", dsn),
+    lambda dsn: ("nosuchcommand", "--dsn", dsn),
+]
+
+
+def test_usage_errors_never_show_the_password(
+    secret: Secret, workdir: Path, base_env: dict[str, str], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """argparse quotes the arguments it rejects; a DSN among them is masked first. Each case
+    in this process, and one per DSN through ``python -m pgsched``."""
     dsns = [secret.url_with(secret.encoded, port="1"), secret.kv, *_malformed(secret)]
-    for dsn in dsns:
-        for args in (
-            ("status", "--dsn", dsn, "--bogus"),
-            ("--dsn", dsn, "status", "--bogus", dsn),
-            ("status", dsn),
-            ("runs", "--limit", "x", "--dsn", dsn),
-            ("nosuchcommand", "--dsn", dsn),
-        ):
-            result = cli(*args, cwd=workdir, env=base_env)
+    for i, dsn in enumerate(dsns):
+        for n, usage in enumerate(USAGE_ERRORS):
+            args = usage(dsn)
+            if n == i % len(USAGE_ERRORS):
+                result: Any = cli(*args, cwd=workdir, env=base_env)
+            else:
+                result = cli_in_process(args, env=base_env, cwd=workdir, capfd=capfd)
             one_line_error(result)
             assert result.returncode == 2, (args, result.stderr)
             secret.assert_absent(result.stdout + result.stderr, f"usage error of {args}")
