@@ -541,7 +541,8 @@ def test_metrics_expose_spec_names_types_and_labels(cluster: Cluster) -> None:
 
 
 # The database gauges are read on scrape and cached for CACHE_TTL_S: a change in the database
-# shows within that (the tests allow a few seconds more), and never runs ahead of it.
+# shows within that, and never runs ahead of it. The deadline allows 8 s more: a guard against
+# an order-of-magnitude regression, not a performance claim (those live in bench/).
 GAUGE_DEADLINE_S = CACHE_TTL_S + 8
 
 
@@ -684,7 +685,9 @@ def test_last_success_timestamp_is_the_latest_success_in_the_database(cluster: C
     assert gauge is not None
     assert before - 1e-3 <= gauge <= after + 1e-3, (before, gauge, after)
     db_now = cluster.one("SELECT extract(epoch FROM clock_timestamp())::float8")
-    assert db_now - 5 - CACHE_TTL_S < gauge <= db_now  # tick succeeds every second: recent
+    # tick succeeds every second: recent (normally ~1 s + CACHE_TTL_S old at most). The 5 s
+    # guards against an order-of-magnitude regression, not a performance claim: see bench/.
+    assert db_now - 5 - CACHE_TTL_S < gauge <= db_now
     # No series for a job that never succeeded.
     assert scrape(cluster.main).value("pgsched_last_success_timestamp_seconds", job="boom") is None
 
@@ -1192,4 +1195,6 @@ def test_replicas_exit_cleanly(cluster: Cluster) -> None:
         assert replica.get("/healthz").status == 200
     started = time.monotonic()
     assert cluster.main.stop() == 0
+    # guard against an order-of-magnitude regression (its handlers return at once: normally a
+    # prompt exit), not a performance claim: those live in bench/
     assert time.monotonic() - started < 20

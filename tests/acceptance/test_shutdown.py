@@ -48,7 +48,8 @@ def _row(conn: psycopg.Connection, schema: str) -> tuple | None:
 @pytest.mark.parametrize(
     ("grace", "sleep", "expected"),
     [
-        ("10s", "2", ("SUCCESS", None, False, 7)),  # finishes within the grace
+        # finishes within the grace (2 s of 10 s: a generous bound, not a performance claim)
+        ("10s", "2", ("SUCCESS", None, False, 7)),
         ("0.5s", "30", ("FAILED", "shutdown", True, None)),  # abandoned, retryable
     ],
 )
@@ -83,4 +84,6 @@ def test_sigterm_mid_run(
             proc.kill()
     assert _row(db, schema) == expected
     if expected[0] == "FAILED":
+        # guard against an order-of-magnitude regression (typically the 0.5 s grace plus the
+        # process's exit), not a performance claim: those live in bench/
         assert elapsed < 10, f"abandoning after a 0.5 s grace took {elapsed:.1f}s"

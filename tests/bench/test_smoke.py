@@ -42,7 +42,10 @@ def test_benchmark_smoke(pg_dsn: str, tmp_path: Path) -> None:
         assert r["status"] == "ok", (name, r.get("reason"))
         assert r["due"] == 40, name
         assert r["duplicates"] == 0, name
-        assert r["completed"] >= 20, (name, r["completed"])  # a loaded machine may miss one
+        # half the plans run by one 2 s period after the last was due (a loaded machine may
+        # miss one): a guard against an order-of-magnitude regression, not a performance claim
+        # (the benchmark's real runs make those: docs/performance.md)
+        assert r["completed"] >= 20, (name, r["completed"])
         for key in ("lag_p50_s", "lag_p99_s", "lag_max_s", "plans_per_s", "peak_per_s"):
             assert r[key] is not None and r[key] >= 0, (name, key, r[key])
         assert r["statements_source"] in ("pg_stat_statements", "client"), name
@@ -57,6 +60,9 @@ def test_benchmark_smoke(pg_dsn: str, tmp_path: Path) -> None:
         assert mine[key] is not None and mine[key] > 0, (key, mine.get(key))
     assert "fanout_to_handler_limit" in mine
     assert results["raw_handler"]["ratio_to_handler_limit"] == 1.0
+    # every plan run by one 2 s period after the last was due (pgsched's p99 start lag in
+    # workload a is ~0.16 s): a guard against an order-of-magnitude regression, not a
+    # performance claim (the benchmark's real runs make those: docs/performance.md)
     assert mine["completed"] == 40, mine
     page = report_mod.render(report, chart=False, notes="")
     assert REGISTRY["raw_handler"].label in page
@@ -113,6 +119,8 @@ def test_schedules_as_data_smoke(pg_dsn: str, tmp_path: Path) -> None:
     churn = results["i"]
     assert churn["churn_ops"] > 0 and churn["churn_deletes"] > 0, churn
     assert churn["stale_claims"] == 0, churn["stale_examples"]
+    # every due plan must have run by the end of the drain (no new execution for 4 s): a guard
+    # against an order-of-magnitude regression, not a performance claim (docs/performance.md)
     assert churn["churn_missed"] == 0, churn
     page = report_mod.render(report, chart=False, notes="")
     assert "Schedules as data (one dynamic job" in page

@@ -94,6 +94,8 @@ class Timing:
         """Abandonment to steal or close-out: stale_timeout + one tick + 1 s."""
         return self.stale_timeout_s + self.tick_s + 1.0
 
+    # O5 guards against an order-of-magnitude regression (p99 0.05-0.06 s in the long runs of
+    # docs/reliability.md), not a performance claim: those live in bench/.
     @property
     def o5_bound_s(self) -> float:
         """Start delay without faults: one tick + 0.5 s."""

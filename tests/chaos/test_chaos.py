@@ -411,6 +411,8 @@ def test_clock_skew_changes_nothing(scenario: Scenario, profile: Profile, reques
     check(figures, o5=True)
     clocks = figures["replica_clock_minus_db_s"]
     expected = {"r0": -30, "r1": 30, "r3": 0, "r4": 0}
+    # The 3 s tolerances below also absorb each ledger write's latency (normally milliseconds):
+    # guards against an order-of-magnitude regression, not performance claims (see bench/).
     for rid, offset in expected.items():
         assert rid in clocks and abs(clocks[rid]["median"] - offset) < 3, (rid, clocks)
     # r2's clock jumped +1 h: its last runs saw +3600 s. (On a loaded machine its first run

@@ -332,6 +332,8 @@ def test_heartbeats_extend_the_lease_while_the_handler_runs(
                 and now["heartbeat_at"] > first["heartbeat_at"]
             )
 
+        # 6 s: guard against an order-of-magnitude regression (a renewal normally comes within
+        # the 1 s heartbeat_interval), not a performance claim: those live in bench/
         wait_for(renewed, 6, what="a heartbeat to extend stale_after")
         (later,) = rows(db, migrated)
         # stale_after = heartbeat_at + stale_timeout

@@ -105,7 +105,8 @@ def test_retry_backoff_schedules_the_next_attempt(
         (row,) = rows(db, migrated)
         if row["next_retry_at"] is None:
             return None
-        # the failure was just written by the DB clock
+        # the failure was just written by the DB clock (normally milliseconds ago; 5 s guards
+        # against an order-of-magnitude regression, not a performance claim: see bench/)
         assert abs(db_now(db) - row["finished_at"]) < timedelta(seconds=5)
         return row["next_retry_at"] - row["finished_at"]
 
@@ -259,6 +260,8 @@ def test_every_plan_skips_plans_older_than_the_window(
     oldest_allowed = now - 10 * HOUR
     claimed = sorted(r.plan_time for r in recorder.runs)
     assert len(claimed) == 3
+    # 5 s of slack for the tick's own duration (normally well under a second): a guard against
+    # an order-of-magnitude regression, not a performance claim: those live in bench/
     assert all(p >= oldest_allowed - timedelta(seconds=5) for p in claimed), claimed
     # the oldest plan inside the window (P-9, or P-10 exactly at a boundary) comes first
     assert claimed[0] in (plan - 9 * HOUR, plan - 10 * HOUR)

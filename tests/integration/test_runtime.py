@@ -53,6 +53,8 @@ def test_async_handler_past_run_timeout_is_cancelled(
 
     started = time.monotonic()
     report = s.run_once()
+    # guard against an order-of-magnitude regression (typically ~1 s: the run_timeout), not a
+    # performance claim: those live in bench/
     assert time.monotonic() - started < 10
     assert report.failed == 1
     assert cancelled.is_set(), "the async handler was not cancelled"
@@ -77,6 +79,8 @@ def test_sync_handler_past_run_timeout_fails_and_its_late_result_is_discarded(
     try:
         started = time.monotonic()
         report = s.run_once()
+        # guard against an order-of-magnitude regression (typically ~1 s: the run_timeout), not
+        # a performance claim: those live in bench/
         assert time.monotonic() - started < 10
         assert report.failed == 1
         (row,) = rows(db, migrated)
@@ -334,6 +338,8 @@ def test_shutdown_lets_a_handler_finish_within_the_grace(
     make_scheduler: Any, migrated: str, db: Any
 ) -> None:
     started, release = threading.Event(), threading.Event()
+    # The 10 s grace bounds the handler, released ~0.3 s into the shutdown: a guard against an
+    # order-of-magnitude regression, not a performance claim (those live in bench/).
     s = make_scheduler(shutdown_grace=10, tick_interval=0.2)
 
     @s.job(every="1d", max_attempts=2, run_timeout="30s")
@@ -448,6 +454,8 @@ def test_lone_surrogate_result_is_invalid_result(
 ) -> None:
     s = make_scheduler()
     s.register(lambda run: pgsched.Result(data={"s": "\ud800"}), name="surrogate", every="1d")
+    # 4 s: a hang detector, a guard against an order-of-magnitude regression (the tick normally
+    # takes well under a second), not a performance claim: those live in bench/
     reports = _run_once_within(s, 4)
     (row,) = rows(db, migrated)
     assert (row["status"], row["error_code"]) == ("FAILED", "invalid_result")
@@ -469,6 +477,8 @@ def test_exception_message_with_lone_surrogate_does_not_block_outcomes(
     s.register(
         undecodable, every="1d", scopes=[pgsched.Scope("k", "bad"), pgsched.Scope("k", "fine")]
     )
+    # 4 s: a hang detector, a guard against an order-of-magnitude regression (the tick normally
+    # takes well under a second, 0.3 s of it the sleep), not a performance claim: see bench/
     reports = _run_once_within(s, 4)
     got = by_scope(db, migrated)
     assert got["fine"]["status"] == "SUCCESS", "a later outcome must not be blocked"
