@@ -114,6 +114,21 @@ def db(pg_dsn: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
         yield conn
 
 
+# -- tiers ------------------------------------------------------------------------------------
+# A test's folder is its tier, and its marker, so `pytest -m "unit or integration"` (the fast
+# loop) selects by what a test needs without every module having to say it.
+
+_TIERS = ("unit", "integration", "acceptance", "chaos", "bench", "deploy")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    root = Path(__file__).resolve().parent
+    for item in items:
+        parts = item.path.resolve().relative_to(root).parts
+        if parts and parts[0] in _TIERS:
+            item.add_marker(parts[0])
+
+
 # -- nothing skipped in silence -----------------------------------------------------------------
 # A skipped or xfailed test proves nothing, so the run fails when one is not listed, with its
 # reason, under "Tests allowed to skip" in the README. PGSCHED_ALLOW_SKIPS=1 relaxes this for a
