@@ -379,12 +379,26 @@ def cluster(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
             what="the main replica's jobs in job_state",
         )
         yield cluster
+        # Checked when the module's tests are done, not by a test meant to run last: neither a
+        # shuffled order nor a worker that steals the tail of the module keeps a test last.
+        _everything_left_the_replicas_answering_and_they_exit_cleanly(cluster)
     finally:
         for replica in replicas:
             replica.stop()
         for name in (schema, unmigrated, old_schema):
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
         conn.close()
+
+
+def _everything_left_the_replicas_answering_and_they_exit_cleanly(cluster: Cluster) -> None:
+    for replica in cluster.replicas:
+        assert replica.alive(), replica.name
+        assert replica.get("/healthz").status == 200, replica.name
+    started = time.monotonic()
+    assert cluster.main.stop() == 0
+    # guard against an order-of-magnitude regression (its handlers return at once: normally a
+    # prompt exit), not a performance claim: those live in bench/
+    assert time.monotonic() - started < 20
 
 
 class Scrape:
@@ -1186,15 +1200,3 @@ def test_server_binds_loopback_by_default(cluster: Cluster) -> None:
     for address in addresses:
         with pytest.raises(OSError), socket.create_connection((address, port), timeout=3):
             pass
-
-
-def test_replicas_exit_cleanly(cluster: Cluster) -> None:
-    """Last: everything above left the replicas running and answering."""
-    for replica in cluster.replicas:
-        assert replica.alive()
-        assert replica.get("/healthz").status == 200
-    started = time.monotonic()
-    assert cluster.main.stop() == 0
-    # guard against an order-of-magnitude regression (its handlers return at once: normally a
-    # prompt exit), not a performance claim: those live in bench/
-    assert time.monotonic() - started < 20
