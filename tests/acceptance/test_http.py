@@ -708,6 +708,18 @@ def test_last_success_timestamp_is_the_latest_success_in_the_database(cluster: C
 
 def test_claims_and_skips_match_the_rows_this_replica_claimed(cluster: Cluster) -> None:
     r = cluster.runner
+    # Two claims of `tick` at least, whenever this test runs (first, in a shuffled order).
+    wait_for(
+        lambda: (
+            cluster.one(
+                "SELECT count(*) FROM {s}.cron_executions WHERE job_name = 'tick' AND runner_id = %s",
+                (r,),
+            )
+            >= 2
+        ),
+        timeout=15,
+        what="the main replica's second claim of tick",
+    )
 
     def read() -> tuple[bool, Any]:
         m1 = scrape(cluster.main)
