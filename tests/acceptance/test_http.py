@@ -712,7 +712,8 @@ def test_claims_and_skips_match_the_rows_this_replica_claimed(cluster: Cluster) 
     wait_for(
         lambda: (
             cluster.one(
-                "SELECT count(*) FROM {s}.cron_executions WHERE job_name = 'tick' AND runner_id = %s",
+                "SELECT count(*) FROM {s}.cron_executions"
+                " WHERE job_name = 'tick' AND runner_id = %s",
                 (r,),
             )
             >= 2
@@ -765,6 +766,12 @@ def test_claims_and_skips_match_the_rows_this_replica_claimed(cluster: Cluster) 
 
 
 def test_tick_duration_histogram_grows_with_every_tick(cluster: Cluster) -> None:
+    # A first tick observed, whenever this test runs (first, in a shuffled order).
+    wait_for(
+        lambda: (scrape(cluster.main).value("pgsched_tick_duration_seconds_count") or 0) >= 1,
+        timeout=10,
+        what="a first tick in the histogram",
+    )
     first = scrape(cluster.main)
     count = first.value("pgsched_tick_duration_seconds_count")
     assert count is not None and count >= 1
@@ -947,6 +954,18 @@ def test_api_jobs(cluster: Cluster) -> None:
 
 
 def test_api_runs_fields_filters_and_limit(cluster: Cluster) -> None:
+    # The rows the filters below pick from, whenever this test runs (first, in a shuffled
+    # order): three of tick, five successes, a failure of boom.
+    wait_for(
+        lambda: cluster.one(
+            "SELECT count(*) FILTER (WHERE job_name = 'tick') >= 3"
+            " AND count(*) FILTER (WHERE status = 'SUCCESS') >= 5"
+            " AND count(*) FILTER (WHERE job_name = 'boom' AND status = 'FAILED') >= 1"
+            " FROM {s}.cron_executions"
+        ),
+        timeout=20,
+        what="three runs of tick, five successes and a failure of boom",
+    )
     resp = cluster.main.get("/api/runs")
     assert resp.status == 200
     assert resp.headers["Content-Type"].startswith("application/json")
