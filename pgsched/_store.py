@@ -289,6 +289,15 @@ class Store(_Statements):
         the current transaction only)."""
         await self._rows(conn, "session_settings", _session_params(statement, idle, local))
 
+    async def not_writable(self, conn: Conn) -> str | None:
+        """Why the server ``conn`` reaches cannot take writes, or None when it can."""
+        row = await self._one(conn, "server_state")
+        if row["in_recovery"]:
+            return "the server is in recovery (a standby)"
+        if row["read_only"]:
+            return "the server is read-only (transaction_read_only is on)"
+        return None
+
     def configure_session_sync(
         self,
         conn: psycopg.Connection[Any],

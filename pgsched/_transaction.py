@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 
 from ._config import JobSpec
+from ._connection import connect_options
 from ._model import Run
 from ._outcomes import Outcome
 from ._store import Store
@@ -31,15 +32,10 @@ class Transactions:
         self._conninfo, self._app_name, self._store = conninfo, app_name, store
         # Behind a transaction-pooling PgBouncer no statement may be prepared and settings
         # are made inside the run's transaction only (SPEC §10).
-        self._prepare_threshold = None if transaction_pooling else 5
         self._local = transaction_pooling
 
     def _connect_options(self) -> dict[str, Any]:
-        return {
-            "autocommit": True,
-            "application_name": self._app_name,
-            "prepare_threshold": self._prepare_threshold,
-        }
+        return connect_options(self._conninfo, self._app_name, transaction_pooling=self._local)
 
     async def run_async(self, job: JobSpec, run: Run, outcome: ToOutcome) -> Written | None:
         """Run an ``async def`` handler in a transaction; None when the lease was lost (rolled

@@ -384,6 +384,12 @@ WHERE id IN (
 -- name: notify
 SELECT pg_notify(%(channel)s, %(payload)s)
 
+-- name: server_state
+-- Whether this server takes writes: a standby is in recovery, and a primary being switched
+-- over is typically made read-only first (default_transaction_read_only).
+SELECT pg_is_in_recovery() AS in_recovery,
+       current_setting('transaction_read_only')::boolean AS read_only
+
 -- name: session_settings
 -- Applied to every pgsched connection: a stuck statement or an abandoned transaction cannot
 -- hold row locks for ever. Behind a transaction-pooling PgBouncer only inside a transaction
