@@ -13,6 +13,7 @@ import json
 import os
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 import psycopg
@@ -39,6 +40,10 @@ class Health(Protocol):
     runner_id: str
     tick_interval: float
     last_tick_at: float | None
+
+    def failing(self) -> dict[str, float]: ...
+
+    def not_writable(self) -> str | None: ...
 
 
 class HttpServer:
@@ -116,16 +121,35 @@ class HttpServer:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(self, request: web.Request) -> web.Response:
-        """200 while the tick loop is alive: it ticked (successfully or not) recently."""
+        """200 while the tick loop is alive (it ticked, successfully or not, recently) and
+        neither it nor the writer has kept failing for longer than the health timeout (a
+        restart may then help: a replica stuck on a server that is gone, say)."""
+        now = time.monotonic()
         last = self._health.last_tick_at
         allowed = max(3 * self._health.tick_interval, 10.0)
-        age = None if last is None else time.monotonic() - last
-        alive = age is not None and age <= allowed + _DB_TIMEOUT * 2
-        body = {"alive": alive, "last_tick_age_s": None if age is None else round(age, 3)}
+        age = None if last is None else now - last
+        ticking = age is not None and age <= allowed + _DB_TIMEOUT * 2
+        failing = [
+            {
+                "task": task,
+                "failing_since": _wall(since, now),
+                "failing_for_s": round(now - since, 1),
+            }
+            for task, since in sorted(self._health.failing().items())
+        ]
+        alive = ticking and not failing
+        body = {
+            "alive": alive,
+            "last_tick_age_s": None if age is None else round(age, 3),
+            "failing": failing,
+        }
         return _json(body, 200 if alive else 503)
 
     async def readyz(self, request: web.Request) -> web.Response:
-        """200 when the database answers and the schema is migrated."""
+        """200 when the database answers, takes writes and the schema is migrated."""
+        refused = self._health.not_writable()
+        if refused is not None:
+            return _json({"ready": False, "reason": f"database not writable: {refused}"}, 503)
         try:
             migrated = await self._db(self._ops.is_migrated())
         except (psycopg.Error, TimeoutError) as exc:
@@ -230,6 +254,11 @@ async def _body(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ConfigError("the request body must be a JSON object")
     return body
+
+
+def _wall(monotonic: float, now: float) -> str:
+    """The UTC wall-clock time of the monotonic instant ``monotonic`` (``now`` on that clock)."""
+    return datetime.fromtimestamp(time.time() - (now - monotonic), UTC).isoformat()
 
 
 def _json(body: Any, status: int) -> web.Response:

@@ -13,9 +13,9 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from ._connection import Backoff, hosts, pooled, unavailable
 from ._leases import Lease, LeaseTable
 from ._outcomes import Outcome
 from ._recorder import Recorder
@@ -25,8 +25,6 @@ from ._store import Finish, Store
 _FINISH_BATCH = 2_000
 # With other leases still running, the writer waits up to this long for more outcomes.
 _FINISH_LINGER_S = 0.05
-# Errors that say nothing about the statement, only the connection: try again later.
-TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
 class LeaseWriter:
@@ -39,11 +37,12 @@ class LeaseWriter:
         pool: AsyncConnectionPool[Any],
         leases: LeaseTable,
         recorder: Recorder,
-        retry_every_s: float,
     ) -> None:
         self._store, self._pool = store, pool
         self._leases, self._recorder = leases, recorder
-        self._retry_every_s = retry_every_s
+        self._hosts = hosts(pool.conninfo)
+        # Since when (monotonic) a write has kept failing for want of a database: /healthz.
+        self.failing_since: float | None = None
         self._outbox: asyncio.Queue[tuple[Lease, Outcome]] = asyncio.Queue()
         self._lock = asyncio.Lock()
 
@@ -56,13 +55,22 @@ class LeaseWriter:
     async def write_loop(self) -> None:
         while True:
             batch = await self._next_batch()
-            written = await self._write(batch)
-            for lease, outcome in batch:
-                if lease.execution_id not in written:
-                    self._leases.lose(lease, "terminal write matched no row holding this lease")
-                    continue
-                self._recorder.finished(lease, outcome, written[lease.execution_id])
-                self._leases.release(lease)
+            try:
+                self._settle(batch, await self._write(batch))
+            except Exception as exc:  # not the database's (that is retried): a bug of ours
+                self._recorder.log.error("writer_error", error=describe_error(exc))
+                for lease, _ in batch:  # a slot must never stay held for good
+                    self._leases.release(lease)
+
+    def _settle(
+        self, batch: list[tuple[Lease, Outcome]], written: dict[UUID, datetime | None]
+    ) -> None:
+        for lease, outcome in batch:
+            if lease.execution_id not in written:
+                self._leases.lose(lease, "terminal write matched no row holding this lease")
+                continue
+            self._recorder.finished(lease, outcome, written[lease.execution_id])
+            self._leases.release(lease)
 
     async def _next_batch(self) -> list[tuple[Lease, Outcome]]:
         """The next outcome, and those that follow it closely: while other leases may still
@@ -80,31 +88,67 @@ class LeaseWriter:
         return batch
 
     async def _write(self, batch: list[tuple[Lease, Outcome]]) -> dict[UUID, datetime | None]:
-        """Write a batch; connection trouble is retried, a row that cannot be stored is not."""
+        """Write a batch; while the database is unavailable it is retried (the lease tokens
+        decide, once it is back, whether the rows still count); when the batch itself is
+        refused, row by row."""
         rows = [outcome.finish(lease.run) for lease, outcome in batch]
-        while True:
-            try:
-                return await self._finish(rows)
-            except TRANSIENT as exc:
-                self._recorder.log.error(
-                    "write_error", error=describe_error(exc), pending=len(batch)
+        try:
+            return await self._finish_retrying(rows)
+        except Exception as exc:  # a statement error: something in the batch is unstorable
+            if len(batch) > 1:
+                self._recorder.log.warning(
+                    "writer_batch_refused", error=describe_error(exc), pending=len(batch)
                 )
-                await asyncio.sleep(self._retry_every_s)
-            except Exception:
-                break  # something in the batch itself is unstorable: find it row by row
         written: dict[UUID, datetime | None] = {}
         for (lease, _), row in zip(batch, rows, strict=True):
-            try:
-                written.update(await self._finish([row]))
-            except TRANSIENT:
-                raise
-            except Exception as exc:
-                self._recorder.unstorable(lease, describe_error(exc))
-                written.update(await self._finish([_unstorable(row, exc)]))
+            written.update(await self._write_one(lease, row))
         return written
 
+    async def _write_one(self, lease: Lease, row: Finish) -> dict[UUID, datetime | None]:
+        """One row; refused, it is written as FAILED ``invalid_result`` without the value it
+        could not store; refused again, it is given up: its slot is freed and the row, left
+        RUNNING, is closed out or taken over by a replica once its lease goes stale."""
+        try:
+            return await self._finish_retrying([row])
+        except Exception as exc:
+            self._recorder.unstorable(lease, describe_error(exc))
+            try:
+                return await self._finish_retrying([_unstorable(row, exc)])
+            except Exception as again:
+                lease.run.log.error("outcome_dropped", error=describe_error(again))
+                self._leases.lose(lease, "terminal write refused twice: given up")
+                return {}
+
+    async def _finish_retrying(self, rows: list[Finish]) -> dict[UUID, datetime | None]:
+        """:meth:`_finish`, tried again with backoff for as long as the database is
+        unavailable; an error of the statement itself is raised."""
+        backoff = Backoff()
+        while True:
+            try:
+                written = await self._finish(rows)
+            except Exception as exc:
+                if not unavailable(exc):
+                    self.failing_since = None  # the database answered
+                    raise
+                if self.failing_since is None:
+                    self.failing_since = time.monotonic()
+                delay = backoff.delay()
+                self._recorder.log.warning(
+                    "writer_retry",
+                    error=describe_error(exc),
+                    error_class=type(exc).__name__,
+                    host=self._hosts,
+                    pending=len(rows),
+                    attempt=backoff.failures,
+                    retry_in_s=delay,
+                )
+                await asyncio.sleep(delay)
+                continue
+            self.failing_since = None
+            return written
+
     async def _finish(self, rows: list[Finish]) -> dict[UUID, datetime | None]:
-        async with self._lock, self._pool.connection() as conn:
+        async with self._lock, pooled(self._pool) as conn:
             return await self._store.finish(conn, rows)
 
     # -- heartbeats ---------------------------------------------------------------------------
@@ -118,9 +162,13 @@ class LeaseWriter:
                 continue
             try:
                 held = await self._renew(due)
-            except Exception as exc:
+            except Exception as exc:  # tried again at the next beat; the loop never ends
                 self._recorder.log.error(
-                    "heartbeat_error", error=describe_error(exc), leases=len(due)
+                    "heartbeat_error",
+                    error=describe_error(exc),
+                    error_class=type(exc).__name__,
+                    host=self._hosts,
+                    leases=len(due),
                 )
                 continue
             for lease in due:
@@ -137,7 +185,7 @@ class LeaseWriter:
             (lease.execution_id, lease.run.lease_token, lease.job.stale_timeout.total_seconds())
             for lease in due
         ]
-        async with self._lock, self._pool.connection() as conn:
+        async with self._lock, pooled(self._pool) as conn:
             return await self._store.heartbeat(conn, leases)
 
 
