@@ -98,8 +98,9 @@ async def require_writable(store: Store, conn: Conn) -> None:
     new primary)."""
     why = await store.not_writable(conn)
     if why is not None:
+        server = f"{conn.info.host}:{conn.info.port}"  # unreadable once closed
         await conn.close()
-        raise DatabaseNotWritable(f"{why}: {conn.info.host}:{conn.info.port}")
+        raise DatabaseNotWritable(f"{why}: {server}")
 
 
 class WritablePool(AsyncConnectionPool[Conn]):

@@ -198,7 +198,8 @@ class Runtime:
                 await asyncio.wait_for(self.wait_idle(), grace.total_seconds())
         why = f"Shutdown: replica {self.runner_id} stopped before the handler finished"
         for lease in self.leases.all():
-            if not (lease.abandoned or lease.done.is_set()):
+            # An outcome already queued (the writer may be waiting out the database) stands.
+            if not (lease.abandoned or lease.submitted or lease.done.is_set()):
                 self.executor.abandon(lease, why)
         try:
             await asyncio.wait_for(self.wait_idle(), max(5.0, self.tick_interval * 5))

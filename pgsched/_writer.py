@@ -48,6 +48,7 @@ class LeaseWriter:
 
     def submit(self, lease: Lease, outcome: Outcome) -> None:
         """Queue ``lease``'s terminal write; its slot is freed once it is written."""
+        lease.submitted = True
         self._outbox.put_nowait((lease, outcome))
 
     # -- terminal writes ----------------------------------------------------------------------
@@ -124,6 +125,7 @@ class LeaseWriter:
         unavailable; an error of the statement itself is raised."""
         backoff = Backoff()
         while True:
+            attempted = time.monotonic()
             try:
                 written = await self._finish(rows)
             except Exception as exc:
@@ -131,7 +133,7 @@ class LeaseWriter:
                     self.failing_since = None  # the database answered
                     raise
                 if self.failing_since is None:
-                    self.failing_since = time.monotonic()
+                    self.failing_since = attempted
                 delay = backoff.delay()
                 self._recorder.log.warning(
                     "writer_retry",
