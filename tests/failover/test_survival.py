@@ -10,11 +10,15 @@ import time
 import uuid
 from typing import Any
 
+import pytest
+
 import pgsched
 from pgsched._runtime import Runtime
 from tests.failover.cluster import Node
 from tests.failover.conftest import probe, serving
 from tests.helpers import wait_for
+
+pytestmark = pytest.mark.failover
 
 SCOPES = [pgsched.Scope("t", name) for name in ("a", "b", "c")]
 
