@@ -186,3 +186,52 @@ def test_heartbeats_and_ticks_outlive_terminated_connections(primary: Node) -> N
         )
         wait_for(lambda: len(runtime.leases) == 0, 10, what="the slots released")
         assert probe(port, "/healthz")[0] == 200
+
+
+def test_a_connection_that_met_25006_is_discarded_and_the_write_retried(
+    primary: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server refuses the terminal writes with SQLSTATE 25006 (a trigger stands in for a
+    server turned read-only between the pool's check and the statement): each connection
+    that met it is closed, never lent again, and the write is retried until it lands."""
+    s = _scheduler(primary, max_concurrency=4)
+    table, flag = f'"{s.schema}".cron_executions', f'"{s.schema}".refuse_writes'
+    function = f'"{s.schema}".read_only'
+    primary.sql(f"CREATE TABLE {flag} (on_ boolean)")
+    primary.sql(f"INSERT INTO {flag} VALUES (true)")
+    primary.sql(
+        f"""CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.status <> 'RUNNING' AND EXISTS (SELECT FROM {flag}) THEN
+                RAISE EXCEPTION 'cannot execute UPDATE in a read-only transaction'
+                    USING ERRCODE = 'read_only_sql_transaction';
+            END IF;
+            RETURN NEW;
+        END $$"""
+    )
+    primary.sql(
+        f"CREATE TRIGGER read_only BEFORE UPDATE ON {table} "
+        f"FOR EACH ROW EXECUTE FUNCTION {function}()"
+    )
+    gate = threading.Event()
+    entered = _gated_job(s, gate)
+    caplog.set_level("INFO", logger="psycopg.pool")
+    with serving(s):
+        wait_for(lambda: len(entered) == 3, 15, what="three handlers running")
+        runtime = _runtime(s)
+        gate.set()
+        wait_for(
+            lambda: sum("discarding closed connection" in r.message for r in caplog.records) >= 2,
+            15,
+            what="two connections that met 25006 discarded by the pool",
+        )
+        assert runtime.writer.failing_since is not None
+        assert len(runtime.leases) == 3 and _loops_alive(runtime)
+        primary.sql(f"DELETE FROM {flag}")
+        wait_for(
+            lambda: {st for _, st in _statuses(primary, s.schema)[:3]} == {"SUCCESS"},
+            15,
+            what="the outcomes written once the server takes them",
+        )
+        wait_for(lambda: len(runtime.leases) == 0, 10, what="the slots released")
+        assert runtime.writer.failing_since is None
