@@ -108,8 +108,7 @@ class Cluster:
     """A primary and the standbys made from it, removed by :meth:`close`."""
 
     def __init__(self) -> None:
-        bindir = Path("/usr/lib/postgresql/15/bin")
-        found = bindir if (bindir / "initdb").exists() else find_bindir()
+        found = find_bindir()
         if found is None:
             raise RuntimeError("no PostgreSQL binaries (initdb, pg_ctl, pg_basebackup)")
         self.bindir = found
