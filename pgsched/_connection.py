@@ -76,6 +76,8 @@ def unavailable(exc: BaseException) -> bool:
     """True when ``exc`` says the database cannot serve us right now (down, restarting,
     unreachable, read-only, a pool without a connection to lend), so the same statement may
     succeed later; False when the statement itself is at fault."""
+    if isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith("54"):
+        return False  # program limit exceeded: this statement would fail every time
     return isinstance(
         exc,
         psycopg.OperationalError  # also AdminShutdown, PoolTimeout, DatabaseNotWritable

@@ -71,6 +71,7 @@ def test_database_unavailable_is_retried(exc: Exception) -> None:
         psycopg.errors.CheckViolation("new row violates check constraint"),
         psycopg.errors.UntranslatableCharacter("unsupported Unicode escape sequence"),
         psycopg.DataError("invalid input syntax"),
+        psycopg.errors.ProgramLimitExceeded("index row size exceeds maximum"),
         ValueError("a bug"),
     ],
 )
