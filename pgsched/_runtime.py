@@ -105,7 +105,9 @@ class Runtime:
         self._loops: list[asyncio.Task[None]] = []
         self._registered: list[tuple[str, str]] = []
         self._registered_at = 0.0
-        self._started_at = time.monotonic()
+        # The last tick the database served to its end (a job's own claim error aside: one
+        # bad job must not get the replica restarted); /healthz.
+        self._last_served = time.monotonic()
         self._hosts = hosts(pool.conninfo)
         self._tick_backoff = Backoff()
 
@@ -115,11 +117,11 @@ class Runtime:
 
     def failing(self) -> dict[str, float]:
         """The loops that have not succeeded for longer than the health timeout (task name:
-        monotonic time since when): the tick loop since its last good tick (or the start),
-        the writer since its first failed attempt at the write it is retrying, and any loop
-        that has ended (which must not happen)."""
+        monotonic time since when): the tick loop since the database last served a whole tick
+        (or the start), the writer since its first failed attempt at the write it is
+        retrying, and any loop that has ended (which must not happen)."""
         now, bound = time.monotonic(), self.settings.health_timeout.total_seconds()
-        since = {"tick": self.last_tick_ok or self._started_at, "writer": self.writer.failing_since}
+        since = {"tick": self._last_served, "writer": self.writer.failing_since}
         out = {task: t for task, t in since.items() if t is not None and now - t > bound}
         out.update({t.get_name(): now for t in self._loops if t.done()})
         return out
@@ -216,6 +218,7 @@ class Runtime:
         started = time.monotonic()
         try:
             ok = await self._tick()
+            self._last_served = time.monotonic()
         except Exception as exc:
             self.recorder.error(
                 "tick_error",
