@@ -235,3 +235,27 @@ def test_a_connection_that_met_25006_is_discarded_and_the_write_retried(
         )
         wait_for(lambda: len(runtime.leases) == 0, 10, what="the slots released")
         assert runtime.writer.failing_since is None
+
+
+def test_one_jobs_failing_claims_do_not_make_the_replica_unhealthy(primary: Node) -> None:
+    """/healthz is about the database serving the replica, not about one job's bug: a job
+    whose scopes() raises at every tick fails its claims, the others run, and past the
+    health timeout the replica still answers 200 (a restart would not help)."""
+    s = _scheduler(primary, health_timeout="1s")
+
+    def broken_scopes(now: Any) -> list[pgsched.Scope]:
+        raise RuntimeError("a bug in the scopes function")
+
+    s.register(lambda run: None, name="broken", every="1s", scopes=broken_scopes)
+    s.register(lambda run: None, name="fine", every="1s")
+    with serving(s) as port:
+        runtime = _runtime(s)
+        started = time.monotonic()
+        wait_for(
+            lambda: runtime.report.errors >= 5 and time.monotonic() - started > 2.0,
+            15,
+            what="failed claims for longer than twice the health timeout",
+        )
+        status, body = probe(port, "/healthz")
+        assert status == 200 and body["failing"] == [], body
+        assert runtime.report.succeeded >= 1, "the other job stopped running"
