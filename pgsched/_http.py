@@ -32,6 +32,7 @@ from ._results import describe_error
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _T = TypeVar("_T")
 _DB_TIMEOUT = 5.0
+_REFUSED_WAIT = 1.0
 
 
 class Health(Protocol):
@@ -146,14 +147,16 @@ class HttpServer:
         return _json(body, 200 if alive else 503)
 
     async def readyz(self, request: web.Request) -> web.Response:
-        """200 when the database answers, takes writes and the schema is migrated."""
+        """200 when the database answers, takes writes and the schema is migrated. After the
+        pool refused a read-only server, a probe waits briefly: a connection lent now has
+        passed the pool's check, so the server takes writes again."""
         refused = self._health.not_writable()
-        if refused is not None:
-            return _json({"ready": False, "reason": f"database not writable: {refused}"}, 503)
         try:
-            migrated = await self._db(self._ops.is_migrated())
+            async with asyncio.timeout(_REFUSED_WAIT if refused else _DB_TIMEOUT):
+                migrated = await self._ops.is_migrated()
         except (psycopg.Error, TimeoutError) as exc:
-            return _json({"ready": False, "reason": describe_error(exc)}, 503)
+            why = f"database not writable: {refused}" if refused else describe_error(exc)
+            return _json({"ready": False, "reason": why}, 503)
         if not migrated:
             return _json(
                 {"ready": False, "reason": "schema not migrated: run pgsched migrate"}, 503
