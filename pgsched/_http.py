@@ -41,6 +41,7 @@ class Health(Protocol):
     runner_id: str
     tick_interval: float
     last_tick_at: float | None
+    started_at: float
 
     def failing(self) -> dict[str, float]: ...
 
@@ -129,7 +130,8 @@ class HttpServer:
         last = self._health.last_tick_at
         allowed = max(3 * self._health.tick_interval, 10.0)
         age = None if last is None else now - last
-        ticking = age is not None and age <= allowed + _DB_TIMEOUT * 2
+        # Before its first tick has ended, the loop counts from the replica's start.
+        ticking = now - (last or self._health.started_at) <= allowed + _DB_TIMEOUT * 2
         failing = [
             {
                 "task": task,

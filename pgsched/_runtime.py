@@ -107,7 +107,8 @@ class Runtime:
         self._registered_at = 0.0
         # The last tick the database served to its end (a job's own claim error aside: one
         # bad job must not get the replica restarted); /healthz.
-        self._last_served = time.monotonic()
+        self.started_at = time.monotonic()
+        self._last_served = self.started_at
         self._hosts = hosts(pool.conninfo)
         self._tick_backoff = Backoff()
 
