@@ -48,7 +48,7 @@ class Scheduler(JobRegistry, ScheduleMethods):
     ``pgsched.prune`` deletes finished rows older than that every hour. With
     ``transaction_pooling`` (else ``PGSCHED_TRANSACTION_POOLING``) it works through a
     transaction-pooling PgBouncer: no LISTEN, no prepared statements, no session settings
-    outside a transaction (SPEC §10). ``/healthz`` answers 503 once the tick loop or the
+    outside a transaction (docs/pgbouncer.md). ``/healthz`` answers 503 once the tick loop or the
     terminal writer has not succeeded for ``health_timeout`` (else
     ``PGSCHED_HEALTH_TIMEOUT``, else 60 s). Operator actions on
     the jobs (``trigger``, ``pause``...) go through ``self.admin``; ``self.aio`` offers them
