@@ -18,6 +18,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 from ._results import describe_error
+from ._servers import Server, ServerWatch
 from ._store import Conn, Store
 
 # A server that vanishes without closing its sockets (a crashed host, a partition) is noticed
@@ -93,23 +94,40 @@ def not_writable(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.errors.ReadOnlySqlTransaction | DatabaseNotWritable)
 
 
-async def require_writable(store: Store, conn: Conn) -> None:
+async def require_writable(store: Store, conn: Conn, watch: ServerWatch | None = None) -> None:
     """Raise :class:`DatabaseNotWritable` (closing ``conn``) when its server cannot take
-    writes: a pool's ``check`` and ``configure`` hook, so such a connection is discarded and
-    a new one sought (a multi-host DSN with ``target_session_attrs=read-write`` finds the
-    new primary)."""
-    why = await store.not_writable(conn)
+    writes, or (``watch``) is not the server connections must reach: a pool's ``check`` and
+    ``configure`` hook, so such a connection is discarded and a new one sought (a multi-host
+    DSN with ``target_session_attrs=read-write`` finds the new primary; the watch steers it
+    past a writable host it refused)."""
+    state = await store.server_state(conn)
+    address = f"{conn.info.host}:{conn.info.port}"  # unreadable once closed
+    why: str | None = None
+    if state["in_recovery"]:
+        why = "the server is in recovery (a standby)"
+    elif state["read_only"]:
+        why = "the server is read-only (transaction_read_only is on)"
+    elif watch is not None:
+        server = Server(state["system_identifier"], int(state["timeline"]), address)
+        why = await watch.admit(server, conn)
     if why is not None:
-        server = f"{conn.info.host}:{conn.info.port}"  # unreadable once closed
         await conn.close()
-        raise DatabaseNotWritable(f"{why}: {server}")
+        raise DatabaseNotWritable(f"{why}: {address}")
 
 
 class WritablePool(AsyncConnectionPool[Conn]):
-    """A pool that lends only connections to a server taking writes (see :func:`make_pool`);
-    ``refused`` says why the last connection it checked was refused, None once one passes."""
+    """A pool that lends only connections to a server taking writes and, through ``watch``,
+    only to the server its owner has switched to (see :func:`make_pool`); ``refused`` says
+    why the last connection it checked was refused, None once one passes."""
 
     refused: str | None = None
+    watch: ServerWatch
+    dsn: str  # the DSN as configured (``conninfo`` is the watch's steering of it)
+
+
+def pool_hosts(pool: AsyncConnectionPool[Any]) -> str:
+    """The ``host:port`` list of ``pool``'s DSN, for logs."""
+    return hosts(pool.dsn if isinstance(pool, WritablePool) else pool.conninfo)
 
 
 @asynccontextmanager
@@ -138,14 +156,16 @@ def make_pool(
     max_size: int,
     timeout: float,
     session: Callable[[Conn], Awaitable[None]] | None = None,
+    watch: ServerWatch | None = None,
 ) -> WritablePool:
-    """A pool (not yet open) whose connections reach a writable server: checked when made
-    and whenever lent (the check replaces psycopg_pool's own round trip); ``session``
-    configures each new one."""
+    """A pool (not yet open) whose connections reach a writable server, the one ``watch``
+    (a new one by default) has switched to: checked when made and whenever lent (the check
+    replaces psycopg_pool's own round trip); ``session`` configures each new one."""
+    watch = watch if watch is not None else ServerWatch()
 
     async def check(conn: Conn) -> None:
         try:
-            await require_writable(store, conn)
+            await require_writable(store, conn, watch)
         except DatabaseNotWritable as exc:
             pool.refused = describe_error(exc)
             raise
@@ -156,8 +176,11 @@ def make_pool(
         if session is not None:
             await session(conn)
 
+    async def steered() -> str:
+        return watch.steer(conninfo)
+
     pool = WritablePool(
-        conninfo,
+        steered,
         min_size=min_size,
         max_size=max_size,
         open=False,
@@ -166,6 +189,7 @@ def make_pool(
         configure=configure,
         kwargs=connect_options(conninfo, app_name, transaction_pooling=transaction_pooling),
     )
+    pool.watch, pool.dsn = watch, conninfo
     return pool
 
 

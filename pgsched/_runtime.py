@@ -25,7 +25,7 @@ from ._config import JobSpec
 from ._connection import (
     Backoff,
     WritablePool,
-    hosts,
+    pool_hosts,
     pooled,
     require_writable,
     unavailable,
@@ -36,6 +36,7 @@ from ._metrics import Metrics
 from ._offers import OfferPlanner
 from ._recorder import Recorder, TickReport
 from ._results import describe_error
+from ._servers import ServerWatch
 from ._store import Conn, Probe, Store
 from ._transaction import Transactions
 from ._writer import LeaseWriter
@@ -80,11 +81,14 @@ class Runtime:
         runner_id, max_concurrency = settings.runner_id, settings.max_concurrency
         self.runner_id = runner_id
         self.tick_interval = settings.tick_interval.total_seconds()
+        # The server this replica writes to; on a change, what it lacks is put back first.
+        self.watch = pool.watch if isinstance(pool, WritablePool) else ServerWatch()
         transactions = Transactions(
             settings.conninfo,
             settings.app_name,
             store,
             transaction_pooling=settings.transaction_pooling,
+            watch=self.watch,
         )
         self.last_tick_ok: float | None = None
         self.last_tick_at: float | None = None  # any tick, failed or not: the loop is alive
@@ -99,6 +103,8 @@ class Runtime:
             recorder=self.recorder,
         )
         self.executor = Executor(self.leases, self.recorder, transactions, self.writer.submit)
+        self.watch.on_adopting(self.writer.reapply)
+        self.watch.on_adopted(self.recorder.database_server)
         self._wake = asyncio.Event()
         self._next_due: float | None = None  # monotonic time the next plan falls due
         self._stopping = asyncio.Event()
@@ -109,7 +115,7 @@ class Runtime:
         # bad job must not get the replica restarted); /healthz.
         self.started_at = time.monotonic()
         self._last_served = self.started_at
-        self._hosts = hosts(pool.conninfo)
+        self._hosts = pool_hosts(pool)
         self._tick_backoff = Backoff()
 
     @property
@@ -322,7 +328,7 @@ class Runtime:
                     while True:
                         async for _ in conn.notifies(timeout=_LISTEN_CHECK_S):
                             self.wake()
-                        await require_writable(self._store, conn)
+                        await require_writable(self._store, conn, self.watch)
             except Exception as exc:
                 delay = backoff.delay()
                 self.recorder.log.warning(

@@ -7,7 +7,9 @@ about what to run.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from collections import deque
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -15,14 +17,19 @@ from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
 
-from ._connection import Backoff, hosts, pooled, unavailable
+from ._connection import Backoff, pool_hosts, pooled, unavailable
 from ._leases import Lease, LeaseTable
 from ._outcomes import Outcome
 from ._recorder import Recorder
 from ._results import describe_error
-from ._store import Finish, Store
+from ._servers import Server
+from ._store import Conn, Finish, Restore, Store
 
 _FINISH_BATCH = 2_000
+# Terminal writes kept to put back after a failover: an asynchronous standby lags by seconds
+# at most in a healthy cluster; ten minutes covers a lagging one with room to spare.
+_REMEMBER_S = 600.0
+_REMEMBER_MAX = 50_000
 # With other leases still running, the writer waits up to this long for more outcomes.
 _FINISH_LINGER_S = 0.05
 
@@ -40,11 +47,13 @@ class LeaseWriter:
     ) -> None:
         self._store, self._pool = store, pool
         self._leases, self._recorder = leases, recorder
-        self._hosts = hosts(pool.conninfo)
+        self._hosts = pool_hosts(pool)
         # Since when (monotonic) a write has kept failing for want of a database: /healthz.
         self.failing_since: float | None = None
         self._outbox: asyncio.Queue[tuple[Lease, Outcome]] = asyncio.Queue()
         self._lock = asyncio.Lock()
+        self.memory = WriteMemory()
+        self._landed: dict[UUID, Finish] = {}  # the row each landed write stored, until settled
 
     def submit(self, lease: Lease, outcome: Outcome) -> None:
         """Queue ``lease``'s terminal write; its slot is freed once it is written."""
@@ -71,7 +80,12 @@ class LeaseWriter:
                 self._leases.lose(lease, "terminal write matched no row holding this lease")
                 continue
             self._recorder.finished(lease, outcome, written[lease.execution_id])
+            stored = self._landed.pop(lease.execution_id, None)
+            if stored is not None:
+                self.memory.remember(lease, stored, written[lease.execution_id])
             self._leases.release(lease)
+        for lease, _ in batch:
+            self._landed.pop(lease.execution_id, None)
 
     async def _next_batch(self) -> list[tuple[Lease, Outcome]]:
         """The next outcome, and those that follow it closely: while other leases may still
@@ -151,7 +165,37 @@ class LeaseWriter:
 
     async def _finish(self, rows: list[Finish]) -> dict[UUID, datetime | None]:
         async with self._lock, pooled(self._pool) as conn:
-            return await self._store.finish(conn, rows)
+            written = await self._store.finish(conn, rows)
+        self._landed.update((row.id, row) for row in rows if row.id in written)
+        return written
+
+    # -- after a failover -----------------------------------------------------------------
+
+    async def reapply(self, previous: Server | None, server: Server, conn: Conn) -> None:
+        """Put back on ``server`` (the new one, through ``conn``) what this replica wrote to
+        ``previous`` lately and the new server may lack: its recent terminal writes and the
+        claims of the leases it holds. A statement error is logged, not raised: the switch to
+        the new server must not wait on it."""
+        if previous is None:
+            return
+        held = [lease for lease in self._leases.all() if not lease.submitted]
+        rows = self.memory.rows(held)
+        if not rows:
+            return
+        try:
+            counts = await self._store.reapply(conn, rows)
+        except Exception as exc:
+            if unavailable(exc):
+                raise  # the new server is gone too: the switch is tried again
+            self._recorder.log.error("reapply_failed", error=describe_error(exc), rows=len(rows))
+            return
+        self._recorder.log.warning(
+            "writes_reapplied",
+            rows=len(rows),
+            brought=counts["brought"],
+            restored=counts["restored"],
+            server=server.describe(),
+        )
 
     # -- heartbeats ---------------------------------------------------------------------------
 
@@ -189,6 +233,54 @@ class LeaseWriter:
         ]
         async with self._lock, pooled(self._pool) as conn:
             return await self._store.heartbeat(conn, leases)
+
+
+class WriteMemory:
+    """What this replica wrote lately: each landed terminal write, kept for
+    :data:`_REMEMBER_S` (at most :data:`_REMEMBER_MAX`), to put back after a failover."""
+
+    def __init__(self) -> None:
+        self._writes: deque[tuple[float, Restore]] = deque()
+
+    def remember(self, lease: Lease, stored: Finish, next_retry_at: datetime | None) -> None:
+        row = replace(
+            _claim_row(lease), status=stored.status, outcome=stored, next_retry_at=next_retry_at
+        )
+        self._writes.append((time.monotonic(), row))
+        cutoff = time.monotonic() - _REMEMBER_S
+        while self._writes and (self._writes[0][0] < cutoff or len(self._writes) > _REMEMBER_MAX):
+            self._writes.popleft()
+
+    def rows(self, held: list[Lease]) -> list[Restore]:
+        """The recent writes and the claims of the leases ``held``, one row per execution
+        (its latest write)."""
+        cutoff = time.monotonic() - _REMEMBER_S
+        latest = {row.id: row for at, row in self._writes if at >= cutoff}
+        for lease in held:
+            latest.setdefault(lease.execution_id, _claim_row(lease))
+        return list(latest.values())
+
+
+def _claim_row(lease: Lease) -> Restore:
+    """``lease``'s execution as claimed (RUNNING, under this replica's lease)."""
+    run, job = lease.run, lease.job
+    return Restore(
+        id=run.execution_id,
+        job=run.job,
+        scope_kind=run.scope.kind,
+        scope_id=run.scope.id,
+        plan_time=run.plan_time,
+        trigger=run.trigger,
+        attempt=run.attempt,
+        max_attempts=run.max_attempts,
+        runner_id=run.runner_id,
+        token=run.lease_token,
+        fencing_token=run.fencing_token,
+        exclusive=job.overlap == "forbid",
+        payload_json=json.dumps(run.payload),
+        started_at=lease.started_at,
+        stale_s=job.stale_timeout.total_seconds(),
+    )
 
 
 def _unstorable(row: Finish, exc: Exception) -> Finish:
