@@ -23,13 +23,16 @@ from ._store import Conn, Store
 
 # A server that vanishes without closing its sockets (a crashed host, a partition) is noticed
 # within keepalives_idle + keepalives_interval * keepalives_count = 11 s on an idle
-# connection, and a connect to it gives up after connect_timeout. A DSN's own values win.
+# connection, and within tcp_user_timeout (10 s) on one whose statement or result is not
+# acknowledged: together a bound on every statement that waits on a dead host. A connect to
+# it gives up after connect_timeout. A DSN's own values win.
 LIBPQ_DEFAULTS = {
     "connect_timeout": "5",
     "keepalives": "1",
     "keepalives_idle": "5",
     "keepalives_interval": "2",
     "keepalives_count": "3",
+    "tcp_user_timeout": "10000",
 }
 # libpq reads these from the environment when the DSN does not set them.
 _ENVIRONMENT = {"connect_timeout": "PGCONNECT_TIMEOUT"}

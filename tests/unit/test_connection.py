@@ -26,6 +26,7 @@ def test_libpq_defaults_fill_what_the_dsn_leaves_unset(monkeypatch: pytest.Monke
         "keepalives_idle": "5",
         "keepalives_interval": "2",
         "keepalives_count": "3",
+        "tcp_user_timeout": "10000",
     }
     assert options["autocommit"] is True
     assert options["application_name"] == "pgsched r1"
