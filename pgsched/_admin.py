@@ -19,6 +19,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from ._config import JobSpec
+from ._connection import connect_options, not_writable, require_writable
 from ._dsn import require_dsn, resolve_dsn, resolve_transaction_pooling
 from ._durations import Duration, parse_duration
 from ._errors import ConfigError
@@ -26,6 +27,7 @@ from ._model import GLOBAL, Scope
 from ._ops import Operations, _no_jobs
 from ._portal import PORTAL
 from ._schedules import Schedule, ScheduleSpec
+from ._servers import ServerWatch
 from ._store import Conn, Store
 from ._views import Execution, JobStatus
 
@@ -133,8 +135,8 @@ class Admin(ScheduleMethods):
         )
         self._app_name = app_name
         self.transaction_pooling = resolve_transaction_pooling(transaction_pooling)
-        self._prepare_threshold = None if self.transaction_pooling else 5
         self._store = Store(self.schema)
+        self._watch = ServerWatch()  # the server this Admin writes to (see _servers)
         self._ops = Operations(self._store, self._connect, jobs)
         self._kept = _Kept()  # touched on the portal's loop only, or once dead
         weakref.finalize(self, _close_kept, self._kept)  # collected, or the interpreter exits
@@ -157,6 +159,10 @@ class Admin(ScheduleMethods):
             conn = await self._open()
         try:
             yield conn
+        except Exception as exc:
+            if not_writable(exc):  # a read-only server: never lend this connection again
+                await conn.close()
+            raise
         finally:
             if keep and self._reusable(conn):
                 self._kept.conns.append(conn)
@@ -164,13 +170,12 @@ class Admin(ScheduleMethods):
                 await conn.close()
 
     async def _open(self) -> Conn:
-        conn = await psycopg.AsyncConnection.connect(
-            self._connect_info(),
-            autocommit=True,
-            application_name=self._app_name,
-            prepare_threshold=self._prepare_threshold,
-        )
+        dsn = self._connect_info()
+        options = connect_options(dsn, self._app_name, transaction_pooling=self.transaction_pooling)
+        conn = await psycopg.AsyncConnection.connect(self._watch.steer(dsn), **options)
         try:
+            # A standby, a read-only primary or a demoted one beside the promoted: refused.
+            await require_writable(self._store, conn, self._watch)
             if not self.transaction_pooling:
                 timeout = self.statement_timeout
                 await self._store.configure_session(conn, timeout, timeout * 2)

@@ -14,6 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ._admin import check_schema
 from ._config import JobSpec
+from ._connection import make_pool, pooled
 from ._dsn import require_dsn, resolve_dsn, resolve_transaction_pooling
 from ._durations import Duration, parse_duration
 from ._ops import Operations, _no_jobs
@@ -68,19 +69,15 @@ class AsyncAdmin(Operations):
         """Open the pool (done on entry, or by the first operation)."""
         if self._pool is not None:
             return
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        pool = make_pool(
             require_dsn(resolve_dsn(self._dsn)),
+            store=self._store,
+            app_name=self._app_name,
+            transaction_pooling=self.transaction_pooling,
             min_size=1,
             max_size=self._max_connections,
-            open=False,
             timeout=max(5.0, self._timeout.total_seconds()),
-            check=AsyncConnectionPool.check_connection,
-            configure=self._configure,
-            kwargs={
-                "autocommit": True,
-                "application_name": self._app_name,
-                "prepare_threshold": None if self.transaction_pooling else 5,
-            },
+            session=self._configure,
         )
         await pool.open()
         self._pool = pool
@@ -99,5 +96,5 @@ class AsyncAdmin(Operations):
     async def _connection(self) -> AsyncIterator[Conn]:
         await self.open()
         assert self._pool is not None
-        async with self._pool.connection() as conn:
+        async with pooled(self._pool) as conn:
             yield conn

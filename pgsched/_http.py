@@ -13,6 +13,7 @@ import json
 import os
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 import psycopg
@@ -31,6 +32,7 @@ from ._results import describe_error
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _T = TypeVar("_T")
 _DB_TIMEOUT = 5.0
+_REFUSED_WAIT = 1.0
 
 
 class Health(Protocol):
@@ -39,6 +41,11 @@ class Health(Protocol):
     runner_id: str
     tick_interval: float
     last_tick_at: float | None
+    started_at: float
+
+    def failing(self) -> dict[str, float]: ...
+
+    def not_writable(self) -> str | None: ...
 
 
 class HttpServer:
@@ -116,20 +123,42 @@ class HttpServer:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(self, request: web.Request) -> web.Response:
-        """200 while the tick loop is alive: it ticked (successfully or not) recently."""
+        """200 while the tick loop is alive (it ticked, successfully or not, recently) and
+        neither it nor the writer has kept failing for longer than the health timeout (a
+        restart may then help: a replica stuck on a server that is gone, say)."""
+        now = time.monotonic()
         last = self._health.last_tick_at
         allowed = max(3 * self._health.tick_interval, 10.0)
-        age = None if last is None else time.monotonic() - last
-        alive = age is not None and age <= allowed + _DB_TIMEOUT * 2
-        body = {"alive": alive, "last_tick_age_s": None if age is None else round(age, 3)}
+        age = None if last is None else now - last
+        # Before its first tick has ended, the loop counts from the replica's start.
+        ticking = now - (last or self._health.started_at) <= allowed + _DB_TIMEOUT * 2
+        failing = [
+            {
+                "task": task,
+                "failing_since": _wall(since, now),
+                "failing_for_s": round(now - since, 1),
+            }
+            for task, since in sorted(self._health.failing().items())
+        ]
+        alive = ticking and not failing
+        body = {
+            "alive": alive,
+            "last_tick_age_s": None if age is None else round(age, 3),
+            "failing": failing,
+        }
         return _json(body, 200 if alive else 503)
 
     async def readyz(self, request: web.Request) -> web.Response:
-        """200 when the database answers and the schema is migrated."""
+        """200 when the database answers, takes writes and the schema is migrated. After the
+        pool refused a read-only server, a probe waits briefly: a connection lent now has
+        passed the pool's check, so the server takes writes again."""
+        refused = self._health.not_writable()
         try:
-            migrated = await self._db(self._ops.is_migrated())
+            async with asyncio.timeout(_REFUSED_WAIT if refused else _DB_TIMEOUT):
+                migrated = await self._ops.is_migrated()
         except (psycopg.Error, TimeoutError) as exc:
-            return _json({"ready": False, "reason": describe_error(exc)}, 503)
+            why = f"database not writable: {refused}" if refused else describe_error(exc)
+            return _json({"ready": False, "reason": why}, 503)
         if not migrated:
             return _json(
                 {"ready": False, "reason": "schema not migrated: run pgsched migrate"}, 503
@@ -230,6 +259,11 @@ async def _body(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ConfigError("the request body must be a JSON object")
     return body
+
+
+def _wall(monotonic: float, now: float) -> str:
+    """The UTC wall-clock time of the monotonic instant ``monotonic`` (``now`` on that clock)."""
+    return datetime.fromtimestamp(time.time() - (now - monotonic), UTC).isoformat()
 
 
 def _json(body: Any, status: int) -> web.Response:

@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -32,9 +32,11 @@ class Lease:
     liveness: Liveness
     next_beat: float
     claim_lag: float | None = None  # seconds late at claim, for first scheduled attempts
+    started_at: datetime | None = None  # the claim's database time (re-applied after a failover)
     kind: str = "won"  # how it was claimed: won, stole, retry
     claimed_at: float = field(default_factory=time.monotonic)
     abandoned: bool = False  # shutdown wrote (or is writing) its outcome
+    submitted: bool = False  # its outcome is queued for (or being retried by) the writer
     previous: Lease | None = None  # overlap="forbid": the scope's earlier plan, still running here
     task: asyncio.Future[Any] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -156,6 +158,7 @@ def open_lease(job: JobSpec, claim: Claim, runner_id: str, log: FilteringBoundLo
         liveness,
         next_beat=time.monotonic() + job.heartbeat_interval.total_seconds(),
         kind=claim.kind,
+        started_at=claim.started_at,
     )
     if claim.kind == "won" and claim.trigger == "schedule" and claim.started_at is not None:
         # The claim's database time less the due time; the executor adds any local wait.

@@ -23,6 +23,18 @@ def _redact_passwords(
     return event
 
 
+def _one_line(
+    _logger: Any, _method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """The message and error of an event on one line: libpq lists every host it tried on a
+    line of its own (a multi-host DSN), and psycopg_pool quotes that in its warnings."""
+    for key in ("event", "error"):
+        value = event.get(key)
+        if isinstance(value, str) and "\n" in value:
+            event[key] = " | ".join(part.strip() for part in value.splitlines() if part.strip())
+    return event
+
+
 def configure_logging(fmt: str | None = None, level: int | str | None = None) -> None:
     """Configure structlog globally for pgsched's command line (or for an application).
 
@@ -52,6 +64,7 @@ def configure_logging(fmt: str | None = None, level: int | str | None = None) ->
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.format_exc_info,
         _redact_passwords,
+        _one_line,
     ]
     structlog.configure(
         processors=[structlog.contextvars.merge_contextvars, *shared, renderer],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ._gauges import ClusterGauges
+from ._servers import Server
 from ._views import JobStatus
 
 _RUN_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
@@ -68,6 +70,18 @@ class Metrics:
             registry=r,
         )
 
+        self.database_changes = Counter(
+            "pgsched_database_changes",
+            "Times this replica switched to another database server (a failover or switchover).",
+            registry=r,
+        )
+        self.database_info = Gauge(
+            "pgsched_database_info",
+            "The database server this replica writes to (1), by system identifier and timeline.",
+            ["system_identifier", "timeline"],
+            registry=r,
+        )
+
     def _counter(self, name: str, doc: str, *labels: str) -> Counter:
         return Counter(name, doc, ["job", *labels], registry=self.registry)
 
@@ -116,6 +130,14 @@ class Metrics:
         self.leases_lost.labels(job)
         if interval is not None:
             self.job_interval.labels(job).set(interval.total_seconds())
+
+    def database_server(self, previous: Server | None, server: Server) -> None:
+        """The replica now writes to ``server`` (after ``previous``, a change, when given)."""
+        if previous is not None:
+            self.database_changes.inc()
+            with contextlib.suppress(KeyError):
+                self.database_info.remove(previous.system_identifier, str(previous.timeline))
+        self.database_info.labels(server.system_identifier, str(server.timeline)).set(1)
 
     def set_cluster_state(self, summary: Iterable[JobStatus]) -> None:
         """Set the database-derived gauges from the jobs' status."""

@@ -15,6 +15,7 @@ from ._model import bound_logger
 if TYPE_CHECKING:
     from ._leases import Lease
     from ._outcomes import Outcome
+    from ._servers import Server
 
 ClaimKind = Literal["won", "stole", "retry"]
 _REPORT_FIELD = {"won": "claimed", "stole": "stolen", "retry": "retried"}
@@ -128,6 +129,17 @@ class Recorder:
 
     def tick(self, seconds: float) -> None:
         self.metrics.tick(seconds)
+
+    def database_server(self, previous: Server | None, server: Server) -> None:
+        """The replica writes to ``server`` from now on: the first it met, or (after
+        ``previous``) another one, a failover or switchover, said once."""
+        self.metrics.database_server(previous, server)
+        if previous is None:
+            self.log.info("database_server", server=server.describe())
+        else:
+            self.log.warning(
+                "database_changed", previous=previous.describe(), server=server.describe()
+            )
 
     def error(self, event: str, **fields: Any) -> None:
         """A tick (or one job's part of it) failed; the engine carries on."""

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
+from ._connection import pooled
 from ._ops import Operations
 from ._recorder import TickReport
 from ._results import describe_error
@@ -30,7 +31,7 @@ class Replica:
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[Conn]:
-        async with self._pool.connection() as conn:
+        async with pooled(self._pool) as conn:  # a read-only server's connection is dropped
             yield conn
 
     def operations(self) -> Operations:

@@ -22,12 +22,21 @@ from psycopg_pool import AsyncConnectionPool
 
 from ._claims import ClaimBatch, Claimer, superseded_pairs
 from ._config import JobSpec
+from ._connection import (
+    Backoff,
+    WritablePool,
+    pool_hosts,
+    pooled,
+    require_writable,
+    unavailable,
+)
 from ._execution import Executor
 from ._leases import LeaseTable, open_lease
 from ._metrics import Metrics
 from ._offers import OfferPlanner
 from ._recorder import Recorder, TickReport
 from ._results import describe_error
+from ._servers import ServerWatch
 from ._store import Conn, Probe, Store
 from ._transaction import Transactions
 from ._writer import LeaseWriter
@@ -35,6 +44,7 @@ from ._writer import LeaseWriter
 # A replica ticks this long after a plan falls due (database clock), not up to a tick later.
 _DUE_MARGIN_S = 0.005
 _REGISTER_EVERY = 60.0
+_LISTEN_CHECK_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,8 @@ class ReplicaSettings:
     # Behind a transaction-pooling PgBouncer: no LISTEN (the tick wakes the replica), no
     # prepared statements, no session settings outside a transaction (SPEC §10).
     transaction_pooling: bool = False
+    # /healthz answers 503 once the tick loop or the writer has not succeeded for this long.
+    health_timeout: timedelta = timedelta(seconds=60)
 
 
 class Runtime:
@@ -69,11 +81,14 @@ class Runtime:
         runner_id, max_concurrency = settings.runner_id, settings.max_concurrency
         self.runner_id = runner_id
         self.tick_interval = settings.tick_interval.total_seconds()
+        # The server this replica writes to; on a change, what it lacks is put back first.
+        self.watch = pool.watch if isinstance(pool, WritablePool) else ServerWatch()
         transactions = Transactions(
             settings.conninfo,
             settings.app_name,
             store,
             transaction_pooling=settings.transaction_pooling,
+            watch=self.watch,
         )
         self.last_tick_ok: float | None = None
         self.last_tick_at: float | None = None  # any tick, failed or not: the loop is alive
@@ -86,19 +101,42 @@ class Runtime:
             pool=pool,
             leases=self.leases,
             recorder=self.recorder,
-            retry_every_s=self.tick_interval,
         )
         self.executor = Executor(self.leases, self.recorder, transactions, self.writer.submit)
+        self.watch.on_adopting(self.writer.reapply)
+        self.watch.on_adopted(self.recorder.database_server)
         self._wake = asyncio.Event()
         self._next_due: float | None = None  # monotonic time the next plan falls due
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._registered: list[tuple[str, str]] = []
         self._registered_at = 0.0
+        # The last tick the database served to its end (a job's own claim error aside: one
+        # bad job must not get the replica restarted); /healthz.
+        self.started_at = time.monotonic()
+        self._last_served = self.started_at
+        self._hosts = pool_hosts(pool)
+        self._tick_backoff = Backoff()
 
     @property
     def report(self) -> TickReport:
         return self.recorder.report
+
+    def failing(self) -> dict[str, float]:
+        """The loops that have not succeeded for longer than the health timeout (task name:
+        monotonic time since when): the tick loop since the database last served a whole tick
+        (or the start), the writer since its first failed attempt at the write it is
+        retrying, and any loop that has ended (which must not happen)."""
+        now, bound = time.monotonic(), self.settings.health_timeout.total_seconds()
+        since = {"tick": self._last_served, "writer": self.writer.failing_since}
+        out = {task: t for task, t in since.items() if t is not None and now - t > bound}
+        out.update({t.get_name(): now for t in self._loops if t.done()})
+        return out
+
+    def not_writable(self) -> str | None:
+        """Why the pool refused its last connection (a read-only server), None when the last
+        one it checked could take writes."""
+        return self.pool.refused if isinstance(self.pool, WritablePool) else None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -130,8 +168,13 @@ class Runtime:
 
     async def _pause(self, ok: bool, started: float) -> None:
         """Wait for the next tick: a tick after the last one, or sooner when a plan falls due
-        or something wakes the loop (after a failed tick, a whole tick: the pool reconnects)."""
+        or something wakes the loop (after a failed tick, the backoff's delay: 0.5 s doubling
+        to 5 s, while the pool reconnects)."""
         delay = max(0.0, self.tick_interval - (time.monotonic() - started))
+        if ok:
+            self._tick_backoff.reset()
+        else:
+            delay = self._tick_backoff.delay()
         if ok and self._next_due is not None:
             delay = min(delay, max(0.0, self._next_due - time.monotonic()))
         waits = [asyncio.ensure_future(self._stopping.wait())]
@@ -164,7 +207,8 @@ class Runtime:
                 await asyncio.wait_for(self.wait_idle(), grace.total_seconds())
         why = f"Shutdown: replica {self.runner_id} stopped before the handler finished"
         for lease in self.leases.all():
-            if not (lease.abandoned or lease.done.is_set()):
+            # An outcome already queued (the writer may be waiting out the database) stands.
+            if not (lease.abandoned or lease.submitted or lease.done.is_set()):
                 self.executor.abandon(lease, why)
         try:
             await asyncio.wait_for(self.wait_idle(), max(5.0, self.tick_interval * 5))
@@ -181,8 +225,14 @@ class Runtime:
         started = time.monotonic()
         try:
             ok = await self._tick()
+            self._last_served = time.monotonic()
         except Exception as exc:
-            self.recorder.error("tick_error", error=describe_error(exc))
+            self.recorder.error(
+                "tick_error",
+                error=describe_error(exc),
+                error_class=type(exc).__name__,
+                host=self._hosts,
+            )
             ok = False
         finally:
             self.last_tick_at = time.monotonic()
@@ -196,7 +246,7 @@ class Runtime:
         if not jobs:
             return True
         ok = True
-        async with self._pool.connection() as conn:
+        async with pooled(self._pool) as conn:
             dynamic = [name for name, job in jobs.items() if job.dynamic]
             probe = await self._store.probe(conn, list(jobs), dynamic)
             probed_at = time.monotonic()
@@ -221,7 +271,7 @@ class Runtime:
                 batch = await self._claim(conn, job, probe, first)
             except Exception as exc:
                 self.offers.forget(job.name)  # its claims may have been rolled back
-                if conn.broken:
+                if conn.broken or unavailable(exc):  # the whole tick fails: no use going on
                     raise
                 self.recorder.error("tick_error", job=job.name, error=describe_error(exc))
                 return False
@@ -264,16 +314,31 @@ class Runtime:
 
     async def _listen_loop(self) -> None:
         """Wake the tick loop on NOTIFY (trigger, pause, resume, backfill); the tick stays
-        the fallback for a notification missed while reconnecting."""
+        the fallback for a notification missed while reconnecting. Every few seconds the
+        listening connection's server is checked: one that stopped taking writes (a
+        switchover) hears no NOTIFY from the new primary, so the loop reconnects."""
+        backoff = Backoff()
         while True:
             try:
-                async with self._pool.connection() as conn:
+                async with pooled(self._pool) as conn:
                     await self._store.listen(conn)
-                    async for _ in conn.notifies():
+                    if backoff.failures:  # a NOTIFY may have been missed meanwhile
                         self.wake()
+                    backoff.reset()
+                    while True:
+                        async for _ in conn.notifies(timeout=_LISTEN_CHECK_S):
+                            self.wake()
+                        await require_writable(self._store, conn, self.watch)
             except Exception as exc:
-                self.recorder.log.warning("listen_error", error=describe_error(exc))
-                await asyncio.sleep(self.tick_interval)
+                delay = backoff.delay()
+                self.recorder.log.warning(
+                    "listen_error",
+                    error=describe_error(exc),
+                    error_class=type(exc).__name__,
+                    host=self._hosts,
+                    retry_in_s=delay,
+                )
+                await asyncio.sleep(delay)
 
 
 def _dynamic_due(jobs: Mapping[str, JobSpec], probe: Probe) -> timedelta | None:

@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 from ._admin import Admin, ScheduleMethods, blocking
 from ._aio import AsyncAdmin
 from ._config import Handler
+from ._connection import make_pool
 from ._dsn import resolve_transaction_pooling
 from ._durations import Duration, parse_duration
 from ._errors import ConfigError, PgschedError
@@ -47,7 +48,9 @@ class Scheduler(JobRegistry, ScheduleMethods):
     ``pgsched.prune`` deletes finished rows older than that every hour. With
     ``transaction_pooling`` (else ``PGSCHED_TRANSACTION_POOLING``) it works through a
     transaction-pooling PgBouncer: no LISTEN, no prepared statements, no session settings
-    outside a transaction (SPEC §10). Operator actions on
+    outside a transaction (docs/pgbouncer.md). ``/healthz`` answers 503 once the tick loop or the
+    terminal writer has not succeeded for ``health_timeout`` (else
+    ``PGSCHED_HEALTH_TIMEOUT``, else 60 s). Operator actions on
     the jobs (``trigger``, ``pause``...) go through ``self.admin``; ``self.aio`` offers them
     as coroutines.
     """
@@ -64,6 +67,7 @@ class Scheduler(JobRegistry, ScheduleMethods):
         retention: Duration | None = None,
         statement_timeout: Duration = "30s",
         transaction_pooling: bool | None = None,
+        health_timeout: Duration | None = None,
     ) -> None:
         if (
             not isinstance(max_concurrency, int)
@@ -78,6 +82,11 @@ class Scheduler(JobRegistry, ScheduleMethods):
         self.shutdown_grace = parse_duration(shutdown_grace, field="shutdown_grace")
         self.statement_timeout = parse_duration(
             statement_timeout, field="statement_timeout", allow_zero=False
+        )
+        self.health_timeout = parse_duration(
+            health_timeout or os.environ.get("PGSCHED_HEALTH_TIMEOUT") or "60s",
+            field="health_timeout",
+            allow_zero=False,
         )
         self.max_concurrency = max_concurrency
         self.metrics = Metrics(registry)
@@ -280,6 +289,7 @@ class Scheduler(JobRegistry, ScheduleMethods):
             self.admin._connect_info(),
             self._app_name(),
             transaction_pooling=self.transaction_pooling,
+            health_timeout=self.health_timeout,
         )
         return Replica(Runtime(lambda: self.jobs, pool, self.metrics, settings))
 
@@ -293,17 +303,13 @@ class Scheduler(JobRegistry, ScheduleMethods):
             if not self.transaction_pooling:  # a pooler's server sessions are shared
                 await self.admin._store.configure_session(conn, timeout, timeout * 2)
 
-        return AsyncConnectionPool(
+        return make_pool(
             self.admin._connect_info(),
+            store=self.admin._store,
+            app_name=self._app_name(),
+            transaction_pooling=self.transaction_pooling,
             min_size=2,
             max_size=6,
-            open=False,
             timeout=max(5.0, self.tick_interval.total_seconds() * 3),
-            check=AsyncConnectionPool.check_connection,
-            configure=configure,
-            kwargs={
-                "autocommit": True,
-                "application_name": self._app_name(),
-                "prepare_threshold": None if self.transaction_pooling else 5,
-            },
+            session=configure,
         )

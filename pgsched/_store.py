@@ -129,6 +129,31 @@ class Finish:
     retry_delay_s: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class Restore:
+    """One execution as this replica last wrote it (claimed, renewed or finished), to put
+    back on a server that lacks it after a failover. ``status`` RUNNING: a lease still held."""
+
+    id: UUID
+    job: str
+    scope_kind: str
+    scope_id: str
+    plan_time: datetime
+    trigger: str
+    attempt: int
+    max_attempts: int
+    runner_id: str
+    token: UUID
+    fencing_token: int
+    exclusive: bool
+    payload_json: str
+    started_at: datetime | None
+    stale_s: float
+    status: str = "RUNNING"
+    outcome: Finish | None = None
+    next_retry_at: datetime | None = None
+
+
 class _Statements:
     """The named statements of one schema, and how to run them."""
 
@@ -282,12 +307,30 @@ class Store(_Statements):
             cur.execute(self._q["finish"], _finish_params(batch))
             return {r["id"]: r["next_retry_at"] for r in cur.fetchall()}
 
+    async def reapply(self, conn: Conn, rows: Sequence[Restore]) -> Row:
+        """Put ``rows`` back where the server lacks them (``brought``: rows found in an
+        earlier state; ``restored``: rows inserted)."""
+        return await self._one(conn, "reapply", _restore_params(rows))
+
     async def configure_session(
         self, conn: Conn, statement: timedelta, idle: timedelta, *, local: bool = False
     ) -> None:
         """Statement and idle-in-transaction timeouts for the session (or, ``local``, for
         the current transaction only)."""
         await self._rows(conn, "session_settings", _session_params(statement, idle, local))
+
+    async def server_state(self, conn: Conn) -> Row:
+        """Whether the server ``conn`` reaches takes writes (``in_recovery``, ``read_only``)
+        and which it is (``system_identifier``; ``timeline``, None on a standby)."""
+        return await self._one(conn, "server_state")
+
+    def server_state_sync(self, conn: psycopg.Connection[Any]) -> Row:
+        """:meth:`server_state` on a sync connection."""
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(self._q["server_state"])
+            row = cur.fetchone()
+        assert row is not None
+        return row
 
     def configure_session_sync(
         self,
@@ -380,6 +423,35 @@ class Store(_Statements):
 
     async def listen(self, conn: Conn) -> None:
         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+
+
+def _restore_params(rows: Sequence[Restore]) -> dict[str, Any]:
+    ordered = sorted(rows, key=lambda r: r.id)  # one lock order, as the finish takes
+    outcomes = [r.outcome for r in ordered]
+    return {
+        "ids": [r.id for r in ordered],
+        "jobs": [r.job for r in ordered],
+        "kinds": [r.scope_kind for r in ordered],
+        "scope_ids": [r.scope_id for r in ordered],
+        "plans": [r.plan_time for r in ordered],
+        "triggers": [r.trigger for r in ordered],
+        "statuses": [r.status for r in ordered],
+        "attempts": [r.attempt for r in ordered],
+        "max_attempts": [r.max_attempts for r in ordered],
+        "runners": [r.runner_id for r in ordered],
+        "tokens": [r.token for r in ordered],
+        "fencing": [r.fencing_token for r in ordered],
+        "exclusive": [r.exclusive for r in ordered],
+        "payloads": [r.payload_json for r in ordered],
+        "started": [r.started_at for r in ordered],
+        "stale": [r.stale_s for r in ordered],
+        "error_codes": [o.error_code if o else None for o in outcomes],
+        "error_msgs": [o.error_msg if o else None for o in outcomes],
+        "rows": [o.rows_affected if o else None for o in outcomes],
+        "results": [o.result_json if o else None for o in outcomes],
+        "durations": [o.duration_ms if o else None for o in outcomes],
+        "retry_at": [r.next_retry_at for r in ordered],
+    }
 
 
 def _finish_params(batch: Sequence[Finish]) -> dict[str, Any]:

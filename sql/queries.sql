@@ -95,7 +95,7 @@ SET status = 'RUNNING',
     max_attempts = CASE WHEN e.status = 'PENDING' THEN %(max_attempts)s ELSE e.max_attempts END,
     exclusive = %(forbid)s,
     lease_token = gen_random_uuid(),
-    fencing_token = nextval('{schema}.fencing_seq'),
+    fencing_token = {schema}.next_fencing_token(),
     runner_id = %(runner)s,
     heartbeat_at = now.t, stale_after = now.t + %(stale)s, started_at = now.t,
     finished_at = NULL, duration_ms = NULL, next_retry_at = NULL, error_code = NULL,
@@ -208,6 +208,64 @@ FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(statuses)b::text[],
      now
 WHERE e.id = b.id AND e.lease_token = b.token AND e.status = 'RUNNING'
 RETURNING e.id, e.next_retry_at
+
+-- name: reapply
+-- After a failover, what this replica wrote to the previous server that the new one lacks (an
+-- asynchronous standby promoted before it had the last commits). A row missing altogether is
+-- inserted as this replica last wrote it (unless another row now holds its plan: that plan
+-- was claimed again). A finished row found in an earlier state - a lower attempt, PENDING,
+-- or still RUNNING under this replica's lease - is brought to the outcome written. A row
+-- another replica has moved on since (a later attempt, or its own lease) is left alone.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+w AS MATERIALIZED (
+    SELECT * FROM unnest(
+        %(ids)b::uuid[], %(jobs)b::text[], %(kinds)b::text[], %(scope_ids)b::text[],
+        %(plans)b::timestamptz[], %(triggers)b::text[], %(statuses)b::text[],
+        %(attempts)b::integer[], %(max_attempts)b::integer[], %(runners)b::text[],
+        %(tokens)b::uuid[], %(fencing)b::bigint[], %(exclusive)b::boolean[],
+        %(payloads)b::text[], %(started)b::timestamptz[], %(stale)b::float8[],
+        %(error_codes)b::text[], %(error_msgs)b::text[], %(rows)b::bigint[],
+        %(results)b::text[], %(durations)b::integer[], %(retry_at)b::timestamptz[])
+    AS w(id, job, kind, scope_id, plan_time, trigger, status, attempt, max_attempts, runner,
+         token, fencing, exclusive, payload, started_at, stale, error_code, error_msg,
+         rows_affected, result, duration_ms, next_retry_at)
+),
+brought AS (
+    UPDATE {schema}.cron_executions e
+    SET status = w.status, attempt = w.attempt, runner_id = w.runner, lease_token = w.token,
+        fencing_token = w.fencing, started_at = w.started_at,
+        finished_at = w.started_at + make_interval(secs => w.duration_ms / 1000.0),
+        duration_ms = w.duration_ms, rows_affected = w.rows_affected,
+        result = coalesce(w.result::jsonb, '{{}}'), error_code = w.error_code,
+        error_msg = left(w.error_msg, 4000), next_retry_at = w.next_retry_at,
+        updated_at = now.t
+    FROM w, now
+    WHERE e.id = w.id AND w.status <> 'RUNNING'
+      AND (e.attempt < w.attempt
+           OR (e.attempt = w.attempt
+               AND (e.status = 'PENDING'
+                    OR (e.status = 'RUNNING' AND e.lease_token = w.token))))
+    RETURNING e.id
+),
+restored AS (
+    INSERT INTO {schema}.cron_executions AS x
+        (id, job_name, scope_kind, scope_id, plan_time, trigger, status, attempt,
+         max_attempts, runner_id, lease_token, fencing_token, exclusive, payload,
+         heartbeat_at, stale_after, started_at, finished_at, duration_ms, rows_affected,
+         result, error_code, error_msg, next_retry_at, created_at, updated_at)
+    SELECT w.id, w.job, w.kind, w.scope_id, w.plan_time, w.trigger, w.status, w.attempt,
+           w.max_attempts, w.runner, w.token, w.fencing, w.exclusive, w.payload::jsonb,
+           now.t, now.t + make_interval(secs => w.stale), w.started_at,
+           CASE WHEN w.status <> 'RUNNING'
+                THEN w.started_at + make_interval(secs => w.duration_ms / 1000.0) END,
+           w.duration_ms, w.rows_affected, coalesce(w.result::jsonb, '{{}}'), w.error_code,
+           left(w.error_msg, 4000), w.next_retry_at, coalesce(w.started_at, now.t), now.t
+    FROM w, now
+    ORDER BY w.id
+    ON CONFLICT DO NOTHING
+    RETURNING x.id
+)
+SELECT (SELECT count(*) FROM brought) AS brought, (SELECT count(*) FROM restored) AS restored
 
 -- name: trigger
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
@@ -383,6 +441,18 @@ WHERE id IN (
 
 -- name: notify
 SELECT pg_notify(%(channel)s, %(payload)s)
+
+-- name: server_state
+-- Whether this server takes writes (a standby is in recovery, and a primary being switched
+-- over is typically made read-only first), and which server it is: its system identifier
+-- (shared with the standbys cloned from it) and, on a primary, its timeline (raised by every
+-- promotion), read from the name of its current WAL file as Patroni does.
+SELECT pg_is_in_recovery() AS in_recovery,
+       current_setting('transaction_read_only')::boolean AS read_only,
+       (SELECT system_identifier FROM pg_control_system())::text AS system_identifier,
+       CASE WHEN NOT pg_is_in_recovery()
+            THEN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int
+       END AS timeline
 
 -- name: session_settings
 -- Applied to every pgsched connection: a stuck statement or an abandoned transaction cannot

@@ -118,7 +118,7 @@ def db(pg_dsn: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
 # A test's folder is its tier, and its marker, so `pytest -m "unit or integration"` (the fast
 # loop) selects by what a test needs without every module having to say it.
 
-_TIERS = ("unit", "integration", "acceptance", "chaos", "bench", "deploy")
+_TIERS = ("unit", "integration", "acceptance", "chaos", "failover", "bench", "deploy")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1305,7 +1305,7 @@ def _replica_clocks(obs: Observed) -> dict[str, Any]:
     }
 
 
-LOGGED_ERRORS = ("tick_error", "heartbeat_error", "write_error", "stale_closed", "listen_error")
+LOGGED_ERRORS = ("tick_error", "heartbeat_error", "writer_retry", "stale_closed", "listen_error")
 
 
 def evaluate(run: ChaosRun, window: tuple[datetime, datetime]) -> dict[str, Any]:

@@ -1,0 +1,94 @@
+"""Connection settings built in one place, and which errors mean "database unavailable"."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg_pool import PoolTimeout
+
+from pgsched._connection import (
+    LIBPQ_DEFAULTS,
+    Backoff,
+    DatabaseNotWritable,
+    connect_options,
+    hosts,
+    not_writable,
+    unavailable,
+)
+
+
+def test_libpq_defaults_fill_what_the_dsn_leaves_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+    options = connect_options("host=db dbname=x", "pgsched r1", transaction_pooling=False)
+    assert {k: options[k] for k in LIBPQ_DEFAULTS} == {
+        "connect_timeout": "5",
+        "keepalives": "1",
+        "keepalives_idle": "5",
+        "keepalives_interval": "2",
+        "keepalives_count": "3",
+        "tcp_user_timeout": "10000",
+    }
+    assert options["autocommit"] is True
+    assert options["application_name"] == "pgsched r1"
+    assert options["prepare_threshold"] == 5
+
+
+def test_the_dsn_and_the_environment_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "9")
+    dsn = "postgresql://u:secret@db/x?keepalives_idle=60&keepalives=0"
+    options = connect_options(dsn, "a", transaction_pooling=True)
+    assert "connect_timeout" not in options  # libpq reads PGCONNECT_TIMEOUT itself
+    assert "keepalives_idle" not in options and "keepalives" not in options
+    assert options["keepalives_count"] == "3"
+    assert options["prepare_threshold"] is None
+
+
+def test_hosts_lists_every_server_and_no_password() -> None:
+    dsn = "host=a,b port=5432,5433 user=u password=hunter2 target_session_attrs=read-write"
+    assert hosts(dsn) == "a:5432,b:5433"
+    assert hosts("postgresql://u:hunter2@a:6432,b/x") == "a:6432,b"
+    assert hosts(lambda: "host=a") == "?"
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        psycopg.OperationalError("server closed the connection unexpectedly"),
+        psycopg.errors.AdminShutdown("terminating connection due to administrator command"),
+        psycopg.errors.ReadOnlySqlTransaction("cannot execute UPDATE in a read-only transaction"),
+        psycopg.InterfaceError("the connection is closed"),
+        PoolTimeout("couldn't get a connection after 5.00 sec"),
+        DatabaseNotWritable("the server is in recovery"),
+        TimeoutError(),
+    ],
+)
+def test_database_unavailable_is_retried(exc: Exception) -> None:
+    assert unavailable(exc)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        psycopg.errors.CheckViolation("new row violates check constraint"),
+        psycopg.errors.UntranslatableCharacter("unsupported Unicode escape sequence"),
+        psycopg.DataError("invalid input syntax"),
+        psycopg.errors.ProgramLimitExceeded("index row size exceeds maximum"),
+        ValueError("a bug"),
+    ],
+)
+def test_a_statement_error_is_not_retried(exc: Exception) -> None:
+    assert not unavailable(exc)
+
+
+def test_only_a_read_only_server_discards_the_connection() -> None:
+    assert not_writable(psycopg.errors.ReadOnlySqlTransaction("read-only"))
+    assert not_writable(DatabaseNotWritable("in recovery"))
+    assert not not_writable(psycopg.OperationalError("server closed the connection"))
+
+
+def test_backoff_doubles_to_its_cap_and_resets() -> None:
+    backoff = Backoff()
+    assert [backoff.delay() for _ in range(6)] == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+    assert backoff.failures == 6
+    backoff.reset()
+    assert (backoff.delay(), backoff.failures) == (0.5, 1)
