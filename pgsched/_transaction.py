@@ -1,6 +1,9 @@
 """Transactional runs: the handler's writes through ``run.conn`` and the SUCCESS row commit in
 one transaction, guarded by the lease token, so they commit if and only if the lease holds.
-Owns the run's own connection; the engine's pool is never lent to a handler.
+Owns the run's own connection; the engine's pool is never lent to a handler. A transaction
+that failed because the database was unavailable (a failover, a restart, a read-only server)
+is reported as :class:`TransactionUnavailable`, not as the handler's failure: nothing of it
+committed (or, a COMMIT cut off, all of it did), so the plan is not spent.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import Any
 import psycopg
 
 from ._config import JobSpec
-from ._connection import connect_options
+from ._connection import connect_options, not_writable, unavailable
 from ._model import Run
 from ._outcomes import Outcome
 from ._store import Store
@@ -23,54 +26,112 @@ ToOutcome = Callable[[object], Outcome]
 _IDLE_MARGIN = timedelta(seconds=10)
 
 
+class TransactionUnavailable(Exception):
+    """A transactional run's transaction failed for want of a database. ``outcome`` is what it
+    was writing when its COMMIT may have landed (the connection was lost during it), else
+    None: then nothing committed."""
+
+    def __init__(self, cause: BaseException, outcome: Outcome | None) -> None:
+        super().__init__(str(cause))
+        self.cause, self.outcome = cause, outcome
+
+
+def _lost_database(conn: psycopg.BaseConnection[Any], exc: BaseException) -> bool:
+    """The run's transaction failed because of the database, not of the handler: its
+    connection broke (a dropped server, a failover), or the server would not take writes."""
+    return unavailable(exc) and (conn.broken or conn.closed or not_writable(exc))
+
+
 class Transactions:
     """Opens a connection per transactional run (``conninfo``, named ``app_name``)."""
 
     def __init__(
-        self, conninfo: str, app_name: str, store: Store, *, transaction_pooling: bool
+        self,
+        conninfo: str,
+        app_name: str,
+        store: Store,
+        *,
+        transaction_pooling: bool,
+        synchronous: bool = False,
     ) -> None:
         self._conninfo, self._app_name, self._store = conninfo, app_name, store
         # Behind a transaction-pooling PgBouncer no statement may be prepared and settings
-        # are made inside the run's transaction only (SPEC §10).
+        # are made inside the run's transaction only (docs/pgbouncer.md).
         self._local = transaction_pooling
+        # The SUCCESS row is a terminal write: with synchronous claims it waits for a
+        # synchronous standby (set just before it, so a handler's own setting does not win).
+        self._synchronous = synchronous
 
     def _connect_options(self) -> dict[str, Any]:
         return connect_options(self._conninfo, self._app_name, transaction_pooling=self._local)
 
+    async def lease_status(self, run: Run) -> str | None:
+        """The status of ``run``'s row while its lease token still holds it, else None (on a
+        connection of its own: the engine's pool is never involved in a run)."""
+        options = self._connect_options()
+        async with await psycopg.AsyncConnection.connect(self._conninfo, **options) as conn:
+            return await self._store.lease_status(conn, run.execution_id, run.lease_token)
+
     async def run_async(self, job: JobSpec, run: Run, outcome: ToOutcome) -> Written | None:
         """Run an ``async def`` handler in a transaction; None when the lease was lost (rolled
-        back). Exceptions (the handler's, or ``outcome`` refusing the result) roll back too."""
+        back). Exceptions (the handler's, or ``outcome`` refusing the result) roll back too;
+        a database that failed the transaction raises :class:`TransactionUnavailable`."""
         timeout = job.run_timeout
-        conn = await psycopg.AsyncConnection.connect(self._conninfo, **self._connect_options())
+        try:
+            conn = await psycopg.AsyncConnection.connect(self._conninfo, **self._connect_options())
+        except Exception as exc:
+            if unavailable(exc):
+                raise TransactionUnavailable(exc, None) from exc
+            raise
+        done: Outcome | None = None
         async with conn:
-            await conn.set_autocommit(False)
-            await self._store.configure_session(
-                conn, timeout, timeout + _IDLE_MARGIN, local=self._local
-            )
-            run.conn = conn
             try:
+                await conn.set_autocommit(False)
+                await self._store.configure_session(
+                    conn, timeout, timeout + _IDLE_MARGIN, local=self._local
+                )
+                run.conn = conn
                 done = outcome(await job.handler(run))
+                if self._synchronous:
+                    await self._store.synchronous_commit(conn)
                 written = await self._store.finish(conn, [done.finish(run)])
                 held = run.execution_id in written
                 await (conn.commit() if held else conn.rollback())
                 return (done, written[run.execution_id]) if held else None
+            except Exception as exc:
+                if _lost_database(conn, exc):
+                    raise TransactionUnavailable(exc, done) from exc
+                raise
             finally:
                 run.conn = None
 
     def run_sync(self, job: JobSpec, run: Run, outcome: ToOutcome) -> Written | None:
         """:meth:`run_async` for a ``def`` handler, in its worker thread, on a sync connection."""
         timeout = job.run_timeout
-        with psycopg.connect(self._conninfo, **self._connect_options()) as conn:
-            conn.autocommit = False
-            self._store.configure_session_sync(
-                conn, timeout, timeout + _IDLE_MARGIN, local=self._local
-            )
-            run.conn = conn
+        try:
+            conn = psycopg.connect(self._conninfo, **self._connect_options())
+        except Exception as exc:
+            if unavailable(exc):
+                raise TransactionUnavailable(exc, None) from exc
+            raise
+        done: Outcome | None = None
+        with conn:
             try:
+                conn.autocommit = False
+                self._store.configure_session_sync(
+                    conn, timeout, timeout + _IDLE_MARGIN, local=self._local
+                )
+                run.conn = conn
                 done = outcome(job.handler(run))
+                if self._synchronous:
+                    self._store.synchronous_commit_sync(conn)
                 written = self._store.finish_sync(conn, [done.finish(run)])
                 held = run.execution_id in written
                 conn.commit() if held else conn.rollback()
                 return (done, written[run.execution_id]) if held else None
+            except Exception as exc:
+                if _lost_database(conn, exc):
+                    raise TransactionUnavailable(exc, done) from exc
+                raise
             finally:
                 run.conn = None
