@@ -28,8 +28,8 @@ _IDLE_MARGIN = timedelta(seconds=10)
 
 class TransactionUnavailable(Exception):
     """A transactional run's transaction failed for want of a database. ``outcome`` is what it
-    was writing when its COMMIT may have landed (the connection was lost during it), else
-    None: then nothing committed."""
+    was committing when the connection was lost during its COMMIT (which may have landed),
+    else None: then nothing committed."""
 
     def __init__(self, cause: BaseException, outcome: Outcome | None) -> None:
         super().__init__(str(cause))
@@ -83,7 +83,7 @@ class Transactions:
             if unavailable(exc):
                 raise TransactionUnavailable(exc, None) from exc
             raise
-        done: Outcome | None = None
+        committing: Outcome | None = None  # set once the COMMIT is under way
         async with conn:
             try:
                 await conn.set_autocommit(False)
@@ -96,11 +96,12 @@ class Transactions:
                     await self._store.synchronous_commit(conn)
                 written = await self._store.finish(conn, [done.finish(run)])
                 held = run.execution_id in written
+                committing = done if held else None
                 await (conn.commit() if held else conn.rollback())
                 return (done, written[run.execution_id]) if held else None
             except Exception as exc:
                 if _lost_database(conn, exc):
-                    raise TransactionUnavailable(exc, done) from exc
+                    raise TransactionUnavailable(exc, committing) from exc
                 raise
             finally:
                 run.conn = None
@@ -114,7 +115,7 @@ class Transactions:
             if unavailable(exc):
                 raise TransactionUnavailable(exc, None) from exc
             raise
-        done: Outcome | None = None
+        committing: Outcome | None = None  # set once the COMMIT is under way
         with conn:
             try:
                 conn.autocommit = False
@@ -127,11 +128,12 @@ class Transactions:
                     self._store.synchronous_commit_sync(conn)
                 written = self._store.finish_sync(conn, [done.finish(run)])
                 held = run.execution_id in written
+                committing = done if held else None
                 conn.commit() if held else conn.rollback()
                 return (done, written[run.execution_id]) if held else None
             except Exception as exc:
                 if _lost_database(conn, exc):
-                    raise TransactionUnavailable(exc, done) from exc
+                    raise TransactionUnavailable(exc, committing) from exc
                 raise
             finally:
                 run.conn = None
