@@ -41,14 +41,30 @@ def _sync_standbys(primary: Node) -> int:
     return int(primary.sql(query)[0][0])
 
 
-def _scheduler(primary: Node, runner: str, **options: Any) -> pgsched.Scheduler:
+def _scheduler(
+    primary: Node,
+    runner: str,
+    handler: Any = lambda run: 1,
+    *,
+    transactional: bool = False,
+    **options: Any,
+) -> pgsched.Scheduler:
     schema = f"s_{uuid.uuid4().hex[:10]}"
     s = pgsched.Scheduler(
         dsn=primary.dsn(), schema=schema, runner_id=runner, shutdown_grace="1s", **options
     )
     s.migrate()
-    s.register(lambda run: 1, name="job", every="1h")
+    s.register(handler, name="job", every="1h", transactional=transactional)
     return s
+
+
+def _waiting_for_standby(primary: Node, runner: str) -> bool:
+    """A session of ``runner`` waits in a COMMIT for the synchronous standby."""
+    query = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE wait_event = 'SyncRep' AND application_name = %s"
+    )
+    return bool(primary.sql(query, (f"pgsched {runner}",))[0][0])
 
 
 def _rows(primary: Node, schema: str) -> list[tuple[Any, ...]]:
@@ -71,11 +87,9 @@ def test_a_synchronous_claim_waits_for_the_standby_and_an_ordinary_one_does_not(
     with capture_logs() as logs:
         thread = threading.Thread(target=lambda: reports.append(on.run_once()), daemon=True)
         thread.start()
-        waiting = (
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE wait_event = 'SyncRep' AND application_name = 'pgsched sync-on'"
+        wait_for(
+            lambda: _waiting_for_standby(primary, "sync-on"), 10, what="the claim's COMMIT to wait"
         )
-        wait_for(lambda: primary.sql(waiting)[0][0] == 1, 10, what="the claim's COMMIT to wait")
         assert _rows(primary, on.schema) == []  # the claimed row is not visible to others
         thread.join(1.0)
         assert thread.is_alive()  # the tick is blocked in the claim's COMMIT
@@ -87,3 +101,37 @@ def test_a_synchronous_claim_waits_for_the_standby_and_an_ordinary_one_does_not(
     events = [e["event"] for e in logs]
     assert events.count("synchronous_standby_missing") == 1
     assert "synchronous_claims_unprotected" not in events
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_a_synchronous_terminal_write_waits_for_the_standby(
+    synchronous_pair: tuple[Node, Node], transactional: bool
+) -> None:
+    """The claim commits (the standby is up); the standby stops while the handler runs: its
+    SUCCESS row (the writer's, or the transactional run's own) stays invisible until the
+    standby is back."""
+    primary, standby = synchronous_pair
+    release = threading.Event()
+
+    def handler(run: pgsched.Run) -> int:
+        assert release.wait(15)
+        return 1
+
+    runner = f"fin-{transactional}"
+    s = _scheduler(primary, runner, handler, transactional=transactional, synchronous_claims=True)
+    reports: list[pgsched.TickReport] = []
+    thread = threading.Thread(target=lambda: reports.append(s.run_once()), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: _rows(primary, s.schema) == [("RUNNING", 1)], 10, what="the claim")
+        standby.stop()
+        wait_for(lambda: _sync_standbys(primary) == 0, 10, what="the standby to disconnect")
+    finally:
+        release.set()
+    wait_for(lambda: _waiting_for_standby(primary, runner), 10, what="the SUCCESS to wait")
+    assert _rows(primary, s.schema) == [("RUNNING", 1)]
+    standby.start()
+    thread.join(20)
+    assert not thread.is_alive(), "run_once did not finish once the standby was back"
+    assert reports[0].succeeded == 1
+    assert _rows(primary, s.schema) == [("SUCCESS", 1)]
