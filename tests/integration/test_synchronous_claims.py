@@ -3,7 +3,9 @@ a tick runs with and without it, and the one warning a replica logs at start."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -36,15 +38,27 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _ticks(make_scheduler: Any, statements: list[str], runner: str, **options: Any) -> list[str]:
-    """A claiming tick (one plan due, its handler run and written), then an idle tick."""
+    """On one replica: a claiming tick (one plan due, its handler run and written), then an
+    idle tick (nothing due, nothing held)."""
     s = make_scheduler(runner, **options)
     s.register(lambda run: 1, name=f"job_{runner}", every="1h")
-    statements.clear()
-    assert s.run_once().succeeded == 1
-    claiming = list(statements)
-    statements.clear()
-    assert s.run_once().started == 0
-    return [*claiming, "--idle--", *statements]
+
+    async def ticks() -> list[str]:
+        async with s._pool() as pool:
+            runtime = s._new_replica(pool).runtime
+            runtime.start_background(listen=False)
+            statements.clear()
+            assert await runtime.tick()
+            await runtime.wait_idle()
+            claiming = list(statements)
+            statements.clear()
+            assert await runtime.tick()
+            idle = list(statements)
+            await runtime.shutdown(timedelta(0))
+        assert runtime.report.succeeded == 1
+        return [*claiming, "--idle--", *idle]
+
+    return asyncio.run(ticks())
 
 
 def test_without_the_option_no_statement_is_added(
@@ -56,11 +70,12 @@ def test_without_the_option_no_statement_is_added(
     assert "claim_begin" in off and "finish" in off
     # With it: the claim's first statement also sets synchronous_commit (no extra round
     # trip), the terminal write gets one, and each replica start checks the standbys once.
-    assert on.count("synchronous_standbys") == 2  # run_once starts a replica each time
+    assert on.count("synchronous_standbys") == 1  # once per replica
     assert on.count("synchronous_commit") == 1
     assert on.index("synchronous_commit") == on.index("finish") - 1
     same = [{"claim_begin_synchronous": "claim_begin"}.get(n, n) for n in on]
     assert [n for n in same if n not in SYNC_ONLY] == off
+    assert off[off.index("--idle--") :] == on[on.index("--idle--") :] == ["--idle--", "tick_probe"]
 
 
 def test_one_warning_when_the_server_has_no_synchronous_standby(
