@@ -16,7 +16,7 @@ from psycopg import sql
 from structlog.testing import capture_logs
 
 import pgsched
-from pgsched._store import Store
+from pgsched._store import Finish, Store
 from pgsched._transaction import Transactions, TransactionUnavailable, Written
 from tests.helpers import wait_for
 from tests.integration._support import as_role, rows, table
@@ -192,3 +192,32 @@ async def _resume(dsn: str, job: str) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute("SET default_transaction_read_only = off")
         await Store("pgsched").set_paused(conn, job, False)
+
+
+def test_a_second_success_under_the_same_lease_writes_nothing(
+    make_scheduler: Any, migrated: str, db: Any, ledger: sql.Composable, runtime_dsn: str
+) -> None:
+    """The guard a rerun would meet if its COMMIT had landed unseen: the SUCCESS write matches
+    only a RUNNING row, so a second transaction of the same lease rolls its effect back."""
+    s = make_scheduler()
+    insert = sql.SQL("INSERT INTO {} VALUES ('p', 1)").format(ledger)
+
+    async def handler(run: pgsched.Run) -> int:
+        await run.conn.execute(insert)
+        return 1
+
+    s.register(handler, name="tx", every="1h", transactional=True, max_attempts=1)
+    assert s.run_once().succeeded == 1
+    (row,) = rows(db, migrated)
+
+    async def again() -> dict[Any, Any]:
+        async with await psycopg.AsyncConnection.connect(runtime_dsn) as conn:
+            await conn.execute(insert)
+            fin = Finish(row["id"], row["lease_token"], "SUCCESS", None, None, 1, None, 1, None)
+            written = await Store(migrated).finish(conn, [fin])
+            await (conn.commit() if written else conn.rollback())
+            return written
+
+    assert asyncio.run(again()) == {}
+    assert _ledger(db, ledger) == [("p", 1)]
+    assert rows(db, migrated)[0]["finished_at"] == row["finished_at"]
