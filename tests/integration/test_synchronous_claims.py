@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+import pgsched
 from pgsched._store import _Statements
 from tests.helpers import wait_for
 from tests.integration._support import count, rows
@@ -105,3 +106,18 @@ def test_without_the_option_no_warning(make_scheduler: Any) -> None:
     with capture_logs() as logs:
         assert s.run_once().succeeded == 1
     assert not [e for e in logs if str(e["event"]).startswith("synchronous_")]
+
+
+def test_a_dynamic_jobs_claims_are_synchronous_too(
+    make_scheduler: Any, statements: list[str]
+) -> None:
+    """A dynamic job's claim opens its schedule batch with a second claim_begin: synchronous
+    as well, so no claim statement runs in a transaction that commits without the standby."""
+    s = make_scheduler("dyn", synchronous_claims=True)
+    s.register(lambda run: 1, name="dyn", dynamic=True)
+    s.put_schedule("dyn", pgsched.Scope("user", "1"), every="1s")
+    statements.clear()
+    wait_for(lambda: s.run_once().succeeded, 10, what="the schedule's run")
+    assert "schedules_claim" in statements
+    assert "claim_begin" not in statements
+    assert statements.count("claim_begin_synchronous") >= 2
