@@ -69,8 +69,13 @@ class ClaimBatch:
 class Claimer:
     """Claims for one replica (``runner``)."""
 
-    def __init__(self, store: Store, runner: str, recorder: Recorder) -> None:
+    def __init__(
+        self, store: Store, runner: str, recorder: Recorder, *, synchronous: bool = False
+    ) -> None:
         self._store, self._runner, self._recorder = store, runner, recorder
+        # Every claim (new rows, steals, retries, PENDING take-overs, dynamic schedules) is in
+        # the one transaction claim_begin opens: with this, it waits for a synchronous standby.
+        self._synchronous = synchronous
         self._schedules = ScheduleStore(store.schema)
 
     async def claim(
@@ -87,7 +92,7 @@ class Claimer:
         if not (stale or existing or offer or dynamic):
             return batch
         async with conn.transaction():
-            await self._store.claim_begin(conn, CLAIM_IDLE_TIMEOUT)
+            await self._store.claim_begin(conn, CLAIM_IDLE_TIMEOUT, synchronous=self._synchronous)
             cap = await self._cap(conn, job, free)
             if cap is None:  # another replica is claiming this max_running job right now
                 self._recorder.lock_busy(job.name)
@@ -123,7 +128,7 @@ class Claimer:
             return
         size = min(cap, DYNAMIC_BATCH)
         terms = self._terms(job)
-        await self._store.claim_begin(conn, DYNAMIC_IDLE_TIMEOUT)
+        await self._store.claim_begin(conn, DYNAMIC_IDLE_TIMEOUT, synchronous=self._synchronous)
         rows = await self._schedules.due(conn, terms, job.schedule_delay, size)
         if not rows:
             return

@@ -129,6 +129,12 @@ def _replica_commands(sub: Subparsers) -> None:
         action="store_true",
         help="apply migrations before running (always done on the embedded PostgreSQL)",
     )
+    p.add_argument(
+        "--synchronous-claims",
+        action="store_true",
+        help="commit claims and terminal writes only once a synchronous standby has them"
+        " (default: $PGSCHED_SYNCHRONOUS_CLAIMS)",
+    )
     p.set_defaults(command=_run)
 
     p = sub.add_parser("check", help="validate APP and list its jobs with their next plan times")
@@ -193,6 +199,7 @@ def _run(args: argparse.Namespace) -> int:
         schema=args.schema,
         runner_id=args.runner_id,
         transaction_pooling=args.transaction_pooling or None,
+        synchronous_claims=args.synchronous_claims or None,
     )
     migrate = args.migrate
     if not scheduler.dsn:

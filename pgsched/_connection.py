@@ -118,6 +118,22 @@ async def require_writable(store: Store, conn: Conn, watch: ServerWatch | None =
         raise DatabaseNotWritable(f"{why}: {address}")
 
 
+async def synchronous_protection(store: Store, conn: Conn) -> tuple[str, str] | None:
+    """With synchronous claims: (log event, why) when the server reached cannot make a commit
+    wait for a synchronous standby as asked, None when it can (or this role may not tell)."""
+    row = await store.synchronous_standbys(conn)
+    if not str(row["names"]).strip():
+        why = (
+            "synchronous_standby_names is empty: commits wait for no standby, so claims and"
+            " terminal writes are not protected against failover"
+        )
+        return "synchronous_claims_unprotected", why
+    if not (row["synchronous"] or row["hidden"]):
+        why = "no synchronous standby is connected: claims wait until one is"
+        return "synchronous_standby_missing", why
+    return None
+
+
 class WritablePool(AsyncConnectionPool[Conn]):
     """A pool that lends only connections to a server taking writes and, through ``watch``,
     only to the server its owner has switched to (see :func:`make_pool`); ``refused`` says

@@ -85,13 +85,22 @@ _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
 
 def resolve_transaction_pooling(explicit: bool | None) -> bool:
     """``explicit``, else ``PGSCHED_TRANSACTION_POOLING`` (1/true/yes/on or 0/false/no/off)."""
+    return _flag(explicit, "transaction_pooling", "PGSCHED_TRANSACTION_POOLING")
+
+
+def resolve_synchronous_claims(explicit: bool | None) -> bool:
+    """``explicit``, else ``PGSCHED_SYNCHRONOUS_CLAIMS`` (1/true/yes/on or 0/false/no/off)."""
+    return _flag(explicit, "synchronous_claims", "PGSCHED_SYNCHRONOUS_CLAIMS")
+
+
+def _flag(explicit: bool | None, name: str, variable: str) -> bool:
     if explicit is not None:
         if not isinstance(explicit, bool):
-            raise ConfigError(f"transaction_pooling={explicit!r} must be True or False")
+            raise ConfigError(f"{name}={explicit!r} must be True or False")
         return explicit
-    raw = os.environ.get("PGSCHED_TRANSACTION_POOLING", "")
+    raw = os.environ.get(variable, "")
     if raw.strip().lower() in _TRUE:
         return True
     if raw.strip().lower() in _FALSE:
         return False
-    raise ConfigError(f"PGSCHED_TRANSACTION_POOLING={raw!r} must be 1 or 0 (true or false)")
+    raise ConfigError(f"{variable}={raw!r} must be 1 or 0 (true or false)")

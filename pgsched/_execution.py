@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ._connection import Backoff, unavailable
 from ._errors import LeaseLost
 from ._leases import Lease, LeaseTable
 from ._model import Run
@@ -22,7 +23,7 @@ from ._outcomes import Outcome, failed, succeeded
 from ._recorder import Recorder
 from ._results import InvalidResult, describe_error
 from ._tracing import run_span
-from ._transaction import Transactions, Written
+from ._transaction import Transactions, TransactionUnavailable, Written
 
 
 class Executor:
@@ -77,7 +78,19 @@ class Executor:
 
     async def _run(self, lease: Lease, started: float) -> Outcome | None:
         """The handler's outcome; None when there is nothing left to write (the lease was
-        lost, or a transactional run already wrote it)."""
+        lost, or a transactional run already wrote it). A transactional run whose transaction
+        the database failed runs again under the same lease, each time within
+        ``run_timeout``, once the database is back and its row shows nothing committed: the
+        attempt is not spent (max_attempts=1 loses no plan) and no effect is doubled."""
+        while True:
+            try:
+                return await self._attempt(lease, started)
+            except TransactionUnavailable as exc:
+                if not await self._may_run_again(lease, exc):
+                    return None
+            started = time.monotonic()
+
+    async def _attempt(self, lease: Lease, started: float) -> Outcome | None:
         job, run = lease.job, lease.run
         deadline = asyncio.timeout(job.run_timeout.total_seconds())
         try:
@@ -94,6 +107,8 @@ class Executor:
         except LeaseLost:
             self._leases.lose(lease, "handler raised LeaseLost")
             return None
+        except TransactionUnavailable:
+            raise
         except InvalidResult as exc:  # a transactional run's result, refused before commit
             return failed(job, run, started, "invalid_result", describe_error(exc))
         except Exception as exc:
@@ -121,6 +136,40 @@ class Executor:
         sync = functools.partial(self._transactions.run_sync, job)
         result: Written | None = await in_thread(lambda r: sync(r, outcome), run)
         return result
+
+    async def _may_run_again(self, lease: Lease, exc: TransactionUnavailable) -> bool:
+        """After a transactional run's database failed it: wait until the row can be read,
+        then True when it is still RUNNING under this lease (nothing committed: run again).
+        A row found SUCCESS under this lease is the cut-off COMMIT that landed: recorded as
+        such, never run twice; any other row (the lease taken over, or gone) loses the lease."""
+        run = lease.run
+        run.log.warning(
+            "transactional_unavailable",
+            error=describe_error(exc.cause),
+            error_class=type(exc.cause).__name__,
+            commit_unknown=exc.outcome is not None,
+        )
+        backoff = Backoff()
+        while True:
+            await backoff.wait()
+            if lease.liveness.known_lost:
+                self._leases.lose(lease, "lease lost while the database was unavailable")
+                return False
+            try:
+                status = await self._transactions.lease_status(run)
+                break
+            except Exception as again:
+                if not unavailable(again):  # left RUNNING: taken over once its lease is stale
+                    self._leases.lose(lease, f"its row could not be read: {again}")
+                    return False
+        if status == "RUNNING":
+            run.log.info("transactional_rerun", attempt=run.attempt)
+            return True
+        if status == "SUCCESS" and exc.outcome is not None:
+            self._committed(lease, (exc.outcome, None))
+            return False
+        self._leases.lose(lease, f"the row is {status or 'held by another lease'} after the run")
+        return False
 
     def _committed(self, lease: Lease, written: Written | None) -> None:
         if written is None:

@@ -28,6 +28,7 @@ from ._connection import (
     pool_hosts,
     pooled,
     require_writable,
+    synchronous_protection,
     unavailable,
 )
 from ._execution import Executor
@@ -59,10 +60,12 @@ class ReplicaSettings:
     conninfo: str
     app_name: str
     # Behind a transaction-pooling PgBouncer: no LISTEN (the tick wakes the replica), no
-    # prepared statements, no session settings outside a transaction (SPEC §10).
+    # prepared statements, no session settings outside a transaction (docs/pgbouncer.md).
     transaction_pooling: bool = False
     # /healthz answers 503 once the tick loop or the writer has not succeeded for this long.
     health_timeout: timedelta = timedelta(seconds=60)
+    # Claims and terminal writes wait for a synchronous standby (synchronous_commit = on).
+    synchronous_claims: bool = False
 
 
 class Runtime:
@@ -89,18 +92,22 @@ class Runtime:
             store,
             transaction_pooling=settings.transaction_pooling,
             watch=self.watch,
+            synchronous=settings.synchronous_claims,
         )
         self.last_tick_ok: float | None = None
         self.last_tick_at: float | None = None  # any tick, failed or not: the loop is alive
         self.recorder = Recorder(metrics, runner_id)
         self.leases = LeaseTable(max_concurrency, self.recorder, self.wake)
         self.offers = OfferPlanner(self.recorder, runner_id)
-        self.claimer = Claimer(store, runner_id, self.recorder)
+        self.claimer = Claimer(
+            store, runner_id, self.recorder, synchronous=settings.synchronous_claims
+        )
         self.writer = LeaseWriter(
             store=store,
             pool=pool,
             leases=self.leases,
             recorder=self.recorder,
+            synchronous=settings.synchronous_claims,
         )
         self.executor = Executor(self.leases, self.recorder, transactions, self.writer.submit)
         self.watch.on_adopting(self.writer.reapply)
@@ -117,6 +124,9 @@ class Runtime:
         self._last_served = self.started_at
         self._hosts = pool_hosts(pool)
         self._tick_backoff = Backoff()
+        # With synchronous claims, the first tick served says whether the server can honour
+        # them (once: a replica start, not every tick).
+        self._standbys_checked = not settings.synchronous_claims
 
     @property
     def report(self) -> TickReport:
@@ -250,6 +260,8 @@ class Runtime:
             dynamic = [name for name, job in jobs.items() if job.dynamic]
             probe = await self._store.probe(conn, list(jobs), dynamic)
             probed_at = time.monotonic()
+            if not self._standbys_checked:
+                await self._check_standbys(conn)
             await self._register(conn, jobs)
             for job in sorted(jobs.values(), key=lambda j: (-j.priority, j.name)):
                 if job.name in probe.paused or self._stopping.is_set():
@@ -302,6 +314,20 @@ class Runtime:
             self.leases.hold(lease)
             self.recorder.claimed(lease, claim.kind, claim.previous_runner)
             self.executor.start(lease)
+
+    async def _check_standbys(self, conn: Conn) -> None:
+        """Warn once when the server cannot make commits wait for a synchronous standby."""
+        try:
+            found = await synchronous_protection(self._store, conn)
+        except Exception as exc:
+            if conn.broken or unavailable(exc):
+                raise  # the tick fails; checked again at the next one
+            self.recorder.log.warning("synchronous_claims_unchecked", error=describe_error(exc))
+            found = None
+        self._standbys_checked = True
+        if found is not None:
+            event, why = found
+            self.recorder.log.warning(event, reason=why, host=self._hosts)
 
     async def _register(self, conn: Conn, jobs: Mapping[str, JobSpec]) -> None:
         """Record this replica's jobs in job_state when they change, and once a minute."""

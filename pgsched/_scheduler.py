@@ -21,7 +21,7 @@ from ._admin import Admin, ScheduleMethods, blocking
 from ._aio import AsyncAdmin
 from ._config import Handler
 from ._connection import make_pool
-from ._dsn import resolve_transaction_pooling
+from ._dsn import resolve_synchronous_claims, resolve_transaction_pooling
 from ._durations import Duration, parse_duration
 from ._errors import ConfigError, PgschedError
 from ._metrics import Metrics
@@ -50,7 +50,9 @@ class Scheduler(JobRegistry, ScheduleMethods):
     transaction-pooling PgBouncer: no LISTEN, no prepared statements, no session settings
     outside a transaction (docs/pgbouncer.md). ``/healthz`` answers 503 once the tick loop or the
     terminal writer has not succeeded for ``health_timeout`` (else
-    ``PGSCHED_HEALTH_TIMEOUT``, else 60 s). Operator actions on
+    ``PGSCHED_HEALTH_TIMEOUT``, else 60 s). With ``synchronous_claims`` (else
+    ``PGSCHED_SYNCHRONOUS_CLAIMS``) claims and terminal writes commit only once a synchronous
+    standby has them, so a failover cannot undo them (docs/design.md). Operator actions on
     the jobs (``trigger``, ``pause``...) go through ``self.admin``; ``self.aio`` offers them
     as coroutines.
     """
@@ -68,6 +70,7 @@ class Scheduler(JobRegistry, ScheduleMethods):
         statement_timeout: Duration = "30s",
         transaction_pooling: bool | None = None,
         health_timeout: Duration | None = None,
+        synchronous_claims: bool | None = None,
     ) -> None:
         if (
             not isinstance(max_concurrency, int)
@@ -93,6 +96,7 @@ class Scheduler(JobRegistry, ScheduleMethods):
         self.http_port: int | None = None  # the bound port while the replica serves HTTP
         self._dsn, self.schema = dsn, schema
         self.transaction_pooling = resolve_transaction_pooling(transaction_pooling)
+        self.synchronous_claims = resolve_synchronous_claims(synchronous_claims)
         JobRegistry.__init__(self, self.metrics)
         self._replica: Replica | None = None
         self._stop_requested = threading.Event()
@@ -129,6 +133,7 @@ class Scheduler(JobRegistry, ScheduleMethods):
         schema: str | None = None,
         runner_id: str | None = None,
         transaction_pooling: bool | None = None,
+        synchronous_claims: bool | None = None,
     ) -> None:
         """Override connection settings (the command line's ``--dsn``, ``--schema``...)."""
         self._dsn = dsn or self._dsn
@@ -136,6 +141,8 @@ class Scheduler(JobRegistry, ScheduleMethods):
         self.runner_id = runner_id or self.runner_id
         if transaction_pooling is not None:
             self.transaction_pooling = transaction_pooling
+        if synchronous_claims is not None:
+            self.synchronous_claims = resolve_synchronous_claims(synchronous_claims)
         self.admin = self._new_admin()
         self._aio = None
 
@@ -290,6 +297,7 @@ class Scheduler(JobRegistry, ScheduleMethods):
             self._app_name(),
             transaction_pooling=self.transaction_pooling,
             health_timeout=self.health_timeout,
+            synchronous_claims=self.synchronous_claims,
         )
         return Replica(Runtime(lambda: self.jobs, pool, self.metrics, settings))
 

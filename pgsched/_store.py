@@ -241,9 +241,24 @@ class Store(_Statements):
             dynamic_next=dict(zip(dynamic, row["dynamic_next"], strict=True)),
         )
 
-    async def claim_begin(self, conn: Conn, idle: timedelta) -> None:
-        """Open a claim transaction: the server ends it if it sits idle for ``idle``."""
-        await self._rows(conn, "claim_begin", {"idle_ms": str(int(idle.total_seconds() * 1000))})
+    async def claim_begin(self, conn: Conn, idle: timedelta, *, synchronous: bool = False) -> None:
+        """Open a claim transaction: the server ends it if it sits idle for ``idle``; with
+        ``synchronous``, it commits only once a synchronous standby has it (one statement
+        either way)."""
+        name = "claim_begin_synchronous" if synchronous else "claim_begin"
+        await self._rows(conn, name, {"idle_ms": str(int(idle.total_seconds() * 1000))})
+
+    async def synchronous_commit(self, conn: Conn) -> None:
+        """The current transaction commits only once a synchronous standby has it."""
+        await self._rows(conn, "synchronous_commit")
+
+    def synchronous_commit_sync(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(self._q["synchronous_commit"])
+
+    async def synchronous_standbys(self, conn: Conn) -> Row:
+        """``names`` (synchronous_standby_names), ``synchronous`` (connected sync or quorum
+        standbys) and ``hidden`` (walsenders whose state this role may not read)."""
+        return await self._one(conn, "synchronous_standbys")
 
     async def try_lock_job(self, conn: Conn, job: str) -> bool:
         """Take the job's claim lock for this transaction if it is free (max_running jobs)."""
@@ -298,6 +313,12 @@ class Store(_Statements):
         """Write terminal rows; returns ``{id: next_retry_at}`` for the writes that held."""
         rows = await self._rows(conn, "finish", _finish_params(batch))
         return {r["id"]: r["next_retry_at"] for r in rows}
+
+    async def lease_status(self, conn: Conn, execution_id: UUID, token: UUID) -> str | None:
+        """The execution's status while ``token`` holds its lease, else None."""
+        params = {"id": execution_id, "token": token}
+        rows = await self._rows(conn, "lease_status", params)
+        return str(rows[0]["status"]) if rows else None
 
     def finish_sync(
         self, conn: psycopg.Connection[Any], batch: Sequence[Finish]
@@ -494,7 +515,7 @@ class ScheduleRows:
 
 
 class ScheduleStore(_Statements):
-    """Statements on the ``schedules`` table of dynamic jobs (SPEC §8)."""
+    """Statements on the ``schedules`` table of dynamic jobs (docs/schedules.md)."""
 
     async def put(self, conn: Conn, job: str, rows: ScheduleRows) -> int:
         """Upsert ``rows``; returns how many were written (identical ones are not)."""

@@ -44,8 +44,14 @@ class LeaseWriter:
         pool: AsyncConnectionPool[Any],
         leases: LeaseTable,
         recorder: Recorder,
+        synchronous: bool = False,
     ) -> None:
         self._store, self._pool = store, pool
+        # Terminal writes wait for a synchronous standby (synchronous_claims). Heartbeats do
+        # not: one lost in a failover only brings the lease's expiry back by an interval (the
+        # next renews it again, and the lease token guards a steal), while waiting for a
+        # lagging standby would let leases go stale.
+        self._synchronous = synchronous
         self._leases, self._recorder = leases, recorder
         self._hosts = pool_hosts(pool)
         # Since when (monotonic) a write has kept failing for want of a database: /healthz.
@@ -165,7 +171,12 @@ class LeaseWriter:
 
     async def _finish(self, rows: list[Finish]) -> dict[UUID, datetime | None]:
         async with self._lock, pooled(self._pool) as conn:
-            written = await self._store.finish(conn, rows)
+            if not self._synchronous:
+                written = await self._store.finish(conn, rows)
+            else:
+                async with conn.transaction():  # SET LOCAL needs one (also behind PgBouncer)
+                    await self._store.synchronous_commit(conn)
+                    written = await self._store.finish(conn, rows)
         self._landed.update((row.id, row) for row in rows if row.id in written)
         return written
 

@@ -31,6 +31,27 @@ SELECT (SELECT t FROM now) AS now,
 -- server after this long, so the others' claims of the same keys wait no longer than that.
 SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true)
 
+-- name: claim_begin_synchronous
+-- claim_begin with synchronous_claims: the claim also commits only once a synchronous standby
+-- has flushed it, so a failover to that standby cannot undo it. 'on' rather than
+-- 'remote_apply': a promoted standby replays all the WAL it flushed before it takes writes,
+-- and pgsched never reads from a standby, so waiting for the replay too would only add latency.
+SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true),
+       set_config('synchronous_commit', 'on', true)
+
+-- name: synchronous_commit
+-- The current transaction (a terminal write with synchronous_claims) commits only once a
+-- synchronous standby has flushed it ('on': see claim_begin_synchronous).
+SELECT set_config('synchronous_commit', 'on', true)
+
+-- name: synchronous_standbys
+-- Whether the server has synchronous standbys: configured, and connected as sync or quorum
+-- (sync_state is NULL for the walsenders a role without pg_read_all_stats may not inspect).
+SELECT current_setting('synchronous_standby_names') AS names,
+       (SELECT count(*) FROM pg_stat_replication
+        WHERE sync_state IN ('sync', 'quorum')) AS synchronous,
+       (SELECT count(*) FROM pg_stat_replication WHERE sync_state IS NULL) AS hidden
+
 -- name: try_lock_job
 -- Only for jobs with max_running: serialises their claims across replicas so the cap holds
 -- cluster-wide. A replica that does not get it at once skips the job for this tick.
@@ -266,6 +287,11 @@ restored AS (
     RETURNING x.id
 )
 SELECT (SELECT count(*) FROM brought) AS brought, (SELECT count(*) FROM restored) AS restored
+
+-- name: lease_status
+-- The status of an execution while this lease token holds it, no row once another holds it:
+-- after a transactional run's connection was lost, whether its COMMIT landed.
+SELECT status FROM {schema}.cron_executions WHERE id = %(id)s AND lease_token = %(token)s
 
 -- name: trigger
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),

@@ -268,3 +268,40 @@ def test_a_pipe_gets_json_lines_and_a_bad_log_format_is_one_line(
             proc.kill()
     bad = pgsched("status", "--dsn", pg_dsn, env={"PGSCHED_LOG_FORMAT": "yaml"})
     assert_one_line_error(bad, "PGSCHED_LOG_FORMAT", "'yaml'")
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_run_synchronous_claims_warns_once_without_a_synchronous_standby(
+    pg_dsn: str, schema: str, tmp_path: Path, how: str
+) -> None:
+    """``run --synchronous-claims`` (or ``PGSCHED_SYNCHRONOUS_CLAIMS=1``) reaches the replica:
+    on a server without synchronous standbys it says so once, and keeps claiming."""
+    (tmp_path / "jobs.py").write_text(
+        "import pgsched\nscheduler = pgsched.Scheduler(tick_interval='0.2s')\n"
+        "@scheduler.job(every='1s')\ndef ping(run):\n    return 1\n"
+    )
+    env = {"PGSCHED_DSN": pg_dsn, "PGSCHED_LOG_FORMAT": "json"}
+    pgsched("--schema", schema, "migrate", env=env)
+    args = ["--schema", schema, "run", "jobs.py", "--no-http"]
+    if how == "flag":
+        args.append("--synchronous-claims")
+    else:
+        env["PGSCHED_SYNCHRONOUS_CLAIMS"] = "1"
+    base = {k: v for k, v in os.environ.items() if k != "PGSCHED_SYNCHRONOUS_CLAIMS"}
+    proc = spawn_pgsched(args, tmp_path, {**base, **env})
+    query = psycopg.sql.SQL(
+        "SELECT count(*) FROM {}.cron_executions WHERE status = 'SUCCESS'"
+    ).format(psycopg.sql.Identifier(schema))
+    try:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            wait_for(
+                lambda: conn.execute(query).fetchone()[0] >= 2,  # type: ignore[index]
+                timeout=30,
+                what="two runs",
+            )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert proc.stdout is not None
+    events = [json.loads(line)["event"] for line in proc.stdout.read().splitlines()]
+    assert events.count("synchronous_claims_unprotected") == 1
