@@ -62,8 +62,9 @@ class ReplicaSettings:
     # Behind a transaction-pooling PgBouncer: no LISTEN (the tick wakes the replica), no
     # prepared statements, no session settings outside a transaction (docs/pgbouncer.md).
     transaction_pooling: bool = False
-    # /healthz answers 503 once the tick loop or the writer has not succeeded for this long.
-    health_timeout: timedelta = timedelta(seconds=60)
+    # /healthz answers 503 once the tick loop or the writer has not succeeded for this long:
+    # under 30 s, so a replica that has scheduled nothing for that long never looks healthy.
+    health_timeout: timedelta = timedelta(seconds=20)
     # Claims and terminal writes wait for a synchronous standby (synchronous_commit = on).
     synchronous_claims: bool = False
 

@@ -50,7 +50,7 @@ class Scheduler(JobRegistry, ScheduleMethods):
     transaction-pooling PgBouncer: no LISTEN, no prepared statements, no session settings
     outside a transaction (docs/pgbouncer.md). ``/healthz`` answers 503 once the tick loop or the
     terminal writer has not succeeded for ``health_timeout`` (else
-    ``PGSCHED_HEALTH_TIMEOUT``, else 60 s). With ``synchronous_claims`` (else
+    ``PGSCHED_HEALTH_TIMEOUT``, else 20 s). With ``synchronous_claims`` (else
     ``PGSCHED_SYNCHRONOUS_CLAIMS``) claims and terminal writes commit only once a synchronous
     standby has them, so a failover cannot undo them (docs/design.md). Operator actions on
     the jobs (``trigger``, ``pause``...) go through ``self.admin``; ``self.aio`` offers them
@@ -87,7 +87,7 @@ class Scheduler(JobRegistry, ScheduleMethods):
             statement_timeout, field="statement_timeout", allow_zero=False
         )
         self.health_timeout = parse_duration(
-            health_timeout or os.environ.get("PGSCHED_HEALTH_TIMEOUT") or "60s",
+            health_timeout or os.environ.get("PGSCHED_HEALTH_TIMEOUT") or "20s",
             field="health_timeout",
             allow_zero=False,
         )
