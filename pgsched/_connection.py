@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ._results import describe_error
 from ._servers import Server, ServerWatch
-from ._store import Conn, Store
+from ._store import Conn, Row, Store
 
 # A server that vanishes without closing its sockets (a crashed host, a partition) is noticed
 # within keepalives_idle + keepalives_interval * keepalives_count = 11 s on an idle
@@ -97,25 +97,43 @@ def not_writable(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.errors.ReadOnlySqlTransaction | DatabaseNotWritable)
 
 
+def met_server(state: Row, conn: psycopg.BaseConnection[Any]) -> tuple[str | None, Server]:
+    """From ``state`` (the ``server_state`` row read through ``conn``): why the server cannot
+    take writes (None when it can), and which server it is."""
+    server = Server(
+        state["system_identifier"],
+        int(state["timeline"] or 0),
+        f"{conn.info.host}:{conn.info.port}",
+    )
+    if state["in_recovery"]:
+        return "the server is in recovery (a standby)", server
+    if state["read_only"]:
+        return "the server is read-only (transaction_read_only is on)", server
+    return None, server
+
+
 async def require_writable(store: Store, conn: Conn, watch: ServerWatch | None = None) -> None:
     """Raise :class:`DatabaseNotWritable` (closing ``conn``) when its server cannot take
     writes, or (``watch``) is not the server connections must reach: a pool's ``check`` and
     ``configure`` hook, so such a connection is discarded and a new one sought (a multi-host
     DSN with ``target_session_attrs=read-write`` finds the new primary; the watch steers it
     past a writable host it refused)."""
-    state = await store.server_state(conn)
-    address = f"{conn.info.host}:{conn.info.port}"  # unreadable once closed
-    why: str | None = None
-    if state["in_recovery"]:
-        why = "the server is in recovery (a standby)"
-    elif state["read_only"]:
-        why = "the server is read-only (transaction_read_only is on)"
-    elif watch is not None:
-        server = Server(state["system_identifier"], int(state["timeline"]), address)
+    why, server = met_server(await store.server_state(conn), conn)
+    if why is None and watch is not None:
         why = await watch.admit(server, conn)
     if why is not None:
         await conn.close()
-        raise DatabaseNotWritable(f"{why}: {address}")
+        raise DatabaseNotWritable(f"{why}: {server.address}")
+
+
+def require_writable_sync(store: Store, conn: psycopg.Connection[Any], watch: ServerWatch) -> None:
+    """:func:`require_writable` for a sync connection (in a worker thread): the server is
+    checked against ``watch``, never adopted (the replica's pool adopts a new one)."""
+    why, server = met_server(store.server_state_sync(conn), conn)
+    if why is None:
+        why = watch.refusal(server)
+    if why is not None:
+        raise DatabaseNotWritable(f"{why}: {server.address}")
 
 
 async def synchronous_protection(store: Store, conn: Conn) -> tuple[str, str] | None:

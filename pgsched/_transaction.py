@@ -16,15 +16,15 @@ import psycopg
 
 from ._config import JobSpec
 from ._connection import (
-    DatabaseNotWritable,
     connect_options,
     not_writable,
     require_writable,
+    require_writable_sync,
     unavailable,
 )
 from ._model import Run
 from ._outcomes import Outcome
-from ._servers import Server, ServerWatch
+from ._servers import ServerWatch
 from ._store import Store
 
 Written = tuple[Outcome, datetime | None]
@@ -109,7 +109,7 @@ class Transactions:
         try:
             conninfo = self._watch.steer(self._conninfo)
             conn = psycopg.connect(conninfo, **self._connect_options())
-            self._require_server(conn)
+            require_writable_sync(self._store, conn, self._watch)
             return conn
         except Exception as exc:
             if conn is not None and not conn.closed:
@@ -117,18 +117,6 @@ class Transactions:
             if unavailable(exc):
                 raise TransactionUnavailable(exc, None) from exc
             raise
-
-    def _require_server(self, conn: psycopg.Connection[Any]) -> None:
-        state = self._store.server_state_sync(conn)
-        address = f"{conn.info.host}:{conn.info.port}"
-        why = "the server is in recovery (a standby)" if state["in_recovery"] else None
-        if why is None and state["read_only"]:
-            why = "the server is read-only (transaction_read_only is on)"
-        if why is None:
-            server = Server(state["system_identifier"], int(state["timeline"]), address)
-            why = self._watch.refusal(server)
-        if why is not None:
-            raise DatabaseNotWritable(f"{why}: {address}")
 
     async def run_async(self, job: JobSpec, run: Run, outcome: ToOutcome) -> Written | None:
         """Run an ``async def`` handler in a transaction; None when the lease was lost (rolled

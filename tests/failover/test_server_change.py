@@ -39,6 +39,15 @@ def cluster() -> Iterator[Cluster]:
         c.close()
 
 
+def _migrated_pair(cluster: Cluster) -> tuple[Node, Node]:
+    """A primary with pgsched's schema, and a hot standby of it."""
+    old = cluster.primary()
+    new = cluster.standby(old)
+    with pgsched.Admin(old.dsn(), schema=SCHEMA) as admin:
+        admin.migrate()
+    return old, new
+
+
 def _dsn(*nodes: Node) -> str:
     ports = ",".join(str(n.port) for n in nodes)
     hosts = ",".join("127.0.0.1" for _ in nodes)
@@ -91,10 +100,7 @@ def _timeline_exported(s: pgsched.Scheduler, timeline: int) -> bool:
 def test_a_failover_that_lost_commits_puts_finished_work_back_and_tokens_stay_larger(
     cluster: Cluster,
 ) -> None:
-    old = cluster.primary()
-    new = cluster.standby(old)
-    with pgsched.Admin(old.dsn(), schema=SCHEMA) as admin:
-        admin.migrate()
+    old, new = _migrated_pair(cluster)
     wait_for(lambda: new.sql(f"SELECT to_regclass('{SCHEMA}.cron_executions')")[0][0], 15)
     new.stop("fast")  # the standby falls behind: nothing the replica writes reaches it
     runs: list[pgsched.Run] = []
@@ -129,10 +135,7 @@ def test_a_failover_that_lost_commits_puts_finished_work_back_and_tokens_stay_la
 def test_an_old_primary_back_beside_the_promoted_one_is_never_written_to(
     cluster: Cluster,
 ) -> None:
-    old = cluster.primary()
-    new = cluster.standby(old)
-    with pgsched.Admin(old.dsn(), schema=SCHEMA) as admin:
-        admin.migrate()
+    old, new = _migrated_pair(cluster)
     runs: list[pgsched.Run] = []
     s = _replica(_dsn(old, new), runs)
     with serving(s):
