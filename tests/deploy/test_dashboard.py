@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pgsched._metrics import Metrics
+from pgsched._servers import Server
 from pgsched._views import JobStatus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,6 +72,9 @@ def _exported_metric_names() -> set[str]:
     metrics.run_finished("job", "FAILED", 1.0)
     metrics.started_late("job", 0.5)
     metrics.tick(0.01)
+    first, promoted = Server("7", 1, "db-a:5432"), Server("7", 2, "db-b:5432")
+    metrics.database_server(None, first)
+    metrics.database_server(first, promoted)
     now = datetime.now(UTC)
     metrics.set_cluster_state(
         [JobStatus("job", "every 5m", False, now, "SUCCESS", now, 0, 0, 0, 0, now, "r1")]
