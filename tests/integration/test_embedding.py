@@ -5,6 +5,7 @@ registry whenever it is scraped."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -15,6 +16,19 @@ from prometheus_client import CollectorRegistry
 import pgsched
 from tests.helpers import wait_for
 from tests.integration._support import insert_row, running
+
+
+class _SlowCallbacks(logging.Handler):
+    """The loop's own reports of a callback that blocked it (debug mode)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.found: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("Executing") and " took " in message:
+            self.found.append(message)
 
 
 async def _watch_loop(stop: asyncio.Event, gaps: list[float]) -> None:
@@ -38,6 +52,7 @@ def test_serve_and_async_admin_never_stall_the_loop(
         done.append(run)
 
     async def app() -> list[float]:
+        asyncio.get_running_loop().slow_callback_duration = 0.05
         stop, gaps = asyncio.Event(), []
         watcher = asyncio.create_task(_watch_loop(stop, gaps))
         server = asyncio.create_task(s.serve())
@@ -60,12 +75,22 @@ def test_serve_and_async_admin_never_stall_the_loop(
         await watcher
         return gaps
 
-    gaps = asyncio.run(app())
+    # asyncio's debug mode times every callback the loop runs and logs those over
+    # slow_callback_duration: what blocking the loop means, measured on the callback itself.
+    # (The watcher's worst gap also counts the process waiting for a core, which a loaded
+    # machine stretches to tens of milliseconds with nothing blocking the loop.)
+    slow = _SlowCallbacks()
+    asyncio_log = logging.getLogger("asyncio")
+    asyncio_log.addHandler(slow)
+    try:
+        gaps = asyncio.run(app(), debug=True)
+    finally:
+        asyncio_log.removeHandler(slow)
     assert len(gaps) > 50
-    worst = max(gaps)
-    # Guard against an order-of-magnitude regression (a blocking call on the loop), not a
-    # performance claim: those live in bench/. The worst gap of the run, not a percentile.
-    assert worst < 0.05, f"the loop stalled {worst * 1000:.1f} ms"
+    # Guard against an order-of-magnitude regression (a blocking call on the loop: a sync
+    # query or connect; callbacks normally take well under a millisecond), not a performance
+    # claim: those live in bench/.
+    assert slow.found == [], slow.found
     assert len(done) >= 40
 
 
