@@ -94,7 +94,9 @@ def test_sigkilled_holder_is_stolen_within_stale_timeout(replicas: Replicas, db,
     assert fencing > before[2]
     assert runner != holder
     print(f"steal latency after SIGKILL: {(started_at - killed_at).total_seconds():.2f}s")
-    # stale_timeout (4 s) + one tick (0.5 s) + 1.5 s for process scheduling on a small machine
+    # The protocol's promise: stale_timeout (4 s, a wait by design) + one tick (0.5 s); the
+    # 1.5 s beyond guards against an order-of-magnitude regression (a steal normally comes
+    # 0.1-0.5 s after the tick), not a performance claim: those live in bench/.
     assert started_at - killed_at <= timedelta(seconds=6), started_at - killed_at
 
     replicas.procs.pop(holder)

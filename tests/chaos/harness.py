@@ -89,6 +89,9 @@ class Timing:
             "CHAOS_STATEMENT_TIMEOUT_S": str(self.statement_timeout_s),
         }
 
+    # O4 is the protocol's promise: a lease is taken over once stale_timeout has passed, at
+    # the next tick. The 1 s beyond that guards against an order-of-magnitude regression (the
+    # long runs of docs/reliability.md use about 0.1 s of it), not a performance claim.
     @property
     def o4_bound_s(self) -> float:
         """Abandonment to steal or close-out: stale_timeout + one tick + 1 s."""
@@ -101,6 +104,8 @@ class Timing:
         """Start delay without faults: one tick + 0.5 s."""
         return self.tick_s + 0.5
 
+    # O6 as O4: run_timeout and stale_timeout are waits by design; a row older than both has
+    # been forgotten, whatever the machine's load.
     @property
     def o6_age_s(self) -> float:
         """A RUNNING row older than this (run_timeout + stale_timeout) is stuck."""
