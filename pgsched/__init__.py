@@ -5,7 +5,14 @@ from importlib.metadata import PackageNotFoundError, version
 from ._admin import Admin
 from ._aio import AsyncAdmin
 from ._config import JobSpec
-from ._errors import AppLoadError, ConfigError, LeaseLost, NotFoundError, PgschedError
+from ._errors import (
+    AppLoadError,
+    ConfigError,
+    DatabaseError,
+    LeaseLost,
+    NotFoundError,
+    PgschedError,
+)
 from ._logging import configure_logging
 from ._model import GLOBAL, Result, Run, Scope
 from ._planning import Planner
@@ -25,6 +32,7 @@ __all__ = [
     "AppLoadError",
     "AsyncAdmin",
     "ConfigError",
+    "DatabaseError",
     "Execution",
     "JobSpec",
     "JobStatus",

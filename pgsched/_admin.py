@@ -19,7 +19,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from ._config import JobSpec
-from ._connection import connect_options, not_writable, require_writable
+from ._connection import connect_options, database_error, not_writable, require_writable
 from ._dsn import require_dsn, resolve_dsn, resolve_transaction_pooling
 from ._durations import Duration, parse_duration
 from ._errors import ConfigError
@@ -216,7 +216,10 @@ class Admin(ScheduleMethods):
         self.close()
 
     def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        return PORTAL.call(coro)
+        try:
+            return PORTAL.call(coro)
+        except psycopg.Error as exc:  # pgsched's own error, one line naming the host
+            raise database_error(exc, self.dsn) from exc
 
     def _admin(self) -> Admin:
         return self

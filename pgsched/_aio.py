@@ -10,11 +10,12 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from ._admin import check_schema
 from ._config import JobSpec
-from ._connection import make_pool, pooled
+from ._connection import database_error, make_pool, pooled
 from ._dsn import require_dsn, resolve_dsn, resolve_transaction_pooling
 from ._durations import Duration, parse_duration
 from ._ops import Operations, _no_jobs
@@ -96,5 +97,8 @@ class AsyncAdmin(Operations):
     async def _connection(self) -> AsyncIterator[Conn]:
         await self.open()
         assert self._pool is not None
-        async with pooled(self._pool) as conn:
-            yield conn
+        try:
+            async with pooled(self._pool) as conn:
+                yield conn
+        except psycopg.Error as exc:  # pgsched's own error, one line naming the host
+            raise database_error(exc, resolve_dsn(self._dsn)) from exc

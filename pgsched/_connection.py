@@ -17,6 +17,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
+from ._errors import DatabaseError
 from ._results import describe_error
 from ._servers import Server, ServerWatch
 from ._store import Conn, Row, Store
@@ -74,6 +75,13 @@ def hosts(conninfo: object) -> str:
     if len(ports) == 1:
         ports = ports * len(names)
     return ",".join(f"{h}:{p}" if p else h for h, p in zip(names, ports, strict=False))
+
+
+def database_error(exc: BaseException, conninfo: str | None) -> DatabaseError:
+    """``exc`` (a driver or pool error) as pgsched's own: one line naming the hosts of
+    ``conninfo``, the password redacted."""
+    where = hosts(conninfo) if conninfo else "the database"
+    return DatabaseError(f"database error on {where}: {' '.join(describe_error(exc).split())}")
 
 
 def unavailable(exc: BaseException) -> bool:

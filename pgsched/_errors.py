@@ -21,3 +21,8 @@ class AppLoadError(PgschedError):
 
 class NotFoundError(PgschedError):
     """A named job or execution does not exist."""
+
+
+class DatabaseError(PgschedError):
+    """The database could not be reached, or refused a statement: one line naming its host
+    (never a password); the driver's exception is the ``__cause__``."""

@@ -9,12 +9,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import prometheus_client
+import psycopg
 import pytest
 from prometheus_client import CollectorRegistry
 from psycopg import sql
 
 import pgsched
 from pgsched._admin import Admin
+from tests.helpers import free_port
 from tests.integration._support import (
     Recorder,
     count,
@@ -511,3 +513,25 @@ def test_a_collected_admin_closes_the_connections_it_kept(
     del admin
     gc.collect()
     assert _until(lambda: _backends(db, app) == [])  # an Admin per request leaks nothing
+
+
+def test_an_unreachable_database_is_a_database_error_naming_the_host() -> None:
+    """Admin and AsyncAdmin raise pgsched's own error, one line naming the host and never the
+    password, with the driver's exception as its cause."""
+    port = free_port()  # nothing listens there
+    dsn = f"postgresql://postgres:Pw-secret-42@127.0.0.1:{port}/postgres"
+    with Admin(dsn=dsn) as admin, pytest.raises(pgsched.DatabaseError) as sync_error:
+        admin.status()
+
+    async def aio() -> None:
+        async with pgsched.AsyncAdmin(dsn, statement_timeout="1s") as admin:
+            await admin.status()
+
+    with pytest.raises(pgsched.DatabaseError) as async_error:
+        asyncio.run(aio())
+    for error in (sync_error.value, async_error.value):
+        message = str(error)
+        assert f"127.0.0.1:{port}" in message and "Pw-secret-42" not in message, message
+        assert "\n" not in message
+        assert isinstance(error.__cause__, psycopg.Error)
+        assert isinstance(error, pgsched.PgschedError)

@@ -45,8 +45,9 @@ def test_schedulers_connect_as_the_runtime_role(
     # ... which can run a job (DML) but cannot migrate (no DDL).
     s.register(lambda run: 1, name="dml_only", every="1h")
     assert s.run_once().succeeded == 1
-    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+    with pytest.raises(pgsched.DatabaseError, match="InsufficientPrivilege") as refused:
         _migrate_again(s, db)
+    assert isinstance(refused.value.__cause__, psycopg.errors.InsufficientPrivilege)
 
 
 def _migrate_again(s: pgsched.Scheduler, db: Any) -> None:
