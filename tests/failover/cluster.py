@@ -136,8 +136,12 @@ class Cluster:
         node.start()
         return node
 
-    def standby(self, primary: Node, name: str = "standby") -> Node:
-        """A hot standby of ``primary``, streaming, started."""
+    def standby(
+        self, primary: Node, name: str = "standby", upstream_port: int | None = None
+    ) -> Node:
+        """A hot standby of ``primary``, streaming, started. It connects as application_name
+        ``name`` (what ``synchronous_standby_names`` names) to ``upstream_port`` (a proxy in
+        front of the primary, say), by default to the primary's own port."""
         node = Node(self.root, name, self.bindir, self.user)
         self.nodes.append(node)
         node.run(
@@ -156,7 +160,11 @@ class Cluster:
             "-U",
             "postgres",
         )
-        node.configure({"port": str(node.port)})
+        conninfo = (
+            f"host=127.0.0.1 port={upstream_port or primary.port} user=postgres "
+            f"application_name={name}"
+        )
+        node.configure({"port": str(node.port), "primary_conninfo": f"'{conninfo}'"})
         node.start()
         return node
 
