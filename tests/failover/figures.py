@@ -76,6 +76,18 @@ def reruns(keys: list[tuple[str, float]]) -> tuple[int, int]:
     return sum(1 for n in counts.values() if n > 1), sum(n - 1 for n in counts.values() if n > 1)
 
 
+def reruns_finished_before(effects: list[dict[str, Any]], before: float) -> int:
+    """Plans run more than once whose first execution had ended before ``before`` (its
+    terminal write acknowledged before the fault, give or take the writer's batching)."""
+    first: dict[tuple[str, float], float] = {}
+    counts: Counter[tuple[str, float]] = Counter()
+    for e in effects:
+        key = (e["scope"], e["plan"])
+        counts[key] += 1
+        first[key] = min(first.get(key, e["at"]), e["at"])
+    return sum(1 for key, n in counts.items() if n > 1 and first[key] < before)
+
+
 def lost(
     plans: list[float], scopes: list[str], succeeded: set[tuple[str, float]], done: set[Any]
 ) -> int:

@@ -56,7 +56,7 @@ class Timing:
     def from_env(cls) -> Timing:
         if os.environ.get("PGSCHED_FAILOVER_LONG") == "1":
             return cls(warm_s=20, outage_s=10, after_s=60, drain_s=60)
-        return cls(warm_s=3, outage_s=1, after_s=5, drain_s=12)
+        return cls(warm_s=2, outage_s=1, after_s=4, drain_s=8)
 
 
 def _epoch(node: Node) -> float:
@@ -266,13 +266,14 @@ class FailoverRun:
             self._side(drop.format(sql.Identifier(self.side_schema)))
 
     def stop_replicas(self) -> dict[str, int | None]:
-        """SIGTERM both replicas; their exit codes (None: still running after 20 s, killed)."""
+        """SIGTERM both replicas; their exit codes (None: still running after 10 s, killed)."""
         codes: dict[str, int | None] = {}
         for proc in self.replicas.values():
             proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
         for runner, proc in self.replicas.items():
             try:
-                codes[runner] = proc.wait(20)
+                codes[runner] = proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
@@ -359,7 +360,7 @@ def stale_running(node: Node) -> int:
 
 def measure(run: FailoverRun, resumed_s: float | None) -> dict[str, Any]:
     """The scenario's figures; stops the replicas (after counting what needs them alive)."""
-    drained = drain(run)
+    drained = drain(run) if resumed_s is not None else False
     stale = stale_running(run.new)
     alive = all(p.poll() is None for p in run.replicas.values())
     codes = run.stop_replicas()
@@ -379,6 +380,9 @@ def measure(run: FailoverRun, resumed_s: float | None) -> dict[str, Any]:
         "resumed_s": resumed_s,
         "work_reruns": fig.reruns(work)[0],
         "work_extra_effects": fig.reruns(work)[1],
+        "work_reruns_finished_before_fault": fig.reruns_finished_before(
+            [e for e in effects if e["kind"] == "work"], run.marks["fault"] - 1.0
+        ),
         "tx_duplicates": fig.reruns(tx)[0],
         "tx_reinvoked": fig.reruns(seen)[0],
         "work_lost": fig.lost(plans, WORK_SCOPES, _succeeded(ledger, "work"), set(work)),
@@ -395,12 +399,21 @@ def measure(run: FailoverRun, resumed_s: float | None) -> dict[str, Any]:
         "samples_while_stuck": stuck,
         "replicas_alive": alive,
         "exit_codes": codes,
-        "tracebacks": text.count("Traceback"),
+        "tracebacks": _tracebacks(text),
+        "handler_errors": text.count('"handler_raised"'),
         "tick_errors": text.count('"tick_error"'),
         "writer_retries": text.count('"writer_retry"'),
         "database_changed": text.count('"database_changed"'),
     }
     return figures
+
+
+def _tracebacks(text: str) -> int:
+    """Tracebacks in the replicas' output, but for the handlers' own exceptions (logged with
+    their traceback as ``handler_raised``: a handler whose database went away raises)."""
+    return sum(
+        1 for line in text.splitlines() if "Traceback" in line and '"handler_raised"' not in line
+    )
 
 
 def report(run: FailoverRun, figures: dict[str, Any], checks: list[fig.Check]) -> None:

@@ -25,6 +25,9 @@ RESUMES = Check("resumed_s", "<=", 10)  # work resumes within 10 s of the promot
 NOTHING_LOST = [Check("work_lost", "==", 0), Check("tx_lost", "==", 0)]
 NO_STALE = Check("stale_running", "==", 0)
 FENCED = Check("fencing_regressions", "==", 0, needs="fencing")
+# A plan that finished before the fault is not run again once its terminal write is
+# re-applied on the new primary.
+REAPPLIED = Check("work_reruns_finished_before_fault", "==", 0, needs="reapply")
 
 
 def _crash_and_promote(run: FailoverRun) -> None:
@@ -47,7 +50,7 @@ def test_async_primary_crash(tmp_path: Path) -> None:
         figures = measure(run, resumed)
     finally:
         run.close()
-    report(run, figures, [*TODAY, RESUMES, *NOTHING_LOST, NO_STALE, FENCED])
+    report(run, figures, [*TODAY, RESUMES, *NOTHING_LOST, NO_STALE, FENCED, REAPPLIED])
 
 
 def test_sync_primary_crash(tmp_path: Path) -> None:
@@ -95,7 +98,7 @@ def test_lagging_async_standby_loses_the_last_commits(tmp_path: Path) -> None:
         figures["wal_lost_bytes"] = int(gap)
     finally:
         run.close()
-    report(run, figures, [*TODAY, RESUMES, *NOTHING_LOST, NO_STALE, FENCED])
+    report(run, figures, [*TODAY, RESUMES, *NOTHING_LOST, NO_STALE, FENCED, REAPPLIED])
 
 
 def test_read_only_switchover(tmp_path: Path) -> None:
@@ -176,7 +179,7 @@ def test_primary_vanishes_without_closing_sockets(tmp_path: Path) -> None:
         run.fault()
         run.client_proxy.blackhole(True)
         run.promote()
-        resumed = run.wait_resumed(timeout=30)
+        resumed = run.wait_resumed(timeout=16)  # past the 15 s bound of the goal
         run.run_after()
         figures = measure(run, resumed)
     finally:
