@@ -218,9 +218,10 @@ class FailoverRun:
     def fault(self) -> None:
         self.marks["fault"] = time.time()
 
-    def promote(self) -> None:
-        """After the outage phase, promote the standby; mark the time."""
-        time.sleep(self.timing.outage_s)  # a failover manager's detection time
+    def promote(self, outage_s: float | None = None) -> None:
+        """After the outage phase (``outage_s``, by default the timing's), promote the
+        standby; mark the time."""
+        time.sleep(self.timing.outage_s if outage_s is None else outage_s)  # detection time
         self.new.promote()
         self.marks["promoted"] = time.time()
 
@@ -347,6 +348,17 @@ def drain(run: FailoverRun) -> bool:
     return True
 
 
+def with_status(node: Node, status: str) -> int:
+    """Rows of ``node``'s ledger in ``status``."""
+    rows = node.sql(
+        sql.SQL("SELECT count(*) FROM {}.cron_executions WHERE status = %s").format(
+            sql.Identifier(SCHEMA)
+        ),
+        (status,),
+    )
+    return int(rows[0][0])
+
+
 def stale_running(node: Node) -> int:
     """Rows RUNNING past their ``stale_after`` (their lease not renewed for stale_timeout)."""
     rows = node.sql(
@@ -364,6 +376,7 @@ def measure(run: FailoverRun, resumed_s: float | None) -> dict[str, Any]:
     stale = stale_running(run.new)
     alive = all(p.poll() is None for p in run.replicas.values())
     codes = run.stop_replicas()
+    running = with_status(run.new, "RUNNING")
     ledger, effects = _ledger(run.new), side_effects(run)
     plans = fig.grid(run.marks["grid_start"], run.marks["grid_end"])
     work = [(e["scope"], e["plan"]) for e in effects if e["kind"] == "work"]
@@ -399,6 +412,8 @@ def measure(run: FailoverRun, resumed_s: float | None) -> dict[str, Any]:
         "samples_while_stuck": stuck,
         "replicas_alive": alive,
         "exit_codes": codes,
+        "clean_exits": all(code == 0 for code in codes.values()),
+        "running_after_stop": running,
         "tracebacks": _tracebacks(text),
         "handler_errors": text.count('"handler_raised"'),
         "tick_errors": text.count('"tick_error"'),

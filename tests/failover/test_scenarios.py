@@ -24,6 +24,8 @@ pytestmark = pytest.mark.failover
 RESUMES = Check("resumed_s", "<=", 10)  # work resumes within 10 s of the promotion
 NOTHING_LOST = [Check("work_lost", "==", 0), Check("tx_lost", "==", 0)]
 NO_STALE = Check("stale_running", "==", 0)
+# SIGTERM stops each replica with exit code 0, leaving no row RUNNING.
+CLEAN_STOP = [Check("clean_exits", "==", True), Check("running_after_stop", "==", 0)]
 FENCED = Check("fencing_regressions", "==", 0, needs="fencing")
 # A plan that finished before the fault is not run again once its terminal write is
 # re-applied on the new primary.
@@ -50,7 +52,7 @@ def test_async_primary_crash(tmp_path: Path) -> None:
         figures = measure(run, resumed)
     finally:
         run.close()
-    report(run, figures, [*TODAY, RESUMES, *NOTHING_LOST, NO_STALE, FENCED, REAPPLIED])
+    report(run, figures, [*TODAY, *CLEAN_STOP, RESUMES, *NOTHING_LOST, NO_STALE, FENCED, REAPPLIED])
 
 
 def test_sync_primary_crash(tmp_path: Path) -> None:
@@ -69,7 +71,7 @@ def test_sync_primary_crash(tmp_path: Path) -> None:
     # Once synchronous claims are merged, the scenario runs with PGSCHED_SYNCHRONOUS_CLAIMS=1
     # on a server whose default is not synchronous, and 0 re-runs is asserted.
     reruns = Check("work_reruns", "==", 0, needs="synchronous_claims")
-    report(run, figures, [*TODAY, RESUMES, *NOTHING_LOST, NO_STALE, FENCED, reruns])
+    report(run, figures, [*TODAY, *CLEAN_STOP, RESUMES, *NOTHING_LOST, NO_STALE, FENCED, reruns])
 
 
 def test_lagging_async_standby_loses_the_last_commits(tmp_path: Path) -> None:
@@ -98,12 +100,13 @@ def test_lagging_async_standby_loses_the_last_commits(tmp_path: Path) -> None:
         figures["wal_lost_bytes"] = int(gap)
     finally:
         run.close()
-    report(run, figures, [*TODAY, RESUMES, *NOTHING_LOST, NO_STALE, FENCED, REAPPLIED])
+    report(run, figures, [*TODAY, *CLEAN_STOP, RESUMES, *NOTHING_LOST, NO_STALE, FENCED, REAPPLIED])
 
 
 def test_read_only_switchover(tmp_path: Path) -> None:
-    """4. A switchover: the primary made read-only, the standby caught up and promoted; the
-    old primary stays up, read-only. Nothing may be lost or run twice."""
+    """4. A switchover: the primary made read-only, the standby caught up and, once a tick
+    has failed for want of a writable server, promoted; the old primary stays up, read-only.
+    Nothing may be lost or run twice, and no run of before it is left RUNNING."""
     run = FailoverRun("switchover", tmp_path)
     try:
         run.setup()
@@ -111,14 +114,19 @@ def test_read_only_switchover(tmp_path: Path) -> None:
         run.fault()
         run.old.set_read_only(True)
         wait_for(lambda: caught_up(run.old, run.new), 10, what="the standby to replay everything")
-        run.promote()
+        # Promote only once a replica has found no writable server for a while (its pool
+        # gives up on a borrow after 5 s): runs in flight meanwhile must wait it out.
+        wait_for(lambda: '"tick_error"' in run.logs(), 15, what="a tick to fail")
+        run.promote(outage_s=0)
         resumed = run.wait_resumed()
         run.run_after()
         figures = measure(run, resumed)
     finally:
         run.close()
     no_reruns = [Check("work_reruns", "==", 0), Check("tx_reinvoked", "==", 0)]
-    report(run, figures, [*TODAY, RESUMES, *NOTHING_LOST, NO_STALE, *no_reruns, FENCED])
+    report(
+        run, figures, [*TODAY, *CLEAN_STOP, RESUMES, *NOTHING_LOST, NO_STALE, *no_reruns, FENCED]
+    )
 
 
 def test_old_primary_comes_back_read_write(tmp_path: Path) -> None:
@@ -145,7 +153,7 @@ def test_old_primary_comes_back_read_write(tmp_path: Path) -> None:
         Check("tx_lost", "==", 0, needs="server_identity"),
         Check("work_lost", "==", 0, needs="server_identity"),
     ]
-    report(run, figures, [*TODAY, RESUMES, FENCED, *identity])
+    report(run, figures, [*TODAY, *CLEAN_STOP, RESUMES, FENCED, *identity])
 
 
 def run_old_primary_writes(run: FailoverRun) -> dict[str, int]:
@@ -185,5 +193,9 @@ def test_primary_vanishes_without_closing_sockets(tmp_path: Path) -> None:
     finally:
         run.close()
     # Once a client-side bound on every statement is merged: work resumes within 15 s.
-    bounded = Check("resumed_s", "<=", 15, needs="statement_bound")
-    report(run, figures, [*TODAY, bounded, FENCED])
+    bounded = [
+        Check("resumed_s", "<=", 15, needs="statement_bound"),
+        Check("clean_exits", "==", True, needs="statement_bound"),
+        Check("stale_running", "==", 0, needs="statement_bound"),
+    ]
+    report(run, figures, [*TODAY, *bounded, FENCED])
