@@ -39,7 +39,6 @@ SCHEMA = "fo"
 WORK_SCOPES = [str(i) for i in range(3)]
 TX_SCOPES = [str(i) for i in range(2)]
 SIDE_DSN = os.environ.get("PGSCHED_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-STALE_S = 4.0  # app.py's stale_timeout
 
 
 @dataclass(frozen=True)
@@ -75,11 +74,12 @@ class FailoverRun:
     """One scenario: :meth:`setup`, the test's own fault and :meth:`promote`, then
     :meth:`finish` for the figures; :meth:`close` (always) removes everything."""
 
-    def __init__(self, name: str, tmp_path: Path, **options: bool) -> None:
+    def __init__(self, name: str, tmp_path: Path, **options: Any) -> None:
         self.name, self.tmp = name, tmp_path
         self.sync = options.get("sync", False)
         self.lagging = options.get("lagging", False)
         self.via_proxy = options.get("via_proxy", False)
+        self.stale_s = float(options.get("stale_s", 4))  # the jobs' stale_timeout
         self.timing = Timing.from_env()
         self.cluster = Cluster()
         self.proxies: list[TcpProxy] = []
@@ -170,6 +170,7 @@ class FailoverRun:
             "FO_SCHEMA": SCHEMA,
             "FO_WORK_SCOPES": str(len(WORK_SCOPES)),
             "FO_TX_SCOPES": str(len(TX_SCOPES)),
+            "FO_STALE_TIMEOUT": f"{self.stale_s:g}s",
         }
         args = ["--schema", SCHEMA, "run", str(APP), "--runner-id", runner]
         with open(self.tmp / f"{runner}.log", "wb") as out:
