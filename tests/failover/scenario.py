@@ -419,6 +419,10 @@ def measure(run: FailoverRun, resumed_s: float | None) -> dict[str, Any]:
         "handler_errors": text.count('"handler_raised"'),
         "tick_errors": text.count('"tick_error"'),
         "writer_retries": text.count('"writer_retry"'),
+        "stale_taken_over": text.count('"stale_closed"'),
+        # transactional runs rolled back: their SUCCESS write found no row holding the lease
+        # (on another server than the one that granted it, say)
+        "tx_rolled_back": text.count("SUCCESS write matched no row holding this lease"),
         "database_changed": text.count('"database_changed"'),
     }
     return figures
