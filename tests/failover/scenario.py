@@ -2,7 +2,7 @@
 optional TCP proxies (``proxy.py``) in front of the primary for the standby's replication
 connection or for the replicas, two real ``pgsched run`` replicas of ``app.py`` on the
 multi-host DSN ``host=127.0.0.1,127.0.0.1 port=P1,P2 ... target_session_attrs=read-write``,
-a side schema on the separate test server (``PGSCHED_TEST_DSN``) where the handlers record
+a side schema on a separate server (the tests' own database, ``pg_dsn``) where the handlers record
 their executions, and a thread sampling each replica's /healthz every 0.5 s.
 
 CI-sized by default (each scenario well under 25 s but the vanished primary's, which waits
@@ -24,7 +24,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,6 @@ APP = Path(__file__).with_name("app.py")
 SCHEMA = "fo"
 WORK_SCOPES = [str(i) for i in range(3)]
 TX_SCOPES = [str(i) for i in range(2)]
-SIDE_DSN = os.environ.get("PGSCHED_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 @dataclass(frozen=True)
@@ -78,8 +76,10 @@ class FailoverRun:
     """One scenario: :meth:`setup`, the test's own fault and :meth:`promote`, then
     :meth:`finish` for the figures; :meth:`close` (always) removes everything."""
 
-    def __init__(self, name: str, tmp_path: Path, **options: Any) -> None:
+    def __init__(self, name: str, tmp_path: Path, side: tuple[str, str], **options: Any) -> None:
         self.name, self.tmp = name, tmp_path
+        # The separate server (the tests' own database) and a schema of this test's there.
+        self.side_dsn, self.side_schema = side
         self.sync = options.get("sync", False)
         self.lagging = options.get("lagging", False)
         self.via_proxy = options.get("via_proxy", False)
@@ -92,7 +92,6 @@ class FailoverRun:
         self.started: dict[str, float] = {}
         self.samples: list[tuple[float, str, int | None]] = []
         self.marks: dict[str, float] = {}
-        self.side_schema = f"fo_{self.name}_{uuid.uuid4().hex[:8]}"
         self._sampling = threading.Event()
         self._sampler: threading.Thread | None = None
         self.old: Node
@@ -140,7 +139,7 @@ class FailoverRun:
         return bool(rows) and (not self.sync or rows[0][0] == "sync")
 
     def _side(self, text: sql.Composable | str, params: Any = None) -> list[tuple[Any, ...]]:
-        with psycopg.connect(SIDE_DSN, autocommit=True, connect_timeout=5) as conn:
+        with psycopg.connect(self.side_dsn, autocommit=True, connect_timeout=5) as conn:
             cur = conn.execute(text, params)
             return cur.fetchall() if cur.description else []
 
@@ -169,7 +168,7 @@ class FailoverRun:
             "PGSCHED_DSN": self.dsn(),
             "PGSCHED_LOG_FORMAT": "json",
             "PGSCHED_HEALTH_TIMEOUT": "20s",
-            "FO_SIDE_DSN": SIDE_DSN,
+            "FO_SIDE_DSN": self.side_dsn,
             "FO_SIDE_SCHEMA": self.side_schema,
             "FO_SCHEMA": SCHEMA,
             "FO_WORK_SCOPES": str(len(WORK_SCOPES)),

@@ -32,6 +32,13 @@ FENCED = Check("fencing_regressions", "==", 0, needs="fencing")
 REAPPLIED = Check("work_reruns_finished_before_fault", "==", 0, needs="reapply")
 
 
+@pytest.fixture
+def side(pg_dsn: str, schema: str) -> tuple[str, str]:
+    """Where the handlers record their executions: a schema of the tests' own database, a
+    server no failover touches (dropped after the test)."""
+    return pg_dsn, schema
+
+
 def _crash_and_promote(run: FailoverRun) -> None:
     run.warm_up()
     run.fault()
@@ -39,11 +46,11 @@ def _crash_and_promote(run: FailoverRun) -> None:
     run.promote()
 
 
-def test_async_primary_crash(tmp_path: Path) -> None:
+def test_async_primary_crash(tmp_path: Path, side: tuple[str, str]) -> None:
     """1. The primary crashes (``pg_ctl stop -m immediate``); the asynchronous standby is
     promoted. Without synchronous claims a plan claimed in the last moments may run again:
     its re-runs are measured, not asserted."""
-    run = FailoverRun("async_crash", tmp_path)
+    run = FailoverRun("async_crash", tmp_path, side)
     try:
         run.setup()
         _crash_and_promote(run)
@@ -55,11 +62,11 @@ def test_async_primary_crash(tmp_path: Path) -> None:
     report(run, figures, [*TODAY, *CLEAN_STOP, RESUMES, *NOTHING_LOST, NO_STALE, FENCED, REAPPLIED])
 
 
-def test_sync_primary_crash(tmp_path: Path) -> None:
+def test_sync_primary_crash(tmp_path: Path, side: tuple[str, str]) -> None:
     """2. The same with synchronous replication (``synchronous_standby_names`` naming the
     standby, ``synchronous_commit = on``): every acknowledged claim and terminal write is on
     the standby, so nothing runs twice."""
-    run = FailoverRun("sync_crash", tmp_path, sync=True)
+    run = FailoverRun("sync_crash", tmp_path, side, sync=True)
     try:
         run.setup()
         _crash_and_promote(run)
@@ -74,12 +81,14 @@ def test_sync_primary_crash(tmp_path: Path) -> None:
     report(run, figures, [*TODAY, *CLEAN_STOP, RESUMES, *NOTHING_LOST, NO_STALE, FENCED, reruns])
 
 
-def test_lagging_async_standby_loses_the_last_commits(tmp_path: Path) -> None:
+def test_lagging_async_standby_loses_the_last_commits(
+    tmp_path: Path, side: tuple[str, str]
+) -> None:
     """3. The standby's replication connection goes through a proxy that stalls the WAL; the
     primary crashes a few seconds later and the lagging standby is promoted, losing the last
     commits (claims and terminal writes): lost claims are claimed again (every_plan), lost
     terminal writes leave rows RUNNING until their lease goes stale and is taken over."""
-    run = FailoverRun("lagging_async", tmp_path, lagging=True)
+    run = FailoverRun("lagging_async", tmp_path, side, lagging=True)
     try:
         run.setup()
         run.warm_up()
@@ -103,14 +112,14 @@ def test_lagging_async_standby_loses_the_last_commits(tmp_path: Path) -> None:
     report(run, figures, [*TODAY, *CLEAN_STOP, RESUMES, *NOTHING_LOST, NO_STALE, FENCED, REAPPLIED])
 
 
-def test_read_only_switchover(tmp_path: Path) -> None:
+def test_read_only_switchover(tmp_path: Path, side: tuple[str, str]) -> None:
     """4. A switchover: the primary made read-only, the standby caught up and, once a tick
     has failed for want of a writable server, promoted; the old primary stays up, read-only.
     Nothing may be lost or run twice (the outage is shorter than stale_timeout), and no run
     of before it is left RUNNING."""
     # The outage outlasts the pool's 5 s borrow timeout: a stale_timeout longer than it keeps
     # the leases of the runs that finished meanwhile from going stale (and being run again).
-    run = FailoverRun("switchover", tmp_path, stale_s=12)
+    run = FailoverRun("switchover", tmp_path, side, stale_s=12)
     try:
         run.setup()
         run.warm_up()
@@ -132,11 +141,11 @@ def test_read_only_switchover(tmp_path: Path) -> None:
     )
 
 
-def test_old_primary_comes_back_read_write(tmp_path: Path) -> None:
+def test_old_primary_comes_back_read_write(tmp_path: Path, side: tuple[str, str]) -> None:
     """5. After a crash and promotion, the old primary restarts as a primary on its old port:
     the DSN's first host is writable again, but stale. Replicas must not write to it; today
     new connections (every transactional run opens one) land there: counted."""
-    run = FailoverRun("old_primary_back", tmp_path)
+    run = FailoverRun("old_primary_back", tmp_path, side)
     try:
         run.setup()
         _crash_and_promote(run)
@@ -179,11 +188,11 @@ def run_old_primary_writes(run: FailoverRun) -> dict[str, int]:
     return {"old_primary_rows": int(rows[0][0]), "old_primary_tx_effects": int(tx[0][0])}
 
 
-def test_primary_vanishes_without_closing_sockets(tmp_path: Path) -> None:
+def test_primary_vanishes_without_closing_sockets(tmp_path: Path, side: tuple[str, str]) -> None:
     """6. The replicas reach the primary through a proxy that turns into a blackhole (nothing
     forwarded, nothing closed); the standby, which the DSN's second host reaches directly, is
     promoted. Measured: seconds until work resumes."""
-    run = FailoverRun("vanished_primary", tmp_path, via_proxy=True)
+    run = FailoverRun("vanished_primary", tmp_path, side, via_proxy=True)
     try:
         run.setup()
         run.warm_up()
