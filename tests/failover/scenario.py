@@ -429,7 +429,7 @@ def _logged(text: str) -> dict[str, int]:
         "handler_errors": text.count('"handler_raised"'),
         "tick_errors": text.count('"tick_error"'),
         "writer_retries": text.count('"writer_retry"'),
-        "stale_taken_over": text.count('"stale_closed"'),
+        "stale_stolen": text.count('"outcome": "stole"'),  # stale leases taken over
         # transactional runs rolled back: their SUCCESS write found no row holding the lease
         # (on another server than the one that granted it, say)
         "tx_rolled_back": text.count("SUCCESS write matched no row holding this lease"),
