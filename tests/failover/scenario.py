@@ -445,6 +445,25 @@ def _tracebacks(text: str) -> int:
     )
 
 
+def old_primary_writes(run: FailoverRun) -> dict[str, int]:
+    """What landed on the old primary (still running) since it came back: ledger rows,
+    transactional effects, and those of them whose plan committed on the new primary too (a
+    transactional plan run once on each server)."""
+    back = run.marks["back"]
+    rows = run.old.sql(
+        sql.SQL(
+            "SELECT count(*) FROM {}.cron_executions WHERE updated_at > to_timestamp(%s)"
+        ).format(sql.Identifier(SCHEMA)),
+        (back,),
+    )
+    old_tx, new_tx = _tx_effects(run.old, back), set(_tx_effects(run.new))
+    return {
+        "old_primary_rows": int(rows[0][0]),
+        "old_primary_tx_effects": len(old_tx),
+        "tx_on_both_servers": len(set(old_tx) & new_tx),
+    }
+
+
 def report(run: FailoverRun, figures: dict[str, Any], checks: list[fig.Check]) -> None:
     """Publish the figures, then assert the checks that must hold (today's, and the goals
     whose feature PGSCHED_FAILOVER_GOALS names)."""

@@ -13,10 +13,16 @@ import time
 from pathlib import Path
 
 import pytest
-from psycopg import sql
 
 from tests.failover.figures import Check
-from tests.failover.scenario import SCHEMA, TODAY, FailoverRun, caught_up, measure, report
+from tests.failover.scenario import (
+    TODAY,
+    FailoverRun,
+    caught_up,
+    measure,
+    old_primary_writes,
+    report,
+)
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.failover
@@ -154,7 +160,7 @@ def test_old_primary_comes_back_read_write(tmp_path: Path, side: tuple[str, str]
         run.marks["back"] = time.time()
         run.run_after()
         figures = measure(run, resumed)
-        figures.update(run_old_primary_writes(run))
+        figures.update(old_primary_writes(run))
     finally:
         run.close()
     # Once server identity tracking is merged: no write lands on the old primary, and so
@@ -162,30 +168,13 @@ def test_old_primary_comes_back_read_write(tmp_path: Path, side: tuple[str, str]
     identity = [
         Check("old_primary_rows", "==", 0, needs="server_identity"),
         Check("old_primary_tx_effects", "==", 0, needs="server_identity"),
+        Check("tx_on_both_servers", "==", 0, needs="server_identity"),
+        Check("work_reruns", "==", 0, needs="server_identity"),
         Check("tx_lost", "==", 0, needs="server_identity"),
         Check("work_lost", "==", 0, needs="server_identity"),
         Check("running_after_stop", "==", 0, needs="server_identity"),
     ]
     report(run, figures, [*TODAY, CLEAN_STOP[0], RESUMES, FENCED, *identity])
-
-
-def run_old_primary_writes(run: FailoverRun) -> dict[str, int]:
-    """What landed on the old primary once it came back (it is stopped by then: restarted to
-    be read)."""
-    back = run.marks["back"]
-    rows = run.old.sql(
-        sql.SQL(
-            "SELECT count(*) FROM {}.cron_executions WHERE updated_at > to_timestamp(%s)"
-        ).format(sql.Identifier(SCHEMA)),
-        (back,),
-    )
-    tx = run.old.sql(
-        sql.SQL("SELECT count(*) FROM {}.tx_effects WHERE at > to_timestamp(%s)").format(
-            sql.Identifier(SCHEMA)
-        ),
-        (back,),
-    )
-    return {"old_primary_rows": int(rows[0][0]), "old_primary_tx_effects": int(tx[0][0])}
 
 
 def test_primary_vanishes_without_closing_sockets(tmp_path: Path, side: tuple[str, str]) -> None:
