@@ -44,7 +44,8 @@ class Check:
         return bool(got == self.value if self.op == "==" else got <= self.value)
 
     def __str__(self) -> str:
-        return f"{self.figure} {self.op} {self.value:g}"
+        value = str(self.value).lower() if isinstance(self.value, bool) else f"{self.value:g}"
+        return f"{self.figure} {self.op} {value}"
 
 
 def enabled_goals() -> set[str]:
