@@ -60,10 +60,6 @@ class Timing:
         return cls(warm_s=2, outage_s=1, after_s=4, drain_s=8)
 
 
-def _epoch(node: Node) -> float:
-    return float(node.sql("SELECT extract(epoch FROM clock_timestamp())::float8")[0][0])
-
-
 def caught_up(primary: Node, standby: Node) -> bool:
     (sent,) = primary.sql("SELECT pg_current_wal_lsn()::text")[0]
     (replayed,) = standby.sql(
@@ -73,8 +69,9 @@ def caught_up(primary: Node, standby: Node) -> bool:
 
 
 class FailoverRun:
-    """One scenario: :meth:`setup`, the test's own fault and :meth:`promote`, then
-    :meth:`finish` for the figures; :meth:`close` (always) removes everything."""
+    """One scenario: :meth:`setup`, :meth:`warm_up`, the test's own fault, :meth:`promote`,
+    :meth:`wait_resumed`, :meth:`run_after`, then :func:`measure` for the figures and
+    :func:`report` to publish and check them; :meth:`close` (always) removes everything."""
 
     def __init__(self, name: str, tmp_path: Path, side: tuple[str, str], **options: Any) -> None:
         self.name, self.tmp = name, tmp_path
