@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -22,7 +23,7 @@ WORK_SCOPES = int(os.environ.get("FO_WORK_SCOPES", "3"))
 TX_SCOPES = int(os.environ.get("FO_TX_SCOPES", "2"))
 
 scheduler = pgsched.Scheduler(tick_interval="0.2s", max_concurrency=16, shutdown_grace="3s")
-COMMON = dict(
+COMMON: dict[str, Any] = dict(
     every="1s",
     catch_up="every_plan",
     max_plans_per_tick=5,

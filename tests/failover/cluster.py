@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from bench.pg import _cluster_owner, find_bindir
 from tests.helpers import free_port, wait_for
@@ -78,7 +79,7 @@ class Node:
     def promote(self) -> None:
         self.pg_ctl("-w", "promote")
 
-    def sql(self, text: str, params: Any = None) -> list[tuple[Any, ...]]:
+    def sql(self, text: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
         """Run ``text`` on a fresh session (pinned read-write, so it works on a primary made
         read-only) and return its rows."""
         with psycopg.connect(self.dsn(), autocommit=True, connect_timeout=5) as conn:

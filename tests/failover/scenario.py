@@ -25,6 +25,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +136,7 @@ class FailoverRun:
         rows = self.old.sql("SELECT sync_state FROM pg_stat_replication WHERE state = 'streaming'")
         return bool(rows) and (not self.sync or rows[0][0] == "sync")
 
-    def _side(self, text: sql.Composable | str, params: Any = None) -> list[tuple[Any, ...]]:
+    def _side(self, text: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
         with psycopg.connect(self.side_dsn, autocommit=True, connect_timeout=5) as conn:
             cur = conn.execute(text, params)
             return cur.fetchall() if cur.description else []
@@ -209,10 +210,13 @@ class FailoverRun:
         )
         return int(rows[0][0])
 
+    def ran_twice(self, job: str) -> bool:
+        return self.successes(self.old, job) >= 2
+
     def warm_up(self) -> None:
         """Both jobs running on the primary, then a fixed phase of normal work."""
         for job in ("work", "tx"):
-            wait_for(lambda j=job: self.successes(self.old, j) >= 2, 30, what=f"{job} to run")
+            wait_for(partial(self.ran_twice, job), 30, what=f"{job} to run")
         self.marks["grid_start"] = time.time() + 1
         time.sleep(self.timing.warm_s)  # a fixed-length phase of normal work
 
