@@ -79,6 +79,9 @@ class FailoverRun:
         # The separate server (the tests' own database) and a schema of this test's there.
         self.side_dsn, self.side_schema = side
         self.sync = options.get("sync", False)
+        # the server's synchronous_commit when sync ("local": only what asks for it waits)
+        self.sync_commit = str(options.get("sync_commit", "on"))
+        self.replica_env: dict[str, str] = dict(options.get("replica_env", {}))
         self.lagging = options.get("lagging", False)
         self.via_proxy = options.get("via_proxy", False)
         self.stale_s = float(options.get("stale_s", 4))  # the jobs' stale_timeout
@@ -107,7 +110,11 @@ class FailoverRun:
         self.new = self.cluster.standby(self.old, upstream_port=upstream)
         if self.sync:
             self.old.sql("ALTER SYSTEM SET synchronous_standby_names = 'standby'")
-            self.old.sql("ALTER SYSTEM SET synchronous_commit = on")
+            self.old.sql(
+                sql.SQL("ALTER SYSTEM SET synchronous_commit = {}").format(
+                    sql.Literal(self.sync_commit)
+                )
+            )
             self.old.sql("SELECT pg_reload_conf()")
         wait_for(self._streaming, 20, what="the standby to stream (sync when asked)")
         with pgsched.Admin(self.old.dsn(), schema=SCHEMA) as admin:
@@ -166,6 +173,7 @@ class FailoverRun:
             "PGSCHED_DSN": self.dsn(),
             "PGSCHED_LOG_FORMAT": "json",
             "PGSCHED_HEALTH_TIMEOUT": "20s",
+            **self.replica_env,
             "FO_SIDE_DSN": self.side_dsn,
             "FO_SIDE_SCHEMA": self.side_schema,
             "FO_SCHEMA": SCHEMA,

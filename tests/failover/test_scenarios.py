@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.failover.figures import Check
+from tests.failover.figures import Check, enabled_goals
 from tests.failover.scenario import (
     TODAY,
     FailoverRun,
@@ -72,7 +72,17 @@ def test_sync_primary_crash(tmp_path: Path, side: tuple[str, str]) -> None:
     """2. The same with synchronous replication (``synchronous_standby_names`` naming the
     standby, ``synchronous_commit = on``): every acknowledged claim and terminal write is on
     the standby, so nothing runs twice."""
-    run = FailoverRun("sync_crash", tmp_path, side, sync=True)
+    # With the synchronous_claims goal switched on, the server's default is only local and
+    # the replicas ask for synchronous commits themselves (PGSCHED_SYNCHRONOUS_CLAIMS=1).
+    claims = "synchronous_claims" in enabled_goals()
+    run = FailoverRun(
+        "sync_crash",
+        tmp_path,
+        side,
+        sync=True,
+        sync_commit="local" if claims else "on",
+        replica_env={"PGSCHED_SYNCHRONOUS_CLAIMS": "1"} if claims else {},
+    )
     try:
         run.setup()
         _crash_and_promote(run)
@@ -81,8 +91,9 @@ def test_sync_primary_crash(tmp_path: Path, side: tuple[str, str]) -> None:
         figures = measure(run, resumed)
     finally:
         run.close()
-    # Once synchronous claims are merged, the scenario runs with PGSCHED_SYNCHRONOUS_CLAIMS=1
-    # on a server whose default is not synchronous, and 0 re-runs is asserted.
+    # Once synchronous claims are merged: drop the needs (and the switch above, keeping its
+    # "local" branch), so 0 re-runs is asserted with PGSCHED_SYNCHRONOUS_CLAIMS=1 on a server
+    # whose default commit is local.
     reruns = Check("work_reruns", "==", 0, needs="synchronous_claims")
     report(run, figures, [*TODAY, *CLEAN_STOP, RESUMES, *NOTHING_LOST, NO_STALE, FENCED, reruns])
 
