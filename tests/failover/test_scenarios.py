@@ -45,6 +45,23 @@ def side(pg_dsn: str, schema: str) -> tuple[str, str]:
     return pg_dsn, schema
 
 
+def _stall_crash_promote(run: FailoverRun) -> int:
+    """Normal work, then the standby's WAL stalls (its proxy forwards nothing) for a fixed
+    phase, the primary crashes and the standby is promoted; returns the bytes of WAL the
+    standby never received."""
+    run.warm_up()
+    assert run.repl_proxy is not None
+    run.repl_proxy.blackhole(True)
+    run.marks["stall"] = time.time()
+    time.sleep(2 + run.timing.outage_s)  # a fixed phase of commits the standby never sees
+    (lsn,) = run.old.sql("SELECT pg_current_wal_lsn()::text")[0]
+    run.fault()
+    run.old.stop("immediate")
+    run.promote()
+    (gap,) = run.new.sql("SELECT pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_receive_lsn())", (lsn,))[0]
+    return int(gap)
+
+
 def _crash_and_promote(run: FailoverRun) -> None:
     run.warm_up()
     run.fault()
@@ -70,8 +87,10 @@ def test_async_primary_crash(tmp_path: Path, side: tuple[str, str]) -> None:
 
 def test_sync_primary_crash(tmp_path: Path, side: tuple[str, str]) -> None:
     """2. The same with synchronous replication (``synchronous_standby_names`` naming the
-    standby, ``synchronous_commit = on``): every acknowledged claim and terminal write is on
-    the standby, so nothing runs twice."""
+    standby, ``synchronous_commit = on``), and, as in 3, the standby's WAL stalled for the
+    last 3 s before the crash: commits wait for the standby meanwhile instead of being lost,
+    so every acknowledged claim and terminal write is on the promoted standby and nothing
+    runs twice."""
     # With the synchronous_claims goal switched on, the server's default is only local and
     # the replicas ask for synchronous commits themselves (PGSCHED_SYNCHRONOUS_CLAIMS=1).
     claims = "synchronous_claims" in enabled_goals()
@@ -80,15 +99,21 @@ def test_sync_primary_crash(tmp_path: Path, side: tuple[str, str]) -> None:
         tmp_path,
         side,
         sync=True,
+        lagging=True,
+        # Commits wait out the stall, so leases go unrenewed for it and the outage: a
+        # stale_timeout longer than both keeps them from going stale (else they are taken
+        # over and run again, as in the switchover).
+        stale_s=12,
         sync_commit="local" if claims else "on",
         replica_env={"PGSCHED_SYNCHRONOUS_CLAIMS": "1"} if claims else {},
     )
     try:
         run.setup()
-        _crash_and_promote(run)
+        gap = _stall_crash_promote(run)
         resumed = run.wait_resumed()
         run.run_after()
         figures = measure(run, resumed)
+        figures["wal_lost_bytes"] = gap
     finally:
         run.close()
     # Once synchronous claims are merged: drop the needs (and the switch above, keeping its
@@ -108,22 +133,11 @@ def test_lagging_async_standby_loses_the_last_commits(
     run = FailoverRun("lagging_async", tmp_path, side, lagging=True)
     try:
         run.setup()
-        run.warm_up()
-        assert run.repl_proxy is not None
-        run.repl_proxy.blackhole(True)
-        run.marks["stall"] = time.time()
-        time.sleep(2 + run.timing.outage_s)  # a fixed phase of commits the standby never sees
-        (lsn,) = run.old.sql("SELECT pg_current_wal_lsn()::text")[0]
-        run.fault()
-        run.old.stop("immediate")
-        run.promote()
-        (gap,) = run.new.sql(
-            "SELECT pg_wal_lsn_diff(%s::pg_lsn, pg_last_wal_receive_lsn())", (lsn,)
-        )[0]
+        gap = _stall_crash_promote(run)
         resumed = run.wait_resumed()
         run.run_after()
         figures = measure(run, resumed)
-        figures["wal_lost_bytes"] = int(gap)
+        figures["wal_lost_bytes"] = gap
     finally:
         run.close()
     report(run, figures, [*TODAY, *CLEAN_STOP, RESUMES, *NOTHING_LOST, NO_STALE, FENCED, REAPPLIED])
