@@ -85,6 +85,7 @@ class FailoverRun:
         self.lagging = options.get("lagging", False)
         self.via_proxy = options.get("via_proxy", False)
         self.stale_s = float(options.get("stale_s", 4))  # the jobs' stale_timeout
+        self.drains = bool(options.get("drains", True))  # wait for the counted plans to end
         self.timing = Timing.from_env()
         self.cluster = Cluster()
         self.proxies: list[TcpProxy] = []
@@ -385,7 +386,7 @@ def stale_running(node: Node) -> int:
 
 def measure(run: FailoverRun, resumed_s: float | None) -> dict[str, Any]:
     """The scenario's figures; stops the replicas (after counting what needs them alive)."""
-    drained = drain(run) if resumed_s is not None else False
+    drained = drain(run) if resumed_s is not None and run.drains else False
     stale = stale_running(run.new)
     alive = all(p.poll() is None for p in run.replicas.values())
     codes = run.stop_replicas()
