@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from bench.pg import _cluster_owner, find_bindir
 from tests.helpers import free_port, wait_for
@@ -78,7 +79,7 @@ class Node:
     def promote(self) -> None:
         self.pg_ctl("-w", "promote")
 
-    def sql(self, text: str, params: Any = None) -> list[tuple[Any, ...]]:
+    def sql(self, text: str | sql.Composed, params: Any = None) -> list[tuple[Any, ...]]:
         """Run ``text`` on a fresh session (pinned read-write, so it works on a primary made
         read-only) and return its rows."""
         with psycopg.connect(self.dsn(), autocommit=True, connect_timeout=5) as conn:
@@ -136,8 +137,12 @@ class Cluster:
         node.start()
         return node
 
-    def standby(self, primary: Node, name: str = "standby") -> Node:
-        """A hot standby of ``primary``, streaming, started."""
+    def standby(
+        self, primary: Node, name: str = "standby", upstream_port: int | None = None
+    ) -> Node:
+        """A hot standby of ``primary``, streaming, started. It connects as application_name
+        ``name`` (what ``synchronous_standby_names`` names) to ``upstream_port`` (a proxy in
+        front of the primary, say), by default to the primary's own port."""
         node = Node(self.root, name, self.bindir, self.user)
         self.nodes.append(node)
         node.run(
@@ -156,7 +161,11 @@ class Cluster:
             "-U",
             "postgres",
         )
-        node.configure({"port": str(node.port)})
+        conninfo = (
+            f"host=127.0.0.1 port={upstream_port or primary.port} user=postgres "
+            f"application_name={name}"
+        )
+        node.configure({"port": str(node.port), "primary_conninfo": f"'{conninfo}'"})
         node.start()
         return node
 

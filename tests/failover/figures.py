@@ -1,0 +1,136 @@
+"""What a failover scenario measured, computed from three sources that survive it: the final
+primary's ledger (and ``tx_effects``), the side server's record of every execution, and the
+replicas' /healthz samples. Also the checks: what holds today, and the goals that hold once
+the features other branches bring are merged (``PGSCHED_FAILOVER_GOALS`` switches them on).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# The features that make a goal hold, by the name PGSCHED_FAILOVER_GOALS uses for them
+# (comma-separated; "all" for every one).
+FEATURES = {
+    "server_identity": "server identity tracking (system identifier + timeline): a connection "
+    "to another server than the one switched to is discarded",
+    "reapply": "recent terminal writes re-applied after a server change",
+    "fencing": "fencing tokens that stay larger across a failover",
+    "synchronous_claims": "Scheduler(synchronous_claims=True) / PGSCHED_SYNCHRONOUS_CLAIMS=1",
+    "statement_bound": "a client-side bound on every statement (a vanished primary is left "
+    "within 15 s)",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    """``figure op value`` must hold; ``needs`` names the feature of :data:`FEATURES` it waits
+    for (None: it holds today and is always asserted)."""
+
+    figure: str
+    op: str  # "==" or "<="
+    value: float
+    needs: str | None = None
+
+    def holds(self, figures: dict[str, Any]) -> bool:
+        got = figures.get(self.figure)
+        if got is None:
+            return False
+        return bool(got == self.value if self.op == "==" else got <= self.value)
+
+    def __str__(self) -> str:
+        value = str(self.value).lower() if isinstance(self.value, bool) else f"{self.value:g}"
+        return f"{self.figure} {self.op} {value}"
+
+
+def enabled_goals() -> set[str]:
+    names = {n.strip() for n in os.environ.get("PGSCHED_FAILOVER_GOALS", "").split(",")}
+    return set(FEATURES) if "all" in names else names & set(FEATURES)
+
+
+def verdict(figures: dict[str, Any], checks: list[Check]) -> list[str]:
+    """Record each goal's state in ``figures["goals"]``; return the failed asserted checks."""
+    goals, failed, on = {}, [], enabled_goals()
+    for check in checks:
+        ok = check.holds(figures)
+        if check.needs is not None:
+            goals[str(check)] = {"met": ok, "needs": check.needs}
+        if not ok and (check.needs is None or check.needs in on):
+            failed.append(f"{check} (got {figures.get(check.figure)!r})")
+    figures["goals"] = goals
+    return failed
+
+
+def grid(start: float, end: float) -> list[float]:
+    """The plan times of a 1 s schedule in ``[start, end]`` (epoch seconds, whole seconds)."""
+    return [float(t) for t in range(math.ceil(start), math.floor(end) + 1)]
+
+
+def reruns(keys: list[tuple[str, float]]) -> tuple[int, int]:
+    """(plans seen more than once, extra occurrences) among ``keys``."""
+    counts = Counter(keys)
+    return sum(1 for n in counts.values() if n > 1), sum(n - 1 for n in counts.values() if n > 1)
+
+
+def reruns_finished_before(effects: list[dict[str, Any]], before: float) -> int:
+    """Plans run more than once whose first execution had ended before ``before`` (its
+    terminal write acknowledged before the fault, give or take the writer's batching)."""
+    first: dict[tuple[str, float], float] = {}
+    counts: Counter[tuple[str, float]] = Counter()
+    for e in effects:
+        key = (e["scope"], e["plan"])
+        counts[key] += 1
+        first[key] = min(first.get(key, e["at"]), e["at"])
+    return sum(1 for key, n in counts.items() if n > 1 and first[key] < before)
+
+
+def lost(
+    plans: list[float], scopes: list[str], succeeded: set[tuple[str, float]], done: set[Any]
+) -> int:
+    """Plans of ``plans`` x ``scopes`` with neither a SUCCESS row nor an effect."""
+    return sum(1 for t in plans for s in scopes if (s, t) not in succeeded and (s, t) not in done)
+
+
+def healthy_while_stuck(
+    samples: list[tuple[float, str, int | None]],
+    activity: dict[str, list[float]],
+    started: dict[str, float],
+    stuck_s: float,
+) -> tuple[int, int]:
+    """(/healthz 200 answers while their replica had run nothing for ``stuck_s``, samples
+    taken while it had). A replica's start counts as activity."""
+    healthy = stuck = 0
+    for at, runner, status in samples:
+        before = [t for t in activity.get(runner, []) if t <= at]
+        last = max(before, default=started[runner])
+        if at - max(last, started[runner]) >= stuck_s:
+            stuck += 1
+            healthy += status == 200
+    return healthy, stuck
+
+
+def fencing_regressions(effects: list[dict[str, Any]], fault: float, promoted: float) -> int:
+    """Executions that ran after the promotion with a fencing token no larger than one handed
+    out before the fault."""
+    before = [e["fencing"] for e in effects if e["at"] < fault]
+    if not before:
+        return 0
+    top = max(before)
+    return sum(1 for e in effects if e["at"] > promoted and e["fencing"] <= top)
+
+
+def publish(name: str, figures: dict[str, Any]) -> None:
+    """Print ``figures`` on one line; merge them into $PGSCHED_FAILOVER_FIGURES if set."""
+    line = json.dumps({"scenario": name, **figures}, sort_keys=True, default=str)
+    print(f"\nFAILOVER_FIGURES {line}")
+    target = os.environ.get("PGSCHED_FAILOVER_FIGURES")
+    if target:
+        path = Path(target)
+        merged = json.loads(path.read_text()) if path.exists() else {}
+        merged[name] = figures
+        path.write_text(json.dumps(merged, indent=2, sort_keys=True, default=str) + "\n")
