@@ -492,7 +492,7 @@ def test_next_plan_after_is_increasing_and_consistent(
     assert plans_between(v, t, chain[-1], count + 1) == chain
 
 
-CRON_SPECS = [
+CRON_VARIANTS = [
     ("30 2 * * *", "Europe/Berlin"),
     ("30 1 * * *", "America/New_York"),
     ("*/15 * * * *", "America/New_York"),
@@ -502,7 +502,7 @@ CRON_SPECS = [
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.sampled_from(CRON_SPECS),
+    st.sampled_from(CRON_VARIANTS),
     st.datetimes(
         min_value=datetime(2027, 3, 1), max_value=datetime(2027, 11, 30), timezones=st.just(UTC)
     ),
