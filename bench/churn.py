@@ -8,7 +8,7 @@ surely in force from its put's ``t1`` until the next operation's ``t0``. An exec
 decided between its claim (the contender's own record: ``claimed_at``) and its handler's
 start (the ledger's ``started_at``). It is **stale** when no version that may have been in
 force at any instant of that interval has its plan: a multiple of the version's cadence,
-strictly after the version was put (SPEC §8: the new spec's first plan is its first
+strictly after the version was put (docs/schedules.md: the new spec's first plan is its first
 occurrence strictly after the replacement, and no plan of the old spec, nor of a deleted
 schedule, is claimed afterwards). Doubt counts in the contender's favour. A plan that surely
 fell due during the churn while a version was surely in force, and stayed so for

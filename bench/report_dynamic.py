@@ -32,7 +32,7 @@ COLUMNS = (
 METHOD = """\
 ## Schedules as data (g, h, i)
 
-* **One dynamic job** (`@scheduler.job(name="bench", dynamic=True)`, SPEC §8) whose
+* **One dynamic job** (`@scheduler.job(name="bench", dynamic=True)`, `docs/schedules.md`) whose
   schedules are data: a driver process (`bench/peers/dynamic.py`, run with the contender's
   own interpreter) puts, replaces and deletes them through the contender's public API while
   its replicas run: for pgsched `pgsched.Admin(dsn).put_schedules(job, specs)` per batch and

@@ -1,4 +1,4 @@
-"""pgsched inside a FastAPI application (SPEC §9): the replica runs on the application's
+"""pgsched inside a FastAPI application (docs/embedding.md): the replica runs on the application's
 event loop for the lifespan of the app, and the endpoints drive the jobs through
 ``scheduler.aio`` (coroutines: nothing blocks the loop).
 

@@ -34,5 +34,5 @@ async def tenant_sync(run: pgsched.Run) -> pgsched.Result:
 
 @scheduler.job(cron="*/1 * * * *", timezone="Europe/Berlin")
 def every_minute_berlin(run: pgsched.Run) -> None:
-    """A cron job in a time zone (DST rules as in the SPEC)."""
+    """A cron job in a time zone (DST rules as in the README's job options)."""
     run.log.info("tick_berlin")

@@ -1,4 +1,4 @@
-"""Per-user reminders: the example APP of docs/schedules.md ("Schedules as data", SPEC §8).
+"""Per-user reminders: the example APP of docs/schedules.md ("Schedules as data").
 
 The ``reminder`` job is dynamic: it has no schedule in code. Each user's reminder is a
 stored schedule of its own (cron expression and IANA zone, or a cadence; a payload with the

@@ -37,9 +37,10 @@ _FORKED_AWAY: list[Conn] = []
 
 
 class ScheduleMethods:
-    """The schedule operations of dynamic jobs (SPEC §8) for sync callers: on ``Admin`` and
-    on ``Scheduler``. Each validates everything before it writes and writes nothing when
-    anything is invalid (``ConfigError`` naming the job, the scope, the field, the value)."""
+    """The schedule operations of dynamic jobs (docs/schedules.md) for sync callers: on
+    ``Admin`` and on ``Scheduler``. Each validates everything before it writes and writes
+    nothing when anything is invalid (``ConfigError`` naming the job, the scope, the field,
+    the value)."""
 
     def _admin(self) -> Admin:
         raise NotImplementedError

@@ -1,5 +1,5 @@
-"""``pgsched schedules ...``: the schedules of a dynamic job (SPEC §8) from the command line.
-Parses arguments and calls ``Admin``, nothing more."""
+"""``pgsched schedules ...``: the schedules of a dynamic job (docs/schedules.md) from the
+command line. Parses arguments and calls ``Admin``, nothing more."""
 
 from __future__ import annotations
 

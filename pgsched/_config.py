@@ -80,7 +80,7 @@ class JobSpec:
     max_running: int | None
     priority: int
     transactional: bool = False
-    dynamic: bool = False  # SPEC §8: each scope has a stored schedule of its own
+    dynamic: bool = False  # each scope has a stored schedule of its own (docs/schedules.md)
     options: dict[str, Any] = field(default_factory=dict)
 
     def new_cursor(self) -> PlanCursor:
@@ -131,7 +131,7 @@ JOB_DEFAULTS: dict[str, Any] = {
     "dynamic": False,
 }
 # What a dynamic job's stored schedules replace: giving one of these with dynamic=True is an
-# error. (The DST options too: stored schedules follow SPEC §3's default rules.)
+# error. (The DST options too: stored schedules follow the default DST rules.)
 _NOT_DYNAMIC = ("every", "cron", "planner", "scopes", "dst_repeated", "dst_skipped")
 JOB_OPTIONS = frozenset(JOB_DEFAULTS)
 
@@ -142,7 +142,8 @@ def build_job(handler: Handler, **options: Any) -> JobSpec:
     nearest real one as a hint). Options not given take their defaults (``JOB_DEFAULTS``).
 
     ``stale_timeout`` defaults to ``run_timeout`` + 1 minute and ``heartbeat_interval`` to a
-    third of ``stale_timeout`` (at most 30 s), which satisfies the SPEC's two inequalities.
+    third of ``stale_timeout`` (at most 30 s), which satisfies both
+    ``stale_timeout > run_timeout`` and ``heartbeat_interval < stale_timeout``.
     """
     if not callable(handler):
         raise ConfigError(f"job handler {handler!r} is not callable")

@@ -1,6 +1,6 @@
-"""Claims of dynamic jobs (SPEC §8), the pure part: for each stored schedule the claim found
-due, which plan to claim now under the job's catch-up rules and which plan comes after it.
-No I/O: the claimer reads the due schedules and writes the claims and moves.
+"""Claims of dynamic jobs (docs/schedules.md), the pure part: for each stored schedule the
+claim found due, which plan to claim now under the job's catch-up rules and which plan comes
+after it. No I/O: the claimer reads the due schedules and writes the claims and moves.
 
 A stored schedule's ``next_plan_time`` is its first plan not yet claimed. When it is due:
 

@@ -1,9 +1,9 @@
-"""The database gauges of SPEC §5 (``pgsched_running_stale``, ``pgsched_failed_runs``,
-``pgsched_last_success_timestamp_seconds``) as a Prometheus collector on the scheduler's
-registry, so they are current whenever that registry is scraped: pgsched's own ``/metrics``
-or the application's. Owns the cached job summary; reads the database only through the
-``fetch`` coroutine a running replica attaches, at most once per ``ttl``, on the replica's
-own loop (a scrape never waits for the database, nor blocks a loop).
+"""The three database gauges of the README's metrics (``pgsched_running_stale``,
+``pgsched_failed_runs``, ``pgsched_last_success_timestamp_seconds``) as a Prometheus collector
+on the scheduler's registry, so they are current whenever that registry is scraped: pgsched's
+own ``/metrics`` or the application's. Owns the cached job summary; reads the database only
+through the ``fetch`` coroutine a running replica attaches, at most once per ``ttl``, on the
+replica's own loop (a scrape never waits for the database, nor blocks a loop).
 """
 
 from __future__ import annotations

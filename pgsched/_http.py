@@ -1,4 +1,6 @@
-"""The replica's HTTP server (SPEC §5): metrics, probes, the status page and the JSON API.
+"""The replica's HTTP server: metrics, probes, the status page and the JSON API.
+
+The README's "HTTP and metrics" lists the paths, the metrics and what each answers.
 
 A facade: it translates requests into calls of the operations core (``_ops``) on the replica's
 pool and the core's typed values into JSON or HTML. Write endpoints need

@@ -1,5 +1,6 @@
-"""The HTTP API of schedules as data (SPEC §8) under ``/api/jobs/{job}/schedules``: a facade
-that translates requests into calls of the operations core and its typed values into JSON.
+"""The HTTP API of schedules as data (docs/schedules.md) under ``/api/jobs/{job}/schedules``:
+a facade that translates requests into calls of the operations core and its typed values into
+JSON.
 Writes need the bearer token (checked by the server's ``authorise``); a ``ConfigError``
 becomes 400 with its message, an unknown job or schedule 404 (the server's middleware).
 """

@@ -1,4 +1,4 @@
-"""Prometheus metrics of one replica (SPEC §5). Scope ids never become labels."""
+"""Prometheus metrics of one replica (README, "HTTP and metrics"). Scope ids never become labels."""
 
 from __future__ import annotations
 

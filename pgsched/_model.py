@@ -114,7 +114,7 @@ class Run:
     ``heartbeat_interval``; handlers only call ``heartbeat()`` to find out early.
 
     ``payload`` is the schedule's payload as stored when the plan was claimed (dynamic jobs,
-    SPEC §8); ``{}`` for code-defined jobs. For ``transactional=True`` jobs ``conn`` is a
+    docs/schedules.md); ``{}`` for code-defined jobs. For ``transactional=True`` jobs ``conn`` is a
     psycopg connection (``AsyncConnection`` for ``async def`` handlers) inside a transaction
     that pgsched commits together with the SUCCESS row, guarded by the lease token, or rolls
     back.

@@ -110,7 +110,7 @@ class HookSchedule(Schedule):
 
 
 class DynamicSchedule(Schedule):
-    """The schedule of a dynamic job (SPEC §8): the job has none of its own; each of its
+    """The schedule of a dynamic job (docs/schedules.md): the job has none of its own; each of its
     scopes has a stored schedule, planned by ``_schedules`` and claimed by ``_dynamic``."""
 
     def plans_between(self, start: datetime, end: datetime) -> Sequence[datetime]:

@@ -1,4 +1,4 @@
-"""The operations core for schedules as data (SPEC §8): put, get, list, delete, pause and
+"""The operations core for schedules as data (docs/schedules.md): put, get, list, delete, pause and
 resume the stored schedules of a dynamic job, and backfill them. Part of
 :class:`~pgsched._ops.Operations` (which ``Admin``, ``AsyncAdmin``, ``Scheduler``, the HTTP
 API and the command line call); validates everything before it writes, and writes every

@@ -1,13 +1,14 @@
-"""Schedules as data (SPEC §8), the pure part: the spec a caller puts, its validation and
-normalisation, the read result, and the plan times of one stored schedule. No I/O, no SQL
+"""Schedules as data (docs/schedules.md), the pure part: the spec a caller puts, its validation
+and normalisation, the read result, and the plan times of one stored schedule. No I/O, no SQL
 and no clock: every function gets the instants it needs as arguments, so all of it is
 deterministic and unit-tested without a database.
 
 Plan times are computed by the same planner classes as code-defined jobs
 (:class:`~pgsched._planning.CadenceSchedule`, :class:`~pgsched._planning.CronSchedule` with
-the default DST rules), so SPEC §3 applies in the schedule's own zone: cadences are aligned
-to the Unix epoch in UTC, cron expressions with a fixed hour fire once per local day across
-DST changes, and those whose hour is ``*`` or a step follow elapsed time.
+the default DST rules), so the rules of the README's job options apply in the schedule's own
+zone: cadences are aligned to the Unix epoch in UTC, cron expressions with a fixed hour fire
+once per local day across DST changes, and those whose hour is ``*`` or a step follow elapsed
+time.
 
 Storage, locking, notification and claiming live elsewhere; this module only decides what
 is valid, what the canonical stored form is (:class:`ValidSchedule`), whether a replacement
@@ -145,7 +146,8 @@ class ValidSchedule:
         Two schedules with equal keys have the same plan times, so a put whose key equals the
         stored one (identical, or only payload / window / paused changed) leaves the stored
         plan times alone; a different key is a replacement of the spec. The zone is part of
-        the key for cadences too, as SPEC §8 lists ``timezone`` among the spec fields.
+        the key for cadences too: a put that changes ``timezone`` replaces the spec
+        (docs/schedules.md, "Replacing the spec").
         """
         every = None if self.every is None else self.every // _US
         return (every, self.cron, self.timezone)
@@ -309,7 +311,7 @@ _NEXT_MEMO_DEPTH = 4  # answers kept per spec: a claim alternates between two of
 def planner_for(key: SpecKey) -> Planner:
     """The planner object of a spec (cached: parsing a cron expression is not free).
 
-    A cadence ignores the zone (SPEC §3: aligned to the epoch in UTC); a cron expression is
+    A cadence ignores the zone (it is aligned to the epoch in UTC); a cron expression is
     evaluated in its zone with the default DST rules of a code-defined job."""
     every_us, cron, timezone = key
     if every_us is not None:

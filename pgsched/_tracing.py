@@ -1,7 +1,7 @@
-"""OpenTelemetry spans (SPEC §9), only with the ``otel`` extra installed: each execution is a
-span ``pgsched.run`` on the globally set tracer provider, current while the handler runs (its
-own spans nest under it), with error status when the run fails. Without the extra nothing is
-imported and :func:`run_span` does nothing.
+"""OpenTelemetry spans (docs/embedding.md), only with the ``otel`` extra installed: each
+execution is a span ``pgsched.run`` on the globally set tracer provider, current while the
+handler runs (its own spans nest under it), with error status when the run fails. Without the
+extra nothing is imported and :func:`run_span` does nothing.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ class JobStatus(_JsonView):
     pending: int
     seen_at: datetime | None
     seen_by: str | None
-    # Dynamic jobs (SPEC §8) only, else None: schedules, how many paused, the next plan due.
+    # Dynamic jobs (docs/schedules.md) only, else None: schedules, how many paused, next due.
     schedules: int | None = None
     schedules_paused: int | None = None
     next_due: datetime | None = None

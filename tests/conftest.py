@@ -1,4 +1,4 @@
-"""The tests' PostgreSQL (SPEC §7): PGSCHED_TEST_DSN, else testcontainers, else embedded.
+"""The tests' PostgreSQL (README, "Try it"): PGSCHED_TEST_DSN, else testcontainers, else embedded.
 
 Every test that touches the database gets a schema of its own (``schema`` fixture), so tests
 never see each other's rows and can run against a shared server.

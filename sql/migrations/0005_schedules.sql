@@ -1,4 +1,4 @@
--- pgsched schema, version 5: schedules as data (SPEC §8).
+-- pgsched schema, version 5: schedules as data (docs/schedules.md).
 -- One row per (dynamic job, scope): its own cadence or cron expression and zone, payload and
 -- window. `next_plan_time` is the schedule's first plan not yet claimed (NULL: none left);
 -- the partial index lets a tick read only the schedules that are due, however many exist.

@@ -173,7 +173,7 @@ def test_run_with_dsn_never_starts_embedded(pg_dsn: str, schema: str, tmp_path: 
     assert not (tmp_path / "data").exists()
 
 
-# -- logs a person can read (SPEC §4, §6) -------------------------------------------------------
+# -- logs a person can read (the README's logs paragraph) ---------------------------------------
 
 TTY_APP = textwrap.dedent(
     """

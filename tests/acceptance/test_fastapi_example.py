@@ -1,6 +1,6 @@
-"""examples/fastapi_app.py under uvicorn, as a subprocess (SPEC §9): the scheduler serves in
-the application's lifespan, the endpoints trigger and pause jobs through ``scheduler.aio``,
-and SIGTERM stops both cleanly."""
+"""examples/fastapi_app.py under uvicorn, as a subprocess (docs/embedding.md): the scheduler
+serves in the application's lifespan, the endpoints trigger and pause jobs through
+``scheduler.aio``, and SIGTERM stops both cleanly."""
 
 from __future__ import annotations
 

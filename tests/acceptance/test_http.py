@@ -1,5 +1,6 @@
-"""The HTTP side of a real replica (SPEC §5): metrics and their values, probes, the status
-page, the JSON API and its bearer-token guard, and the default bind address.
+"""The HTTP side of a real replica (the README's "HTTP and metrics"): metrics and their
+values, probes, the status page, the JSON API and its bearer-token guard, and the default bind
+address.
 
 One module-scoped cluster serves every test: three real ``pgsched run`` subprocesses
 (``python -m pgsched``) on ports they pick themselves (``--http-port 0``, read back from the
@@ -113,7 +114,8 @@ QUIET_APP = textwrap.dedent(
 
 MAIN_JOBS = ("tick", "boom", "hourly", "pausable", "lossy")
 
-# SPEC §5: family name as the text parser reports it -> (type, label names, sample name).
+# The README's metric table: family name as the text parser reports it -> (type, label names,
+# sample name).
 EXPECTED_METRICS = {
     "pgsched_runs": ("counter", {"job", "status"}, "pgsched_runs_total"),
     "pgsched_run_duration_seconds": ("histogram", {"job"}, "pgsched_run_duration_seconds_count"),
@@ -520,7 +522,7 @@ def test_metrics_expose_spec_names_types_and_labels(cluster: Cluster) -> None:
         for s in samples:
             names = set(s.labels) - ({"le"} if s.name.endswith("_bucket") else set())
             assert names == labels, (s.name, s.labels)
-    # The exact sample names of SPEC §5 in the text itself.
+    # The exact sample names of the README's metric table in the text itself.
     for sample in (
         "pgsched_runs_total{",
         "pgsched_run_duration_seconds_bucket{",
@@ -856,7 +858,7 @@ def test_unmigrated_schema_is_alive_but_not_ready(cluster: Cluster) -> None:
 
 def test_schema_missing_a_migration_is_not_ready(cluster: Cluster) -> None:
     """Only 0001 applied (pgsched upgraded, ``migrate`` not run yet): the replica cannot work
-    (its ticks fail on the missing columns), so it is not "migrated" in SPEC §5's sense."""
+    (its ticks fail on the missing columns), so it is not "migrated" in the sense of ``/readyz``."""
     old = cluster.old
     wait_for(
         lambda: old.alive() and old.events("tick_error"),

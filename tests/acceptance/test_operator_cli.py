@@ -1,9 +1,9 @@
-"""The operator commands (SPEC §4) as an operator meets them: real ``python -m pgsched``
+"""The operator commands of the README as an operator meets them: real ``python -m pgsched``
 subprocesses against a real database whose jobs were registered in ``job_state``.
 
 Covers status, runs, trigger, cancel, pause, resume, backfill and prune; one-line errors
 without tracebacks or passwords; the NOTIFY fast path of a running replica; and the
-replica's logs (SPEC §6).
+replica's logs (as the README describes them).
 """
 
 from __future__ import annotations
@@ -622,7 +622,7 @@ def test_prune_bad_duration_is_one_line(ops: Ops, duration: str) -> None:
     assert count(ops.db, ops.schema) == before
 
 
-# -- --dsn and --schema before or after the command (SPEC §4) -----------------------------------
+# -- --dsn and --schema before or after the command (the README: both work) ---------------------
 
 
 def test_connection_options_work_before_or_after_the_command(ops: Ops) -> None:

@@ -1,4 +1,4 @@
-"""A DSN's password never appears in any output or log (SPEC §4; reliability item 6).
+"""A DSN's password never appears in any output or log (as the README says; reliability item 6).
 
 One run with a password-bearing DSN (trust auth ignores the password): ``pgsched migrate``,
 a ``pgsched run`` replica with a job that succeeds (and logs its DSN through ``run.log``) and
@@ -301,7 +301,7 @@ def _malformed(secret: Secret) -> list[str]:
 
 
 # Every command that connects (run: below), each with a password-bearing DSN given before the
-# command, after it (SPEC §4: both work), and through PGSCHED_DSN.
+# command, after it (the README: both work), and through PGSCHED_DSN.
 COMMANDS = [
     ("migrate",),
     ("status",),

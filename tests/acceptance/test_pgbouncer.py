@@ -1,6 +1,7 @@
-"""SPEC §10: pgsched through a real PgBouncer in transaction mode (Debian's ``pgbouncer``;
-``.ci/run`` installs it). The test starts its own pgbouncer on a free port in front of the
-test database; replicas, the handler's own writes and every command go through it."""
+"""pgsched through a real PgBouncer in transaction mode, as docs/pgbouncer.md describes
+(Debian's ``pgbouncer``; ``.ci/run`` installs it). The test starts its own pgbouncer on a free
+port in front of the test database; replicas, the handler's own writes and every command go
+through it."""
 
 from __future__ import annotations
 

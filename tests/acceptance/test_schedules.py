@@ -1,6 +1,6 @@
-"""Schedules as data end to end (SPEC §8): two real ``pgsched run`` replicas of an APP with a
-dynamic job, driven by ``pgsched schedules ...`` subprocesses and by the HTTP API; the
-handler writes every run into a ledger table."""
+"""Schedules as data end to end (docs/schedules.md): two real ``pgsched run`` replicas of an
+APP with a dynamic job, driven by ``pgsched schedules ...`` subprocesses and by the HTTP API;
+the handler writes every run into a ledger table."""
 
 from __future__ import annotations
 
@@ -186,6 +186,6 @@ def test_http_api_of_schedules(
     assert b.post(path + "/resume", token=TOKEN).status == 200
     assert http("DELETE", b.url(path), token=TOKEN).status == 200
     assert http("DELETE", b.url(path), token=TOKEN).status == 404
-    # The replica's API knows the jobs its APP registered (a Scheduler's rule, SPEC §8).
+    # The replica's API knows the jobs its APP registered (a Scheduler's rule, docs/schedules.md).
     ghost = b.get("/api/jobs/ghost/schedules")
     assert ghost.status == 400 and "not registered as dynamic" in ghost.json()["error"]

@@ -1,9 +1,10 @@
-"""A dynamic job under SIGKILL (SPEC §8 on the ledger of §2-3): three real ``pgsched run``
-replicas run 60 schedules every 2 s (``catch_up="every_plan"``) while a random replica is
-killed every 3 s and restarted a second later, and some schedules are deleted or replaced
-meanwhile. Afterwards every plan of a live schedule between its put and the end of the kills
-has succeeded, no plan of a deleted schedule or of a replaced spec was claimed after the
-change returned, and no replica ever held two leases on one plan at once."""
+"""A dynamic job under SIGKILL (its runs on the same ledger, leases and claims as every job):
+three real ``pgsched run`` replicas run 60 schedules every 2 s (``catch_up="every_plan"``)
+while a random replica is killed every 3 s and restarted a second later, and some schedules
+are deleted or replaced meanwhile. Afterwards every plan of a live schedule between its put
+and the end of the kills has succeeded, no plan of a deleted schedule or of a replaced spec
+was claimed after the change returned, and no replica ever held two leases on one plan at
+once."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def db_now(conn: psycopg.Connection[Any]) -> datetime:
 
 
 def plans(after: datetime, until: datetime, every: timedelta) -> list[datetime]:
-    """Epoch-aligned plans p with after < p <= until (SPEC §3)."""
+    """Epoch-aligned plans p with after < p <= until (as the README's ``every`` says)."""
     step = every.total_seconds()
     first = (int(after.timestamp() // step) + 1) * step
     out = []

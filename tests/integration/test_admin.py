@@ -1,5 +1,6 @@
 """The operator API in-process: ``Admin`` (what the command line calls), the retention job
-``pgsched.prune``, and a Scheduler's Prometheus metrics (SPEC §1, §3, §5)."""
+``pgsched.prune``, and a Scheduler's Prometheus metrics (the README's "Python API", "Job
+options" and "HTTP and metrics")."""
 
 from __future__ import annotations
 

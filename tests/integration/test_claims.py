@@ -1,4 +1,4 @@
-"""Claims (SPEC §3 Claim, Limits): exactly one winner per plan, max_concurrency, fan-out."""
+"""Claims and limits: exactly one winner per plan, max_concurrency, fan-out."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Embedding in an asyncio application (SPEC §9): ``serve()`` and ``AsyncAdmin`` on the
-application's loop never stall it, and the database gauges are in the application's own
+"""Embedding in an asyncio application (docs/embedding.md): ``serve()`` and ``AsyncAdmin`` on
+the application's loop never stall it, and the database gauges are in the application's own
 registry whenever it is scraped."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Leases (SPEC §3 Leases, Heartbeats): stale leases are stolen or closed; old holders fenced."""
+"""Leases and heartbeats: stale leases are stolen or closed; old holders fenced."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Migrations (SPEC §2): idempotent, safe concurrently, and the tables the contract names."""
+"""Migrations: idempotent, safe concurrently, and the tables and columns pgsched relies on."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tests.integration._support import rows, run_together, table
 VERSIONS = [version for version, _, _ in migration_files()]
 TS = "timestamp with time zone"
 
-# SPEC §2: column -> (information_schema data_type, is_nullable)
+# The ledger's columns: column -> (information_schema data_type, is_nullable)
 CRON_EXECUTIONS = {
     "id": ("uuid", "NO"),
     "job_name": ("text", "NO"),

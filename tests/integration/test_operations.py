@@ -1,4 +1,4 @@
-"""Operations (SPEC §1 methods, §3 Pause/Trigger/Limits/Overlap) across replicas."""
+"""Operations (the Python API's methods; pause, trigger, limits, overlap) across replicas."""
 
 from __future__ import annotations
 

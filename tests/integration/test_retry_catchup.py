@@ -1,4 +1,4 @@
-"""Retries and catch-up (SPEC §3 Retry, Catch-up): same row, backoff, window, lateness."""
+"""Retries and catch-up: same row, backoff, window, lateness."""
 
 from __future__ import annotations
 
@@ -205,8 +205,8 @@ def test_every_plan_under_forbid_runs_one_plan_of_a_scope_at_a_time(
 def test_every_plan_starts_a_new_scope_at_its_latest_plan(
     make_scheduler: Any, migrated: str, db: Any
 ) -> None:
-    """SPEC §3: a scope with no stored plan (a first deploy, a tenant new to the fan-out)
-    starts at its latest due plan; it does not replay the catch-up window."""
+    """A scope with no stored plan (a first deploy, a tenant new to the fan-out) starts at its
+    latest due plan (the README's ``catch_up``); it does not replay the catch-up window."""
     tenants = ["old"]
     seeded = floor_to(db_now(db), HOUR) - 5 * HOUR
     seed_success(db, migrated, "fanout", seeded, scope_kind="tenant", scope_id="old")

@@ -1,4 +1,4 @@
-"""The engine (SPEC §1 handlers, §3 Timeouts/Shutdown): outcomes, scope data, run(), restarts."""
+"""The engine (handlers, timeouts, shutdown): outcomes, scope data, run(), restarts."""
 
 from __future__ import annotations
 

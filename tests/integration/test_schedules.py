@@ -1,5 +1,5 @@
-"""Schedules as data (SPEC §8) on a real PostgreSQL: the operations, their validation and
-their semantics, and the claims of due schedules by several replicas."""
+"""Schedules as data (docs/schedules.md) on a real PostgreSQL: the operations, their
+validation and their semantics, and the claims of due schedules by several replicas."""
 
 from __future__ import annotations
 

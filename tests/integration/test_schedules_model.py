@@ -35,7 +35,7 @@ from pgsched._schedules import ScheduleSpec, check_schedule, planner_for
 from tests.integration._support import Recorder, db_now
 
 JOB = "modelled"
-SPECS = [
+VARIANTS = [
     {"every": "1s"},
     {"every": "2s"},
     {"every": "3s"},
@@ -113,7 +113,7 @@ class SchedulesMachine(RuleBasedStateMachine):
         now = db_now(self.db)
         self.model.versions.setdefault(str(n), []).append(Version(now, spec, paused))
 
-    @rule(n=st.integers(0, 3), spec=st.sampled_from(SPECS), replica=st.integers(0, 1))
+    @rule(n=st.integers(0, 3), spec=st.sampled_from(VARIANTS), replica=st.integers(0, 1))
     def put(self, n: int, spec: dict[str, Any], replica: int) -> None:
         current = self.model.current(str(n))
         paused = current.paused if current is not None and current.spec is not None else False

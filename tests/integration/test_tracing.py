@@ -1,6 +1,6 @@
-"""OpenTelemetry spans with the ``otel`` extra (SPEC §9), seen through the SDK's in-memory
-exporter: one ``pgsched.run`` span per execution, with error status when it fails, and a
-stolen lease's run as its own span."""
+"""OpenTelemetry spans with the ``otel`` extra (docs/embedding.md), seen through the SDK's
+in-memory exporter: one ``pgsched.run`` span per execution, with error status when it fails,
+and a stolen lease's run as its own span."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Eager validation of job options (SPEC §1) and the job's derived settings."""
+"""Eager validation of job options (README, "Job options") and the job's derived settings."""
 
 from __future__ import annotations
 

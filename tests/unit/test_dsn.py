@@ -1,4 +1,4 @@
-"""DSN resolution and password redaction (SPEC §1 and §4: a password never appears)."""
+"""DSN resolution and password redaction (a password never appears, as the README says)."""
 
 from __future__ import annotations
 

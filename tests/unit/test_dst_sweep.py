@@ -1,8 +1,8 @@
-"""A DST sweep (SPEC §3 "Cron plans"): every UTC-offset change from 2020 to 2035 in six zones.
+"""A DST sweep (the README's DST rules): every UTC-offset change from 2020 to 2035 in six zones.
 
 For each transition the local day(s) it touches and the day before (a control) are checked:
 the plans pgsched lists for the day must be exactly those an independent oracle derives
-from the SPEC's two rules, and so must their number:
+from the README's two DST rules, and so must their number:
 
 - an expression whose hour field is ``*`` or a step follows elapsed time: every real instant
   whose local wall time matches fires (oracle: a minute-by-minute scan of real instants);
@@ -222,7 +222,7 @@ def sweep(zone: str, text: str) -> tuple[int, list[str]]:
                     f"{zone} {text!r} {day} ({'control' if day == control else tr.kind} "
                     f"at {tr.at:%Y-%m-%dT%H:%M}Z, {tr.before} -> {tr.after}): "
                     f"pgsched {len(got[day])} {_hm(got[day], tz)}, "
-                    f"SPEC {len(want)} {_hm(want, tz)}"
+                    f"oracle {len(want)} {_hm(want, tz)}"
                 )
     return checked, problems
 
@@ -259,9 +259,9 @@ def test_the_scan_finds_every_transition_of_the_sweep(zone: str) -> None:
         assert shifts == {timedelta(hours=1)}
 
 
-# -- the oracle agrees with counts derived by hand from the SPEC --------------------------------
+# -- the oracle agrees with counts derived by hand from the DST rules ---------------------------
 
-# (zone, expression, local day) -> fires that day, reasoned from SPEC §3 without any code.
+# (zone, expression, local day) -> fires that day, reasoned from the DST rules without any code.
 HAND_COUNTS = [
     # Berlin 2027-03-28: 02:00 -> 03:00. Hourly loses 02:00; 02:30 shifts to 03:00;
     # 02:00-02:45 all shift to 03:00, which is also a wall time of its own: 4 + 1 + 3.

@@ -1,4 +1,4 @@
-"""Durations as users write them (SPEC §1)."""
+"""Durations as users write them (README, "Job options")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scopes, results and the run context handlers see (SPEC §1)."""
+"""Scopes, results and the run context handlers see (README, "Python API")."""
 
 from __future__ import annotations
 

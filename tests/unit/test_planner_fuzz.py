@@ -189,8 +189,8 @@ ELAPSED = {
 @FAST
 @given(zone_and_instant(), st.sampled_from(sorted(ELAPSED)))
 def test_elapsed_time_expressions_match_a_minute_scan_in_random_zones(zone_t, expr) -> None:
-    """SPEC §3: ``*``/step hours follow elapsed time: every real instant whose local time
-    matches fires (oracle: the wall time of each UTC minute of the range)."""
+    """``*``/step hours follow elapsed time (the README's DST rules): every real instant whose
+    local time matches fires (oracle: the wall time of each UTC minute of the range)."""
     zone, t = zone_t
     tz = ZoneInfo(zone)
     minutes, hours = ELAPSED[expr]

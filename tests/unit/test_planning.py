@@ -1,4 +1,4 @@
-"""Cadence plans, the plan cursor, skipped-plan counting and jitter (SPEC §3)."""
+"""Cadence plans, the plan cursor, skipped-plan counting and jitter (README, "Job options")."""
 
 from __future__ import annotations
 

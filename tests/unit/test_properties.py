@@ -122,7 +122,7 @@ def test_plans_between_is_sorted_unique_and_consistent_with_subranges(s, t, span
         assert s.count_between(start, end) == len(plans)
 
 
-# -- PlanCursor: a long-lived (memoised) cursor agrees with fresh ones and with the SPEC ----
+# -- PlanCursor: a long-lived (memoised) cursor agrees with fresh ones and with an oracle ---
 
 
 def oracle(

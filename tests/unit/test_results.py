@@ -1,4 +1,4 @@
-"""What a handler may return (SPEC §1): None, an int, or a small JSON Result."""
+"""What a handler may return (README, "Python API"): None, an int, or a small JSON Result."""
 
 from __future__ import annotations
 

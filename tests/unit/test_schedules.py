@@ -1,4 +1,4 @@
-"""Schedules as data, the pure part (SPEC §8): validation, normalisation and plan times."""
+"""Schedules as data, the pure part (docs/schedules.md): validation, normalisation, plan times."""
 
 from __future__ import annotations
 
@@ -314,7 +314,7 @@ def test_cadence_is_epoch_aligned_and_ignores_the_zone() -> None:
     assert plan == first_plan_after(valid(every="7m"), T0)
 
 
-# (zone, expression, a local day, the one plan that day in UTC): SPEC §3's fixed-hour rules.
+# (zone, expression, a local day, the one plan that day in UTC): the README's fixed-hour DST rule.
 DST_CASES = [
     # Europe/Berlin 2027: spring 28 March 02:00 CET -> 03:00 CEST; autumn 31 October
     # 03:00 CEST -> 02:00 CET.
@@ -492,7 +492,7 @@ def test_next_plan_after_is_increasing_and_consistent(
     assert plans_between(v, t, chain[-1], count + 1) == chain
 
 
-CRON_SPECS = [
+CRON_VARIANTS = [
     ("30 2 * * *", "Europe/Berlin"),
     ("30 1 * * *", "America/New_York"),
     ("*/15 * * * *", "America/New_York"),
@@ -502,7 +502,7 @@ CRON_SPECS = [
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.sampled_from(CRON_SPECS),
+    st.sampled_from(CRON_VARIANTS),
     st.datetimes(
         min_value=datetime(2027, 3, 1), max_value=datetime(2027, 11, 30), timezones=st.just(UTC)
     ),
