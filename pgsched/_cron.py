@@ -11,6 +11,8 @@ answer is crontab(5)'s:
   it ignores or ANDs the day of month) and where it collapses a restricted field covering
   every day to ``*``; such an expression becomes two parts, the day-of-month one and the
   day-of-week one, whose union of wall times is the expression's;
+- ``a/n`` is ``a-max/n``, a weekday's max being 7 (croniter stops at 6, and reads ``7/n``
+  as ``*``);
 - macros become their five fields; ``@reboot`` and six- or seven-field forms are refused with
   what to use instead; ``?`` is ``*``; ``5L`` (last Friday) is croniter's ``L5``.
 """
@@ -31,14 +33,17 @@ MACROS = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-_NAMES = (
+_MONTHS = "jan feb mar apr may jun jul aug sep oct nov dec"
+_NAMES: tuple[dict[str, str], ...] = (
     {},
     {},
     {},
-    {m: str(i) for i, m in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split(), 1)},
-    {d: str(i) for i, d in enumerate("sun mon tue wed thu fri sat".split())},
+    {m: str(i) for i, m in enumerate(_MONTHS.split(), 1)},
+    {d: str(i) for i, d in enumerate(["sun", "mon", "tue", "wed", "thu", "fri", "sat"])},
 )
 _SINGLE_RANGE = re.compile(r"^(\d+)-(\d+)(?:/\d+)?$")
+_OPEN_STEP = re.compile(r"^(\d+)/(\d+)$")
+_MAX = (59, 23, 31, 12, 7)
 _LAST_WEEKDAY = re.compile(r"^([0-7])l$")  # crontab's `5L`, croniter's `L5`
 
 
@@ -52,6 +57,10 @@ def _field(index: int, text: str) -> str:
         text = re.sub(r"[a-z]{3}", lambda m: names.get(m.group(), m.group()), text)
     items = []
     for item in text.split(","):
+        open_step = _OPEN_STEP.match(item)
+        if open_step:  # croniter ends a weekday `a/n` at 6, or reads `7/n` as `*`
+            start, step = open_step.groups()
+            item = f"{start}-{max(_MAX[index], int(start))}/{step}"
         single = _SINGLE_RANGE.match(item)
         if single and int(single.group(1)) == int(single.group(2)):
             item = single.group(1)
