@@ -358,6 +358,8 @@ _STEP_EXPRS = (
     "0 0 1 1 *",
     "0 9 29 2 *",
     "*/20 2 * * *",
+    "30 2 1 * 0#1",  # two croniter parts (day of month, weekday): the earlier plan wins
+    "0 1 L * 5L",
 )
 
 
