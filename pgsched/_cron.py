@@ -86,17 +86,17 @@ def _fields(expr: str) -> list[str]:
     fields = text.split(" ") if text else []
     if len(fields) == 6:
         raise ValueError(
-            "has 6 fields; pgsched takes standard 5-field cron (minute hour day month "
+            "it has 6 fields; pgsched takes standard 5-field cron (minute hour day month "
             "weekday): drop the seconds (or year) field, and use every= for sub-minute cadences"
         )
     if len(fields) == 7:
         raise ValueError(
-            "has 7 fields; pgsched takes standard 5-field cron (minute hour day month "
+            "it has 7 fields; pgsched takes standard 5-field cron (minute hour day month "
             "weekday): drop the seconds and year fields, and use every= for sub-minute cadences"
         )
     if len(fields) != 5:
         raise ValueError(
-            f"has {len(fields)} fields; pgsched takes standard 5-field cron (minute hour day "
+            f"it has {len(fields)} fields; pgsched takes standard 5-field cron (minute hour day "
             "month weekday; use every= for sub-minute cadences)"
         )
     return [_field(i, f) for i, f in enumerate(fields)]
