@@ -103,6 +103,14 @@ def _fields(expr: str) -> list[str]:
 
 
 @functools.lru_cache(maxsize=8192)
+def parsed(expr: str) -> croniter:
+    """croniter's parse of ``expr`` (a part from :func:`cron_parts`), once per expression:
+    schedules in different zones copy it (a copy shares the expanded fields, which croniter
+    only reads), and :func:`cron_parts` reads its expanded day fields."""
+    return croniter(expr)
+
+
+@functools.lru_cache(maxsize=8192)
 def cron_parts(expr: str) -> tuple[str, ...]:
     """The croniter expressions whose wall times together are ``expr``'s under crontab(5):
     one, or two (day-of-month part, day-of-week part) when both day fields are restricted
@@ -112,7 +120,7 @@ def cron_parts(expr: str) -> tuple[str, ...]:
     whole = f"{minute} {hour} {dom} {month} {dow}"
     if dom == "*" or dow == "*":
         return (whole,)
-    expanded = croniter(whole).expanded  # also raises on a bad field
+    expanded = parsed(whole).expanded  # also raises on a bad field
     if expanded[2] == ["*"] or expanded[4] == ["*"] or len(expanded[4]) == 7:
         # A restricted field covering every day: ORed, every day matches.
         return (f"{minute} {hour} * {month} *",)

@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 from croniter import CroniterBadDateError, croniter
 
 from ._cron import cron_parts
+from ._cron import parsed as _parsed
 
 _T = TypeVar("_T")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -113,7 +114,7 @@ class HookSchedule(Schedule):
 
 
 class DynamicSchedule(Schedule):
-    """The schedule of a dynamic job (SPEC §8): the job has none of its own; each of its
+    """The schedule of a dynamic job (docs/schedules.md): the job has none of its own; each of its
     scopes has a stored schedule, planned by ``_schedules`` and claimed by ``_dynamic``."""
 
     def plans_between(self, start: datetime, end: datetime) -> Sequence[datetime]:
@@ -173,15 +174,10 @@ def zone(key: str) -> ZoneInfo:
     return ZoneInfo(key)
 
 
-@functools.lru_cache(maxsize=8192)
-def _parsed(expr: str) -> croniter:
-    """croniter's parse of ``expr``, once per expression: schedules in different zones copy
-    it (a copy shares the expanded fields, which croniter only reads)."""
-    return croniter(expr)
-
-
 class CronSchedule(Schedule):
-    """Occurrences of a 5-field cron expression in an IANA zone, as UTC instants.
+    """Occurrences of a 5-field cron expression, read as crontab(5) reads it (``_cron``: one
+    or two croniter expressions whose wall times together are the expression's), in an IANA
+    zone, as UTC instants.
 
     Expressions with a fixed hour field are wall-clock schedules: a wall time skipped by
     spring-forward fires at the first instant after the gap, a repeated one fires once at its

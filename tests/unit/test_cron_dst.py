@@ -1,4 +1,4 @@
-"""Cron plans in IANA zones across DST changes (SPEC §3 "Cron plans")."""
+"""Cron plans in IANA zones across DST changes (README, "DST rules")."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def dst_days(zone: str, years: range) -> list[tuple[date, str]]:
 
 DST_ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "America/Santiago"]
 
-# Expected fires per local day, from SPEC §3:
+# Expected fires per local day, from the README's DST rules:
 # - "30 2 * * *": fixed hour -> once every local day, skipped or repeated.
 # - "0 * * * *": elapsed time -> every instant whose local time is hh:00. A 1-hour shift gives
 #   23 / 25. Lord Howe shifts 30 min at 02:00: spring 02:00 -> 02:30 loses the 02:00 mark (23);
@@ -95,7 +95,7 @@ def test_fires_per_local_day_on_dst_days_2026_2028(zone, expr) -> None:
             assert all(p.utcoffset() == timedelta(0) for p in plans)
 
 
-# -- the SPEC's own examples ----------------------------------------------------------------
+# -- the contract's own examples ------------------------------------------------------------
 
 
 def test_skipped_wall_time_fires_at_the_end_of_the_gap_berlin() -> None:
