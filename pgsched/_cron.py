@@ -50,7 +50,7 @@ _LAST_WEEKDAY = re.compile(r"^([0-7])l$")  # crontab's `5L`, croniter's `L5`
 def _field(index: int, text: str) -> str:
     """One field, lower-cased, names as numbers, ``a-a`` and ``a-a/n`` as ``a``."""
     text = text.lower()
-    if text == "?":
+    if text == "?" and index in (2, 4):  # "no restriction", in a day field only
         return "*"
     names = _NAMES[index]
     if names:

@@ -188,6 +188,7 @@ def test_an_expression_that_fires_is_accepted(expr: str) -> None:
         ("0 0 * * * *", "drop the seconds (or year) field"),
         ("0 0 0 * * * 2027", "drop the seconds and year fields"),
         ("0 0 LW * *", "use `L`"),
+        ("? * * * *", "is not a valid cron expression"),  # `?` only in a day field
         ("0 0 1-1 * 8", "is not a valid cron expression"),
         ("60-60 * * * *", "is not a valid cron expression"),
     ],
