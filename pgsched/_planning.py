@@ -274,21 +274,22 @@ class CronSchedule(Schedule):
         offset = self._steady_offset(t)
         if offset is None:
             return None
-        walls: list[datetime] = []
+        aim = self._wall(t) + _US if backwards else self._wall(t)  # get_prev is strictly before
+        best: datetime | None = None
         with self._stepper_lock:
             for stepper in self._steppers:
+                stepper.set_current(aim, force=True)
                 try:
-                    if backwards:  # get_prev is strictly before: t itself may be a plan
-                        stepper.set_current(self._wall(t) + _US, force=True)
-                        walls.append(stepper.get_prev(datetime))
-                    else:
-                        stepper.set_current(self._wall(t), force=True)
-                        walls.append(stepper.get_next(datetime))
+                    wall: datetime = (
+                        stepper.get_prev(datetime) if backwards else stepper.get_next(datetime)
+                    )
                 except CroniterBadDateError:
                     continue  # this part never fires: the other may
-        if not walls:
+                if best is None or (wall > best if backwards else wall < best):
+                    best = wall
+        if best is None:
             return None
-        instant = self._only_instant(max(walls) if backwards else min(walls), offset)
+        instant = self._only_instant(best, offset)
         if instant is None or (instant > t if backwards else instant <= t):
             return None
         return instant
