@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import heapq
 import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -18,6 +19,9 @@ from typing import Literal, Protocol, TypeVar, runtime_checkable
 from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
+
+from ._cron import cron_parts
+from ._cron import parsed as _parsed
 
 _T = TypeVar("_T")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -170,15 +174,10 @@ def zone(key: str) -> ZoneInfo:
     return ZoneInfo(key)
 
 
-@functools.lru_cache(maxsize=8192)
-def _parsed(expr: str) -> croniter:
-    """croniter's parse of ``expr``, once per expression: schedules in different zones copy
-    it (a copy shares the expanded fields, which croniter only reads)."""
-    return croniter(expr)
-
-
 class CronSchedule(Schedule):
-    """Occurrences of a 5-field cron expression in an IANA zone, as UTC instants.
+    """Occurrences of a 5-field cron expression, read as crontab(5) reads it (``_cron``: one
+    or two croniter expressions whose wall times together are the expression's), in an IANA
+    zone, as UTC instants.
 
     Expressions with a fixed hour field are wall-clock schedules: a wall time skipped by
     spring-forward fires at the first instant after the gap, a repeated one fires once at its
@@ -194,30 +193,23 @@ class CronSchedule(Schedule):
         dst_repeated: DstRepeated | None = None,
         dst_skipped: DstSkipped | None = None,
     ) -> None:
-        if not expr.strip().startswith("@") and len(expr.split()) != 5:
-            raise ValueError(
-                f"{expr!r} has {len(expr.split())} fields; pgsched takes standard 5-field cron "
-                "(use every= for sub-minute cadences)"
-            )
-        stepper = copy.copy(_parsed(expr))  # raises CroniterBadCronError
-        fields = stepper.expressions
-        for token in re.split(r"[\s,/-]+", " ".join(map(str, fields))):
-            if token.upper() in ("R", "H") or token.upper().startswith(("R(", "H(")):
-                # croniter's random and hashed fields differ per process: replicas would
-                # not agree on the plan times.
-                raise ValueError(f"{expr!r} uses a random or hashed field ({token})")
-        if len(fields) != 5:
-            raise ValueError(
-                f"{expr!r} has {len(fields)} fields; pgsched takes standard 5-field cron "
-                "(use every= for sub-minute cadences)"
-            )
+        # crontab(5)'s reading, as one or two croniter expressions (see _cron).
+        parts = cron_parts(expr)
+        steppers = [copy.copy(_parsed(part)) for part in parts]  # raises CroniterBadCronError
+        for stepper in steppers:
+            for token in re.split(r"[\s,/-]+", " ".join(map(str, stepper.expressions))):
+                if token.upper() in ("R", "H") or token.upper().startswith(("R(", "H(")):
+                    # croniter's random and hashed fields differ per process: replicas would
+                    # not agree on the plan times.
+                    raise ValueError(f"{expr!r} uses a random or hashed field ({token})")
         self.expr = expr
         self.tz = tz
-        # One croniter, re-aimed per call (parsing costs more than a step); the lock lets
-        # threads share this schedule (an Admin's bulk put and the replica's claims).
-        self._stepper = stepper
+        self._parts = parts
+        # One croniter per part, re-aimed per call (parsing costs more than a step); the lock
+        # lets threads share this schedule (an Admin's bulk put and the replica's claims).
+        self._steppers = steppers
         self._stepper_lock = threading.Lock()
-        hour = str(fields[1])
+        hour = parts[0].split(" ")[1]
         self.follows_elapsed_time = hour == "*" or "/" in hour
         self.dst_repeated: DstRepeated = dst_repeated or (
             "both" if self.follows_elapsed_time else "first"
@@ -230,16 +222,11 @@ class CronSchedule(Schedule):
         return f"cron {self.expr!r} {self.tz.key}"
 
     def surely_fires(self) -> bool:
-        """True when croniter's expanded fields show a day that exists in every month (any
-        day, the last day, a day up to the 28th, or any weekday, which croniter ORs with the
-        day of month): every minute, hour and month then has a matching day. False means
-        "walk to find out" (February 30th never comes)."""
-        if self._stepper.nth_weekday_of_month:
-            return False
-        days, weekdays = self._stepper.expanded[2], self._stepper.expanded[4]
-        if weekdays != ["*"]:
-            return True
-        return any(d in ("*", "l") or (isinstance(d, int) and d <= 28) for d in days)
+        """True when croniter's expanded fields of some part show a day that exists in every
+        month (any day, the last day, a day up to the 28th, or any weekday, which croniter
+        ORs with the day of month): every minute, hour and month then has a matching day.
+        False means "walk to find out" (February 30th never comes)."""
+        return any(_surely_fires(stepper) for stepper in self._steppers)
 
     def _margin(self, start: datetime, end: datetime) -> timedelta:
         """How far around a range to scan wall times: the usual DST margin, or more where
@@ -262,7 +249,7 @@ class CronSchedule(Schedule):
         margin = self._margin(t, t)
         best: datetime | None = None
         best_wall: datetime | None = None
-        for wall in _walls(self.expr, self._wall(t) - margin, self._wall(t) + _HORIZONS[-1]):
+        for wall in _walls(self._parts, self._wall(t) - margin, self._wall(t) + _HORIZONS[-1]):
             if best_wall is not None and wall > best_wall + margin:
                 break
             for instant in self._instants(wall):
@@ -287,17 +274,22 @@ class CronSchedule(Schedule):
         offset = self._steady_offset(t)
         if offset is None:
             return None
-        try:
-            with self._stepper_lock:
-                if backwards:  # get_prev is strictly before: t itself may be a plan
-                    self._stepper.set_current(self._wall(t) + _US, force=True)
-                    wall: datetime = self._stepper.get_prev(datetime)
-                else:
-                    self._stepper.set_current(self._wall(t), force=True)
-                    wall = self._stepper.get_next(datetime)
-        except CroniterBadDateError:
+        aim = self._wall(t) + _US if backwards else self._wall(t)  # get_prev is strictly before
+        best: datetime | None = None
+        with self._stepper_lock:
+            for stepper in self._steppers:
+                stepper.set_current(aim, force=True)
+                try:
+                    wall: datetime = (
+                        stepper.get_prev(datetime) if backwards else stepper.get_next(datetime)
+                    )
+                except CroniterBadDateError:
+                    continue  # this part never fires: the other may
+                if best is None or (wall > best if backwards else wall < best):
+                    best = wall
+        if best is None:
             return None
-        instant = self._only_instant(wall, offset)
+        instant = self._only_instant(best, offset)
         if instant is None or (instant > t if backwards else instant <= t):
             return None
         return instant
@@ -332,7 +324,7 @@ class CronSchedule(Schedule):
         margin = self._margin(t, t)
         best: datetime | None = None
         best_wall: datetime | None = None
-        for wall in _walls_back(self.expr, self._wall(t) + margin, self._wall(t) - _HORIZONS[-1]):
+        for wall in _walls_back(self._parts, self._wall(t) + margin, self._wall(t) - _HORIZONS[-1]):
             if best_wall is not None and wall < best_wall - margin:
                 break
             for instant in self._instants(wall):
@@ -347,7 +339,7 @@ class CronSchedule(Schedule):
         wall_start = self._wall(start) - margin
         wall_end = self._wall(end) + margin
         found: set[datetime] = set()
-        for wall in _walls(self.expr, wall_start, wall_end):
+        for wall in _walls(self._parts, wall_start, wall_end):
             for instant in self._instants(wall):
                 if start < instant <= end:
                     found.add(instant)
@@ -367,8 +359,26 @@ class CronSchedule(Schedule):
         return {"first": [first], "last": [second], "both": [first, second]}[self.dst_repeated]
 
 
-def _walls(expr: str, after: datetime, until: datetime) -> Iterator[datetime]:
-    """Naive wall times matching ``expr`` in ``(after, until]``."""
+def _surely_fires(stepper: croniter) -> bool:
+    if stepper.nth_weekday_of_month:
+        return False
+    days, weekdays = stepper.expanded[2], stepper.expanded[4]
+    if weekdays != ["*"]:
+        return True
+    return any(d in ("*", "l") or (isinstance(d, int) and d <= 28) for d in days)
+
+
+def _walls(parts: Sequence[str], after: datetime, until: datetime) -> Iterator[datetime]:
+    """Naive wall times matching any of the croniter expressions ``parts`` in
+    ``(after, until]``, ascending, each once."""
+    last: datetime | None = None
+    for wall in heapq.merge(*(_part_walls(part, after, until) for part in parts)):
+        if wall != last:
+            yield wall
+        last = wall
+
+
+def _part_walls(expr: str, after: datetime, until: datetime) -> Iterator[datetime]:
     it = croniter(expr, after)
     while True:
         try:
@@ -380,8 +390,17 @@ def _walls(expr: str, after: datetime, until: datetime) -> Iterator[datetime]:
         yield wall
 
 
-def _walls_back(expr: str, before: datetime, until: datetime) -> Iterator[datetime]:
-    """Naive wall times matching ``expr`` in ``[until, before)``, newest first."""
+def _walls_back(parts: Sequence[str], before: datetime, until: datetime) -> Iterator[datetime]:
+    """Naive wall times matching any of ``parts`` in ``[until, before)``, newest first."""
+    last: datetime | None = None
+    merged = heapq.merge(*(_part_walls_back(p, before, until) for p in parts), reverse=True)
+    for wall in merged:
+        if wall != last:
+            yield wall
+        last = wall
+
+
+def _part_walls_back(expr: str, before: datetime, until: datetime) -> Iterator[datetime]:
     it = croniter(expr, before)
     while True:
         try:

@@ -358,6 +358,8 @@ _STEP_EXPRS = (
     "0 0 1 1 *",
     "0 9 29 2 *",
     "*/20 2 * * *",
+    "30 2 1 * 0#1",  # two croniter parts (day of month, weekday): the earlier plan wins
+    "0 1 L * 5L",
 )
 
 
@@ -423,6 +425,8 @@ def test_one_step_paths_agree_with_the_dst_walk(zone: str) -> None:
         ("0 9 31 4,6 *", False),  # never fires
         ("0 9 29 2 *", False),  # fires in leap years: found by the walk
         ("0 9 * * 1#2", False),
+        ("0 9 8 * 1#1", True),  # the 8th, or the first Monday: the 8th is in every month
+        ("0 9 31 2 1#5", False),  # never the 31st: Februaries with five Mondays, by the walk
     ],
 )
 def test_surely_fires_is_only_said_of_expressions_that_fire(expr: str, surely: bool) -> None:
