@@ -254,6 +254,8 @@ class WriteMemory:
         self._writes: deque[tuple[float, Restore]] = deque()
 
     def remember(self, lease: Lease, stored: Finish, next_retry_at: datetime | None) -> None:
+        if lease.job.transactional:
+            return  # see rows()
         row = replace(
             _claim_row(lease), status=stored.status, outcome=stored, next_retry_at=next_retry_at
         )
@@ -264,11 +266,15 @@ class WriteMemory:
 
     def rows(self, held: list[Lease]) -> list[Restore]:
         """The recent writes and the claims of the leases ``held``, one row per execution
-        (its latest write)."""
+        (its latest write). Never a transactional job's: its effect and its rows commit or
+        vanish together, so a plan the new server lacks is run again, not marked done; and a
+        later plan's row put back would hide the lost ones from every_plan catch-up, which
+        resumes after a scope's latest plan."""
         cutoff = time.monotonic() - _REMEMBER_S
         latest = {row.id: row for at, row in self._writes if at >= cutoff}
         for lease in held:
-            latest.setdefault(lease.execution_id, _claim_row(lease))
+            if not lease.job.transactional:
+                latest.setdefault(lease.execution_id, _claim_row(lease))
         return list(latest.values())
 
 

@@ -115,13 +115,15 @@ def healthy_while_stuck(
 
 
 def fencing_regressions(effects: list[dict[str, Any]], fault: float, promoted: float) -> int:
-    """Executions that ran after the promotion with a fencing token no larger than one handed
-    out before the fault."""
-    before = [e["fencing"] for e in effects if e["at"] < fault]
-    if not before:
+    """Executions that ran after the promotion under a token handed out anew and no larger
+    than one handed out before the fault. A token already seen before the fault is the same
+    lease going on (a transactional run re-run under its lease keeps its token)."""
+    seen = {e["fencing"] for e in effects if e["at"] < fault}
+    if not seen:
         return 0
-    top = max(before)
-    return sum(1 for e in effects if e["at"] > promoted and e["fencing"] <= top)
+    top = max(seen)
+    anew = [e for e in effects if e["at"] > promoted and e["fencing"] not in seen]
+    return sum(1 for e in anew if e["fencing"] <= top)
 
 
 def publish(name: str, figures: dict[str, Any]) -> None:

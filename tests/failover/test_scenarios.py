@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.failover.figures import Check, enabled_goals
+from tests.failover.figures import Check
 from tests.failover.scenario import (
     TODAY,
     FailoverRun,
@@ -32,10 +32,10 @@ NOTHING_LOST = [Check("work_lost", "==", 0), Check("tx_lost", "==", 0)]
 NO_STALE = Check("stale_running", "==", 0)
 # SIGTERM stops each replica with exit code 0, leaving no row RUNNING.
 CLEAN_STOP = [Check("clean_exits", "==", True), Check("running_after_stop", "==", 0)]
-FENCED = Check("fencing_regressions", "==", 0, needs="fencing")
+FENCED = Check("fencing_regressions", "==", 0)
 # A plan that finished before the fault is not run again once its terminal write is
 # re-applied on the new primary.
-REAPPLIED = Check("work_reruns_finished_before_fault", "==", 0, needs="reapply")
+REAPPLIED = Check("work_reruns_finished_before_fault", "==", 0)
 
 
 @pytest.fixture
@@ -91,9 +91,8 @@ def test_sync_primary_crash(tmp_path: Path, side: tuple[str, str]) -> None:
     last 3 s before the crash: commits wait for the standby meanwhile instead of being lost,
     so every acknowledged claim and terminal write is on the promoted standby and nothing
     runs twice."""
-    # With the synchronous_claims goal switched on, the server's default is only local and
-    # the replicas ask for synchronous commits themselves (PGSCHED_SYNCHRONOUS_CLAIMS=1).
-    claims = "synchronous_claims" in enabled_goals()
+    # The server's default commit is only local: the replicas ask for synchronous commits
+    # themselves (PGSCHED_SYNCHRONOUS_CLAIMS=1), so it is pgsched's option that is tested.
     run = FailoverRun(
         "sync_crash",
         tmp_path,
@@ -104,8 +103,8 @@ def test_sync_primary_crash(tmp_path: Path, side: tuple[str, str]) -> None:
         # stale_timeout longer than both keeps them from going stale (else they are taken
         # over and run again, as in the switchover).
         stale_s=12,
-        sync_commit="local" if claims else "on",
-        replica_env={"PGSCHED_SYNCHRONOUS_CLAIMS": "1"} if claims else {},
+        sync_commit="local",
+        replica_env={"PGSCHED_SYNCHRONOUS_CLAIMS": "1"},
     )
     try:
         run.setup()
@@ -116,10 +115,7 @@ def test_sync_primary_crash(tmp_path: Path, side: tuple[str, str]) -> None:
         figures["wal_lost_bytes"] = gap
     finally:
         run.close()
-    # Once synchronous claims are merged: drop the needs (and the switch above, keeping its
-    # "local" branch), so 0 re-runs is asserted with PGSCHED_SYNCHRONOUS_CLAIMS=1 on a server
-    # whose default commit is local.
-    reruns = Check("work_reruns", "==", 0, needs="synchronous_claims")
+    reruns = Check("work_reruns", "==", 0)  # synchronous claims: nothing acknowledged is lost
     report(run, figures, [*TODAY, *CLEAN_STOP, RESUMES, *NOTHING_LOST, NO_STALE, FENCED, reruns])
 
 
@@ -175,11 +171,9 @@ def test_read_only_switchover(tmp_path: Path, side: tuple[str, str]) -> None:
 def test_old_primary_comes_back_read_write(tmp_path: Path, side: tuple[str, str]) -> None:
     """5. After a crash and promotion, the old primary restarts as a primary on its old port:
     the DSN's first host is writable again, but stale. Replicas must not write to it; today
-    new connections (every transactional run opens one) land there: counted."""
-    # Plans whose transactional run reaches the old primary never finish while it is up: no
-    # use waiting for them, unless the server_identity goal is on.
-    drains = "server_identity" in enabled_goals()
-    run = FailoverRun("old_primary_back", tmp_path, side, drains=drains)
+    new connections (every transactional run opens one) are refused there and steered to the
+    promoted server."""
+    run = FailoverRun("old_primary_back", tmp_path, side, drains=True)
     try:
         run.setup()
         _crash_and_promote(run)
@@ -191,16 +185,16 @@ def test_old_primary_comes_back_read_write(tmp_path: Path, side: tuple[str, str]
         figures.update(old_primary_writes(run))
     finally:
         run.close()
-    # Once server identity tracking is merged: no write lands on the old primary, and so
-    # nothing is lost (a transactional run that committed there is lost to the new primary).
+    # No write lands on the old primary (its timeline is behind the promoted one's), and so
+    # nothing is lost (a transactional run committed there would be lost to the new primary).
     identity = [
-        Check("old_primary_rows", "==", 0, needs="server_identity"),
-        Check("old_primary_tx_effects", "==", 0, needs="server_identity"),
-        Check("tx_on_both_servers", "==", 0, needs="server_identity"),
-        Check("work_reruns", "==", 0, needs="server_identity"),
-        Check("tx_lost", "==", 0, needs="server_identity"),
-        Check("work_lost", "==", 0, needs="server_identity"),
-        Check("running_after_stop", "==", 0, needs="server_identity"),
+        Check("old_primary_rows", "==", 0),
+        Check("old_primary_tx_effects", "==", 0),
+        Check("tx_on_both_servers", "==", 0),
+        Check("work_reruns", "==", 0),
+        Check("tx_lost", "==", 0),
+        Check("work_lost", "==", 0),
+        Check("running_after_stop", "==", 0),
     ]
     report(run, figures, [*TODAY, CLEAN_STOP[0], RESUMES, FENCED, *identity])
 
