@@ -77,16 +77,21 @@ def reruns(keys: list[tuple[str, float]]) -> tuple[int, int]:
     return sum(1 for n in counts.values() if n > 1), sum(n - 1 for n in counts.values() if n > 1)
 
 
-def reruns_finished_before(effects: list[dict[str, Any]], before: float) -> int:
+def reruns_finished_before(
+    effects: list[dict[str, Any]], before: float, *, same_runner: bool = False
+) -> int:
     """Plans run more than once whose first execution had ended before ``before`` (its
-    terminal write acknowledged before the fault, give or take the writer's batching)."""
-    first: dict[tuple[str, float], float] = {}
-    counts: Counter[tuple[str, float]] = Counter()
-    for e in effects:
+    terminal write acknowledged before the fault, give or take the writer's batching); with
+    ``same_runner``, only those run again by the replica that had run them."""
+    first: dict[tuple[str, float], tuple[float, str]] = {}
+    again: set[tuple[str, float]] = set()
+    for e in sorted(effects, key=lambda e: e["at"]):
         key = (e["scope"], e["plan"])
-        counts[key] += 1
-        first[key] = min(first.get(key, e["at"]), e["at"])
-    return sum(1 for key, n in counts.items() if n > 1 and first[key] < before)
+        if key not in first:
+            first[key] = (e["at"], e["runner"])
+        elif not same_runner or e["runner"] == first[key][1]:
+            again.add(key)
+    return sum(1 for key in again if first[key][0] < before)
 
 
 def lost(

@@ -21,6 +21,10 @@ ROWS = [
     ("resumed_s", "s from the promotion to the first SUCCESS of a run started after it"),
     ("work_reruns", "`work` plans run twice (effect recorded twice on the side server)"),
     ("work_reruns_finished_before_fault", "... whose first run had ended 1 s before the fault"),
+    (
+        "work_reruns_finished_before_fault_same_runner",
+        "... of those, run again by the replica that had run them",
+    ),
     ("work_lost", "`work` plans lost (no SUCCESS on the final primary, no effect)"),
     ("tx_duplicates", "`tx` plans whose effect committed twice on the final primary"),
     ("tx_reinvoked", "`tx` plans whose handler ran again (the first run rolled back)"),

@@ -409,6 +409,11 @@ def measure(run: FailoverRun, resumed_s: float | None) -> dict[str, Any]:
         "work_reruns_finished_before_fault": fig.reruns_finished_before(
             [e for e in effects if e["kind"] == "work"], run.marks["fault"] - 1.0
         ),
+        "work_reruns_finished_before_fault_same_runner": fig.reruns_finished_before(
+            [e for e in effects if e["kind"] == "work"],
+            run.marks["fault"] - 1.0,
+            same_runner=True,
+        ),
         "tx_duplicates": fig.reruns(tx)[0],
         "tx_reinvoked": fig.reruns(seen)[0],
         "work_lost": fig.lost(plans, WORK_SCOPES, _succeeded(ledger, "work"), set(work)),
