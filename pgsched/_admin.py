@@ -19,7 +19,14 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from ._config import JobSpec
-from ._connection import connect_options, database_error, not_writable, require_writable
+from ._connection import (
+    ANSWER_GRACE_S,
+    BoundedAsyncConnection,
+    connect_options,
+    database_error,
+    not_writable,
+    require_writable,
+)
 from ._dsn import require_dsn, resolve_dsn, resolve_transaction_pooling
 from ._durations import Duration, parse_duration
 from ._errors import ConfigError
@@ -173,7 +180,9 @@ class Admin(ScheduleMethods):
     async def _open(self) -> Conn:
         dsn = self._connect_info()
         options = connect_options(dsn, self._app_name, transaction_pooling=self.transaction_pooling)
-        conn = await psycopg.AsyncConnection.connect(self._watch.steer(dsn), **options)
+        conn = await BoundedAsyncConnection.connect(self._watch.steer(dsn), **options)
+        # An operator's statement may run until the server's statement_timeout ends it.
+        conn.answer_timeout = self.statement_timeout.total_seconds() + ANSWER_GRACE_S
         try:
             # A standby, a read-only primary or a demoted one beside the promoted: refused.
             await require_writable(self._store, conn, self._watch)

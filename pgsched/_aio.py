@@ -15,7 +15,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ._admin import check_schema
 from ._config import JobSpec
-from ._connection import database_error, make_pool, pooled
+from ._connection import ANSWER_GRACE_S, database_error, make_pool, pooled
 from ._dsn import require_dsn, resolve_dsn, resolve_transaction_pooling
 from ._durations import Duration, parse_duration
 from ._ops import Operations, _no_jobs
@@ -78,6 +78,7 @@ class AsyncAdmin(Operations):
             min_size=1,
             max_size=self._max_connections,
             timeout=max(5.0, self._timeout.total_seconds()),
+            answer_timeout=self._timeout.total_seconds() + ANSWER_GRACE_S,
             session=self._configure,
         )
         await pool.open()

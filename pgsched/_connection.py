@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
+from psycopg.abc import PQGen
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
@@ -38,9 +41,86 @@ LIBPQ_DEFAULTS = {
 # libpq reads these from the environment when the DSN does not set them.
 _ENVIRONMENT = {"connect_timeout": "PGCONNECT_TIMEOUT"}
 
+# A server behind something that keeps acknowledging TCP (a proxy, a pooler, a load balancer
+# whose backend vanished) looks alive to keepalives and tcp_user_timeout: only a bound on the
+# wait for each answer notices it. The engine's statements answer in milliseconds, so its
+# bound is short; an operator's statement may run until the server's statement_timeout, so
+# its bound is that plus this grace.
+ENGINE_ANSWER_TIMEOUT_S = 8.0
+ANSWER_GRACE_S = 5.0
+
+_RV = TypeVar("_RV")
+
 
 class DatabaseNotWritable(psycopg.OperationalError):
     """The server reached cannot take writes (in recovery, or read-only)."""
+
+
+class NoAnswer(psycopg.OperationalError):
+    """The server did not answer within the connection's ``answer_timeout``: the connection
+    was dropped (its socket shut down), so nothing waits on it any longer."""
+
+
+class _Answering:
+    """What the bounded connections share: the bound on each wait for the server (None: no
+    bound) and, once it expired, the address that did not answer."""
+
+    answer_timeout: float | None = None
+    silent: str | None = None  # "host:port" once a wait outlived answer_timeout
+    pgconn: Any
+    info: Any
+
+    def _sever(self) -> None:
+        """Shut the socket down: the pending read ends at once with an error, where psycopg's
+        own cancel would wait on the same silent server."""
+        try:
+            self.silent = f"{self.info.host}:{self.info.port}"
+            with socket.socket(fileno=os.dup(self.pgconn.socket)) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except (OSError, psycopg.Error):
+            pass  # already closed: nothing waits on it
+
+    def _no_answer(self, exc: psycopg.Error) -> psycopg.Error:
+        if self.silent is None:
+            return exc
+        return NoAnswer(
+            f"no answer from {self.silent} within {self.answer_timeout:g} s: connection dropped"
+        )
+
+
+class BoundedAsyncConnection(_Answering, psycopg.AsyncConnection[Any]):
+    """An async connection whose every wait for the server (statement, fetch, commit) is
+    bounded by ``answer_timeout``."""
+
+    async def wait(self, gen: PQGen[_RV], *args: Any, **kwargs: Any) -> _RV:
+        bound = self.answer_timeout
+        if bound is None:
+            return await super().wait(gen, *args, **kwargs)
+        handle = asyncio.get_running_loop().call_later(bound, self._sever)
+        try:
+            return await super().wait(gen, *args, **kwargs)
+        except psycopg.Error as exc:
+            raise self._no_answer(exc) from exc
+        finally:
+            handle.cancel()
+
+
+class BoundedConnection(_Answering, psycopg.Connection[Any]):
+    """:class:`BoundedAsyncConnection` for a worker thread (transactional runs)."""
+
+    def wait(self, gen: PQGen[_RV], *args: Any, **kwargs: Any) -> _RV:
+        bound = self.answer_timeout
+        if bound is None:
+            return super().wait(gen, *args, **kwargs)
+        timer = threading.Timer(bound, self._sever)
+        timer.daemon = True
+        timer.start()
+        try:
+            return super().wait(gen, *args, **kwargs)
+        except psycopg.Error as exc:
+            raise self._no_answer(exc) from exc
+        finally:
+            timer.cancel()
 
 
 def connect_options(conninfo: str, app_name: str, *, transaction_pooling: bool) -> dict[str, Any]:
@@ -168,6 +248,7 @@ class WritablePool(AsyncConnectionPool[Conn]):
     refused: str | None = None
     watch: ServerWatch
     dsn: str  # the DSN as configured (``conninfo`` is the watch's steering of it)
+    answer_timeout: float | None = None  # its connections' bound unless a borrow sets one
 
 
 def pool_hosts(pool: AsyncConnectionPool[Any]) -> str:
@@ -175,20 +256,38 @@ def pool_hosts(pool: AsyncConnectionPool[Any]) -> str:
     return hosts(pool.dsn if isinstance(pool, WritablePool) else pool.conninfo)
 
 
+def _failed(pool: AsyncConnectionPool[Any], conn: Conn, exc: BaseException) -> None:
+    """Note on ``pool`` what ``exc`` says of ``conn``'s server: read-only (refused), or silent
+    (its host tried last by new connections for a while)."""
+    if not isinstance(pool, WritablePool):
+        return
+    if not_writable(exc):
+        pool.refused = describe_error(exc)
+    if isinstance(conn, _Answering) and conn.silent is not None:
+        pool.watch.avoid(conn.silent)
+
+
 @asynccontextmanager
-async def pooled(pool: AsyncConnectionPool[Any]) -> AsyncIterator[Conn]:
-    """A connection of ``pool``; one that met a read-only server is closed on the way back,
-    so the pool replaces it instead of lending it again."""
+async def pooled(
+    pool: AsyncConnectionPool[Any], answer_timeout: float | None = None
+) -> AsyncIterator[Conn]:
+    """A connection of ``pool``, its waits bounded by ``answer_timeout`` (else the pool's
+    bound); one that met a read-only server is closed on the way back, so the pool replaces
+    it instead of lending it again."""
     async with pool.connection() as conn:
+        bounded = isinstance(conn, _Answering) and answer_timeout is not None
+        if bounded:
+            conn.answer_timeout = answer_timeout
         try:
             yield conn
         except Exception as exc:
-            if not_writable(exc):
-                if isinstance(pool, WritablePool):
-                    pool.refused = describe_error(exc)
-                if not conn.closed:
-                    await conn.close()
+            _failed(pool, conn, exc)
+            if not_writable(exc) and not conn.closed:
+                await conn.close()
             raise
+        finally:
+            if bounded:
+                conn.answer_timeout = getattr(pool, "answer_timeout", None)
 
 
 def make_pool(
@@ -200,23 +299,31 @@ def make_pool(
     min_size: int,
     max_size: int,
     timeout: float,
+    answer_timeout: float,
     session: Callable[[Conn], Awaitable[None]] | None = None,
     watch: ServerWatch | None = None,
 ) -> WritablePool:
     """A pool (not yet open) whose connections reach a writable server, the one ``watch``
     (a new one by default) has switched to: checked when made and whenever lent (the check
-    replaces psycopg_pool's own round trip); ``session`` configures each new one."""
+    replaces psycopg_pool's own round trip); ``session`` configures each new one; every
+    wait for the server is bounded by ``answer_timeout`` unless a borrow sets another."""
     watch = watch if watch is not None else ServerWatch()
 
     async def check(conn: Conn) -> None:
+        address = f"{conn.info.host}:{conn.info.port}"
+        if watch.gives_way(address, conninfo):  # no round trip to a host known silent
+            await conn.close()
+            raise NoAnswer(f"{address} is avoided (silent or refused): connection dropped")
         try:
             await require_writable(store, conn, watch)
-        except DatabaseNotWritable as exc:
-            pool.refused = describe_error(exc)
+        except Exception as exc:
+            _failed(pool, conn, exc)
             raise
         pool.refused = None
 
     async def configure(conn: Conn) -> None:
+        if isinstance(conn, _Answering):
+            conn.answer_timeout = answer_timeout
         await check(conn)
         if session is not None:
             await session(conn)
@@ -226,6 +333,7 @@ def make_pool(
 
     pool = WritablePool(
         steered,
+        connection_class=BoundedAsyncConnection,
         min_size=min_size,
         max_size=max_size,
         open=False,
@@ -234,7 +342,7 @@ def make_pool(
         configure=configure,
         kwargs=connect_options(conninfo, app_name, transaction_pooling=transaction_pooling),
     )
-    pool.watch, pool.dsn = watch, conninfo
+    pool.watch, pool.dsn, pool.answer_timeout = watch, conninfo, answer_timeout
     return pool
 
 

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from ._connection import pooled
+from ._connection import ANSWER_GRACE_S, pooled
 from ._ops import Operations
 from ._recorder import TickReport
 from ._results import describe_error
@@ -31,7 +31,9 @@ class Replica:
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[Conn]:
-        async with pooled(self._pool) as conn:  # a read-only server's connection is dropped
+        # An operator's statement may run until the server's statement_timeout ends it.
+        bound = self._settings.statement_timeout.total_seconds() + ANSWER_GRACE_S
+        async with pooled(self._pool, bound) as conn:  # a read-only server's: dropped
             yield conn
 
     def operations(self) -> Operations:

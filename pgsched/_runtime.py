@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 from ._claims import ClaimBatch, Claimer, superseded_pairs
 from ._config import JobSpec
 from ._connection import (
+    ENGINE_ANSWER_TIMEOUT_S,
     Backoff,
     WritablePool,
     pool_hosts,
@@ -67,6 +68,10 @@ class ReplicaSettings:
     health_timeout: timedelta = timedelta(seconds=20)
     # Claims and terminal writes wait for a synchronous standby (synchronous_commit = on).
     synchronous_claims: bool = False
+    # The engine's statements get no longer than this for an answer (the pool's bound).
+    answer_timeout: timedelta = timedelta(seconds=ENGINE_ANSWER_TIMEOUT_S)
+    # An operator's statement (this replica's HTTP API) may run this long on the server.
+    statement_timeout: timedelta = timedelta(seconds=30)
 
 
 class Runtime:
@@ -94,6 +99,7 @@ class Runtime:
             transaction_pooling=settings.transaction_pooling,
             watch=self.watch,
             synchronous=settings.synchronous_claims,
+            answer_timeout=settings.answer_timeout.total_seconds(),
         )
         self.last_tick_ok: float | None = None
         self.last_tick_at: float | None = None  # any tick, failed or not: the loop is alive

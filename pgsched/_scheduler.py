@@ -50,11 +50,13 @@ class Scheduler(JobRegistry, ScheduleMethods):
     transaction-pooling PgBouncer: no LISTEN, no prepared statements, no session settings
     outside a transaction (docs/pgbouncer.md). ``/healthz`` answers 503 once the tick loop or the
     terminal writer has not succeeded for ``health_timeout`` (else
-    ``PGSCHED_HEALTH_TIMEOUT``, else 20 s). With ``synchronous_claims`` (else
-    ``PGSCHED_SYNCHRONOUS_CLAIMS``) claims and terminal writes commit only once a synchronous
-    standby has them, so a failover cannot undo them (docs/design.md). Operator actions on
-    the jobs (``trigger``, ``pause``...) go through ``self.admin``; ``self.aio`` offers them
-    as coroutines.
+    ``PGSCHED_HEALTH_TIMEOUT``, else 20 s). A server that leaves one of the engine's
+    statements unanswered for ``answer_timeout`` (else ``PGSCHED_ANSWER_TIMEOUT``, else 8 s)
+    has its connection dropped and the statement retried on another (docs/failover.md).
+    With ``synchronous_claims`` (else ``PGSCHED_SYNCHRONOUS_CLAIMS``) claims and terminal
+    writes commit only once a synchronous standby has them, so a failover cannot undo them
+    (docs/design.md). Operator actions on the jobs (``trigger``, ``pause``...) go through
+    ``self.admin``; ``self.aio`` offers them as coroutines.
     """
 
     def __init__(
@@ -71,6 +73,7 @@ class Scheduler(JobRegistry, ScheduleMethods):
         transaction_pooling: bool | None = None,
         health_timeout: Duration | None = None,
         synchronous_claims: bool | None = None,
+        answer_timeout: Duration | None = None,
     ) -> None:
         if (
             not isinstance(max_concurrency, int)
@@ -89,6 +92,11 @@ class Scheduler(JobRegistry, ScheduleMethods):
         self.health_timeout = parse_duration(
             health_timeout or os.environ.get("PGSCHED_HEALTH_TIMEOUT") or "20s",
             field="health_timeout",
+            allow_zero=False,
+        )
+        self.answer_timeout = parse_duration(
+            answer_timeout or os.environ.get("PGSCHED_ANSWER_TIMEOUT") or "8s",
+            field="answer_timeout",
             allow_zero=False,
         )
         self.max_concurrency = max_concurrency
@@ -298,6 +306,8 @@ class Scheduler(JobRegistry, ScheduleMethods):
             transaction_pooling=self.transaction_pooling,
             health_timeout=self.health_timeout,
             synchronous_claims=self.synchronous_claims,
+            answer_timeout=self.answer_timeout,
+            statement_timeout=self.statement_timeout,
         )
         return Replica(Runtime(lambda: self.jobs, pool, self.metrics, settings))
 
@@ -319,5 +329,6 @@ class Scheduler(JobRegistry, ScheduleMethods):
             min_size=2,
             max_size=6,
             timeout=max(5.0, self.tick_interval.total_seconds() * 3),
+            answer_timeout=self.answer_timeout.total_seconds(),
             session=configure,
         )

@@ -114,8 +114,19 @@ class ServerWatch:
         host, _, port = address.rpartition(":")
         self._avoid[(host, port)] = time.monotonic() + _AVOID_S
 
+    def gives_way(self, address: str, conninfo: str) -> bool:
+        """True when a connection to ``address`` should be dropped unused: that host is
+        avoided now and ``conninfo`` names another that is not (a silent host's other
+        connections are as silent as the one that timed out)."""
+        host, _, port = address.rpartition(":")
+        if (host, port) not in self._avoid or self._avoid[(host, port)] <= time.monotonic():
+            return False
+        return self.steer(conninfo) != conninfo
+
     def steer(self, conninfo: str) -> str:
-        """``conninfo`` without the hosts avoided now (all of them kept when every host is)."""
+        """``conninfo`` with the hosts avoided now moved last: libpq tries hosts in order, so
+        a new connection reaches another server first and an avoided one only when no other
+        will do (a host refused or silent by mistake is still reached)."""
         now = time.monotonic()
         self._avoid = {k: until for k, until in self._avoid.items() if until > now}
         if not self._avoid:
@@ -127,12 +138,12 @@ class ServerWatch:
         ports = str(params.get("port") or "").split(",")
         ports = ports * len(hosts) if len(ports) == 1 else ports
         addrs = str(params.get("hostaddr") or "").split(",")
-        keep = [i for i in range(len(hosts)) if (hosts[i], ports[i]) not in self._avoid]
-        if not keep or len(keep) == len(hosts):
+        order = sorted(range(len(hosts)), key=lambda i: (hosts[i], ports[i]) in self._avoid)
+        if order == list(range(len(hosts))):
             return conninfo
-        changed: dict[str, str] = {"host": ",".join(hosts[i] for i in keep)}
+        changed: dict[str, str] = {"host": ",".join(hosts[i] for i in order)}
         if params.get("port"):
-            changed["port"] = ",".join(ports[i] for i in keep)
+            changed["port"] = ",".join(ports[i] for i in order)
         if params.get("hostaddr") and len(addrs) == len(hosts):
-            changed["hostaddr"] = ",".join(addrs[i] for i in keep)
+            changed["hostaddr"] = ",".join(addrs[i] for i in order)
         return make_conninfo(conninfo, **changed)

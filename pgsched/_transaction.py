@@ -16,6 +16,10 @@ import psycopg
 
 from ._config import JobSpec
 from ._connection import (
+    ANSWER_GRACE_S,
+    ENGINE_ANSWER_TIMEOUT_S,
+    BoundedAsyncConnection,
+    BoundedConnection,
     connect_options,
     not_writable,
     require_writable,
@@ -61,6 +65,7 @@ class Transactions:
         transaction_pooling: bool,
         synchronous: bool = False,
         watch: ServerWatch | None = None,
+        answer_timeout: float = ENGINE_ANSWER_TIMEOUT_S,
     ) -> None:
         self._conninfo, self._app_name, self._store = conninfo, app_name, store
         # The replica's: a run commits only on the server the replica writes to.
@@ -71,6 +76,9 @@ class Transactions:
         # The SUCCESS row is a terminal write: with synchronous claims it waits for a
         # synchronous standby (set just before it, so a handler's own setting does not win).
         self._synchronous = synchronous
+        # pgsched's own statements on the run's connection are bounded as the engine's are;
+        # the handler's, by its run_timeout (the server's statement_timeout) and a grace.
+        self._answer_timeout = answer_timeout
 
     def _connect_options(self) -> dict[str, Any]:
         return connect_options(self._conninfo, self._app_name, transaction_pooling=self._local)
@@ -85,14 +93,15 @@ class Transactions:
         async with conn:
             return await self._store.lease_status(conn, run.execution_id, run.lease_token)
 
-    async def _open_async(self) -> psycopg.AsyncConnection[Any]:
+    async def _open_async(self) -> BoundedAsyncConnection:
         """A connection to the server the replica writes to (steered past a refused host; a
         standby, a read-only or a demoted server refused): else :class:`TransactionUnavailable`
         when the database is unavailable."""
-        conn: psycopg.AsyncConnection[Any] | None = None
+        conn: BoundedAsyncConnection | None = None
         try:
             conninfo = self._watch.steer(self._conninfo)
-            conn = await psycopg.AsyncConnection.connect(conninfo, **self._connect_options())
+            conn = await BoundedAsyncConnection.connect(conninfo, **self._connect_options())
+            conn.answer_timeout = self._answer_timeout
             await require_writable(self._store, conn, self._watch)
             return conn
         except Exception as exc:
@@ -102,13 +111,14 @@ class Transactions:
                 raise TransactionUnavailable(exc, None) from exc
             raise
 
-    def _open_sync(self) -> psycopg.Connection[Any]:
+    def _open_sync(self) -> BoundedConnection:
         """:meth:`_open_async` for a worker thread: the server is checked, never adopted (the
         replica's pool adopts a new one)."""
-        conn: psycopg.Connection[Any] | None = None
+        conn: BoundedConnection | None = None
         try:
             conninfo = self._watch.steer(self._conninfo)
-            conn = psycopg.connect(conninfo, **self._connect_options())
+            conn = BoundedConnection.connect(conninfo, **self._connect_options())
+            conn.answer_timeout = self._answer_timeout
             require_writable_sync(self._store, conn, self._watch)
             return conn
         except Exception as exc:
@@ -132,7 +142,9 @@ class Transactions:
                     conn, timeout, timeout + _IDLE_MARGIN, local=self._local
                 )
                 run.conn = conn
+                conn.answer_timeout = timeout.total_seconds() + ANSWER_GRACE_S
                 done = outcome(await job.handler(run))
+                conn.answer_timeout = self._answer_timeout
                 if self._synchronous:
                     await self._store.synchronous_commit(conn)
                 written = await self._store.finish(conn, [done.finish(run)])
@@ -159,7 +171,9 @@ class Transactions:
                     conn, timeout, timeout + _IDLE_MARGIN, local=self._local
                 )
                 run.conn = conn
+                conn.answer_timeout = timeout.total_seconds() + ANSWER_GRACE_S
                 done = outcome(job.handler(run))
+                conn.answer_timeout = self._answer_timeout
                 if self._synchronous:
                     self._store.synchronous_commit_sync(conn)
                 written = self._store.finish_sync(conn, [done.finish(run)])

@@ -1,7 +1,6 @@
 """What a failover scenario measured, computed from three sources that survive it: the final
 primary's ledger (and ``tx_effects``), the side server's record of every execution, and the
-replicas' /healthz samples. Also the checks: what holds today, and the goals that hold once
-the features other branches bring are merged (``PGSCHED_FAILOVER_GOALS`` switches them on).
+replicas' /healthz samples. Also the checks that must hold.
 """
 
 from __future__ import annotations
@@ -14,28 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# The features that make a goal hold, by the name PGSCHED_FAILOVER_GOALS uses for them
-# (comma-separated; "all" for every one).
-FEATURES = {
-    "server_identity": "server identity tracking (system identifier + timeline): a connection "
-    "to another server than the one switched to is discarded",
-    "reapply": "recent terminal writes re-applied after a server change",
-    "fencing": "fencing tokens that stay larger across a failover",
-    "synchronous_claims": "Scheduler(synchronous_claims=True) / PGSCHED_SYNCHRONOUS_CLAIMS=1",
-    "statement_bound": "a client-side bound on every statement (a vanished primary is left "
-    "within 15 s)",
-}
-
 
 @dataclass(frozen=True)
 class Check:
-    """``figure op value`` must hold; ``needs`` names the feature of :data:`FEATURES` it waits
-    for (None: it holds today and is always asserted)."""
+    """``figure op value`` must hold."""
 
     figure: str
     op: str  # "==" or "<="
     value: float
-    needs: str | None = None
 
     def holds(self, figures: dict[str, Any]) -> bool:
         got = figures.get(self.figure)
@@ -48,22 +33,9 @@ class Check:
         return f"{self.figure} {self.op} {value}"
 
 
-def enabled_goals() -> set[str]:
-    names = {n.strip() for n in os.environ.get("PGSCHED_FAILOVER_GOALS", "").split(",")}
-    return set(FEATURES) if "all" in names else names & set(FEATURES)
-
-
 def verdict(figures: dict[str, Any], checks: list[Check]) -> list[str]:
-    """Record each goal's state in ``figures["goals"]``; return the failed asserted checks."""
-    goals, failed, on = {}, [], enabled_goals()
-    for check in checks:
-        ok = check.holds(figures)
-        if check.needs is not None:
-            goals[str(check)] = {"met": ok, "needs": check.needs}
-        if not ok and (check.needs is None or check.needs in on):
-            failed.append(f"{check} (got {figures.get(check.figure)!r})")
-    figures["goals"] = goals
-    return failed
+    """The checks that do not hold, each with the figure it got."""
+    return [f"{c} (got {figures.get(c.figure)!r})" for c in checks if not c.holds(figures)]
 
 
 def grid(start: float, end: float) -> list[float]:

@@ -69,13 +69,6 @@ def render(runs: list[dict[str, Any]]) -> str:
         for key, label in ROWS:
             if any(key in r for r in results):
                 out.append(f"| {label} | " + " | ".join(_cell(r, key) for r in results) + " |")
-        goals = results[-1].get("goals", {})
-        if goals:
-            said = [
-                f"`{goal}` ({g['needs']}): {'met' if g['met'] else 'not met'}"
-                for goal, g in goals.items()
-            ]
-            out += ["", "Goals, last run: " + "; ".join(said) + "."]
         out.append("")
     return "\n".join(out)
 

@@ -1,10 +1,8 @@
 """Failover scenarios on a real primary and hot standby, each under two `pgsched run` replicas
 on a multi-host DSN (harness: ``scenario.py``; the APP: ``app.py``). Each prints one line of
 figures (``FAILOVER_FIGURES {...}``; merged into $PGSCHED_FAILOVER_FIGURES when set) and
-asserts what holds today. The goals that need features of other branches are
-:class:`~tests.failover.figures.Check` entries with ``needs=...``: reported under ``goals`` in
-the figures, asserted once PGSCHED_FAILOVER_GOALS names their feature (or ``all``); when the
-feature is merged, drop its ``needs`` so the check is always asserted.
+asserts the goals: work resumes within 10 s of the promotion, nothing lost, nothing run twice
+that the design can keep from running twice, no fencing token gone back.
 """
 
 from __future__ import annotations
@@ -213,15 +211,11 @@ def test_primary_vanishes_without_closing_sockets(tmp_path: Path, side: tuple[st
         run.fault()
         run.client_proxy.blackhole(True)
         run.promote()
-        resumed = run.wait_resumed(timeout=16)  # past the 15 s bound of the goal
+        resumed = run.wait_resumed(timeout=20)  # past the goal: the figure says by how much
         run.run_after()
         figures = measure(run, resumed)
     finally:
         run.close()
-    # Once a client-side bound on every statement is merged: work resumes within 15 s.
-    bounded = [
-        Check("resumed_s", "<=", 15, needs="statement_bound"),
-        Check("clean_exits", "==", True, needs="statement_bound"),
-        Check("stale_running", "==", 0, needs="statement_bound"),
-    ]
-    report(run, figures, [*TODAY, *bounded, FENCED])
+    # The engine's statements stuck on the silent primary end after answer_timeout (8 s);
+    # the replicas' other connections to it are dropped unused, new ones go to the standby.
+    report(run, figures, [*TODAY, RESUMES, *NOTHING_LOST, *CLEAN_STOP, NO_STALE, FENCED])

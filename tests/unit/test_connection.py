@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolTimeout
 
 from pgsched._connection import (
@@ -15,6 +16,7 @@ from pgsched._connection import (
     not_writable,
     unavailable,
 )
+from pgsched._servers import ServerWatch
 
 
 def test_libpq_defaults_fill_what_the_dsn_leaves_unset(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,3 +94,20 @@ def test_backoff_doubles_to_its_cap_and_resets() -> None:
     assert backoff.failures == 6
     backoff.reset()
     assert (backoff.delay(), backoff.failures) == (0.5, 1)
+
+
+def test_steering_moves_an_avoided_host_last_and_keeps_the_others_in_order() -> None:
+    watch = ServerWatch()
+    dsn = "host=a,b,c port=5432,5433,5434 dbname=app target_session_attrs=read-write"
+    assert watch.steer(dsn) == dsn
+    watch.avoid("a:5432")
+    steered = conninfo_to_dict(watch.steer(dsn))
+    assert steered["host"] == "b,c,a"
+    assert steered["port"] == "5433,5434,5432"
+    assert steered["target_session_attrs"] == "read-write"
+
+
+def test_steering_leaves_a_single_host_alone() -> None:
+    watch = ServerWatch()
+    watch.avoid("a:5432")
+    assert watch.steer("host=a port=5432 dbname=app") == "host=a port=5432 dbname=app"
