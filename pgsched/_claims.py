@@ -25,13 +25,16 @@ from ._views import trusted_scope
 # New plans of one due instant are claimed at most this many per transaction, so the first
 # handlers start early and no transaction holds many rows for long.
 CLAIM_BATCH = 1_000
-# A claim transaction lasts milliseconds; the server ends one left idle this long (a replica
-# cut off mid-claim), releasing the rows it inserted to the other replicas.
-CLAIM_IDLE_TIMEOUT = timedelta(seconds=1)
-# A dynamic job's claim computes each due schedule's plan in Python between its two
-# statements; only schedules it locked (which other claimers skip) wait on it, so a busy
-# replica gets longer before the server ends the transaction.
-DYNAMIC_IDLE_TIMEOUT = timedelta(seconds=10)
+# The server ends a claim transaction left idle this long (a replica cut off mid-claim),
+# releasing the rows it inserted. Its statements take milliseconds, but between two of them
+# the replica's event loop runs whatever else is ready - a thousand handlers just started by
+# the previous batch, on a busy machine - so the gap is the loop's latency: seconds under
+# load (1 s ended healthy claims). Half of health_timeout's default.
+CLAIM_IDLE_TIMEOUT = timedelta(seconds=10)
+# Another replica's claim of the same keys waits at most this long for such a transaction
+# (its insert waits for the other's rows to commit or vanish); then it gives up for this
+# tick, well inside the engine's answer_timeout.
+CLAIM_LOCK_TIMEOUT = timedelta(seconds=2)
 # Due schedules locked per dynamic claim: bounds the Python work between its statements.
 DYNAMIC_BATCH = 1_000
 _KIND_OF = {"RUNNING": "stole", "FAILED": "retry"}
@@ -91,13 +94,34 @@ class Claimer:
         batch = ClaimBatch()
         if not (stale or existing or offer or dynamic):
             return batch
+        try:
+            await self._transaction(conn, job, offer, batch, free, (stale, existing, dynamic))
+        except psycopg.errors.LockNotAvailable:  # rolled back: the plans wait for a tick
+            self._recorder.claim_blocked(job.name, CLAIM_LOCK_TIMEOUT.total_seconds())
+            return ClaimBatch(backlog=True)
+        return batch
+
+    async def _transaction(
+        self,
+        conn: Conn,
+        job: JobSpec,
+        offer: Offer | None,
+        batch: ClaimBatch,
+        free: int,
+        parts: tuple[bool, bool, bool],
+    ) -> None:
+        """The claim transaction, filling ``batch``; ``parts``: whether it closes out stale
+        leases, takes over existing rows, claims due stored schedules."""
+        stale, existing, dynamic = parts
         async with conn.transaction():
-            await self._store.claim_begin(conn, CLAIM_IDLE_TIMEOUT, synchronous=self._synchronous)
+            await self._store.claim_begin(
+                conn, CLAIM_IDLE_TIMEOUT, CLAIM_LOCK_TIMEOUT, synchronous=self._synchronous
+            )
             cap = await self._cap(conn, job, free)
             if cap is None:  # another replica is claiming this max_running job right now
                 self._recorder.lock_busy(job.name)
                 batch.backlog = offer is not None or dynamic
-                return batch
+                return
             if stale:
                 for row in await self._store.close_stale(
                     conn, job.name, reentry=job.allow_stale_reentry
@@ -117,7 +141,6 @@ class Claimer:
                 batch.backlog = True
             if dynamic:
                 await self._dynamic(conn, job, cap, batch)
-        return batch
 
     async def _dynamic(self, conn: Conn, job: JobSpec, cap: int, batch: ClaimBatch) -> None:
         """Claim the due schedules of a dynamic job (at most ``cap`` rows, a batch at a
@@ -128,7 +151,6 @@ class Claimer:
             return
         size = min(cap, DYNAMIC_BATCH)
         terms = self._terms(job)
-        await self._store.claim_begin(conn, DYNAMIC_IDLE_TIMEOUT, synchronous=self._synchronous)
         rows = await self._schedules.due(conn, terms, job.schedule_delay, size)
         if not rows:
             return

@@ -72,6 +72,11 @@ class Recorder:
         self.report.lock_busy += 1
         self.metrics.claim_lock_busy(job)
 
+    def claim_blocked(self, job: str, waited_s: float) -> None:
+        """``job``'s claim waited ``waited_s`` for rows another replica's unfinished claim
+        holds, and was given up for this tick."""
+        self.log.warning("claim_blocked", job=job, waited_s=waited_s)
+
     def skipped(self, job: str, reason: str, count: int) -> None:
         self.report.skipped += count
         self.metrics.plans_skipped(job, reason, count)

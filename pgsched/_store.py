@@ -241,12 +241,15 @@ class Store(_Statements):
             dynamic_next=dict(zip(dynamic, row["dynamic_next"], strict=True)),
         )
 
-    async def claim_begin(self, conn: Conn, idle: timedelta, *, synchronous: bool = False) -> None:
-        """Open a claim transaction: the server ends it if it sits idle for ``idle``; with
-        ``synchronous``, it commits only once a synchronous standby has it (one statement
-        either way)."""
+    async def claim_begin(
+        self, conn: Conn, idle: timedelta, lock: timedelta, *, synchronous: bool = False
+    ) -> None:
+        """Open a claim transaction: the server ends it if it sits idle for ``idle``, and
+        fails a statement of it that waits ``lock`` for a lock; with ``synchronous``, it
+        commits only once a synchronous standby has it (one statement either way)."""
         name = "claim_begin_synchronous" if synchronous else "claim_begin"
-        await self._rows(conn, name, {"idle_ms": str(int(idle.total_seconds() * 1000))})
+        params = {"idle_ms": _ms(idle), "lock_ms": _ms(lock)}
+        await self._rows(conn, name, params)
 
     async def synchronous_commit(self, conn: Conn) -> None:
         """The current transaction commits only once a synchronous standby has it."""
@@ -444,6 +447,11 @@ class Store(_Statements):
 
     async def listen(self, conn: Conn) -> None:
         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+
+
+def _ms(duration: timedelta) -> str:
+    """``duration`` as a setting's value in milliseconds."""
+    return str(int(duration.total_seconds() * 1000))
 
 
 def _restore_params(rows: Sequence[Restore]) -> dict[str, Any]:

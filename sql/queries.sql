@@ -26,10 +26,11 @@ SELECT (SELECT t FROM now) AS now,
              ORDER BY d.n) AS dynamic_next
 
 -- name: claim_begin
--- The first statement of every claim transaction. Claims last milliseconds; a replica cut off
--- inside one (its session idle in transaction, holding the rows it inserted) is ended by the
--- server after this long, so the others' claims of the same keys wait no longer than that.
-SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true)
+-- The first statement of every claim transaction. A replica cut off inside one (its session
+-- idle in transaction, holding the rows it inserted) is ended by the server after idle_ms;
+-- meanwhile the others' claims of the same keys wait at most lock_ms, then give up the tick.
+SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true),
+       set_config('lock_timeout', %(lock_ms)s, true)
 
 -- name: claim_begin_synchronous
 -- claim_begin with synchronous_claims: the claim also commits only once a synchronous standby
@@ -37,6 +38,7 @@ SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true)
 -- 'remote_apply': a promoted standby replays all the WAL it flushed before it takes writes,
 -- and pgsched never reads from a standby, so waiting for the replay too would only add latency.
 SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true),
+       set_config('lock_timeout', %(lock_ms)s, true),
        set_config('synchronous_commit', 'on', true)
 
 -- name: synchronous_commit

@@ -353,9 +353,10 @@ def test_blackhole_inside_a_claim_transaction(
     scenario: Scenario, profile: Profile, request: Any
 ) -> None:
     """Cut a lease-holding replica off inside a claim transaction of job "tx" (the server
-    holds the rows it inserted or locked) and keep it cut off: the server ends that session
-    after the claim's idle-in-transaction timeout (about a second), so the other replicas go
-    on claiming and steal the cut-off replica's leases within stale_timeout + tick + 1 s."""
+    holds the rows it inserted or locked) and keep it cut off: the others' claims of those
+    rows give up after the claim lock timeout (2 s) instead of waiting, the server ends that
+    session after the claim's idle-in-transaction timeout (10 s), and the other replicas steal
+    the cut-off replica's leases within stale_timeout + tick + 1 s."""
     blackhole_s = profile.pick(9, 45)
     replicas = [f"r{i}" for i in range(4)]
     with scenario("mid_claim", proxy=True) as run:

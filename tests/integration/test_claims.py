@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from structlog.testing import capture_logs
 
 import pgsched
 from tests.helpers import wait_for
@@ -20,6 +21,7 @@ from tests.integration._support import (
     Recorder,
     count,
     db_now,
+    insert_row,
     rows,
     run_together,
     running,
@@ -251,3 +253,38 @@ def test_eight_concurrent_claimers_never_overlap_a_forbid_scope(
     assert len(by_scope) == len(scopes)
     runners = {r["runner_id"] for r in rows(db, migrated) if r["status"] == "SUCCESS"}
     assert len(runners) > 1, runners  # the replicas did claim concurrently
+
+
+class OnePlan:
+    """A planner with a single plan instant: the test does not depend on where in the hour or
+    day it runs."""
+
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def plans_between(self, start: datetime, end: datetime) -> list[datetime]:
+        return [self.at] if start < self.at <= end else []
+
+
+def test_a_claim_blocked_by_another_unfinished_claim_gives_up_the_tick_then_claims(
+    make_scheduler: Any, migrated: str, db: Any, pg_dsn: str
+) -> None:
+    """Another replica's claim transaction holds the plan's row uncommitted (a replica cut off
+    mid-claim): this replica's claim waits for it at most the claim lock timeout, gives up the
+    tick without an error, and claims the plan once the other transaction is gone."""
+    plan = db_now(db).replace(microsecond=0) - timedelta(minutes=1)
+    s = make_scheduler()
+    s.register(lambda run: None, name="blocked", planner=OnePlan(plan))
+    with psycopg.connect(pg_dsn) as other:  # not autocommit: its insert stays uncommitted
+        insert_row(
+            other, migrated, job_name="blocked", plan_time=plan, status="RUNNING", runner_id="cut"
+        )
+        with capture_logs() as events:
+            report = s.run_once()
+        assert (report.claimed, report.errors) == (0, 0)
+        blocked = [e for e in events if e["event"] == "claim_blocked"]
+        assert [(e["job"], e["waited_s"]) for e in blocked] == [("blocked", 2.0)]
+        other.rollback()
+    report = s.run_once()
+    assert (report.claimed, report.succeeded) == (1, 1)
+    assert [r["plan_time"] for r in rows(db, migrated, "blocked")] == [plan]
