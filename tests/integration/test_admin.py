@@ -28,6 +28,7 @@ from tests.integration._support import (
     rows,
     table,
 )
+from tests.plans import FixedPlans, past_plan
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
@@ -292,9 +293,10 @@ def test_retention_registers_and_runs_the_prune_job(
 def test_prune_never_lets_a_succeeded_plan_run_again(
     make_scheduler: Any, migrated: str, db: Any, admin: Admin
 ) -> None:
+    plan = past_plan(db)
     recorder = Recorder()
     first = make_scheduler("r1")
-    first.register(recorder.enter, name="daily", every="1d")
+    first.register(recorder.enter, name="daily", planner=FixedPlans(plan))
     assert first.run_once().claimed == 1  # today's scheduled plan
     first.trigger("daily")
     assert first.run_once().claimed == 1  # an operator's manual run, later the same day
@@ -309,7 +311,7 @@ def test_prune_never_lets_a_succeeded_plan_run_again(
     admin.prune("30m")
 
     restarted = make_scheduler("r2")  # e.g. a replica restarted by a deploy
-    restarted.register(recorder.enter, name="daily", every="1d")
+    restarted.register(recorder.enter, name="daily", planner=FixedPlans(plan))
     restarted.run_once()
     assert [r.trigger for r in recorder.runs] == ["schedule", "manual"], (
         "today's scheduled plan already succeeded and must not run again"
@@ -323,11 +325,12 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | Non
     return registry.get_sample_value(name, labels)
 
 
-def test_metrics_count_runs_and_claims(make_scheduler: Any, migrated: str) -> None:
+def test_metrics_count_runs_and_claims(make_scheduler: Any, migrated: str, db: Any) -> None:
+    plan = past_plan(db)
     registry = CollectorRegistry()
     s = make_scheduler("metered", registry=registry)
-    s.register(_ok, name="good", every="1h")
-    s.register(_boom, name="bad", every="1h", max_attempts=2, retry_backoff=[])
+    s.register(_ok, name="good", planner=FixedPlans(plan))
+    s.register(_boom, name="bad", planner=FixedPlans(plan), max_attempts=2, retry_backoff=[])
     assert s.metrics.registry is registry
 
     # declared jobs export zero series from the start
@@ -360,12 +363,15 @@ def test_metrics_count_runs_and_claims(make_scheduler: Any, migrated: str) -> No
     assert sample(registry, "pgsched_tick_duration_seconds_count") == 3
 
 
-def test_two_schedulers_in_one_process_do_not_clash(make_scheduler: Any, migrated: str) -> None:
+def test_two_schedulers_in_one_process_do_not_clash(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    plan = past_plan(db)
     s1 = make_scheduler("m1")
     s2 = make_scheduler("m2", retention="1d")
     s3 = pgsched.Scheduler(dsn=s1.dsn, schema=migrated, runner_id="m3", retention="1d")
     for s in (s1, s2, s3):
-        s.register(_ok, name="same", every="1h")
+        s.register(_ok, name="same", planner=FixedPlans(plan))
     registries = {id(s.metrics.registry) for s in (s1, s2, s3)}
     assert len(registries) == 3, "each Scheduler has a registry of its own"
     assert (
@@ -396,18 +402,22 @@ def test_start_lag_and_job_interval_metrics(make_scheduler: Any, migrated: str, 
     assert registry.get_sample_value("pgsched_job_interval_seconds", {"job": "hourly"}) == 3600
     weekday = registry.get_sample_value("pgsched_job_interval_seconds", {"job": "weekday"})
     assert weekday is not None and weekday >= 86400  # a day, or a weekend's gap
+    s.unregister("hourly")
+    s.unregister("weekday")
+    # The lag of a plan the test chose (a new hourly plan when the test crosses the hour would
+    # be a second observation).
+    s.register(lambda run: 1, name="lagged", planner=FixedPlans(past_plan(db)))
     s.run_once()
-    # The hourly plan is due at the top of the hour; its first attempt started that late.
-    (row,) = [r for r in rows(db, migrated) if r["job_name"] == "hourly"]
+    (row,) = rows(db, migrated, "lagged")
     expected = (row["started_at"] - row["plan_time"]).total_seconds()
-    labels = {"job": "hourly"}
+    labels = {"job": "lagged"}
     assert registry.get_sample_value("pgsched_start_lag_seconds_count", labels) == 1
     observed = registry.get_sample_value("pgsched_start_lag_seconds_sum", labels)
     # + 1.0: claim to handler start, normally milliseconds; a guard against an
     # order-of-magnitude regression, not a performance claim: those live in bench/
     assert observed is not None and expected <= observed < expected + 1.0
     # A retry or a manual run is no start lag: still one observation after a trigger.
-    s.trigger("hourly")
+    s.trigger("lagged")
     s.run_once()
     assert registry.get_sample_value("pgsched_start_lag_seconds_count", labels) == 1
 

@@ -27,6 +27,7 @@ from tests.integration._support import (
     running,
     table,
 )
+from tests.plans import FixedPlans, past_plan
 
 
 def test_eight_concurrent_claimers_have_exactly_one_winner(
@@ -114,11 +115,12 @@ def test_fan_out_of_200_scopes_over_three_replicas(
 
 
 def test_max_concurrency_caps_one_tick(make_scheduler: Any, migrated: str, db: Any) -> None:
+    plan = past_plan(db)
     scopes = [pgsched.Scope("shard", f"{i:02d}") for i in range(20)]
     recorder = Recorder()
     s = make_scheduler(max_concurrency=5)
 
-    @s.job(every="1d", scopes=scopes)
+    @s.job(planner=FixedPlans(plan), scopes=scopes)
     def capped(run: pgsched.Run) -> None:
         recorder.enter(run)
         recorder.leave()
@@ -157,10 +159,11 @@ def test_max_concurrency_holds_across_jobs_and_priority_goes_first(
 def test_second_replica_claims_what_the_first_could_not(
     make_scheduler: Any, migrated: str, db: Any
 ) -> None:
+    plan = past_plan(db)
     scopes = [pgsched.Scope("shard", str(i)) for i in range(6)]
     a, b = make_scheduler("a", max_concurrency=4), make_scheduler("b", max_concurrency=4)
     for s in (a, b):
-        s.register(lambda run: None, name="split", every="1d", scopes=scopes)
+        s.register(lambda run: None, name="split", planner=FixedPlans(plan), scopes=scopes)
     assert a.run_once().claimed == 4
     assert b.run_once().claimed == 2
     assert a.run_once().claimed == 0
@@ -255,26 +258,15 @@ def test_eight_concurrent_claimers_never_overlap_a_forbid_scope(
     assert len(runners) > 1, runners  # the replicas did claim concurrently
 
 
-class OnePlan:
-    """A planner with a single plan instant: the test does not depend on where in the hour or
-    day it runs."""
-
-    def __init__(self, at: datetime) -> None:
-        self.at = at
-
-    def plans_between(self, start: datetime, end: datetime) -> list[datetime]:
-        return [self.at] if start < self.at <= end else []
-
-
 def test_a_claim_blocked_by_another_unfinished_claim_gives_up_the_tick_then_claims(
     make_scheduler: Any, migrated: str, db: Any, pg_dsn: str
 ) -> None:
     """Another replica's claim transaction holds the plan's row uncommitted (a replica cut off
     mid-claim): this replica's claim waits for it at most the claim lock timeout, gives up the
     tick without an error, and claims the plan once the other transaction is gone."""
-    plan = db_now(db).replace(microsecond=0) - timedelta(minutes=1)
+    plan = past_plan(db)
     s = make_scheduler()
-    s.register(lambda run: None, name="blocked", planner=OnePlan(plan))
+    s.register(lambda run: None, name="blocked", planner=FixedPlans(plan))
     with psycopg.connect(pg_dsn) as other:  # not autocommit: its insert stays uncommitted
         insert_row(
             other, migrated, job_name="blocked", plan_time=plan, status="RUNNING", runner_id="cut"

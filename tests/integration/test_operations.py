@@ -28,6 +28,7 @@ from tests.integration._support import (
     table,
     wait_for_fresh_tick,
 )
+from tests.plans import FixedPlans, past_plan
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
@@ -44,10 +45,11 @@ def paused_flag(db: Any, schema: str, job: str) -> bool | None:
 def test_pause_on_one_replica_stops_claims_on_another(
     make_scheduler: Any, migrated: str, db: Any
 ) -> None:
+    plan = past_plan(db)
     recorder = Recorder()
     s1, s2 = make_scheduler("s1"), make_scheduler("s2")
     for s in (s1, s2):
-        s.register(recorder.enter, name="pausable", every="1d")
+        s.register(recorder.enter, name="pausable", planner=FixedPlans(plan))
 
     s1.pause("pausable")
     assert paused_flag(db, migrated, "pausable") is True

@@ -16,6 +16,7 @@ from tests.integration._support import (
     rows,
     table,
 )
+from tests.plans import FixedPlans, past_plan
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
@@ -49,10 +50,11 @@ def seed_success(db: Any, schema: str, job: str, plan: datetime, **columns: Any)
 def test_failing_handler_is_retried_on_the_same_row(
     make_scheduler: Any, migrated: str, db: Any
 ) -> None:
+    plan = past_plan(db)
     recorder = Recorder()
     s = make_scheduler()
 
-    @s.job(every="1d", max_attempts=3, retry_backoff=[])
+    @s.job(planner=FixedPlans(plan), max_attempts=3, retry_backoff=[])
     def flaky(run: pgsched.Run) -> None:
         recorder.enter(run)
         raise ValueError(f"attempt {run.attempt} failed")
@@ -95,9 +97,10 @@ def test_failing_handler_is_retried_on_the_same_row(
 def test_retry_backoff_schedules_the_next_attempt(
     make_scheduler: Any, migrated: str, db: Any
 ) -> None:
+    plan = past_plan(db)
     s = make_scheduler()
 
-    @s.job(every="1d", max_attempts=4, retry_backoff=["10m", "1h"])
+    @s.job(planner=FixedPlans(plan), max_attempts=4, retry_backoff=["10m", "1h"])
     def backoff(run: pgsched.Run) -> None:
         raise RuntimeError("nope")
 

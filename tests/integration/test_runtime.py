@@ -28,6 +28,7 @@ from tests.integration._support import (
     running,
     wait_for_fresh_tick,
 )
+from tests.plans import FixedPlans, past_plan
 
 QUICK_TIMEOUT = {"run_timeout": "1s", "stale_timeout": "10s", "heartbeat_interval": "2s"}
 
@@ -259,10 +260,11 @@ ODD_IDS = [
 
 
 def test_scope_ids_are_data(make_scheduler: Any, migrated: str, db: Any) -> None:
+    plan = past_plan(db)
     recorder = Recorder()
     scopes = [pgsched.Scope("k'ind %", sid) for sid in ODD_IDS]
     s = make_scheduler(max_concurrency=len(scopes))
-    s.register(recorder.enter, name="odd", every="1d", scopes=scopes)
+    s.register(recorder.enter, name="odd", planner=FixedPlans(plan), scopes=scopes)
     report = s.run_once()
     assert report.claimed == len(scopes)
     assert sorted(r.scope.id for r in recorder.runs) == sorted(ODD_IDS)
