@@ -18,15 +18,9 @@ from uuid import UUID
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from ._answering import ANSWER_GRACE_S, BoundedAsyncConnection
 from ._config import JobSpec
-from ._connection import (
-    ANSWER_GRACE_S,
-    BoundedAsyncConnection,
-    connect_options,
-    database_error,
-    not_writable,
-    require_writable,
-)
+from ._connection import connect_options, database_error, not_writable, require_writable
 from ._dsn import require_dsn, resolve_dsn, resolve_transaction_pooling
 from ._durations import Duration, parse_duration
 from ._errors import ConfigError

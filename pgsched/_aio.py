@@ -14,8 +14,9 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from ._admin import check_schema
+from ._answering import ANSWER_GRACE_S
 from ._config import JobSpec
-from ._connection import ANSWER_GRACE_S, database_error, make_pool, pooled
+from ._connection import database_error, make_pool, pooled
 from ._dsn import require_dsn, resolve_dsn, resolve_transaction_pooling
 from ._durations import Duration, parse_duration
 from ._ops import Operations, _no_jobs

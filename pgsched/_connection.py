@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
-from psycopg.abc import PQGen
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
+from ._answering import BoundedAsyncConnection, NoAnswer, _Answering
 from ._errors import DatabaseError
 from ._results import describe_error
 from ._servers import Server, ServerWatch
@@ -41,86 +39,9 @@ LIBPQ_DEFAULTS = {
 # libpq reads these from the environment when the DSN does not set them.
 _ENVIRONMENT = {"connect_timeout": "PGCONNECT_TIMEOUT"}
 
-# A server behind something that keeps acknowledging TCP (a proxy, a pooler, a load balancer
-# whose backend vanished) looks alive to keepalives and tcp_user_timeout: only a bound on the
-# wait for each answer notices it. The engine's statements answer in milliseconds, so its
-# bound is short; an operator's statement may run until the server's statement_timeout, so
-# its bound is that plus this grace.
-ENGINE_ANSWER_TIMEOUT_S = 8.0
-ANSWER_GRACE_S = 5.0
-
-_RV = TypeVar("_RV")
-
 
 class DatabaseNotWritable(psycopg.OperationalError):
     """The server reached cannot take writes (in recovery, or read-only)."""
-
-
-class NoAnswer(psycopg.OperationalError):
-    """The server did not answer within the connection's ``answer_timeout``: the connection
-    was dropped (its socket shut down), so nothing waits on it any longer."""
-
-
-class _Answering:
-    """What the bounded connections share: the bound on each wait for the server (None: no
-    bound) and, once it expired, the address that did not answer."""
-
-    answer_timeout: float | None = None
-    silent: str | None = None  # "host:port" once a wait outlived answer_timeout
-    pgconn: Any
-    info: Any
-
-    def _sever(self) -> None:
-        """Shut the socket down: the pending read ends at once with an error, where psycopg's
-        own cancel would wait on the same silent server."""
-        try:
-            self.silent = f"{self.info.host}:{self.info.port}"
-            with socket.socket(fileno=os.dup(self.pgconn.socket)) as sock:
-                sock.shutdown(socket.SHUT_RDWR)
-        except (OSError, psycopg.Error):
-            pass  # already closed: nothing waits on it
-
-    def _no_answer(self, exc: psycopg.Error) -> psycopg.Error:
-        if self.silent is None:
-            return exc
-        return NoAnswer(
-            f"no answer from {self.silent} within {self.answer_timeout:g} s: connection dropped"
-        )
-
-
-class BoundedAsyncConnection(_Answering, psycopg.AsyncConnection[Any]):
-    """An async connection whose every wait for the server (statement, fetch, commit) is
-    bounded by ``answer_timeout``."""
-
-    async def wait(self, gen: PQGen[_RV], *args: Any, **kwargs: Any) -> _RV:
-        bound = self.answer_timeout
-        if bound is None:
-            return await super().wait(gen, *args, **kwargs)
-        handle = asyncio.get_running_loop().call_later(bound, self._sever)
-        try:
-            return await super().wait(gen, *args, **kwargs)
-        except psycopg.Error as exc:
-            raise self._no_answer(exc) from exc
-        finally:
-            handle.cancel()
-
-
-class BoundedConnection(_Answering, psycopg.Connection[Any]):
-    """:class:`BoundedAsyncConnection` for a worker thread (transactional runs)."""
-
-    def wait(self, gen: PQGen[_RV], *args: Any, **kwargs: Any) -> _RV:
-        bound = self.answer_timeout
-        if bound is None:
-            return super().wait(gen, *args, **kwargs)
-        timer = threading.Timer(bound, self._sever)
-        timer.daemon = True
-        timer.start()
-        try:
-            return super().wait(gen, *args, **kwargs)
-        except psycopg.Error as exc:
-            raise self._no_answer(exc) from exc
-        finally:
-            timer.cancel()
 
 
 def connect_options(conninfo: str, app_name: str, *, transaction_pooling: bool) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from ._connection import ANSWER_GRACE_S, pooled
+from ._answering import ANSWER_GRACE_S
+from ._connection import pooled
 from ._ops import Operations
 from ._recorder import TickReport
 from ._results import describe_error

@@ -20,10 +20,10 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from ._answering import ENGINE_ANSWER_TIMEOUT_S
 from ._claims import ClaimBatch, Claimer, superseded_pairs
 from ._config import JobSpec
 from ._connection import (
-    ENGINE_ANSWER_TIMEOUT_S,
     Backoff,
     WritablePool,
     pool_hosts,

@@ -51,8 +51,9 @@ class Scheduler(JobRegistry, ScheduleMethods):
     outside a transaction (docs/pgbouncer.md). ``/healthz`` answers 503 once the tick loop or the
     terminal writer has not succeeded for ``health_timeout`` (else
     ``PGSCHED_HEALTH_TIMEOUT``, else 20 s). A server that leaves one of the engine's
-    statements unanswered for ``answer_timeout`` (else ``PGSCHED_ANSWER_TIMEOUT``, else 8 s)
-    has its connection dropped and the statement retried on another (docs/failover.md).
+    statements unanswered for ``answer_timeout`` (else ``PGSCHED_ANSWER_TIMEOUT``, else 5 s)
+    and whose host then does not react to a probe within 2 s has its connection dropped and
+    the statement retried on another (docs/failover.md).
     With ``synchronous_claims`` (else ``PGSCHED_SYNCHRONOUS_CLAIMS``) claims and terminal
     writes commit only once a synchronous standby has them, so a failover cannot undo them
     (docs/design.md). Operator actions on the jobs (``trigger``, ``pause``...) go through
@@ -95,7 +96,7 @@ class Scheduler(JobRegistry, ScheduleMethods):
             allow_zero=False,
         )
         self.answer_timeout = parse_duration(
-            answer_timeout or os.environ.get("PGSCHED_ANSWER_TIMEOUT") or "8s",
+            answer_timeout or os.environ.get("PGSCHED_ANSWER_TIMEOUT") or "5s",
             field="answer_timeout",
             allow_zero=False,
         )

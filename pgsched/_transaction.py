@@ -14,12 +14,14 @@ from typing import Any
 
 import psycopg
 
-from ._config import JobSpec
-from ._connection import (
+from ._answering import (
     ANSWER_GRACE_S,
     ENGINE_ANSWER_TIMEOUT_S,
     BoundedAsyncConnection,
     BoundedConnection,
+)
+from ._config import JobSpec
+from ._connection import (
     connect_options,
     not_writable,
     require_writable,

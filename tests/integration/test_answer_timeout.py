@@ -1,7 +1,8 @@
 """A server that stops answering while its sockets stay open (behind a proxy that keeps
-acknowledging TCP) is left within the connection's answer_timeout: the wait ends with
-:class:`NoAnswer` naming the host, the connection is dropped, and a pool's new connections
-try that host last. The proxy is the failover scenarios' (tests/failover/proxy.py)."""
+acknowledging TCP) is left within the connection's answer_timeout plus the probe's timeout:
+the wait ends with :class:`NoAnswer` naming the host, the connection is dropped, and a pool's
+new connections try that host last. A server that is only slow is waited for: its host
+reacts to the probe. The proxy is the failover scenarios' (tests/failover/proxy.py)."""
 
 from __future__ import annotations
 
@@ -12,19 +13,20 @@ from collections.abc import Iterator
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgsched._connection import (
+from pgsched._answering import (
+    PROBE_TIMEOUT_S,
     BoundedAsyncConnection,
     BoundedConnection,
     NoAnswer,
-    make_pool,
-    pooled,
+    host_reacts,
 )
+from pgsched._connection import make_pool, pooled
 from pgsched._store import Store
 from tests.failover.proxy import TcpProxy
 
 BOUND_S = 1.0
 # A guard against waiting on the silent server's TCP timeouts (minutes), not a figure.
-WITHIN_S = BOUND_S + 4
+WITHIN_S = BOUND_S + PROBE_TIMEOUT_S + 3
 
 
 @pytest.fixture
@@ -56,16 +58,23 @@ async def _a_silent_server_is_left_within_the_answer_timeout(pg_dsn: str, proxy:
     await conn.close()
 
 
-def test_a_slow_answer_within_the_bound_is_waited_for(pg_dsn: str, proxy: TcpProxy) -> None:
-    asyncio.run(_a_slow_answer_within_the_bound_is_waited_for(pg_dsn, proxy))
+def test_a_slow_answer_past_the_bound_is_waited_for(pg_dsn: str, proxy: TcpProxy) -> None:
+    asyncio.run(_slow_answer_past_the_bound_is_waited_for(pg_dsn, proxy))
 
 
-async def _a_slow_answer_within_the_bound_is_waited_for(pg_dsn: str, proxy: TcpProxy) -> None:
+async def _slow_answer_past_the_bound_is_waited_for(pg_dsn: str, proxy: TcpProxy) -> None:
+    """The statement outlasts the bound twice over, but the host reacts to each probe."""
     async with await BoundedAsyncConnection.connect(_via(pg_dsn, proxy), autocommit=True) as conn:
-        conn.answer_timeout = 3.0
-        row = await (await conn.execute("SELECT 7 FROM pg_sleep(0.5)")).fetchone()
+        conn.answer_timeout = 0.3
+        row = await (await conn.execute("SELECT 7 FROM pg_sleep(1)")).fetchone()
         assert row == (7,)
         assert conn.silent is None
+
+
+def test_the_probe_tells_a_silent_host_from_a_live_one(pg_dsn: str, proxy: TcpProxy) -> None:
+    assert host_reacts("127.0.0.1", proxy.port)
+    proxy.blackhole(True)
+    assert not host_reacts("127.0.0.1", proxy.port, timeout=0.5)
 
 
 def test_a_worker_threads_connection_is_bounded_too(pg_dsn: str, proxy: TcpProxy) -> None:
@@ -114,15 +123,13 @@ async def _a_pool_tries_a_silent_host_last(pg_dsn: str, proxy: TcpProxy) -> None
         assert time.monotonic() - started < WITHIN_S
 
 
-def test_an_operator_borrow_may_wait_longer_than_the_engines_bound(
-    pg_dsn: str, proxy: TcpProxy
-) -> None:
-    asyncio.run(_an_operator_borrow_may_wait_longer_than_the_engines_bound(pg_dsn, proxy))
+def test_an_operator_borrow_waits_for_its_own_bound(pg_dsn: str, proxy: TcpProxy) -> None:
+    asyncio.run(_an_operator_borrow_waits_for_its_own_bound(pg_dsn, proxy))
 
 
-async def _an_operator_borrow_may_wait_longer_than_the_engines_bound(
-    pg_dsn: str, proxy: TcpProxy
-) -> None:
+async def _an_operator_borrow_waits_for_its_own_bound(pg_dsn: str, proxy: TcpProxy) -> None:
+    """The pool's bound is the engine's; a borrow that gives its own (an operator's, longer)
+    is not cut at the pool's."""
     pool = make_pool(
         _via(pg_dsn, proxy),
         store=Store("pgsched"),
@@ -133,9 +140,11 @@ async def _an_operator_borrow_may_wait_longer_than_the_engines_bound(
         timeout=10,
         answer_timeout=0.2,
     )
+    operator_bound = 2.0
     async with pool:
-        async with pooled(pool, 5.0) as conn:
-            await conn.execute("SELECT pg_sleep(0.6)")
         with pytest.raises(NoAnswer):
-            async with pooled(pool) as conn:
-                await conn.execute("SELECT pg_sleep(0.6)")
+            async with pooled(pool, operator_bound) as conn:
+                proxy.blackhole(True)
+                started = time.monotonic()
+                await conn.execute("SELECT 1")
+        assert time.monotonic() - started >= operator_bound
