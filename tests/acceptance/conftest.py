@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.helpers import wait_for
+from tests.support.waiting import wait_until
 
 # The config module the replicas run. Each handler records its execution in a ledger table
 # (the side effect whose duplicates the tests count) before doing its work.
@@ -66,15 +66,15 @@ def in_schema(
 
 def victim_first_attempt(conn: psycopg.Connection[Any], schema: str) -> tuple[Any, ...]:
     """Wait for APP's ``victim`` job to record its first attempt: (plan_time, runner_id)."""
-    return wait_for(
+    return wait_until(
         lambda: in_schema(
             conn,
             schema,
             "SELECT plan_time, runner_id FROM {s}.ledger WHERE job='victim' AND attempt=1",
         ),
-        timeout=30,
+        30,
+        "the victim's first attempt",
         interval=0.05,
-        what="the victim's first attempt",
     )[0]
 
 

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from tests.acceptance.conftest import spawn_pgsched
-from tests.helpers import wait_for
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -132,7 +132,7 @@ def test_run_without_dsn_starts_embedded_postgres(tmp_path: Path) -> None:
             lines.append(line)
             return '"run_succeeded"' in line
 
-        wait_for(succeeded, timeout=90, interval=0, what="a run on the embedded PostgreSQL")
+        wait_until(succeeded, 90, "a run on the embedded PostgreSQL", interval=0)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:
@@ -157,14 +157,14 @@ def test_run_with_dsn_never_starts_embedded(pg_dsn: str, schema: str, tmp_path: 
         ["--schema", schema, "run", "jobs.py", "--http-port", "0"], tmp_path, {**os.environ, **env}
     )
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        wait_for(
+        wait_until(
             lambda: conn.execute(
                 psycopg.sql.SQL(
                     "SELECT count(*) FROM {}.cron_executions WHERE status = 'SUCCESS'"
                 ).format(psycopg.sql.Identifier(schema))
-            ).fetchone()[0],  # type: ignore[index]
-            timeout=30,
-            what="the run on the configured database",
+            ).fetchone()[0],
+            30,
+            "the run on the configured database",
         )
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
@@ -214,10 +214,12 @@ def _run_on_a_terminal(pg_dsn: str, schema: str, tmp_path: Path, **env: str) -> 
         return b"run_succeeded" in seen
 
     try:
-        wait_for(succeeded, timeout=60, interval=0, what="a run logged on the terminal")
+        wait_until(succeeded, 60, "a run logged on the terminal", interval=0)
         proc.send_signal(signal.SIGTERM)
         # Keep reading: a replica whose terminal went away would fail writing its last lines.
-        wait_for(lambda: succeeded() and proc.poll() is not None, timeout=30, interval=0)
+        wait_until(
+            lambda: succeeded() and proc.poll() is not None, 30, "the replica to exit", interval=0
+        )
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -259,7 +261,7 @@ def test_a_pipe_gets_json_lines_and_a_bad_log_format_is_one_line(
     proc = spawn_pgsched(["run", "jobs.py", "--http-port", "0"], tmp_path, env)
     try:
         assert proc.stdout is not None
-        first = wait_for(lambda: proc.stdout.readline(), timeout=30, what="a log line")  # type: ignore[union-attr]
+        first = wait_until(lambda: proc.stdout.readline(), 30, "a log line")  # type: ignore[union-attr]
         assert json.loads(first)["event"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
@@ -294,11 +296,7 @@ def test_run_synchronous_claims_warns_once_without_a_synchronous_standby(
     ).format(psycopg.sql.Identifier(schema))
     try:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            wait_for(
-                lambda: conn.execute(query).fetchone()[0] >= 2,  # type: ignore[index]
-                timeout=30,
-                what="two runs",
-            )
+            wait_until(lambda: conn.execute(query).fetchone()[0] >= 2, 30, "two runs")
     finally:
         proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0

@@ -41,7 +41,7 @@ from psycopg import sql
 
 from pgsched._gauges import CACHE_TTL_S
 from tests.acceptance.conftest import spawn_pgsched
-from tests.helpers import wait_for
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -216,10 +216,10 @@ class Replica:
         return True
 
     def wait_listening(self, timeout: float = 30) -> int:
-        event = wait_for(
+        event = wait_until(
             lambda: self.alive() and self.events("http_listening"),
-            timeout=timeout,
-            what=f"replica {self.name}'s http_listening log event",
+            timeout,
+            f"replica {self.name}'s http_listening log event",
         )[0]
         assert event["host"] == "127.0.0.1"  # nobody passed --http-host
         self.port = int(event["port"])
@@ -368,7 +368,7 @@ def cluster(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
         cluster = Cluster(pg_dsn, schema, unmigrated, conn, main, quiet, nomig, old)
         cluster.replicas = replicas
         # The main replica has ticked and recorded its jobs.
-        wait_for(
+        wait_until(
             lambda: (
                 main.alive()
                 and cluster.one(
@@ -377,8 +377,8 @@ def cluster(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
                 )
                 == len(MAIN_JOBS)
             ),
-            timeout=20,
-            what="the main replica's jobs in job_state",
+            20,
+            "the main replica's jobs in job_state",
         )
         yield cluster
         # Checked when the module's tests are done, not by a test meant to run last: neither a
@@ -490,7 +490,7 @@ def _stable(read: Any, timeout: float = 15, what: str = "") -> Any:
         last.append(now)
         return same
 
-    wait_for(settled, timeout=timeout, interval=0.05, what=what or "a stable reading")
+    wait_until(settled, timeout, what or "a stable reading", interval=0.05)
     return last[-1]
 
 
@@ -500,7 +500,7 @@ def _stable(read: Any, timeout: float = 15, what: str = "") -> Any:
 def test_metrics_expose_spec_names_types_and_labels(cluster: Cluster) -> None:
     # Wait until every labelled family has at least one series (the skip counter included:
     # the seeded old plan of `tick` makes the first claim supersede ~100 plans).
-    m = wait_for(
+    m = wait_until(
         lambda: (
             (s := scrape(cluster.main)).value(
                 "pgsched_plans_skipped_total", job="tick", reason="superseded"
@@ -509,8 +509,8 @@ def test_metrics_expose_spec_names_types_and_labels(cluster: Cluster) -> None:
             and s.value("pgsched_last_success_timestamp_seconds", job="tick")
             and s
         ),
-        timeout=15,
-        what="series in every family",
+        15,
+        "series in every family",
     )
     for name, (kind, labels, sample) in EXPECTED_METRICS.items():
         family = m.families.get(name)
@@ -563,11 +563,11 @@ GAUGE_DEADLINE_S = CACHE_TTL_S + 8
 
 
 def _gauge_becomes(cluster: Cluster, sample: str, job: str, expected: float) -> None:
-    wait_for(
+    wait_until(
         lambda: scrape(cluster.main).value(sample, job=job) == expected,
-        timeout=GAUGE_DEADLINE_S,
+        GAUGE_DEADLINE_S,
+        f"{sample}{{job={job}}} to become {expected}",
         interval=0.25,
-        what=f"{sample}{{job={job}}} to become {expected}",
     )
 
 
@@ -616,17 +616,17 @@ def test_failed_runs_gauge_counts_only_failures_without_retry(cluster: Cluster) 
         " AND status = 'FAILED' AND next_retry_at IS NULL"
     )
     before = cluster.one(count)
-    wait_for(
+    wait_until(
         lambda: scrape(cluster.main).v("pgsched_failed_runs", job="boom") >= before,
-        timeout=GAUGE_DEADLINE_S,
-        what="pgsched_failed_runs{job=boom} to catch up with the database",
+        GAUGE_DEADLINE_S,
+        "pgsched_failed_runs{job=boom} to catch up with the database",
     )
     gauge = scrape(cluster.main).value("pgsched_failed_runs", job="boom")
     assert gauge is not None and gauge <= cluster.one(count)
-    wait_for(
+    wait_until(
         lambda: scrape(cluster.main).v("pgsched_failed_runs", job="boom") > gauge,
-        timeout=GAUGE_DEADLINE_S,
-        what="pgsched_failed_runs{job=boom} to grow",
+        GAUGE_DEADLINE_S,
+        "pgsched_failed_runs{job=boom} to grow",
     )
 
 
@@ -674,19 +674,19 @@ def test_runs_total_and_duration_match_the_rows_this_replica_finished(cluster: C
     )
     assert codes == [("handler_error", f"RuntimeError: {HOSTILE_ERROR}")]
     # Both move on: boom keeps failing.
-    wait_for(
+    wait_until(
         lambda: (
             scrape(cluster.main).v("pgsched_runs_total", job="boom", status="failed") > boom_failed
         ),
-        timeout=10,
-        what="pgsched_runs_total{job=boom,status=failed} to grow",
+        10,
+        "pgsched_runs_total{job=boom,status=failed} to grow",
     )
 
 
 def test_last_success_timestamp_is_the_latest_success_in_the_database(cluster: Cluster) -> None:
     latest = "SELECT extract(epoch FROM max(finished_at))::float8 FROM {s}.cron_executions"
     latest += " WHERE job_name = 'tick' AND status = 'SUCCESS'"
-    wait_for(lambda: cluster.one(latest), timeout=10, what="a SUCCESS of tick")
+    wait_until(lambda: cluster.one(latest), 10, "a SUCCESS of tick")
     before, read_at = cluster.q(
         "SELECT extract(epoch FROM max(finished_at))::float8,"
         " extract(epoch FROM clock_timestamp())::float8 FROM {s}.cron_executions"
@@ -697,13 +697,13 @@ def test_last_success_timestamp_is_the_latest_success_in_the_database(cluster: C
     # claim: see bench/. Measured at one read, it does not depend on how long the waits below
     # take on a loaded machine.
     assert read_at - 5 < before <= read_at
-    wait_for(
+    wait_until(
         lambda: (
             scrape(cluster.main).v("pgsched_last_success_timestamp_seconds", job="tick")
             >= before - 1e-3
         ),
-        timeout=GAUGE_DEADLINE_S,
-        what="the gauge to catch up with the database",
+        GAUGE_DEADLINE_S,
+        "the gauge to catch up with the database",
     )
     gauge = scrape(cluster.main).value("pgsched_last_success_timestamp_seconds", job="tick")
     after = cluster.one(latest)
@@ -716,7 +716,7 @@ def test_last_success_timestamp_is_the_latest_success_in_the_database(cluster: C
 def test_claims_and_skips_match_the_rows_this_replica_claimed(cluster: Cluster) -> None:
     r = cluster.runner
     # Two claims of `tick` at least, whenever this test runs (first, in a shuffled order).
-    wait_for(
+    wait_until(
         lambda: (
             cluster.one(
                 "SELECT count(*) FROM {s}.cron_executions"
@@ -725,8 +725,8 @@ def test_claims_and_skips_match_the_rows_this_replica_claimed(cluster: Cluster) 
             )
             >= 2
         ),
-        timeout=15,
-        what="the main replica's second claim of tick",
+        15,
+        "the main replica's second claim of tick",
     )
 
     def read() -> tuple[bool, Any]:
@@ -774,10 +774,10 @@ def test_claims_and_skips_match_the_rows_this_replica_claimed(cluster: Cluster) 
 
 def test_tick_duration_histogram_grows_with_every_tick(cluster: Cluster) -> None:
     # A first tick observed, whenever this test runs (first, in a shuffled order).
-    wait_for(
+    wait_until(
         lambda: (scrape(cluster.main).value("pgsched_tick_duration_seconds_count") or 0) >= 1,
-        timeout=10,
-        what="a first tick in the histogram",
+        10,
+        "a first tick in the histogram",
     )
     first = scrape(cluster.main)
     count = first.value("pgsched_tick_duration_seconds_count")
@@ -785,10 +785,10 @@ def test_tick_duration_histogram_grows_with_every_tick(cluster: Cluster) -> None
     assert first.v("pgsched_tick_duration_seconds_sum") > 0
     inf = first.value("pgsched_tick_duration_seconds_bucket", le="+Inf")
     assert inf == count
-    wait_for(
+    wait_until(
         lambda: scrape(cluster.main).v("pgsched_tick_duration_seconds_count") >= count + 2,
-        timeout=10,
-        what="two more ticks (tick_interval is 0.5 s)",
+        10,
+        "two more ticks (tick_interval is 0.5 s)",
     )
 
 
@@ -798,21 +798,21 @@ def test_leases_lost_counts_one_lost_lease_once(cluster: Cluster) -> None:
     resp = cluster.main.post("/api/jobs/lossy/trigger", token=TOKEN)
     assert resp.status == 201, resp.text
     ident = resp.json()["id"]
-    wait_for(
+    wait_until(
         lambda: cluster.q(
             "SELECT 1 FROM {s}.cron_executions WHERE id = %s AND status = 'RUNNING'", (ident,)
         ),
-        timeout=10,
-        what="the triggered lossy run to start",
+        10,
+        "the triggered lossy run to start",
     )
     # Another holder takes the row over: the replica's next heartbeat matches nothing.
     cluster.q(
         "UPDATE {s}.cron_executions SET lease_token = gen_random_uuid() WHERE id = %s", (ident,)
     )
-    notes = wait_for(
+    notes = wait_until(
         lambda: cluster.q("SELECT note FROM {s}.ledger WHERE execution_id = %s", (ident,)),
-        timeout=15,
-        what="the lossy handler to notice and return",
+        15,
+        "the lossy handler to notice and return",
     )
     assert notes == [("lost",)]
     assert scrape(cluster.main).value("pgsched_leases_lost_total", job="lossy") == 1
@@ -840,10 +840,10 @@ def test_unmigrated_schema_is_alive_but_not_ready(cluster: Cluster) -> None:
     assert ready.status == 503, ready.text
     assert ready.json()["ready"] is False
     # The loop is alive although every tick fails.
-    wait_for(
+    wait_until(
         lambda: nomig.alive() and nomig.events("tick_error"),
-        timeout=10,
-        what="a failed tick on the unmigrated schema",
+        10,
+        "a failed tick on the unmigrated schema",
     )
     health = nomig.get("/healthz")
     assert health.status == 200, health.text
@@ -853,17 +853,17 @@ def test_unmigrated_schema_is_alive_but_not_ready(cluster: Cluster) -> None:
     ).fetchone() == (None,)
     # Migrating makes it ready, without a restart.
     _migrate(cluster.dsn, cluster.unmigrated)
-    wait_for(lambda: nomig.get("/readyz").status == 200, timeout=10, what="/readyz to turn 200")
+    wait_until(lambda: nomig.get("/readyz").status == 200, 10, "/readyz to turn 200")
 
 
 def test_schema_missing_a_migration_is_not_ready(cluster: Cluster) -> None:
     """Only 0001 applied (pgsched upgraded, ``migrate`` not run yet): the replica cannot work
     (its ticks fail on the missing columns), so it is not "migrated" in the sense of ``/readyz``."""
     old = cluster.old
-    wait_for(
+    wait_until(
         lambda: old.alive() and old.events("tick_error"),
-        timeout=10,
-        what="a failed tick on the half-migrated schema",
+        10,
+        "a failed tick on the half-migrated schema",
     )
     assert old.get("/healthz").status == 200
     ready = old.get("/readyz")
@@ -879,12 +879,12 @@ def test_status_page_lists_every_job_and_escapes_hostile_data(cluster: Cluster) 
     _seed_job(cluster, HOSTILE_JOB)
     _seed_run(cluster, "ghost_page", "RUNNING", scope_id=HOSTILE_SCOPE, stale_in_s=-30)
     _seed_run(cluster, HOSTILE_JOB, "FAILED", scope_id=HOSTILE_SCOPE, ago_s=20, finished_ago_s=5)
-    wait_for(
+    wait_until(
         lambda: cluster.one(
             "SELECT count(*) FROM {s}.cron_executions WHERE job_name = 'boom' AND status = 'FAILED'"
         ),
-        timeout=10,
-        what="a failure of boom",
+        10,
+        "a failure of boom",
     )
     resp = cluster.main.get("/")
     assert resp.status == 200
@@ -963,15 +963,15 @@ def test_api_jobs(cluster: Cluster) -> None:
 def test_api_runs_fields_filters_and_limit(cluster: Cluster) -> None:
     # The rows the filters below pick from, whenever this test runs (first, in a shuffled
     # order): three of tick, five successes, a failure of boom.
-    wait_for(
+    wait_until(
         lambda: cluster.one(
             "SELECT count(*) FILTER (WHERE job_name = 'tick') >= 3"
             " AND count(*) FILTER (WHERE status = 'SUCCESS') >= 5"
             " AND count(*) FILTER (WHERE job_name = 'boom' AND status = 'FAILED') >= 1"
             " FROM {s}.cron_executions"
         ),
-        timeout=20,
-        what="three runs of tick, five successes and a failure of boom",
+        20,
+        "three runs of tick, five successes and a failure of boom",
     )
     resp = cluster.main.get("/api/runs")
     assert resp.status == 200
@@ -1068,14 +1068,14 @@ def test_trigger_runs_the_job_on_a_replica_that_has_it(cluster: Cluster) -> None
     resp = cluster.main.post("/api/jobs/hourly/trigger", token=TOKEN)  # no body at all
     assert resp.status == 201, resp.text
     ident = resp.json()["id"]
-    row = wait_for(
+    row = wait_until(
         lambda: cluster.q(
             "SELECT trigger, status, runner_id, scope_kind, scope_id FROM {s}.cron_executions"
             " WHERE id = %s AND status = 'SUCCESS'",
             (ident,),
         ),
-        timeout=10,
-        what="the triggered run to succeed",
+        10,
+        "the triggered run to succeed",
     )
     assert row == [("manual", "SUCCESS", cluster.runner, "global", "global")]
 
@@ -1090,13 +1090,13 @@ def test_trigger_runs_the_job_on_a_replica_that_has_it(cluster: Cluster) -> None
     # A job this replica does not run, but another one does (it is in job_state).
     resp = cluster.main.post("/api/jobs/quiet/trigger", token=TOKEN, body={})
     assert resp.status == 201, resp.text
-    quiet = wait_for(
+    quiet = wait_until(
         lambda: cluster.q(
             "SELECT runner_id FROM {s}.cron_executions WHERE id = %s AND status = 'SUCCESS'",
             (resp.json()["id"],),
         ),
-        timeout=10,
-        what="the quiet replica to run its triggered job",
+        10,
+        "the quiet replica to run its triggered job",
     )
     assert quiet == [("http-quiet",)]
 

@@ -28,8 +28,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
 import pgsched
-from tests.helpers import wait_for
-from tests.integration._support import count, db_now, insert_row, row_by_id, rows, table
+from tests.support.rows import count, db_now, insert_row, row_by_id, rows, table
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -829,15 +829,15 @@ def wait_until_ready(ops: Ops, replica: Replica, job: str) -> None:
         )
         return bool(done) and listening(ops, replica.runner_id)
 
-    wait_for(ready, 20, what=f"{replica.runner_id}'s first tick and its listener")
+    wait_until(ready, 20, f"{replica.runner_id}'s first tick and its listener")
 
 
 def wait_started(ops: Ops, ident: uuid.UUID, timeout: float) -> dict[str, Any]:
-    return wait_for(
+    return wait_until(
         lambda: (r := row_by_id(ops.db, ops.schema, ident))["started_at"] is not None and r,
         timeout,
+        f"execution {ident} to be claimed",
         interval=0.05,
-        what=f"execution {ident} to be claimed",
     )
 
 
@@ -863,7 +863,11 @@ def test_trigger_wakes_a_running_replica_within_a_second(
     # it catches is waiting for the 30 s tick), not a performance claim: those live in bench/.
     assert latency < timedelta(seconds=1), f"claimed {latency} after the trigger (tick is 30s)"
     assert (row["trigger"], row["runner_id"]) == ("manual", "listener")
-    wait_for(lambda: row_by_id(ops.db, ops.schema, ident)["status"] == "SUCCESS", 10)
+    wait_until(
+        lambda: row_by_id(ops.db, ops.schema, ident)["status"] == "SUCCESS",
+        10,
+        "the triggered run to succeed",
+    )
     assert replica.stop() == 0, replica.err
 
 
@@ -905,7 +909,7 @@ def test_trigger_during_a_running_tick_is_not_lost(
         return bool(known[0]) and listening(ops, "racer")
 
     # The first tick has registered the jobs and now waits in a_slow's scopes callable.
-    wait_for(registered_and_listening, 20, interval=0.02, what="the first tick")
+    wait_until(registered_and_listening, 20, "the first tick", interval=0.02)
     ident = trigger(ops, "b_fast")
     # 3 s and 1 s: guards against an order-of-magnitude regression (the failure they catch is
     # waiting for the 30 s tick; normally ~0.3 s, as a_slow's scopes callable holds the tick
@@ -961,7 +965,7 @@ def _run_log_replica(
             and count(ops.db, ops.schema, "job_name = 'leaky' AND status = 'FAILED'") == 1
         )
 
-    wait_for(both_done, 20, what="hourly to succeed and leaky to fail")
+    wait_until(both_done, 20, "hourly to succeed and leaky to fail")
     assert replica.stop() == 0, replica.err
     output = replica.out + replica.err
     for needle in ("hunter2", secret):

@@ -30,7 +30,8 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.acceptance.conftest import spawn_pgsched
-from tests.helpers import CliResult, cli_in_process, wait_for
+from tests.support.cli import CliResult, cli_in_process
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -153,7 +154,7 @@ class Replica:
                     return int(event["port"])
             return None
 
-        return wait_for(listening, 30, what="the replica's http_listening event")
+        return wait_until(listening, 30, "the replica's http_listening event")
 
     def stop(self) -> tuple[int, str]:
         if self.proc.poll() is None:
@@ -242,7 +243,7 @@ def test_no_output_of_a_whole_run_contains_the_password(
         )
         return found.get("fine") == "SUCCESS" and found.get("leaky") == "FAILED"
 
-    wait_for(both_finished, 30, what="fine to succeed and leaky to fail")
+    wait_until(both_finished, 30, "fine to succeed and leaky to fail")
 
     for path in ("/metrics", "/api/runs", "/api/runs?job=leaky", "/api/jobs", "/", "/readyz"):
         status, body = http_get(f"http://127.0.0.1:{port}{path}")
@@ -395,7 +396,7 @@ def _run_briefly(
     def failed_a_few_ticks() -> bool:
         return replica.proc.poll() is not None or len(replica.lines) >= 4
 
-    wait_for(failed_a_few_ticks, 20, what="the replica to report its connection trouble")
+    wait_until(failed_a_few_ticks, 20, "the replica to report its connection trouble")
     _, output = replica.stop()
     return output
 

@@ -19,7 +19,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.acceptance.conftest import spawn_pgsched
-from tests.helpers import wait_for
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -122,7 +122,7 @@ def test_runtime_role_runs_pgsched_without_ddl(roles: Roles, tmp_path: Path) -> 
                 # tick ran (insert, heartbeat, finish), flaky was retried (update).
                 return counts.get("tick", 0) >= 6 and counts.get("flaky", 0) == 1
 
-            wait_for(done, timeout=30, what="runs as the runtime role")
+            wait_until(done, 30, "runs as the runtime role")
         # Operator commands work as the runtime role too.
         for args in (
             ["status", "--json"],

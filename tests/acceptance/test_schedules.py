@@ -21,7 +21,7 @@ from psycopg import sql
 
 from tests.acceptance.conftest import in_schema
 from tests.acceptance.test_http import Replica, http
-from tests.helpers import wait_for
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -118,7 +118,11 @@ def test_cli_puts_pauses_resumes_and_deletes_schedules_run_by_replicas(
     done = cli("schedules", "put", "reminder", "user:1", "--every", "1s", "--payload", '{"t":1}')
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("put reminder user:1: every 0:00:01, next plan ")
-    runs = wait_for(lambda: len(ledger(conn, schema, "1")) >= 3 and ledger(conn, schema, "1"), 20)
+    runs = wait_until(
+        lambda: len(ledger(conn, schema, "1")) >= 3 and ledger(conn, schema, "1"),
+        20,
+        "three runs of user:1",
+    )
     assert all(json.loads(r[1]) == {"t": 1} for r in runs)
     assert len({r[0] for r in runs}) == len(runs)  # each plan once
 
@@ -138,7 +142,11 @@ def test_cli_puts_pauses_resumes_and_deletes_schedules_run_by_replicas(
     assert [r for r in ledger(conn, schema, "1") if r[3] > paused_at] == []
     assert cli("schedules", "resume", "reminder", "user:1").returncode == 0
     resumed_at = db_now(conn)
-    wait_for(lambda: [r for r in ledger(conn, schema, "1") if r[3] > resumed_at], 10)
+    wait_until(
+        lambda: [r for r in ledger(conn, schema, "1") if r[3] > resumed_at],
+        10,
+        "a run of user:1 after resume",
+    )
 
     listed = cli("schedules", "list", "reminder")
     assert listed.returncode == 0 and "user:1" in listed.stdout and "every 0:00:01" in listed.stdout
@@ -164,7 +172,7 @@ def test_http_api_of_schedules(
     put = http("PUT", a.url(path), body=body, token=TOKEN)
     assert put.status == 200, put.text
     assert put.json()["every"] == 1.0 and put.json()["payload"] == {"name": "nine"}
-    runs = wait_for(lambda: ledger(conn, schema, "9"), 20, what="a run of user:9")
+    runs = wait_until(lambda: ledger(conn, schema, "9"), 20, "a run of user:9")
     assert json.loads(runs[0][1]) == {"name": "nine"}
 
     bad = http(

@@ -25,7 +25,7 @@ from psycopg import sql
 
 import pgsched
 from tests.acceptance.conftest import Replicas, in_schema
-from tests.helpers import wait_for
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -127,7 +127,7 @@ def test_kills_lose_no_plan_and_claim_nothing_stale(
         except pgsched.NotFoundError:
             return False
 
-    wait_for(registered, timeout=60, what="a replica to register the job")
+    wait_until(registered, 60, "a replica to register the job")
     admin.put_schedules("reminder", [pgsched.ScheduleSpec(s, every=EVERY) for s in SCOPES])
     put_at = db_now(db)
 

@@ -15,7 +15,7 @@ import pytest
 from psycopg import sql
 
 from tests.acceptance.conftest import spawn_pgsched
-from tests.helpers import wait_for
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -70,10 +70,8 @@ def test_sigterm_mid_run(
         ["--schema", schema, "run", "app.py", "--migrate", "--http-port", "0"], tmp_path, env
     )
     try:
-        wait_for(
-            lambda: (_row(db, schema) or ("",))[0] == "RUNNING",
-            timeout=30,
-            what="the slow job to be running",
+        wait_until(
+            lambda: (_row(db, schema) or ("",))[0] == "RUNNING", 30, "the slow job to be running"
         )
         proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()

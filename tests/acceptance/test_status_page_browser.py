@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.conftest import spawn_pgsched
-from tests.helpers import wait_for
+from tests.support.waiting import wait_until
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
@@ -67,11 +67,11 @@ def test_status_page_renders_in_chromium(pg_dsn: str, schema: str, tmp_path: Pat
     proc = spawn_pgsched(["--schema", schema, "run", "app.py", "--http-port", "0"], tmp_path, env)
     assert proc.stdout is not None
     try:
-        port_line = wait_for(
+        port_line = wait_until(
             lambda: (line := proc.stdout.readline()) and '"http_listening"' in line and line,
-            timeout=30,
+            30,
+            "the http_listening log line",
             interval=0,
-            what="the http_listening log line",
         )
         port = int(port_line.split('"port": ')[1].split("}")[0].split(",")[0])
         url = f"http://127.0.0.1:{port}/"
@@ -80,7 +80,7 @@ def test_status_page_renders_in_chromium(pg_dsn: str, schema: str, tmp_path: Pat
             dom = _chromium("--dump-dom", url).stdout
             return dom if "always_fails" in dom and "SUCCESS" in dom else ""
 
-        dom = wait_for(rendered, timeout=30, interval=0.5, what="both jobs on the page")
+        dom = wait_until(rendered, 30, "both jobs on the page", interval=0.5)
         shot = tmp_path / "status.png"
         _chromium(f"--screenshot={shot}", url)
     finally:

@@ -1,4 +1,4 @@
-"""Fixtures of the failover tests: a private PostgreSQL primary (``tests/failover/cluster.py``)
+"""Fixtures of the failover tests: a private PostgreSQL primary (``tests/support/postgres.py``)
 that the tests may make read-only or cut off, and a scheduler running with its HTTP server."""
 
 from __future__ import annotations
@@ -14,18 +14,15 @@ from typing import Any
 import pytest
 
 import pgsched
-from tests.failover.cluster import Cluster, Node
-from tests.helpers import wait_for
+from tests.support.postgres import REPLICATION, PrivateServer
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
-def primary() -> Iterator[Node]:
+def primary() -> Iterator[PrivateServer]:
     """A private primary for the module; each test uses a schema of its own."""
-    cluster = Cluster()
-    try:
-        yield cluster.primary()
-    finally:
-        cluster.close()
+    with PrivateServer.create(REPLICATION, system_first=True) as server:
+        yield server
 
 
 @contextmanager
@@ -42,7 +39,7 @@ def serving(scheduler: pgsched.Scheduler, stop_timeout: float = 30) -> Iterator[
     thread = threading.Thread(target=target, name=f"run-{scheduler.runner_id}", daemon=True)
     thread.start()
     try:
-        yield wait_for(lambda: scheduler.http_port, 15, what="the HTTP server")
+        yield wait_until(lambda: scheduler.http_port, 15, "the HTTP server")
     finally:
 
         def stopped() -> bool:
@@ -50,7 +47,7 @@ def serving(scheduler: pgsched.Scheduler, stop_timeout: float = 30) -> Iterator[
             thread.join(0.2)
             return not thread.is_alive()
 
-        wait_for(stopped, stop_timeout, interval=0.05, what="the scheduler to stop")
+        wait_until(stopped, stop_timeout, "the scheduler to stop", interval=0.05)
     assert not errors, f"run() raised {errors[0]!r}"
 
 

@@ -17,17 +17,9 @@ from psycopg import sql
 
 import pgsched
 from pgsched._admin import Admin
-from tests.helpers import free_port
-from tests.integration._support import (
-    Recorder,
-    count,
-    db_now,
-    floor_to,
-    insert_row,
-    row_by_id,
-    rows,
-    table,
-)
+from tests.support.net import free_port
+from tests.support.rows import count, db_now, floor_to, insert_row, row_by_id, rows, table
+from tests.support.threads import Recorder
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)

@@ -14,8 +14,9 @@ import prometheus_client
 from prometheus_client import CollectorRegistry
 
 import pgsched
-from tests.helpers import wait_for
-from tests.integration._support import insert_row, running
+from tests.support.rows import insert_row
+from tests.support.threads import running
+from tests.support.waiting import wait_until
 
 
 class _SlowCallbacks(logging.Handler):
@@ -119,7 +120,7 @@ def test_database_gauges_are_collected_from_the_applications_registry(
         return registry.get_sample_value("pgsched_failed_runs", {"job": "audited"})
 
     with running(s):
-        assert wait_for(failed_gauge, 15, what="pgsched_failed_runs from a scrape") == 1.0
+        assert wait_until(failed_gauge, 15, "pgsched_failed_runs from a scrape") == 1.0
         reads = s.metrics.cluster.reads
         started = time.monotonic()
         scrapes = 0

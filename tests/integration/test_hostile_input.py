@@ -38,9 +38,10 @@ import pgsched
 from pgsched._admin import Admin
 from pgsched._logging import configure_logging
 from pgsched._results import InvalidResult, encode_result
-from tests.helpers import wait_for
-from tests.integration._support import as_role, count, rows, running, table
-from tests.integration.conftest import DbRoles
+from tests.support.roles import DbRoles
+from tests.support.rows import as_role, count, rows, table
+from tests.support.threads import running
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("migrated")
 
@@ -476,7 +477,7 @@ def test_unstorable_results_fail_the_run_and_the_replica_carries_on(
         return all(name in done for name in hostile)
 
     with running(s):
-        wait_for(settled, 60, interval=0.2, what="every hostile result's run to finish")
+        wait_until(settled, 60, "every hostile result's run to finish", interval=0.2)
         finished_at = max(r["finished_at"] for r in rows(db, migrated) if r["job_name"] in hostile)
 
         def steady_after() -> bool:
@@ -487,7 +488,7 @@ def test_unstorable_results_fail_the_run_and_the_replica_carries_on(
             ]
             return len(later) >= 2
 
-        wait_for(steady_after, 20, interval=0.2, what="steady to keep succeeding")
+        wait_until(steady_after, 20, "steady to keep succeeding", interval=0.2)
 
     by_job = {r["job_name"]: r for r in rows(db, migrated) if r["job_name"] != "steady"}
     for name in hostile:

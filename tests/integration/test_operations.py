@@ -13,21 +13,18 @@ import pytest
 from psycopg import sql
 
 import pgsched
-from tests.helpers import wait_for
-from tests.integration._support import (
-    Recorder,
+from tests.support.rows import (
     count,
     db_now,
     floor_to,
     insert_row,
     row_by_id,
     rows,
-    run_together,
-    running,
     seed_running,
     table,
-    wait_for_fresh_tick,
 )
+from tests.support.threads import Recorder, run_together, running, wait_for_fresh_tick
+from tests.support.waiting import wait_until
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
@@ -84,7 +81,7 @@ def test_pause_stops_a_running_replica(make_scheduler: Any, migrated: str, db: A
         assert len(recorder) == 0
         assert row_by_id(db, migrated, manual)["status"] == "PENDING"
         operator.resume("ticking")
-        wait_for(lambda: count(db, migrated, "status = 'SUCCESS'") == 2, 10, what="2 successes")
+        wait_until(lambda: count(db, migrated, "status = 'SUCCESS'") == 2, 10, "2 successes")
     assert sorted(r.scope.id for r in recorder.runs) == ["1", "2"]
 
 
