@@ -20,8 +20,9 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.acceptance.conftest import APP, Replicas, in_schema, victim_first_attempt
+from tests.acceptance.conftest import APP, Replicas, victim_first_attempt
 from tests.support.net import free_port
+from tests.support.rows import in_schema
 from tests.support.waiting import wait_until
 
 
@@ -123,8 +124,7 @@ def test_replicas_and_commands_through_a_transaction_pooling_pgbouncer(
         fast, '@scheduler.job(every="1s", run_timeout="3s", stale_timeout="4s", scopes='
     )
     (tmp_path / "app.py").write_text(app)
-    # warning level: nobody reads the replicas' pipes until they exit, and a full pipe would
-    # block them
+    # warning level: the replicas' output printed below when the test fails stays short
     quiet = {"PGSCHED_TRANSACTION_POOLING": "1", "PGSCHED_LOG_LEVEL": "warning"}
     group = Replicas(pooled_dsn, schema, tmp_path, quiet)
     try:
@@ -133,7 +133,7 @@ def test_replicas_and_commands_through_a_transaction_pooling_pgbouncer(
 
         # A replica killed while it holds the victim's lease: stolen through the pooler.
         holder = str(victim_first_attempt(db, schema)[1])
-        os.kill(group.procs[holder].pid, signal.SIGKILL)
+        group.members[holder].signal(signal.SIGKILL)
         killed_at = db.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
         stolen = wait_until(
             lambda: in_schema(
@@ -149,7 +149,7 @@ def test_replicas_and_commands_through_a_transaction_pooling_pgbouncer(
         # The protocol's promise: stale_timeout (4 s, a wait by design) + one tick (0.5 s); the
         # 1.5 s beyond guards against an order-of-magnitude regression, not a performance claim.
         assert stolen[0] - killed_at <= timedelta(seconds=6), stolen[0] - killed_at
-        group.procs.pop(holder)
+        group.members.pop(holder).kill()
 
         # Operator commands through the pooler, while the replicas run.
         for args in (["pause", "fast"], ["resume", "fast"], ["trigger", "fast"]):
@@ -175,10 +175,8 @@ def test_replicas_and_commands_through_a_transaction_pooling_pgbouncer(
         codes = group.terminate_all()
         assert set(codes.values()) == {0}, {rid: group.output(rid)[-2000:] for rid in codes}
     finally:
-        for rid, proc in group.procs.items():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+        for rid, replica in group.members.items():
+            replica.kill()
             print(f"--- {rid}\n{group.output(rid)[-4000:]}")  # shown when the test fails
 
     duplicates = in_schema(

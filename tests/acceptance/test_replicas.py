@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import signal
 from datetime import timedelta
 from itertools import pairwise
 
 import pytest
 
-from tests.acceptance.conftest import Replicas, in_schema, victim_first_attempt
+from tests.acceptance.conftest import Replicas, victim_first_attempt
+from tests.support.rows import in_schema
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
@@ -74,7 +74,7 @@ def test_sigkilled_holder_is_stolen_within_stale_timeout(replicas: Replicas, db,
         " WHERE job_name='victim' AND plan_time=%s",
         (plan_time,),
     )[0]
-    os.kill(replicas.procs[holder].pid, signal.SIGKILL)
+    replicas.members[holder].signal(signal.SIGKILL)
     killed_at = db.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
 
     def stolen() -> list[tuple]:
@@ -99,7 +99,7 @@ def test_sigkilled_holder_is_stolen_within_stale_timeout(replicas: Replicas, db,
     # 0.1-0.5 s after the tick), not a performance claim: those live in bench/.
     assert started_at - killed_at <= timedelta(seconds=6), started_at - killed_at
 
-    replicas.procs.pop(holder)
+    replicas.members.pop(holder).kill()
     codes = replicas.terminate_all()
     assert set(codes.values()) == {0}
     attempts = in_schema(
@@ -139,7 +139,7 @@ def test_rolling_update_runs_no_plan_twice_and_loses_none(replicas: Replicas, db
     # A rolling update, one pod at a time: SIGTERM the old replica mid-run, start its
     # replacement, wait for a plan to complete with the new set, go on.
     for i in range(3):
-        old = replicas.procs.pop(f"old-{i}")
+        old = replicas.members.pop(f"old-{i}")
         in_flight = wait_until(
             lambda i=i: in_schema(
                 db,
@@ -152,8 +152,7 @@ def test_rolling_update_runs_no_plan_twice_and_loses_none(replicas: Replicas, db
             f"old-{i} to hold a running execution",
             interval=0.02,
         )
-        old.send_signal(signal.SIGTERM)
-        assert old.wait(30) == 0
+        assert old.stop(30) == 0
         replicas.start(f"new-{i}", app="rolling.py")
         seen = plans_seen()
         wait_until(lambda seen=seen: plans_seen() >= seen + 2, 30, "plans go on")

@@ -5,7 +5,6 @@ the handler writes every run into a ledger table."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -20,7 +19,8 @@ import pytest
 from psycopg import sql
 
 from tests.acceptance.conftest import in_schema
-from tests.acceptance.test_http import Replica, http
+from tests.support.net import http
+from tests.support.replica import Replica, clean_env
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
@@ -76,20 +76,18 @@ def cluster(
             " runner_id text, at timestamptz DEFAULT clock_timestamp())"
         ).format(sql.Identifier(schema))
     )
-    env = {
-        **{k: v for k, v in os.environ.items() if k != "DATABASE_URL"},
-        "PGSCHED_DSN": pg_dsn,
-        "PGSCHED_SCHEMA": schema,
-        "PGSCHED_HTTP_TOKEN": TOKEN,
-        "PGSCHED_LOG_FORMAT": "json",
-    }
-    replicas = [
-        Replica(name, ["run", "app.py", "--runner-id", name, "--http-port", "0"], tmp_path, env)
-        for name in ("dyn-a", "dyn-b")
-    ]
+    env = clean_env(
+        {
+            "PGSCHED_DSN": pg_dsn,
+            "PGSCHED_SCHEMA": schema,
+            "PGSCHED_HTTP_TOKEN": TOKEN,
+            "PGSCHED_LOG_FORMAT": "json",
+        }
+    )
+    replicas = [Replica.run("app.py", name, cwd=tmp_path, env=env) for name in ("dyn-a", "dyn-b")]
     try:
         for r in replicas:
-            r.wait_listening()
+            r.http_port()
         yield cli, replicas, conn
     finally:
         codes = [r.stop() for r in replicas]

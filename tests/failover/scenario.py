@@ -19,12 +19,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -35,9 +31,10 @@ from psycopg import sql
 
 import pgsched
 from tests.failover import figures as fig
-from tests.support.net import free_port
+from tests.support.net import free_port, http
 from tests.support.postgres import REPLICATION, PrivateServer
 from tests.support.proxy import TcpProxy
+from tests.support.replica import Replica
 from tests.support.waiting import wait_until
 
 APP = Path(__file__).with_name("app.py")
@@ -91,7 +88,7 @@ class FailoverRun:
         self.timing = Timing.from_env()
         self.servers: list[PrivateServer] = []
         self.proxies: list[TcpProxy] = []
-        self.replicas: dict[str, subprocess.Popen[bytes]] = {}
+        self.replicas: dict[str, Replica] = {}
         self.http: dict[str, int] = {}
         self.started: dict[str, float] = {}
         self.samples: list[tuple[float, str, int | None]] = []
@@ -187,14 +184,9 @@ class FailoverRun:
             "FO_STALE_TIMEOUT": f"{self.stale_s:g}s",
         }
         args = ["--schema", SCHEMA, "run", str(APP), "--runner-id", runner]
-        with open(self.tmp / f"{runner}.log", "wb") as out:
-            self.replicas[runner] = subprocess.Popen(
-                [sys.executable, "-m", "pgsched", *args, "--http-port", str(port)],
-                cwd=self.tmp,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        self.replicas[runner] = Replica(
+            [*args, "--http-port", str(port)], cwd=self.tmp, env=env, name=runner
+        )
         self.http[runner], self.started[runner] = port, time.time()
 
     def _sample(self) -> None:
@@ -202,12 +194,8 @@ class FailoverRun:
             for runner, port in self.http.items():
                 status: int | None
                 try:
-                    url = f"http://127.0.0.1:{port}/healthz"
-                    with urllib.request.urlopen(url, timeout=2) as reply:
-                        status = reply.status
-                except urllib.error.HTTPError as err:
-                    status = err.code
-                except OSError:
+                    status = http("GET", f"http://127.0.0.1:{port}/healthz", timeout=2).status
+                except OSError:  # not answering at all
                     status = None
                 self.samples.append((time.time(), runner, status))
 
@@ -273,10 +261,8 @@ class FailoverRun:
 
     def close(self) -> None:
         self._sampling.set()
-        for proc in self.replicas.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+        for replica in self.replicas.values():
+            replica.kill()
         for proxy in self.proxies:
             proxy.close()
         for server in reversed(self.servers):
@@ -287,25 +273,18 @@ class FailoverRun:
 
     def stop_replicas(self) -> dict[str, int | None]:
         """SIGTERM both replicas; their exit codes (None: still running after 10 s, killed)."""
-        codes: dict[str, int | None] = {}
-        for proc in self.replicas.values():
-            proc.send_signal(signal.SIGTERM)
+        for replica in self.replicas.values():
+            replica.signal(signal.SIGTERM)
         deadline = time.monotonic() + 10
-        for runner, proc in self.replicas.items():
-            try:
-                codes[runner] = proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-                codes[runner] = None
+        codes = {
+            runner: replica.stop(max(0.1, deadline - time.monotonic()))
+            for runner, replica in self.replicas.items()
+        }
         self._sampling.set()
         return codes
 
     def logs(self) -> str:
-        return "".join(
-            (self.tmp / f"{r}.log").read_text(encoding="utf-8", errors="replace")
-            for r in self.replicas
-        )
+        return "".join(replica.output() for replica in self.replicas.values())
 
 
 # -- what the scenario measured ---------------------------------------------------------------
@@ -393,7 +372,7 @@ def measure(run: FailoverRun, resumed_s: float | None) -> dict[str, Any]:
     """The scenario's figures; stops the replicas (after counting what needs them alive)."""
     drained = drain(run) if resumed_s is not None and run.drains else False
     stale = stale_running(run.new)
-    alive = all(p.poll() is None for p in run.replicas.values())
+    alive = all(replica.alive for replica in run.replicas.values())
     codes = run.stop_replicas()
     running = with_status(run.new, "RUNNING")
     ledger, effects = _ledger(run.new), side_effects(run)

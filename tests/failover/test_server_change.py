@@ -21,8 +21,8 @@ import psycopg
 import pytest
 
 import pgsched
-from tests.failover.conftest import serving
 from tests.support.postgres import REPLICATION, PrivateServer
+from tests.support.threads import serving
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.failover

@@ -14,13 +14,20 @@ import pytest
 
 import pgsched
 from pgsched._runtime import Runtime
-from tests.failover.conftest import probe, serving
+from tests.support.net import http
 from tests.support.postgres import PrivateServer
+from tests.support.threads import serving
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.failover
 
 SCOPES = [pgsched.Scope("t", name) for name in ("a", "b", "c")]
+
+
+def probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
+    """GET ``path`` of a replica's HTTP server: status and JSON body."""
+    reply = http("GET", f"http://127.0.0.1:{port}{path}")
+    return reply.status, reply.json()
 
 
 def _scheduler(primary: PrivateServer, **options: Any) -> pgsched.Scheduler:

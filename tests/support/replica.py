@@ -13,23 +13,21 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tests.support.net import Response, http
 from tests.support.waiting import wait_until
 
 # The environment a test's replica must not inherit from the developer's shell.
 _FOREIGN_ENV = ("PGSCHED_", "DATABASE_URL")
 
 
-def clean_env(
-    extra: Mapping[str, str] | None = None, *, keep: Iterable[str] = ()
-) -> dict[str, str]:
-    """This process's environment without pgsched's settings and ``DATABASE_URL`` (but those
-    named in ``keep``), plus ``extra``."""
-    kept = set(keep)
-    env = {k: v for k, v in os.environ.items() if k in kept or not k.startswith(_FOREIGN_ENV)}
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without pgsched's settings and ``DATABASE_URL``, plus
+    ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN_ENV)}
     env.update(extra or {})
     return env
 
@@ -51,6 +49,10 @@ class Replica:
         self.log = log or _unused(cwd / f"{name}.log")
         self.err_log = self.log.with_suffix(".err") if separate_stderr else None
         self.suspended = False  # SIGSTOPped
+        # SIGTERM sent: not sent again by stop(), since a second one may cut the graceful
+        # shutdown the first started short.
+        self.terminating = False
+        self.port = 0  # its HTTP server's, once known
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.ExitStack() as files:
             out = files.enter_context(self.log.open("wb"))
@@ -123,21 +125,35 @@ class Replica:
         return found[0]
 
     def http_port(self, timeout: float = 30) -> int:
-        """The port of its HTTP server (from its ``http_listening`` event)."""
-        return int(self.wait_event("http_listening", timeout)["port"])
+        """The port of its HTTP server (from its ``http_listening`` event); kept for
+        :meth:`url`."""
+        self.port = int(self.wait_event("http_listening", timeout)["port"])
+        return self.port
+
+    def url(self, path: str) -> str:
+        assert self.port, f"replica {self.name}: no HTTP port known yet (call http_port())"
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def get(self, path: str, **options: Any) -> Response:
+        return http("GET", self.url(path), **options)
+
+    def post(self, path: str, **options: Any) -> Response:
+        return http("POST", self.url(path), **options)
 
     # -- signals --------------------------------------------------------------------------
 
     def signal(self, sig: signal.Signals) -> None:
         if self.alive:
             os.kill(self.proc.pid, sig)
+            self.terminating = self.terminating or sig == signal.SIGTERM
 
     def stop(self, timeout: float = 20) -> int | None:
         """SIGCONT (if suspended) and SIGTERM; SIGKILL after ``timeout``. The exit code
         (None: it had to be killed)."""
-        if self.alive:
+        if self.suspended:
             self.signal(signal.SIGCONT)
             self.suspended = False
+        if not self.terminating:
             self.signal(signal.SIGTERM)
         try:
             return self.proc.wait(timeout)

@@ -11,18 +11,24 @@ T = TypeVar("T")
 
 
 def wait_until(
-    condition: Callable[[], T], timeout: float, message: str, *, interval: float = 0.1
+    condition: Callable[[], T],
+    timeout: float,
+    message: str | Callable[[], str],
+    *,
+    interval: float = 0.1,
 ) -> T:
     """Poll ``condition`` until it returns something truthy, and return that; fail with
-    ``message`` once ``timeout`` seconds have passed. An exception in ``condition`` ends the
-    wait at once (so a replica that died says so instead of timing out)."""
+    ``message`` (what was waited for, or a function saying what is still missing) once
+    ``timeout`` seconds have passed. An exception in ``condition`` ends the wait at once (so
+    a replica that died says so instead of timing out)."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+            what = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
 
 
