@@ -72,17 +72,26 @@ def db(pg_dsn: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
 _TIERS = ("unit", "integration", "acceptance", "chaos", "failover", "bench", "deploy")
 
 
+def _tier(item: pytest.Item) -> str | None:
+    parts = item.path.resolve().relative_to(Path(__file__).resolve().parent).parts
+    return parts[0] if len(parts) > 1 and parts[0] in _TIERS else None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    root = Path(__file__).resolve().parent
     for item in items:
-        parts = item.path.resolve().relative_to(root).parts
-        if len(parts) < 2 or parts[0] not in _TIERS:
-            # A test outside every tier (in tests/support, say) would carry no marker and so
-            # escape the fast loop and every tier's run: refused, not run in silence.
-            raise pytest.UsageError(
-                f"{item.nodeid}: a test must live in a tier's folder ({', '.join(_TIERS)})"
-            )
-        item.add_marker(parts[0])
+        tier = _tier(item)
+        if tier is not None:
+            item.add_marker(tier)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # A test outside every tier (in tests/support, say) carries no marker, so the fast loop
+    # and each tier's run would leave it out: it fails rather than run unseen.
+    if _tier(item) is None:
+        pytest.fail(
+            f"{item.nodeid}: a test must live in a tier's folder ({', '.join(_TIERS)})",
+            pytrace=False,
+        )
 
 
 # -- nothing skipped in silence -----------------------------------------------------------------

@@ -58,8 +58,9 @@ def test_serve_and_async_admin_never_stall_the_loop(
         watcher = asyncio.create_task(_watch_loop(stop, gaps))
         server = asyncio.create_task(s.serve())
         async with pgsched.AsyncAdmin(runtime_dsn, schema=migrated) as admin:
-            while "tick" not in [job.job for job in await admin.status()]:
-                await asyncio.sleep(0.05)  # the replica's first tick registers the job
+            async with asyncio.timeout(30):  # a deadline: a failure, not a hang
+                while "tick" not in [job.job for job in await admin.status()]:
+                    await asyncio.sleep(0.05)  # the replica's first tick registers the job
             for i in range(20):  # 100 operations
                 await admin.status()
                 await admin.runs(limit=50)
@@ -68,8 +69,9 @@ def test_serve_and_async_admin_never_stall_the_loop(
                 await admin.resume("tick")
                 assert triggered
         started = time.monotonic()
-        while len(done) < 40 or time.monotonic() - started < 1.5:  # several ticks, runs
-            await asyncio.sleep(0.05)
+        async with asyncio.timeout(60):  # a deadline: a failure, not a hang
+            while len(done) < 40 or time.monotonic() - started < 1.5:  # several ticks, runs
+                await asyncio.sleep(0.05)
         s.stop()
         await asyncio.wait_for(server, 30)
         stop.set()

@@ -240,12 +240,16 @@ def test_max_running_caps_a_job_across_replicas(
         s.register(slow, every="1d", scopes=scopes, max_running=2)
 
     peak_sql = 0
-    deadline = time.monotonic() + 30
+
+    def finished() -> bool:  # and the most RUNNING rows seen meanwhile
+        nonlocal peak_sql
+        if count(db, migrated, "status = 'SUCCESS'") >= 10:
+            return True
+        peak_sql = max(peak_sql, count(db, migrated, "status = 'RUNNING'"))
+        return False
+
     with running(replicas[0]), running(replicas[1]):
-        while count(db, migrated, "status = 'SUCCESS'") < 10:
-            assert time.monotonic() < deadline, "the 10 scopes did not finish"
-            peak_sql = max(peak_sql, count(db, migrated, "status = 'RUNNING'"))
-            time.sleep(0.02)
+        wait_until(finished, 30, "the 10 scopes to finish", interval=0.02)
     assert peak_sql <= 2, f"{peak_sql} RUNNING at once with max_running=2"
     assert recorder.peak <= 2
     assert peak_sql >= 1
