@@ -234,7 +234,8 @@ class ChaosRun:
                 time.sleep(0.2)
 
     def db_now(self) -> datetime:
-        return self.q("SELECT clock_timestamp() AS t")[0]["t"]
+        now: datetime = self.q("SELECT clock_timestamp() AS t")[0]["t"]
+        return now
 
     def mark(self, name: str) -> datetime:
         self.marks[name] = t = self.db_now()

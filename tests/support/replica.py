@@ -116,11 +116,13 @@ class Replica:
 
     def wait_event(self, name: str, timeout: float = 30) -> dict[str, Any]:
         """The first log event ``name``, waited for while the replica runs."""
+
+        def logged() -> list[dict[str, Any]]:
+            self.check_alive()
+            return self.events(name)
+
         found = wait_until(
-            lambda: self.check_alive() and self.events(name),
-            timeout,
-            f"replica {self.name}'s {name} log event",
-            interval=0.05,
+            logged, timeout, f"replica {self.name}'s {name} log event", interval=0.05
         )
         return found[0]
 

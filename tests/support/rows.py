@@ -26,7 +26,8 @@ def db_now(db: Conn) -> datetime:
     """The database's clock (the only clock pgsched uses)."""
     row = db.execute("SELECT clock_timestamp()").fetchone()
     assert row is not None
-    return row[0].astimezone(UTC)
+    now: datetime = row[0]
+    return now.astimezone(UTC)
 
 
 def floor_to(t: datetime, step: timedelta) -> datetime:
@@ -57,7 +58,7 @@ def row_by_id(db: Conn, schema: str, ident: UUID) -> dict[str, Any]:
 
 
 def count(db: Conn, schema: str, where: str = "true", params: tuple[Any, ...] = ()) -> int:
-    query = sql.SQL("SELECT count(*) FROM {} WHERE ").format(table(schema)) + sql.SQL(where)  # type: ignore[arg-type]
+    query = sql.SQL("SELECT count(*) FROM {} WHERE ").format(table(schema)) + sql.SQL(where)
     row = db.execute(query, params).fetchone()
     assert row is not None
     return int(row[0])

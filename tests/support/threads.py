@@ -83,7 +83,9 @@ def running(scheduler: pgsched.Scheduler, stop_timeout: float = 30) -> Iterator[
 def serving(scheduler: pgsched.Scheduler, stop_timeout: float = 30) -> Iterator[int]:
     """``scheduler.run(http_port=0)`` in a thread; yields its HTTP port; stopped after."""
     with _in_thread(scheduler, stop_timeout, http_port=0):
-        yield wait_until(lambda: scheduler.http_port, 15, "the HTTP server")
+        port = wait_until(lambda: scheduler.http_port, 15, "the HTTP server")
+        assert port is not None
+        yield port
 
 
 class Recorder:
@@ -120,4 +122,5 @@ def wait_for_fresh_tick(s: pgsched.Scheduler, timeout: float = 10) -> None:
         return last if last is not None and last > t else None
 
     first_end = wait_until(lambda: ticked_after(marker), timeout, "a tick", interval=0.02)
+    assert first_end is not None
     wait_until(lambda: ticked_after(first_end), timeout, "a further tick", interval=0.02)
