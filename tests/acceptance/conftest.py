@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -15,7 +14,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.helpers import wait_for
+from tests.support.replica import Replica, clean_env
+from tests.support.rows import in_schema
+from tests.support.waiting import wait_until
 
 # The config module the replicas run. Each handler records its execution in a ledger table
 # (the side effect whose duplicates the tests count) before doing its work.
@@ -57,78 +58,52 @@ APP = textwrap.dedent(
 )
 
 
-def in_schema(
-    conn: psycopg.Connection[Any], schema: str, text: str, params: tuple[Any, ...] = ()
-) -> list[tuple[Any, ...]]:
-    """Run ``text`` with ``{s}`` standing for the test's schema."""
-    return conn.execute(sql.SQL(text).format(s=sql.Identifier(schema)), params).fetchall()
-
-
 def victim_first_attempt(conn: psycopg.Connection[Any], schema: str) -> tuple[Any, ...]:
     """Wait for APP's ``victim`` job to record its first attempt: (plan_time, runner_id)."""
-    return wait_for(
+    return wait_until(
         lambda: in_schema(
             conn,
             schema,
             "SELECT plan_time, runner_id FROM {s}.ledger WHERE job='victim' AND attempt=1",
         ),
-        timeout=30,
+        30,
+        "the victim's first attempt",
         interval=0.05,
-        what="the victim's first attempt",
     )[0]
 
 
-def spawn_pgsched(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
-    """Start ``python -m pgsched ARGS`` with stdout and stderr merged into one text pipe."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "pgsched", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
 class Replicas:
-    """Starts and stops ``pgsched run`` replicas; collects their output."""
+    """``pgsched run`` replicas of one app, on one database and schema: started by runner id,
+    stopped together."""
 
     def __init__(
         self, dsn: str, schema: str, workdir: Path, extra_env: dict[str, str] | None = None
     ) -> None:
         self.dsn, self.schema, self.workdir = dsn, schema, workdir
         self.extra_env = extra_env or {}
-        self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.members: dict[str, Replica] = {}
 
-    def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",)}
-        env.update(PGSCHED_DSN=self.dsn, PGSCHED_SCHEMA=self.schema, **self.extra_env, **extra)
-        return env
+    def env(self) -> dict[str, str]:
+        return clean_env({"PGSCHED_DSN": self.dsn, "PGSCHED_SCHEMA": self.schema, **self.extra_env})
 
-    def start(self, runner_id: str, app: str = "app.py") -> subprocess.Popen[str]:
-        proc = spawn_pgsched(
-            ["run", app, "--runner-id", runner_id, "--http-port", "0"], self.workdir, self.env()
-        )
-        self.procs[runner_id] = proc
-        return proc
+    def start(self, runner_id: str, app: str = "app.py") -> Replica:
+        replica = Replica.run(app, runner_id, cwd=self.workdir, env=self.env())
+        self.members[runner_id] = replica
+        return replica
 
-    def terminate_all(self, timeout: float = 20) -> dict[str, int]:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        return {rid: proc.wait(timeout) for rid, proc in self.procs.items()}
+    def terminate_all(self, timeout: float = 20) -> dict[str, int | None]:
+        """SIGTERM every replica at once; their exit codes (None: killed after ``timeout``)."""
+        for replica in self.members.values():
+            replica.signal(signal.SIGTERM)
+        return {rid: replica.stop(timeout) for rid, replica in self.members.items()}
 
     def kill_all(self) -> None:
         """SIGKILL every replica still running (a test's teardown)."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+        for replica in self.members.values():
+            replica.kill()
 
     def output(self, runner_id: str) -> str:
-        proc = self.procs[runner_id]
-        assert proc.stdout is not None
-        return proc.stdout.read() if proc.poll() is not None else ""
+        return self.members[runner_id].output()
 
 
 @pytest.fixture

@@ -9,14 +9,16 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.acceptance.conftest import spawn_pgsched
-from tests.helpers import wait_for
+from tests.support.replica import Replica
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -108,7 +110,16 @@ def test_migrate_is_idempotent(pg_dsn: str, schema: str) -> None:
     assert second.returncode == 0 and "up to date" in second.stdout
 
 
-def test_run_without_dsn_starts_embedded_postgres(tmp_path: Path) -> None:
+@pytest.fixture
+def data_home() -> Iterator[Path]:
+    """An XDG_DATA_HOME outside pytest's temporary directories: as root the embedded cluster
+    runs as another account, which must reach its directory, and every pytest session that
+    starts on the machine makes /tmp/pytest-of-<user> private again."""
+    with tempfile.TemporaryDirectory(prefix="pgsched-data-", ignore_cleanup_errors=True) as tmp:
+        yield Path(tmp)
+
+
+def test_run_without_dsn_starts_embedded_postgres(tmp_path: Path, data_home: Path) -> None:
     (tmp_path / "jobs.py").write_text(
         textwrap.dedent(
             """
@@ -121,26 +132,16 @@ def test_run_without_dsn_starts_embedded_postgres(tmp_path: Path) -> None:
         )
     )
     env = {k: v for k, v in os.environ.items() if k not in ("PGSCHED_DSN", "DATABASE_URL")}
-    env["XDG_DATA_HOME"] = str(tmp_path / "data")  # keep the embedded cluster inside the test
-    proc = spawn_pgsched(["run", "jobs.py", "--http-port", "0"], tmp_path, env)
+    env["XDG_DATA_HOME"] = str(data_home)  # keep the embedded cluster inside the test
+    replica = Replica(["run", "jobs.py", "--http-port", "0"], cwd=tmp_path, env=env)
     try:
-        lines: list[str] = []
-
-        def succeeded() -> bool:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            lines.append(line)
-            return '"run_succeeded"' in line
-
-        wait_for(succeeded, timeout=90, interval=0, what="a run on the embedded PostgreSQL")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
+        replica.wait_event("run_succeeded", 90)
+        assert replica.stop(30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    text = "".join(lines)
+        replica.kill()
+    text = replica.output()
     assert "started an embedded PostgreSQL" in text
-    data_dir = tmp_path / "data" / "pgsched" / "postgres"
+    data_dir = data_home / "pgsched" / "postgres"
     assert str(data_dir) in text
     assert (data_dir / "PG_VERSION").exists()
     assert "applied migrations 0001" in text
@@ -153,23 +154,23 @@ def test_run_with_dsn_never_starts_embedded(pg_dsn: str, schema: str, tmp_path: 
     )
     env = {"PGSCHED_DSN": pg_dsn, "XDG_DATA_HOME": str(tmp_path / "data")}
     pgsched("--schema", schema, "migrate", env=env)
-    proc = spawn_pgsched(
-        ["--schema", schema, "run", "jobs.py", "--http-port", "0"], tmp_path, {**os.environ, **env}
+    replica = Replica(
+        ["--schema", schema, "run", "jobs.py", "--http-port", "0"],
+        cwd=tmp_path,
+        env={**os.environ, **env},
     )
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        wait_for(
+        wait_until(
             lambda: conn.execute(
                 psycopg.sql.SQL(
                     "SELECT count(*) FROM {}.cron_executions WHERE status = 'SUCCESS'"
                 ).format(psycopg.sql.Identifier(schema))
-            ).fetchone()[0],  # type: ignore[index]
-            timeout=30,
-            what="the run on the configured database",
+            ).fetchone()[0],
+            30,
+            "the run on the configured database",
         )
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(30) == 0
-    assert proc.stdout is not None
-    assert "embedded" not in proc.stdout.read()
+    assert replica.stop(30) == 0
+    assert "embedded" not in replica.output()
     assert not (tmp_path / "data").exists()
 
 
@@ -214,10 +215,12 @@ def _run_on_a_terminal(pg_dsn: str, schema: str, tmp_path: Path, **env: str) -> 
         return b"run_succeeded" in seen
 
     try:
-        wait_for(succeeded, timeout=60, interval=0, what="a run logged on the terminal")
+        wait_until(succeeded, 60, "a run logged on the terminal", interval=0)
         proc.send_signal(signal.SIGTERM)
         # Keep reading: a replica whose terminal went away would fail writing its last lines.
-        wait_for(lambda: succeeded() and proc.poll() is not None, timeout=30, interval=0)
+        wait_until(
+            lambda: succeeded() and proc.poll() is not None, 30, "the replica to exit", interval=0
+        )
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -256,10 +259,17 @@ def test_a_pipe_gets_json_lines_and_a_bad_log_format_is_one_line(
     env = {**os.environ, "PGSCHED_DSN": pg_dsn, "PGSCHED_SCHEMA": schema}
     env.pop("PGSCHED_LOG_FORMAT", None)
     pgsched("--dsn", pg_dsn, "--schema", schema, "migrate")
-    proc = spawn_pgsched(["run", "jobs.py", "--http-port", "0"], tmp_path, env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgsched", "run", "jobs.py", "--http-port", "0"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
-        first = wait_for(lambda: proc.stdout.readline(), timeout=30, what="a log line")  # type: ignore[union-attr]
+        first = wait_until(lambda: proc.stdout.readline(), 30, "a log line")  # type: ignore[union-attr]
         assert json.loads(first)["event"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
@@ -288,20 +298,15 @@ def test_run_synchronous_claims_warns_once_without_a_synchronous_standby(
     else:
         env["PGSCHED_SYNCHRONOUS_CLAIMS"] = "1"
     base = {k: v for k, v in os.environ.items() if k != "PGSCHED_SYNCHRONOUS_CLAIMS"}
-    proc = spawn_pgsched(args, tmp_path, {**base, **env})
+    replica = Replica(args, cwd=tmp_path, env={**base, **env})
     query = psycopg.sql.SQL(
         "SELECT count(*) FROM {}.cron_executions WHERE status = 'SUCCESS'"
     ).format(psycopg.sql.Identifier(schema))
     try:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            wait_for(
-                lambda: conn.execute(query).fetchone()[0] >= 2,  # type: ignore[index]
-                timeout=30,
-                what="two runs",
-            )
+            wait_until(lambda: conn.execute(query).fetchone()[0] >= 2, 30, "two runs")
     finally:
-        proc.send_signal(signal.SIGTERM)
-    assert proc.wait(30) == 0
-    assert proc.stdout is not None
-    events = [json.loads(line)["event"] for line in proc.stdout.read().splitlines()]
+        code = replica.stop(30)
+    assert code == 0
+    events = [e["event"] for e in replica.events()]
     assert events.count("synchronous_claims_unprotected") == 1

@@ -17,7 +17,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from tests.helpers import free_port, wait_for
+from tests.support.net import free_port
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -64,19 +65,19 @@ def test_fastapi_app_serves_the_scheduler_in_its_lifespan(
             jobs = [row["job"] for row in body] if status == 200 else []
             return jobs if "refresh_cache" in jobs else None
 
-        wait_for(listed, timeout=30, what="the app to list its jobs")
-        wait_for(
+        wait_until(listed, 30, "the app to list its jobs")
+        wait_until(
             lambda: _count(db, schema, "job_name = 'refresh_cache' AND status = 'SUCCESS'") >= 2,
-            timeout=20,
-            what="the scheduled job to run twice",
+            20,
+            "the scheduled job to run twice",
         )
 
         status, body = _call(base, "POST", "/jobs/tenant_report/trigger")
         assert status == 200 and body["created"] is True, body
-        wait_for(
+        wait_until(
             lambda: _count(db, schema, "trigger = 'manual' AND status = 'SUCCESS'") == 1,
-            timeout=20,
-            what="the triggered run to succeed",
+            20,
+            "the triggered run to succeed",
         )
         assert _call(base, "POST", "/jobs/nope/trigger")[0] == 404
 
@@ -85,10 +86,10 @@ def test_fastapi_app_serves_the_scheduler_in_its_lifespan(
         assert paused["refresh_cache"] is True
         assert _call(base, "POST", "/jobs/refresh_cache/resume")[0] == 200
         done = _count(db, schema, "job_name = 'refresh_cache' AND status = 'SUCCESS'")
-        wait_for(
+        wait_until(
             lambda: _count(db, schema, "job_name = 'refresh_cache' AND status = 'SUCCESS'") > done,
-            timeout=20,
-            what="the resumed job to run again",
+            20,
+            "the resumed job to run again",
         )
 
         proc.send_signal(signal.SIGTERM)

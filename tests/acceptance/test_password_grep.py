@@ -9,13 +9,10 @@ and stored error message is searched for the password, raw and percent-encoded.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -29,8 +26,10 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.acceptance.conftest import spawn_pgsched
-from tests.helpers import CliResult, cli_in_process, wait_for
+from tests.support.cli import CliResult, cli_in_process
+from tests.support.net import http
+from tests.support.replica import Replica
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -119,52 +118,9 @@ def cli(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProce
 
 
 def http_get(url: str) -> tuple[int, str]:
-    try:
-        with _OPENER.open(url, timeout=10) as resp:
-            return resp.status, f"{resp.headers}\n{resp.read().decode()}"
-    except urllib.error.HTTPError as err:
-        with err:
-            return err.code, f"{err.headers}\n{err.read().decode()}"
-
-
-class Replica:
-    """A ``pgsched run`` subprocess whose merged output is collected line by line."""
-
-    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
-        self.proc = spawn_pgsched(args, cwd, env)
-        self.lines: list[str] = []
-        self._pump = threading.Thread(target=self._read, daemon=True)
-        self._pump.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def port(self) -> int:
-        def listening() -> int | None:
-            assert self.proc.poll() is None, "".join(self.lines)
-            for line in list(self.lines):
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(event, dict) and event.get("event") == "http_listening":
-                    return int(event["port"])
-            return None
-
-        return wait_for(listening, 30, what="the replica's http_listening event")
-
-    def stop(self) -> tuple[int, str]:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._pump.join(10)
-        return self.proc.returncode, "".join(self.lines)
+    """Status, and headers and body as one text (both are grepped for the password)."""
+    resp = http("GET", url)
+    return resp.status, f"{resp.headers}\n{resp.text}"
 
 
 @pytest.fixture
@@ -188,9 +144,7 @@ def replicas() -> Iterator[list[Replica]]:
     started: list[Replica] = []
     yield started
     for replica in started:
-        if replica.proc.poll() is None:
-            replica.proc.kill()
-            replica.proc.wait(10)
+        replica.kill()
 
 
 def one_line_error(result: subprocess.CompletedProcess[str] | CliResult) -> None:
@@ -223,13 +177,14 @@ def test_no_output_of_a_whole_run_contains_the_password(
 
     run("migrate", "migrate")
 
-    replica = Replica(
-        ["run", "app.py", "--http-port", "0", "--runner-id", "grep-replica"],
-        workdir,
-        {**env, "PGSCHED_DSN": secret.url, "PGSCHED_SCHEMA": schema},
+    replica = Replica.run(
+        "app.py",
+        "grep-replica",
+        cwd=workdir,
+        env={**env, "PGSCHED_DSN": secret.url, "PGSCHED_SCHEMA": schema},
     )
     replicas.append(replica)
-    port = replica.port()
+    port = replica.http_port()
     executions = sql.Identifier(schema, "cron_executions")
 
     def both_finished() -> bool:
@@ -242,7 +197,7 @@ def test_no_output_of_a_whole_run_contains_the_password(
         )
         return found.get("fine") == "SUCCESS" and found.get("leaky") == "FAILED"
 
-    wait_for(both_finished, 30, what="fine to succeed and leaky to fail")
+    wait_until(both_finished, 30, "fine to succeed and leaky to fail")
 
     for path in ("/metrics", "/api/runs", "/api/runs?job=leaky", "/api/jobs", "/", "/readyz"):
         status, body = http_get(f"http://127.0.0.1:{port}{path}")
@@ -276,7 +231,7 @@ def test_no_output_of_a_whole_run_contains_the_password(
     run("cancel done", "cancel", manual, ok=False)
     run("cancel not-a-uuid", "cancel", "not-a-uuid", ok=False)
 
-    code, output = replica.stop()
+    code, output = replica.stop(30), replica.output()
     seen.add("pgsched run (stdout+stderr)", output)
     assert code == 0, output[-3000:]
     assert '"run_failed"' in output and "cannot reach" in output  # the failure was logged
@@ -389,15 +344,15 @@ def _run_briefly(
 ) -> str:
     """``pgsched run`` with ``dsn`` in PGSCHED_DSN, or (``flag``) as ``--dsn`` after ``run``."""
     args = ["run", "app.py", "--http-port", "0", *(["--dsn", dsn] if flag else [])]
-    replica = Replica(args, workdir, env if flag else {**env, "PGSCHED_DSN": dsn})
+    replica = Replica(args, cwd=workdir, env=env if flag else {**env, "PGSCHED_DSN": dsn})
     replicas.append(replica)
 
     def failed_a_few_ticks() -> bool:
-        return replica.proc.poll() is not None or len(replica.lines) >= 4
+        return not replica.alive or len(replica.output().splitlines()) >= 4
 
-    wait_for(failed_a_few_ticks, 20, what="the replica to report its connection trouble")
-    _, output = replica.stop()
-    return output
+    wait_until(failed_a_few_ticks, 20, "the replica to report its connection trouble")
+    replica.stop(30)
+    return replica.output()
 
 
 @pytest.mark.parametrize("flag", [False, True], ids=["env", "flag-after-run"])

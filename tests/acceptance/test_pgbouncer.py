@@ -20,8 +20,10 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.acceptance.conftest import APP, Replicas, in_schema, victim_first_attempt
-from tests.helpers import free_port, wait_for
+from tests.acceptance.conftest import APP, Replicas, victim_first_attempt
+from tests.support.net import free_port
+from tests.support.rows import in_schema
+from tests.support.waiting import wait_until
 
 
 def _pgbouncer() -> str:
@@ -73,7 +75,7 @@ def pooled_dsn(pg_dsn: str) -> Iterator[str]:
                 assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
                 return False
 
-        wait_for(answers, timeout=15, what="pgbouncer to answer")
+        wait_until(answers, 15, "pgbouncer to answer")
         yield dsn
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -122,8 +124,7 @@ def test_replicas_and_commands_through_a_transaction_pooling_pgbouncer(
         fast, '@scheduler.job(every="1s", run_timeout="3s", stale_timeout="4s", scopes='
     )
     (tmp_path / "app.py").write_text(app)
-    # warning level: nobody reads the replicas' pipes until they exit, and a full pipe would
-    # block them
+    # warning level: the replicas' output printed below when the test fails stays short
     quiet = {"PGSCHED_TRANSACTION_POOLING": "1", "PGSCHED_LOG_LEVEL": "warning"}
     group = Replicas(pooled_dsn, schema, tmp_path, quiet)
     try:
@@ -132,23 +133,23 @@ def test_replicas_and_commands_through_a_transaction_pooling_pgbouncer(
 
         # A replica killed while it holds the victim's lease: stolen through the pooler.
         holder = str(victim_first_attempt(db, schema)[1])
-        os.kill(group.procs[holder].pid, signal.SIGKILL)
+        group.members[holder].signal(signal.SIGKILL)
         killed_at = db.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
-        stolen = wait_for(
+        stolen = wait_until(
             lambda: in_schema(
                 db,
                 schema,
                 "SELECT started_at, runner_id FROM {s}.cron_executions"
                 " WHERE job_name='victim' AND attempt=2 AND status='SUCCESS'",
             ),
-            timeout=20,
-            what="the victim's lease to be stolen",
+            20,
+            "the victim's lease to be stolen",
         )[0]
         assert stolen[1] != holder
         # The protocol's promise: stale_timeout (4 s, a wait by design) + one tick (0.5 s); the
         # 1.5 s beyond guards against an order-of-magnitude regression, not a performance claim.
         assert stolen[0] - killed_at <= timedelta(seconds=6), stolen[0] - killed_at
-        group.procs.pop(holder)
+        group.members.pop(holder).kill()
 
         # Operator commands through the pooler, while the replicas run.
         for args in (["pause", "fast"], ["resume", "fast"], ["trigger", "fast"]):
@@ -156,30 +157,26 @@ def test_replicas_and_commands_through_a_transaction_pooling_pgbouncer(
             assert done.returncode == 0, (args, done.stdout, done.stderr)
         status = _cli(pooled_dsn, schema, "status", "--json")
         assert status.returncode == 0 and '"fast"' in status.stdout, status.stderr
-        manual = wait_for(
+        manual = wait_until(
             lambda: in_schema(
                 db,
                 schema,
                 "SELECT count(*) FROM {s}.cron_executions WHERE trigger='manual'"
                 " AND status='SUCCESS'",
             )[0][0],
-            timeout=20,
-            what="the manual run to succeed",
+            20,
+            "the manual run to succeed",
         )
         assert manual == 1
         seen = _fast_plans(db, schema)
-        wait_for(
-            lambda: _fast_plans(db, schema) >= seen + 3,
-            timeout=30,
-            what="plans to go on through the pooler",
+        wait_until(
+            lambda: _fast_plans(db, schema) >= seen + 3, 30, "plans to go on through the pooler"
         )
         codes = group.terminate_all()
         assert set(codes.values()) == {0}, {rid: group.output(rid)[-2000:] for rid in codes}
     finally:
-        for rid, proc in group.procs.items():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+        for rid, replica in group.members.items():
+            replica.kill()
             print(f"--- {rid}\n{group.output(rid)[-4000:]}")  # shown when the test fails
 
     duplicates = in_schema(

@@ -18,7 +18,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 import pgsched
-from tests.helpers import wait_for
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -53,7 +53,7 @@ def test_reminders_example_runs_a_put_schedule_with_its_payload(
             except pgsched.NotFoundError:  # the replica has not registered its jobs yet
                 return None
 
-        put_result = wait_for(put, timeout=30, what="the replica to register `reminder`")
+        put_result = wait_until(put, 30, "the replica to register `reminder`")
         assert put_result is not None and put_result.payload == payload
         assert put_result.next_plan_time is not None  # its first plan, strictly after the put
 
@@ -68,7 +68,7 @@ def test_reminders_example_runs_a_put_schedule_with_its_payload(
                 row: Any = conn.execute(query, (scope.kind, scope.id, Jsonb(payload))).fetchone()
             return int(row[0])
 
-        wait_for(succeeded, timeout=30, what="a run of the schedule with its payload")
+        wait_until(succeeded, 30, "a run of the schedule with its payload")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, log_path.read_text()[-3000:]
     finally:

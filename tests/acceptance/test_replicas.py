@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import signal
 from datetime import timedelta
 from itertools import pairwise
 
 import pytest
 
-from tests.acceptance.conftest import Replicas, in_schema, victim_first_attempt
-from tests.helpers import wait_for
+from tests.acceptance.conftest import Replicas, victim_first_attempt
+from tests.support.rows import in_schema
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -20,15 +20,15 @@ def test_three_replicas_run_every_plan_exactly_once(replicas: Replicas, db, sche
         replicas.start(f"replica-{i}")
 
     # 4 scopes x 1 plan per second: wait for a few seconds' worth of plans.
-    wait_for(
+    wait_until(
         lambda: (
             in_schema(
                 db, schema, "SELECT count(DISTINCT plan_time) FROM {s}.ledger WHERE job='fast'"
             )[0][0]
             >= 6
         ),
-        timeout=30,
-        what="six distinct plans of the fast job",
+        30,
+        "six distinct plans of the fast job",
     )
     codes = replicas.terminate_all()
     assert codes == {"replica-0": 0, "replica-1": 0, "replica-2": 0}
@@ -74,7 +74,7 @@ def test_sigkilled_holder_is_stolen_within_stale_timeout(replicas: Replicas, db,
         " WHERE job_name='victim' AND plan_time=%s",
         (plan_time,),
     )[0]
-    os.kill(replicas.procs[holder].pid, signal.SIGKILL)
+    replicas.members[holder].signal(signal.SIGKILL)
     killed_at = db.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
 
     def stolen() -> list[tuple]:
@@ -86,7 +86,7 @@ def test_sigkilled_holder_is_stolen_within_stale_timeout(replicas: Replicas, db,
             " AND status='SUCCESS'",
         )
 
-    row = wait_for(stolen, timeout=20, what="the stolen lease to succeed")[0]
+    row = wait_until(stolen, 20, "the stolen lease to succeed")[0]
     exec_id, token, fencing, attempt, runner, started_at, _ = row
     assert attempt == 2
     assert exec_id == before[0]  # the same row, not a new plan
@@ -99,7 +99,7 @@ def test_sigkilled_holder_is_stolen_within_stale_timeout(replicas: Replicas, db,
     # 0.1-0.5 s after the tick), not a performance claim: those live in bench/.
     assert started_at - killed_at <= timedelta(seconds=6), started_at - killed_at
 
-    replicas.procs.pop(holder)
+    replicas.members.pop(holder).kill()
     codes = replicas.terminate_all()
     assert set(codes.values()) == {0}
     attempts = in_schema(
@@ -135,12 +135,12 @@ def test_rolling_update_runs_no_plan_twice_and_loses_none(replicas: Replicas, db
 
     for i in range(3):
         replicas.start(f"old-{i}", app="rolling.py")
-    wait_for(lambda: plans_seen() >= 3, timeout=30, what="the first plans")
+    wait_until(lambda: plans_seen() >= 3, 30, "the first plans")
     # A rolling update, one pod at a time: SIGTERM the old replica mid-run, start its
     # replacement, wait for a plan to complete with the new set, go on.
     for i in range(3):
-        old = replicas.procs.pop(f"old-{i}")
-        in_flight = wait_for(
+        old = replicas.members.pop(f"old-{i}")
+        in_flight = wait_until(
             lambda i=i: in_schema(
                 db,
                 schema,
@@ -148,15 +148,14 @@ def test_rolling_update_runs_no_plan_twice_and_loses_none(replicas: Replicas, db
                 " AND runner_id = %s",
                 (f"old-{i}",),
             )[0][0],
-            timeout=15,
+            15,
+            f"old-{i} to hold a running execution",
             interval=0.02,
-            what=f"old-{i} to hold a running execution",
         )
-        old.send_signal(signal.SIGTERM)
-        assert old.wait(30) == 0
+        assert old.stop(30) == 0
         replicas.start(f"new-{i}", app="rolling.py")
         seen = plans_seen()
-        wait_for(lambda seen=seen: plans_seen() >= seen + 2, timeout=30, what="plans go on")
+        wait_until(lambda seen=seen: plans_seen() >= seen + 2, 30, "plans go on")
         print(f"old-{i}: {in_flight} run(s) in flight at SIGTERM")
     assert set(replicas.terminate_all().values()) == {0}
 

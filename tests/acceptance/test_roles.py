@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -18,8 +17,8 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.acceptance.conftest import spawn_pgsched
-from tests.helpers import wait_for
+from tests.support.replica import Replica
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -104,8 +103,8 @@ def test_runtime_role_runs_pgsched_without_ddl(roles: Roles, tmp_path: Path) -> 
 
     (tmp_path / "app.py").write_text(APP)
     env = {**os.environ, "PGSCHED_DSN": roles.runtime_dsn}
-    proc = spawn_pgsched(
-        ["--schema", roles.schema, "run", "app.py", "--http-port", "0"], tmp_path, env
+    replica = Replica(
+        ["--schema", roles.schema, "run", "app.py", "--http-port", "0"], cwd=tmp_path, env=env
     )
     try:
         with psycopg.connect(roles.admin_dsn, autocommit=True) as conn:
@@ -122,7 +121,7 @@ def test_runtime_role_runs_pgsched_without_ddl(roles: Roles, tmp_path: Path) -> 
                 # tick ran (insert, heartbeat, finish), flaky was retried (update).
                 return counts.get("tick", 0) >= 6 and counts.get("flaky", 0) == 1
 
-            wait_for(done, timeout=30, what="runs as the runtime role")
+            wait_until(done, 30, "runs as the runtime role")
         # Operator commands work as the runtime role too.
         for args in (
             ["status", "--json"],
@@ -135,10 +134,8 @@ def test_runtime_role_runs_pgsched_without_ddl(roles: Roles, tmp_path: Path) -> 
             result = roles.cli(roles.runtime_dsn, *args)
             assert result.returncode == 0, (args, result.stderr)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(30)
-    assert proc.stdout is not None
-    output = proc.stdout.read()
+        code = replica.stop(30)
+    output = replica.output()
     assert code == 0, output[-2000:]
     assert "tick_error" not in output and "permission denied" not in output
     assert "runtime-pw" not in output

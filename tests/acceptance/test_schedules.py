@@ -5,7 +5,6 @@ the handler writes every run into a ledger table."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -20,8 +19,9 @@ import pytest
 from psycopg import sql
 
 from tests.acceptance.conftest import in_schema
-from tests.acceptance.test_http import Replica, http
-from tests.helpers import wait_for
+from tests.support.net import http
+from tests.support.replica import Replica, clean_env
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -76,20 +76,18 @@ def cluster(
             " runner_id text, at timestamptz DEFAULT clock_timestamp())"
         ).format(sql.Identifier(schema))
     )
-    env = {
-        **{k: v for k, v in os.environ.items() if k != "DATABASE_URL"},
-        "PGSCHED_DSN": pg_dsn,
-        "PGSCHED_SCHEMA": schema,
-        "PGSCHED_HTTP_TOKEN": TOKEN,
-        "PGSCHED_LOG_FORMAT": "json",
-    }
-    replicas = [
-        Replica(name, ["run", "app.py", "--runner-id", name, "--http-port", "0"], tmp_path, env)
-        for name in ("dyn-a", "dyn-b")
-    ]
+    env = clean_env(
+        {
+            "PGSCHED_DSN": pg_dsn,
+            "PGSCHED_SCHEMA": schema,
+            "PGSCHED_HTTP_TOKEN": TOKEN,
+            "PGSCHED_LOG_FORMAT": "json",
+        }
+    )
+    replicas = [Replica.run("app.py", name, cwd=tmp_path, env=env) for name in ("dyn-a", "dyn-b")]
     try:
         for r in replicas:
-            r.wait_listening()
+            r.http_port()
         yield cli, replicas, conn
     finally:
         codes = [r.stop() for r in replicas]
@@ -118,7 +116,11 @@ def test_cli_puts_pauses_resumes_and_deletes_schedules_run_by_replicas(
     done = cli("schedules", "put", "reminder", "user:1", "--every", "1s", "--payload", '{"t":1}')
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("put reminder user:1: every 0:00:01, next plan ")
-    runs = wait_for(lambda: len(ledger(conn, schema, "1")) >= 3 and ledger(conn, schema, "1"), 20)
+    runs = wait_until(
+        lambda: len(ledger(conn, schema, "1")) >= 3 and ledger(conn, schema, "1"),
+        20,
+        "three runs of user:1",
+    )
     assert all(json.loads(r[1]) == {"t": 1} for r in runs)
     assert len({r[0] for r in runs}) == len(runs)  # each plan once
 
@@ -138,7 +140,11 @@ def test_cli_puts_pauses_resumes_and_deletes_schedules_run_by_replicas(
     assert [r for r in ledger(conn, schema, "1") if r[3] > paused_at] == []
     assert cli("schedules", "resume", "reminder", "user:1").returncode == 0
     resumed_at = db_now(conn)
-    wait_for(lambda: [r for r in ledger(conn, schema, "1") if r[3] > resumed_at], 10)
+    wait_until(
+        lambda: [r for r in ledger(conn, schema, "1") if r[3] > resumed_at],
+        10,
+        "a run of user:1 after resume",
+    )
 
     listed = cli("schedules", "list", "reminder")
     assert listed.returncode == 0 and "user:1" in listed.stdout and "every 0:00:01" in listed.stdout
@@ -164,7 +170,7 @@ def test_http_api_of_schedules(
     put = http("PUT", a.url(path), body=body, token=TOKEN)
     assert put.status == 200, put.text
     assert put.json()["every"] == 1.0 and put.json()["payload"] == {"name": "nine"}
-    runs = wait_for(lambda: ledger(conn, schema, "9"), 20, what="a run of user:9")
+    runs = wait_until(lambda: ledger(conn, schema, "9"), 20, "a run of user:9")
     assert json.loads(runs[0][1]) == {"name": "nine"}
 
     bad = http(

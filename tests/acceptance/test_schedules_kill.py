@@ -8,11 +8,7 @@ once."""
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
 import textwrap
 import time
 from datetime import datetime, timedelta
@@ -24,8 +20,9 @@ import pytest
 from psycopg import sql
 
 import pgsched
-from tests.acceptance.conftest import Replicas, in_schema
-from tests.helpers import wait_for
+from tests.acceptance.conftest import Replicas
+from tests.support.rows import in_schema
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -74,27 +71,6 @@ def plans(after: datetime, until: datetime, every: timedelta) -> list[datetime]:
     return out
 
 
-RUN = [sys.executable, "-m", "pgsched", "run"]
-
-
-class LoggedReplicas(Replicas):
-    """Replicas whose output goes to a file per runner (a pipe nobody reads would fill up
-    and stall a replica that logs every run)."""
-
-    def start(self, runner_id: str, app: str = "app.py") -> subprocess.Popen[str]:
-        with open(self.workdir / f"{runner_id}.log", "a", encoding="utf-8") as log:
-            proc = subprocess.Popen(
-                [*RUN, app, "--runner-id", runner_id, "--http-port", "0"],
-                cwd=self.workdir,
-                env=self.env(),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        self.procs[runner_id] = proc
-        return proc
-
-
 @pytest.fixture
 def group(pg_dsn: str, schema: str, tmp_path: Path) -> Any:
     (tmp_path / "app.py").write_text(APP)
@@ -106,7 +82,7 @@ def group(pg_dsn: str, schema: str, tmp_path: Path) -> Any:
                 " runner_id text, at timestamptz DEFAULT clock_timestamp())"
             ).format(sql.Identifier(schema))
         )
-    replicas = LoggedReplicas(pg_dsn, schema, tmp_path)
+    replicas = Replicas(pg_dsn, schema, tmp_path)
     yield replicas
     replicas.kill_all()
 
@@ -127,7 +103,7 @@ def test_kills_lose_no_plan_and_claim_nothing_stale(
         except pgsched.NotFoundError:
             return False
 
-    wait_for(registered, timeout=60, what="a replica to register the job")
+    wait_until(registered, 60, "a replica to register the job")
     admin.put_schedules("reminder", [pgsched.ScheduleSpec(s, every=EVERY) for s in SCOPES])
     put_at = db_now(db)
 
@@ -144,10 +120,9 @@ def test_kills_lose_no_plan_and_claim_nothing_stale(
                 group.start(name)
                 restarts.remove((due, name))
         if now >= next_kill:
-            live = [n for n in names if group.procs[n].poll() is None]
+            live = [n for n in names if group.members[n].alive]
             victim = rng.choice(live)
-            os.kill(group.procs[victim].pid, signal.SIGKILL)
-            group.procs[victim].wait(10)
+            group.members[victim].kill()
             restarts.append((now + 1, victim))
             kills += 1
             next_kill += 3
@@ -194,10 +169,12 @@ def test_kills_lose_no_plan_and_claim_nothing_stale(
         return found
 
     # Stale leases (4 s) are stolen and retried; every_plan then catches up one plan per tick.
-    deadline = time.monotonic() + 90
-    while (wrong := problems()) and time.monotonic() < deadline:
-        time.sleep(1)
-    assert wrong == [], f"{len(wrong)} problems, e.g. {wrong[:5]}"
+    wait_until(
+        lambda: not problems(),
+        90,
+        lambda: f"every plan to run once; {len(wrong := problems())} problems, e.g. {wrong[:5]}",
+        interval=1,
+    )
     assert set(group.terminate_all().values()) == {0}
     admin.close()
     # 7 kill slots in 21 s: a guard against an order-of-magnitude regression (it fails only if

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.acceptance.conftest import spawn_pgsched
-from tests.helpers import wait_for
+from tests.support.replica import Replica
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
@@ -66,22 +66,21 @@ def test_sigterm_mid_run(
     env = {**os.environ, "PGSCHED_DSN": pg_dsn, "GRACE": grace, "SLEEP": sleep}
     migrate = [sys.executable, "-m", "pgsched", "--schema", schema, "migrate"]
     subprocess.run(migrate, env=env, check=True, capture_output=True)
-    proc = spawn_pgsched(
-        ["--schema", schema, "run", "app.py", "--migrate", "--http-port", "0"], tmp_path, env
+    replica = Replica(
+        ["--schema", schema, "run", "app.py", "--migrate", "--http-port", "0"],
+        cwd=tmp_path,
+        env=env,
     )
     try:
-        wait_for(
-            lambda: (_row(db, schema) or ("",))[0] == "RUNNING",
-            timeout=30,
-            what="the slow job to be running",
+        wait_until(
+            lambda: (_row(db, schema) or ("",))[0] == "RUNNING", 30, "the slow job to be running"
         )
-        proc.send_signal(signal.SIGTERM)
+        replica.signal(signal.SIGTERM)
         sent = time.monotonic()
-        assert proc.wait(30) == 0
+        assert replica.proc.wait(30) == 0, replica.output()[-2000:]
         elapsed = time.monotonic() - sent
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        replica.kill()
     assert _row(db, schema) == expected
     if expected[0] == "FAILED":
         # guard against an order-of-magnitude regression (typically the 0.5 s grace plus the

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.conftest import spawn_pgsched
-from tests.helpers import wait_for
+from tests.support.replica import Replica
+from tests.support.waiting import wait_until
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
@@ -64,28 +64,21 @@ def test_status_page_renders_in_chromium(pg_dsn: str, schema: str, tmp_path: Pat
     env = {**os.environ, "PGSCHED_DSN": pg_dsn}
     migrate = [sys.executable, "-m", "pgsched", "--schema", schema, "migrate"]
     subprocess.run(migrate, env=env, check=True, capture_output=True)
-    proc = spawn_pgsched(["--schema", schema, "run", "app.py", "--http-port", "0"], tmp_path, env)
-    assert proc.stdout is not None
+    replica = Replica(
+        ["--schema", schema, "run", "app.py", "--http-port", "0"], cwd=tmp_path, env=env
+    )
     try:
-        port_line = wait_for(
-            lambda: (line := proc.stdout.readline()) and '"http_listening"' in line and line,
-            timeout=30,
-            interval=0,
-            what="the http_listening log line",
-        )
-        port = int(port_line.split('"port": ')[1].split("}")[0].split(",")[0])
-        url = f"http://127.0.0.1:{port}/"
+        url = f"http://127.0.0.1:{replica.http_port()}/"
 
         def rendered() -> str:
             dom = _chromium("--dump-dom", url).stdout
             return dom if "always_fails" in dom and "SUCCESS" in dom else ""
 
-        dom = wait_for(rendered, timeout=30, interval=0.5, what="both jobs on the page")
+        dom = wait_until(rendered, 30, "both jobs on the page", interval=0.5)
         shot = tmp_path / "status.png"
         _chromium(f"--screenshot={shot}", url)
     finally:
-        proc.terminate()
-        proc.wait(30)
+        replica.stop(30)
     # The browser built the tables, and hostile text stayed text (no <b>/<i> elements).
     assert "<table>" in dom and "nightly_rollup" in dom
     assert "&lt;b&gt;acme&lt;/b&gt;" in dom and "<b>acme</b>" not in dom

@@ -1,7 +1,7 @@
 """The config module every chaos replica runs: ``pgsched run tests/chaos/replica_app.py``.
 
 Two jobs with the same schedule and lease timing, read from ``CHAOS_*`` variables (see
-``harness.Timing``):
+``timing.Timing``):
 
 - ``tx`` (``transactional=True``) writes its ledger row through ``run.conn``, so the row
   commits together with the SUCCESS row, and only while the lease holds;

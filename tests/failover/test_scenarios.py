@@ -21,7 +21,7 @@ from tests.failover.scenario import (
     old_primary_writes,
     report,
 )
-from tests.helpers import wait_for
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.failover
 
@@ -152,10 +152,10 @@ def test_read_only_switchover(tmp_path: Path, side: tuple[str, str]) -> None:
         run.warm_up()
         run.fault()
         run.old.set_read_only(True)
-        wait_for(lambda: caught_up(run.old, run.new), 10, what="the standby to replay everything")
+        wait_until(lambda: caught_up(run.old, run.new), 10, "the standby to replay everything")
         # Promote only once a replica has found no writable server for a while (its pool
         # gives up on a borrow after 5 s): runs in flight meanwhile must wait it out.
-        wait_for(lambda: '"tick_error"' in run.logs(), 15, what="a tick to fail")
+        wait_until(lambda: '"tick_error"' in run.logs(), 15, "a tick to fail")
         run.promote(outage_s=0)
         resumed = run.wait_resumed()
         run.run_after()

@@ -14,15 +14,16 @@ last commits, and an old primary that comes back writable beside the promoted on
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import psycopg
 import pytest
 
 import pgsched
-from tests.failover.cluster import Cluster, Node
-from tests.failover.conftest import serving
-from tests.helpers import wait_for
+from tests.support.postgres import REPLICATION, PrivateServer
+from tests.support.threads import serving
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.failover
 
@@ -31,24 +32,22 @@ SCOPES = [pgsched.Scope("shard", str(i)) for i in range(3)]
 
 
 @pytest.fixture
-def cluster() -> Iterator[Cluster]:
-    c = Cluster()
-    try:
-        yield c
-    finally:
-        c.close()
+def servers() -> Iterator[ExitStack]:
+    """The servers a test makes, removed together at its end."""
+    with ExitStack() as stack:
+        yield stack
 
 
-def _migrated_pair(cluster: Cluster) -> tuple[Node, Node]:
+def _migrated_pair(servers: ExitStack) -> tuple[PrivateServer, PrivateServer]:
     """A primary with pgsched's schema, and a hot standby of it."""
-    old = cluster.primary()
-    new = cluster.standby(old)
+    old = servers.enter_context(PrivateServer.create(REPLICATION, system_first=True))
+    new = servers.enter_context(old.standby())
     with pgsched.Admin(old.dsn(), schema=SCHEMA) as admin:
         admin.migrate()
     return old, new
 
 
-def _dsn(*nodes: Node) -> str:
+def _dsn(*nodes: PrivateServer) -> str:
     ports = ",".join(str(n.port) for n in nodes)
     hosts = ",".join("127.0.0.1" for _ in nodes)
     return (
@@ -76,7 +75,7 @@ def _replica(dsn: str, runs: list[pgsched.Run]) -> pgsched.Scheduler:
     return s
 
 
-def _rows(node: Node, where: str = "true", params: Any = None) -> list[tuple[Any, ...]]:
+def _rows(node: PrivateServer, where: str = "true", params: Any = None) -> list[tuple[Any, ...]]:
     return node.sql(
         f"SELECT id, scope_id, plan_time, status, fencing_token FROM {SCHEMA}.cron_executions "
         f"WHERE {where}",
@@ -98,25 +97,29 @@ def _timeline_exported(s: pgsched.Scheduler, timeline: int) -> bool:
 
 
 def test_a_failover_that_lost_commits_puts_finished_work_back_and_tokens_stay_larger(
-    cluster: Cluster,
+    servers: ExitStack,
 ) -> None:
-    old, new = _migrated_pair(cluster)
-    wait_for(lambda: new.sql(f"SELECT to_regclass('{SCHEMA}.cron_executions')")[0][0], 15)
+    old, new = _migrated_pair(servers)
+    wait_until(
+        lambda: new.sql(f"SELECT to_regclass('{SCHEMA}.cron_executions')")[0][0],
+        15,
+        "the schema to reach the standby",
+    )
     new.stop("fast")  # the standby falls behind: nothing the replica writes reaches it
     runs: list[pgsched.Run] = []
     s = _replica(_dsn(old, new), runs)
     with serving(s):
-        wait_for(lambda: len(_rows(old, "status = 'SUCCESS'")) >= 6, 20, what="work on old")
+        wait_until(lambda: len(_rows(old, "status = 'SUCCESS'")) >= 6, 20, "work on old")
         old.stop("immediate")  # a crash: its last commits never left it
         new.start()
         new.promote()
-        wait_for(lambda: _changes(s) == 1, 20, what="the replica to switch servers")
+        wait_until(lambda: _changes(s) == 1, 20, "the replica to switch servers")
         assert _timeline_exported(s, 2)
         finished_before = {(r.scope.id, r.plan_time) for r in list(runs)}
-        wait_for(
+        wait_until(
             lambda: len(_rows(new, "status = 'SUCCESS'")) >= len(finished_before) + 6,
             20,
-            what="work on the promoted server",
+            "work on the promoted server",
         )
     rows = _rows(new)
     by_plan: dict[tuple[str, Any], int] = {}
@@ -133,16 +136,16 @@ def test_a_failover_that_lost_commits_puts_finished_work_back_and_tokens_stay_la
 
 
 def test_an_old_primary_back_beside_the_promoted_one_is_never_written_to(
-    cluster: Cluster,
+    servers: ExitStack,
 ) -> None:
-    old, new = _migrated_pair(cluster)
+    old, new = _migrated_pair(servers)
     runs: list[pgsched.Run] = []
     s = _replica(_dsn(old, new), runs)
     with serving(s):
-        wait_for(lambda: len(_rows(old, "status = 'SUCCESS'")) >= 3, 20, what="work on old")
+        wait_until(lambda: len(_rows(old, "status = 'SUCCESS'")) >= 3, 20, "work on old")
         old.stop("fast")  # a clean switchover: the standby has everything
         new.promote()
-        wait_for(lambda: _changes(s) == 1, 20, what="the replica to switch servers")
+        wait_until(lambda: _changes(s) == 1, 20, "the replica to switch servers")
         old.start()  # the demoted primary, back as it was: writable, on the old timeline
         (restarted_at,) = old.sql("SELECT clock_timestamp()")[0]
         # Every connection of the replica is cut: the pool reconnects, and libpq meets the
@@ -152,10 +155,10 @@ def test_an_old_primary_back_beside_the_promoted_one_is_never_written_to(
             "WHERE application_name LIKE 'pgsched%%' AND pid <> pg_backend_pid()"
         )
         (cut_at,) = new.sql("SELECT clock_timestamp()")[0]
-        wait_for(
+        wait_until(
             lambda: len(_rows(new, "status = 'SUCCESS' AND started_at > %s", (cut_at,))) >= 6,
             20,
-            what="work on the promoted server after the cut",
+            "work on the promoted server after the cut",
         )
     written = _rows(old, "updated_at > %s", (restarted_at,))
     assert written == [], f"{len(written)} rows written to the demoted primary"

@@ -14,16 +14,23 @@ import pytest
 
 import pgsched
 from pgsched._runtime import Runtime
-from tests.failover.cluster import Node
-from tests.failover.conftest import probe, serving
-from tests.helpers import wait_for
+from tests.support.net import http
+from tests.support.postgres import PrivateServer
+from tests.support.threads import serving
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.failover
 
 SCOPES = [pgsched.Scope("t", name) for name in ("a", "b", "c")]
 
 
-def _scheduler(primary: Node, **options: Any) -> pgsched.Scheduler:
+def probe(port: int, path: str) -> tuple[int, dict[str, Any]]:
+    """GET ``path`` of a replica's HTTP server: status and JSON body."""
+    reply = http("GET", f"http://127.0.0.1:{port}{path}")
+    return reply.status, reply.json()
+
+
+def _scheduler(primary: PrivateServer, **options: Any) -> pgsched.Scheduler:
     schema = f"f_{uuid.uuid4().hex[:10]}"
     options.setdefault("tick_interval", 0.2)
     options.setdefault("shutdown_grace", "2s")
@@ -32,7 +39,7 @@ def _scheduler(primary: Node, **options: Any) -> pgsched.Scheduler:
     return s
 
 
-def _statuses(primary: Node, schema: str) -> list[tuple[str, str]]:
+def _statuses(primary: PrivateServer, schema: str) -> list[tuple[str, str]]:
     rows = primary.sql(
         f'SELECT scope_id, status FROM "{schema}".cron_executions ORDER BY scope_id, plan_time'
     )
@@ -62,12 +69,12 @@ def _gated_job(s: pgsched.Scheduler, gate: threading.Event, **options: Any) -> l
     return entered
 
 
-def test_outcomes_wait_out_a_read_only_primary_and_health_tells_it(primary: Node) -> None:
+def test_outcomes_wait_out_a_read_only_primary_and_health_tells_it(primary: PrivateServer) -> None:
     s = _scheduler(primary, max_concurrency=4, health_timeout="2s")
     gate = threading.Event()
     entered = _gated_job(s, gate)
     with serving(s) as port:
-        wait_for(lambda: len(entered) == 3, 15, what="three handlers running")
+        wait_until(lambda: len(entered) == 3, 15, "three handlers running")
         runtime = _runtime(s)
         assert probe(port, "/healthz")[0] == 200
         assert probe(port, "/readyz")[0] == 200
@@ -80,12 +87,12 @@ def test_outcomes_wait_out_a_read_only_primary_and_health_tells_it(primary: Node
             tasks = {f["task"] for f in body["failing"]}
             return body if status == 503 and {"tick", "writer"} <= tasks else None
 
-        body = wait_for(unhealthy, 20, what="/healthz 503 naming the tick loop and the writer")
+        body = wait_until(unhealthy, 20, "/healthz 503 naming the tick loop and the writer")
         failing = {f["task"]: f for f in body["failing"]}
         assert failing["writer"]["failing_for_s"] > 2.0
         assert failing["writer"]["failing_since"].endswith("+00:00")
-        _, ready = wait_for(
-            lambda: (r := probe(port, "/readyz"))[0] == 503 and r, 15, what="/readyz 503"
+        _, ready = wait_until(
+            lambda: (r := probe(port, "/readyz"))[0] == 503 and r, 15, "/readyz 503"
         )
         assert "not writable" in ready["reason"], ready
         assert len(runtime.leases) == 3, "slots are held until the outcomes are written"
@@ -94,23 +101,23 @@ def test_outcomes_wait_out_a_read_only_primary_and_health_tells_it(primary: Node
 
         primary.set_read_only(False)
         back = time.monotonic()
-        wait_for(
+        wait_until(
             lambda: (
                 _statuses(primary, s.schema)[:3]
                 == [("a", "SUCCESS"), ("b", "SUCCESS"), ("c", "SUCCESS")]
             ),
             30,
-            what="the three outcomes written once the primary is writable again",
+            "the three outcomes written once the primary is writable again",
         )
         landed_s = time.monotonic() - back
-        wait_for(lambda: len(runtime.leases) == 0, 10, what="the slots released")
-        wait_for(lambda: probe(port, "/healthz")[0] == 200, 15, what="/healthz 200 again")
-        wait_for(lambda: probe(port, "/readyz")[0] == 200, 15, what="/readyz 200 again")
+        wait_until(lambda: len(runtime.leases) == 0, 10, "the slots released")
+        wait_until(lambda: probe(port, "/healthz")[0] == 200, 15, "/healthz 200 again")
+        wait_until(lambda: probe(port, "/readyz")[0] == 200, 15, "/readyz 200 again")
         assert _loops_alive(runtime)
     print(f"outcomes landed {landed_s:.2f} s after the primary took writes again")
 
 
-def test_a_refused_row_falls_back_and_never_holds_its_slot(primary: Node) -> None:
+def test_a_refused_row_falls_back_and_never_holds_its_slot(primary: PrivateServer) -> None:
     """A terminal write the database refuses for the row itself (not the connection): the
     batch is split, the row written as FAILED invalid_result; refused again, the outcome is
     given up and its slot freed; the other rows are written as usual."""
@@ -134,13 +141,13 @@ def test_a_refused_row_falls_back_and_never_holds_its_slot(primary: Node) -> Non
     gate.set()
     _gated_job(s, gate)
     with serving(s) as port:
-        wait_for(
+        wait_until(
             lambda: [st for _, st in _statuses(primary, s.schema)][:2] == ["SUCCESS", "FAILED"],
             20,
-            what="a written, b failed",
+            "a written, b failed",
         )
         runtime = _runtime(s)
-        wait_for(lambda: len(runtime.leases) == 0, 10, what="every slot released, c's too")
+        wait_until(lambda: len(runtime.leases) == 0, 10, "every slot released, c's too")
         assert _loops_alive(runtime)
         assert probe(port, "/healthz")[0] == 200
     rows = primary.sql(
@@ -153,7 +160,7 @@ def test_a_refused_row_falls_back_and_never_holds_its_slot(primary: Node) -> Non
     ]
 
 
-def test_heartbeats_and_ticks_outlive_terminated_connections(primary: Node) -> None:
+def test_heartbeats_and_ticks_outlive_terminated_connections(primary: PrivateServer) -> None:
     s = _scheduler(primary, max_concurrency=4)
     gate = threading.Event()
     entered = _gated_job(s, gate, run_timeout="20s", stale_timeout="30s", heartbeat_interval="1s")
@@ -163,7 +170,7 @@ def test_heartbeats_and_ticks_outlive_terminated_connections(primary: Node) -> N
         return [r[0] for r in primary.sql(f"SELECT heartbeat_at FROM {table} ORDER BY scope_id")]
 
     with serving(s) as port:
-        wait_for(lambda: len(entered) == 3, 15, what="three handlers running")
+        wait_until(lambda: len(entered) == 3, 15, "three handlers running")
         runtime = _runtime(s)
         for _ in range(3):
             before = beats()
@@ -172,24 +179,24 @@ def test_heartbeats_and_ticks_outlive_terminated_connections(primary: Node) -> N
                 "WHERE application_name LIKE 'pgsched %'"
             )
             assert killed, "no pgsched connection to terminate"
-            wait_for(
+            wait_until(
                 lambda before=before: all(a > b for a, b in zip(beats(), before, strict=True)),
                 15,
-                what="every lease renewed after its connection was terminated",
+                "every lease renewed after its connection was terminated",
             )
             assert _loops_alive(runtime)
         gate.set()
-        wait_for(
+        wait_until(
             lambda: {st for _, st in _statuses(primary, s.schema)[:3]} == {"SUCCESS"},
             15,
-            what="the outcomes written",
+            "the outcomes written",
         )
-        wait_for(lambda: len(runtime.leases) == 0, 10, what="the slots released")
+        wait_until(lambda: len(runtime.leases) == 0, 10, "the slots released")
         assert probe(port, "/healthz")[0] == 200
 
 
 def test_a_connection_that_met_25006_is_discarded_and_the_write_retried(
-    primary: Node, caplog: pytest.LogCaptureFixture
+    primary: PrivateServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The server refuses the terminal writes with SQLSTATE 25006 (a trigger stands in for a
     server turned read-only between the pool's check and the statement): each connection
@@ -217,27 +224,27 @@ def test_a_connection_that_met_25006_is_discarded_and_the_write_retried(
     entered = _gated_job(s, gate)
     caplog.set_level("INFO", logger="psycopg.pool")
     with serving(s):
-        wait_for(lambda: len(entered) == 3, 15, what="three handlers running")
+        wait_until(lambda: len(entered) == 3, 15, "three handlers running")
         runtime = _runtime(s)
         gate.set()
-        wait_for(
+        wait_until(
             lambda: sum("discarding closed connection" in r.message for r in caplog.records) >= 2,
             15,
-            what="two connections that met 25006 discarded by the pool",
+            "two connections that met 25006 discarded by the pool",
         )
         assert runtime.writer.failing_since is not None
         assert len(runtime.leases) == 3 and _loops_alive(runtime)
         primary.sql(f"DELETE FROM {flag}")
-        wait_for(
+        wait_until(
             lambda: {st for _, st in _statuses(primary, s.schema)[:3]} == {"SUCCESS"},
             15,
-            what="the outcomes written once the server takes them",
+            "the outcomes written once the server takes them",
         )
-        wait_for(lambda: len(runtime.leases) == 0, 10, what="the slots released")
+        wait_until(lambda: len(runtime.leases) == 0, 10, "the slots released")
         assert runtime.writer.failing_since is None
 
 
-def test_one_jobs_failing_claims_do_not_make_the_replica_unhealthy(primary: Node) -> None:
+def test_one_jobs_failing_claims_do_not_make_the_replica_unhealthy(primary: PrivateServer) -> None:
     """/healthz is about the database serving the replica, not about one job's bug: a job
     whose scopes() raises at every tick fails its claims, the others run, and past the
     health timeout the replica still answers 200 (a restart would not help)."""
@@ -251,10 +258,10 @@ def test_one_jobs_failing_claims_do_not_make_the_replica_unhealthy(primary: Node
     with serving(s) as port:
         runtime = _runtime(s)
         started = time.monotonic()
-        wait_for(
+        wait_until(
             lambda: runtime.report.errors >= 5 and time.monotonic() - started > 2.0,
             15,
-            what="failed claims for longer than twice the health timeout",
+            "failed claims for longer than twice the health timeout",
         )
         status, body = probe(port, "/healthz")
         assert status == 200 and body["failing"] == [], body

@@ -15,34 +15,32 @@ import pytest
 from structlog.testing import capture_logs
 
 import pgsched
-from tests.failover.cluster import Cluster, Node
-from tests.helpers import wait_for
+from tests.support.postgres import REPLICATION, PrivateServer
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.failover
 
 
 @pytest.fixture
-def synchronous_pair() -> Iterator[tuple[Node, Node]]:
-    cluster = Cluster()
-    try:
-        primary = cluster.primary()
-        standby = cluster.standby(primary)
+def synchronous_pair() -> Iterator[tuple[PrivateServer, PrivateServer]]:
+    with (
+        PrivateServer.create(REPLICATION, system_first=True) as primary,
+        primary.standby() as standby,
+    ):
         primary.sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
         primary.sql("ALTER SYSTEM SET synchronous_commit = 'local'")
         primary.sql("SELECT pg_reload_conf()")
-        wait_for(lambda: _sync_standbys(primary) == 1, 15, what="a synchronous standby")
+        wait_until(lambda: _sync_standbys(primary) == 1, 15, "a synchronous standby")
         yield primary, standby
-    finally:
-        cluster.close()
 
 
-def _sync_standbys(primary: Node) -> int:
+def _sync_standbys(primary: PrivateServer) -> int:
     query = "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'"
     return int(primary.sql(query)[0][0])
 
 
 def _scheduler(
-    primary: Node,
+    primary: PrivateServer,
     runner: str,
     handler: Any = lambda run: 1,
     *,
@@ -58,7 +56,7 @@ def _scheduler(
     return s
 
 
-def _waiting_for_standby(primary: Node, runner: str) -> bool:
+def _waiting_for_standby(primary: PrivateServer, runner: str) -> bool:
     """A session of ``runner`` waits in a COMMIT for the synchronous standby."""
     query = (
         "SELECT count(*) FROM pg_stat_activity"
@@ -67,18 +65,18 @@ def _waiting_for_standby(primary: Node, runner: str) -> bool:
     return bool(primary.sql(query, (f"pgsched {runner}",))[0][0])
 
 
-def _rows(primary: Node, schema: str) -> list[tuple[Any, ...]]:
+def _rows(primary: PrivateServer, schema: str) -> list[tuple[Any, ...]]:
     return primary.sql(f'SELECT status, attempt FROM "{schema}".cron_executions')
 
 
 def test_a_synchronous_claim_waits_for_the_standby_and_an_ordinary_one_does_not(
-    synchronous_pair: tuple[Node, Node],
+    synchronous_pair: tuple[PrivateServer, PrivateServer],
 ) -> None:
     primary, standby = synchronous_pair
     on = _scheduler(primary, "sync-on", synchronous_claims=True)
     off = _scheduler(primary, "sync-off")
     standby.stop()
-    wait_for(lambda: _sync_standbys(primary) == 0, 10, what="the standby to disconnect")
+    wait_until(lambda: _sync_standbys(primary) == 0, 10, "the standby to disconnect")
 
     assert off.run_once().succeeded == 1  # commits locally, as the server's default says
     assert _rows(primary, off.schema) == [("SUCCESS", 1)]
@@ -87,8 +85,8 @@ def test_a_synchronous_claim_waits_for_the_standby_and_an_ordinary_one_does_not(
     with capture_logs() as logs:
         thread = threading.Thread(target=lambda: reports.append(on.run_once()), daemon=True)
         thread.start()
-        wait_for(
-            lambda: _waiting_for_standby(primary, "sync-on"), 10, what="the claim's COMMIT to wait"
+        wait_until(
+            lambda: _waiting_for_standby(primary, "sync-on"), 10, "the claim's COMMIT to wait"
         )
         assert _rows(primary, on.schema) == []  # the claimed row is not visible to others
         thread.join(1.0)
@@ -105,7 +103,7 @@ def test_a_synchronous_claim_waits_for_the_standby_and_an_ordinary_one_does_not(
 
 @pytest.mark.parametrize("transactional", [False, True])
 def test_a_synchronous_terminal_write_waits_for_the_standby(
-    synchronous_pair: tuple[Node, Node], transactional: bool
+    synchronous_pair: tuple[PrivateServer, PrivateServer], transactional: bool
 ) -> None:
     """The claim commits (the standby is up); the standby stops while the handler runs: its
     SUCCESS row (the writer's, or the transactional run's own) stays invisible until the
@@ -123,12 +121,12 @@ def test_a_synchronous_terminal_write_waits_for_the_standby(
     thread = threading.Thread(target=lambda: reports.append(s.run_once()), daemon=True)
     thread.start()
     try:
-        wait_for(lambda: _rows(primary, s.schema) == [("RUNNING", 1)], 10, what="the claim")
+        wait_until(lambda: _rows(primary, s.schema) == [("RUNNING", 1)], 10, "the claim")
         standby.stop()
-        wait_for(lambda: _sync_standbys(primary) == 0, 10, what="the standby to disconnect")
+        wait_until(lambda: _sync_standbys(primary) == 0, 10, "the standby to disconnect")
     finally:
         release.set()
-    wait_for(lambda: _waiting_for_standby(primary, runner), 10, what="the SUCCESS to wait")
+    wait_until(lambda: _waiting_for_standby(primary, runner), 10, "the SUCCESS to wait")
     assert _rows(primary, s.schema) == [("RUNNING", 1)]
     standby.start()
     thread.join(20)

@@ -12,23 +12,22 @@ from collections.abc import Iterator
 import pytest
 
 import pgsched
-from tests.failover.cluster import Cluster, Node
-from tests.helpers import wait_for
+from tests.support.postgres import REPLICATION, PrivateServer
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.failover
 
 
 @pytest.fixture
-def pair() -> Iterator[tuple[Node, Node]]:
-    cluster = Cluster()
-    try:
-        primary = cluster.primary()
-        yield primary, cluster.standby(primary)
-    finally:
-        cluster.close()
+def pair() -> Iterator[tuple[PrivateServer, PrivateServer]]:
+    with (
+        PrivateServer.create(REPLICATION, system_first=True) as primary,
+        primary.standby() as standby,
+    ):
+        yield primary, standby
 
 
-def _caught_up(primary: Node, standby: Node) -> bool:
+def _caught_up(primary: PrivateServer, standby: PrivateServer) -> bool:
     (sent,) = primary.sql("SELECT pg_current_wal_lsn()::text")[0]
     (replayed,) = standby.sql(
         "SELECT pg_wal_lsn_diff(pg_last_wal_replay_lsn(), %s::pg_lsn) >= 0", (sent,)
@@ -37,7 +36,7 @@ def _caught_up(primary: Node, standby: Node) -> bool:
 
 
 def test_a_transactional_run_cut_off_by_a_crash_failover_runs_once_on_the_new_primary(
-    pair: tuple[Node, Node],
+    pair: tuple[PrivateServer, PrivateServer],
 ) -> None:
     old, new = pair
     schema = f"tx_{uuid.uuid4().hex[:10]}"
@@ -65,8 +64,8 @@ def test_a_transactional_run_cut_off_by_a_crash_failover_runs_once_on_the_new_pr
     thread = threading.Thread(target=lambda: reports.append(s.run_once()), daemon=True)
     thread.start()
     try:
-        wait_for(inside.is_set, 10, what="the first run")
-        wait_for(lambda: _caught_up(old, new), 10, what="the standby to have the claim")
+        wait_until(inside.is_set, 10, "the first run")
+        wait_until(lambda: _caught_up(old, new), 10, "the standby to have the claim")
         old.stop("immediate")
         new.promote()
     finally:

@@ -17,18 +17,11 @@ from psycopg import sql
 
 import pgsched
 from pgsched._admin import Admin
-from tests.helpers import free_port
-from tests.integration._support import (
-    Recorder,
-    count,
-    db_now,
-    floor_to,
-    insert_row,
-    row_by_id,
-    rows,
-    table,
-)
-from tests.plans import FixedPlans, past_plan
+from tests.support.net import free_port
+from tests.support.plans import FixedPlans, past_plan
+from tests.support.rows import count, db_now, floor_to, insert_row, row_by_id, rows, table
+from tests.support.threads import Recorder
+from tests.support.waiting import wait_until
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
@@ -437,17 +430,6 @@ def _named_admin(dsn: str, schema: str) -> tuple[Admin, str]:
     return Admin(dsn=dsn, schema=schema, app_name=app), app
 
 
-def _until(check: Any, timeout_s: float = 10.0) -> Any:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got or time.monotonic() > deadline:
-            return got
-        time.sleep(0.05)
-
-
 def test_admin_keeps_one_connection_between_calls_and_close_ends_it(
     runtime_dsn: str, migrated: str, registered: pgsched.Scheduler, db: Any
 ) -> None:
@@ -461,7 +443,7 @@ def test_admin_keeps_one_connection_between_calls_and_close_ends_it(
     assert len(first) == 1
     assert _backends(db, app) == first  # the same session served every call
     admin.close()
-    assert _until(lambda: _backends(db, app) == [])
+    wait_until(lambda: _backends(db, app) == [], 10, "the sessions to end")
     assert [s.job for s in admin.status()] == ["alpha", "beta"]  # a new one after close
 
 
@@ -473,7 +455,7 @@ def test_admin_replaces_a_kept_connection_the_server_ended(
         admin.status()
         [pid] = _backends(db, app)
         db.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        assert _until(lambda: pid not in _backends(db, app))
+        wait_until(lambda: pid not in _backends(db, app), 10, f"session {pid} to end")
         admin.pause("beta")  # checked before reuse: the dead one is dropped, not an error
         assert paused(db, migrated, "beta") is True
         [new] = _backends(db, app)
@@ -509,7 +491,11 @@ def test_admin_shared_by_threads_runs_their_calls_concurrently(
     assert len(jobs) == 80 and all(j == ["alpha", "beta"] for j in jobs)
     # The rest were closed when returned; a closed session's backend stays listed in
     # pg_stat_activity until its process has exited, so wait for that, with a deadline.
-    assert _until(lambda: 1 <= len(_backends(db, app)) <= KEEP_IDLE), _backends(db, app)
+    wait_until(
+        lambda: 1 <= len(_backends(db, app)) <= KEEP_IDLE,
+        10,
+        lambda: f"1 to {KEEP_IDLE} idle sessions, not {_backends(db, app)}",
+    )
     admin.close()
 
 
@@ -523,7 +509,8 @@ def test_a_collected_admin_closes_the_connections_it_kept(
     assert len(_backends(db, app)) == 1
     del admin
     gc.collect()
-    assert _until(lambda: _backends(db, app) == [])  # an Admin per request leaks nothing
+    # an Admin per request leaks nothing
+    wait_until(lambda: _backends(db, app) == [], 10, "the sessions to end")
 
 
 def test_an_unreachable_database_is_a_database_error_naming_the_host() -> None:

@@ -2,7 +2,7 @@
 acknowledging TCP) is left within the connection's answer_timeout plus the probe's timeout:
 the wait ends with :class:`NoAnswer` naming the host, the connection is dropped, and a pool's
 new connections try that host last. A server that is only slow is waited for: its host
-reacts to the probe. The proxy is the failover scenarios' (tests/failover/proxy.py)."""
+reacts to the probe. The proxy is tests/support/proxy.py."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pgsched._answering import (
 )
 from pgsched._connection import make_pool, pooled
 from pgsched._store import Store
-from tests.failover.proxy import TcpProxy
+from tests.support.proxy import TcpProxy
 
 BOUND_S = 1.0
 # A guard against waiting on the silent server's TCP timeouts (minutes), not a figure.

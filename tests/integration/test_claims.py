@@ -16,18 +16,10 @@ from psycopg import sql
 from structlog.testing import capture_logs
 
 import pgsched
-from tests.helpers import wait_for
-from tests.integration._support import (
-    Recorder,
-    count,
-    db_now,
-    insert_row,
-    rows,
-    run_together,
-    running,
-    table,
-)
-from tests.plans import FixedPlans, past_plan
+from tests.support.plans import FixedPlans, past_plan
+from tests.support.rows import count, db_now, insert_row, rows, table
+from tests.support.threads import Recorder, run_together, running
+from tests.support.waiting import wait_until
 
 
 def test_eight_concurrent_claimers_have_exactly_one_winner(
@@ -92,11 +84,15 @@ def test_fan_out_of_200_scopes_over_three_replicas(
     reports: dict[str, list[pgsched.TickReport]] = {s.runner_id: [] for s in schedulers}
 
     def replica(s: pgsched.Scheduler) -> None:
-        deadline = time.monotonic() + 40
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            while count(conn, migrated, "status = 'SUCCESS'") < 200:
-                assert time.monotonic() < deadline, "fan-out did not finish"
+
+            def finished() -> bool:  # else one more tick
+                if count(conn, migrated, "status = 'SUCCESS'") >= 200:
+                    return True
                 reports[s.runner_id].append(s.run_once())
+                return False
+
+            wait_until(finished, 40, "the fan-out to finish", interval=0)
 
     run_together([lambda s=s: replica(s) for s in schedulers], timeout=60)
 
@@ -169,7 +165,7 @@ def test_second_replica_claims_what_the_first_could_not(
     assert a.run_once().claimed == 0
     by_runner = Counter(r["runner_id"] for r in rows(db, migrated))
     assert by_runner == {"a": 4, "b": 2}
-    wait_for(lambda: count(db, migrated, "status = 'SUCCESS'") == 6, 5, what="6 successes")
+    wait_until(lambda: count(db, migrated, "status = 'SUCCESS'") == 6, 5, "6 successes")
 
 
 def test_a_failing_job_does_not_orphan_the_claims_of_other_jobs(
@@ -243,7 +239,7 @@ def test_eight_concurrent_claimers_never_overlap_a_forbid_scope(
     with contextlib.ExitStack() as stack:
         for s in replicas:
             stack.enter_context(running(s))
-        wait_for(lambda: len(spans) >= 60, 60, what="60 executions")
+        wait_until(lambda: len(spans) >= 60, 60, "60 executions")
     by_scope: dict[pgsched.Scope, list[tuple[float, float, datetime, str, str]]] = {}
     for scope, start, end, *rest in spans:
         by_scope.setdefault(scope, []).append((start, end, *rest))

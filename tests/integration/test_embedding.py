@@ -17,8 +17,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 import pgsched
-from tests.helpers import wait_for
-from tests.integration._support import insert_row, running
+from tests.support.rows import insert_row
+from tests.support.threads import running
+from tests.support.waiting import wait_until
 
 
 class _SlowCallbacks(logging.Handler):
@@ -89,8 +90,9 @@ def test_serve_and_async_admin_never_stall_the_loop(
         watcher = asyncio.create_task(_watch_loop(stop, gaps))
         server = asyncio.create_task(s.serve())
         async with pgsched.AsyncAdmin(runtime_dsn, schema=migrated) as admin:
-            while "tick" not in [job.job for job in await admin.status()]:
-                await asyncio.sleep(0.05)  # the replica's first tick registers the job
+            async with asyncio.timeout(30):  # a deadline: a failure, not a hang
+                while "tick" not in [job.job for job in await admin.status()]:
+                    await asyncio.sleep(0.05)  # the replica's first tick registers the job
             for i in range(20):  # 100 operations
                 await admin.status()
                 await admin.runs(limit=50)
@@ -99,8 +101,9 @@ def test_serve_and_async_admin_never_stall_the_loop(
                 await admin.resume("tick")
                 assert triggered
         started = time.monotonic()
-        while len(done) < 40 or time.monotonic() - started < 1.5:  # several ticks, runs
-            await asyncio.sleep(0.05)
+        async with asyncio.timeout(60):  # a deadline: a failure, not a hang
+            while len(done) < 40 or time.monotonic() - started < 1.5:  # several ticks, runs
+                await asyncio.sleep(0.05)
         s.stop()
         await asyncio.wait_for(server, 30)
         stop.set()
@@ -151,7 +154,7 @@ def test_database_gauges_are_collected_from_the_applications_registry(
         return registry.get_sample_value("pgsched_failed_runs", {"job": "audited"})
 
     with running(s):
-        assert wait_for(failed_gauge, 15, what="pgsched_failed_runs from a scrape") == 1.0
+        assert wait_until(failed_gauge, 15, "pgsched_failed_runs from a scrape") == 1.0
         reads = s.metrics.cluster.reads
         started = time.monotonic()
         scrapes = 0

@@ -10,19 +10,17 @@ from typing import Any
 import pytest
 
 import pgsched
-from tests.helpers import wait_for
-from tests.integration._support import (
-    Recorder,
+from tests.support.rows import (
     db_now,
     finish_with_token,
     floor_to,
     make_stale,
     row_by_id,
     rows,
-    run_together,
-    running,
     seed_running,
 )
+from tests.support.threads import Recorder, run_together, running
+from tests.support.waiting import wait_until
 
 DAY = timedelta(days=1)
 LONG_LEASE = {"run_timeout": "30s", "stale_timeout": "1h", "heartbeat_interval": "20m"}
@@ -113,7 +111,7 @@ def test_old_holders_terminal_write_is_rejected_after_a_steal(
 
             # A's handler finishes now: its terminal write must match no row.
             gates["A"][1].set()
-            wait_for(lambda: seen["A"].lease_lost, 10, what="A to learn its lease was lost")
+            wait_until(lambda: seen["A"].lease_lost, 10, "A to learn its lease was lost")
             with pytest.raises(pgsched.LeaseLost):
                 seen["A"].heartbeat()
             assert row_by_id(db, migrated, first["id"]) == stolen, "A wrote over B's lease"
@@ -173,7 +171,7 @@ def test_lease_loss_is_signalled_to_a_running_handler(
             make_stale(db, migrated, row["id"])
             return b.run_once().stolen == 1
 
-        wait_for(steal, 15, interval=0, what="B to steal A's lease")
+        wait_until(steal, 15, "B to steal A's lease", interval=0)
         assert a_done.wait(15), "A's handler never finished"
 
     assert observed["lost"] is True, "run.lease_lost never became true"
@@ -334,7 +332,7 @@ def test_heartbeats_extend_the_lease_while_the_handler_runs(
 
         # 6 s: guard against an order-of-magnitude regression (a renewal normally comes within
         # the 1 s heartbeat_interval), not a performance claim: those live in bench/
-        wait_for(renewed, 6, what="a heartbeat to extend stale_after")
+        wait_until(renewed, 6, "a heartbeat to extend stale_after")
         (later,) = rows(db, migrated)
         # stale_after = heartbeat_at + stale_timeout
         assert later["stale_after"] - later["heartbeat_at"] == timedelta(seconds=20)

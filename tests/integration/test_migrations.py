@@ -10,7 +10,8 @@ from psycopg import sql
 
 import pgsched
 from pgsched._store import migration_files
-from tests.integration._support import rows, run_together, table
+from tests.support.rows import rows, table
+from tests.support.threads import run_together
 
 VERSIONS = [version for version, _, _ in migration_files()]
 TS = "timestamp with time zone"

@@ -13,22 +13,19 @@ import pytest
 from psycopg import sql
 
 import pgsched
-from tests.helpers import wait_for
-from tests.integration._support import (
-    Recorder,
+from tests.support.plans import FixedPlans, past_plan
+from tests.support.rows import (
     count,
     db_now,
     floor_to,
     insert_row,
     row_by_id,
     rows,
-    run_together,
-    running,
     seed_running,
     table,
-    wait_for_fresh_tick,
 )
-from tests.plans import FixedPlans, past_plan
+from tests.support.threads import Recorder, run_together, running, wait_for_fresh_tick
+from tests.support.waiting import wait_until
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
@@ -86,7 +83,7 @@ def test_pause_stops_a_running_replica(make_scheduler: Any, migrated: str, db: A
         assert len(recorder) == 0
         assert row_by_id(db, migrated, manual)["status"] == "PENDING"
         operator.resume("ticking")
-        wait_for(lambda: count(db, migrated, "status = 'SUCCESS'") == 2, 10, what="2 successes")
+        wait_until(lambda: count(db, migrated, "status = 'SUCCESS'") == 2, 10, "2 successes")
     assert sorted(r.scope.id for r in recorder.runs) == ["1", "2"]
 
 
@@ -245,12 +242,16 @@ def test_max_running_caps_a_job_across_replicas(
         s.register(slow, every="1d", scopes=scopes, max_running=2)
 
     peak_sql = 0
-    deadline = time.monotonic() + 30
+
+    def finished() -> bool:  # and the most RUNNING rows seen meanwhile
+        nonlocal peak_sql
+        if count(db, migrated, "status = 'SUCCESS'") >= 10:
+            return True
+        peak_sql = max(peak_sql, count(db, migrated, "status = 'RUNNING'"))
+        return False
+
     with running(replicas[0]), running(replicas[1]):
-        while count(db, migrated, "status = 'SUCCESS'") < 10:
-            assert time.monotonic() < deadline, "the 10 scopes did not finish"
-            peak_sql = max(peak_sql, count(db, migrated, "status = 'RUNNING'"))
-            time.sleep(0.02)
+        wait_until(finished, 30, "the 10 scopes to finish", interval=0.02)
     assert peak_sql <= 2, f"{peak_sql} RUNNING at once with max_running=2"
     assert recorder.peak <= 2
     assert peak_sql >= 1

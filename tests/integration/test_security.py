@@ -14,8 +14,8 @@ from psycopg import sql
 
 import pgsched
 from pgsched._admin import Admin
-from tests.integration._support import as_role, table
-from tests.integration.conftest import DbRoles
+from tests.support.roles import DbRoles
+from tests.support.rows import as_role, table
 
 pytestmark = pytest.mark.usefixtures("migrated")
 

@@ -13,8 +13,8 @@ from structlog.testing import capture_logs
 
 import pgsched
 from pgsched._store import _Statements
-from tests.helpers import wait_for
-from tests.integration._support import count, rows
+from tests.support.rows import count, rows
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("migrated")
 SYNC_ONLY = {"claim_begin_synchronous", "synchronous_commit", "synchronous_standbys"}
@@ -88,7 +88,7 @@ def test_one_warning_when_the_server_has_no_synchronous_standby(
         thread = threading.Thread(target=s.run, daemon=True)
         thread.start()
         try:
-            wait_for(lambda: count(db, migrated, "status = 'SUCCESS'") >= 2, 15, what="2 runs")
+            wait_until(lambda: count(db, migrated, "status = 'SUCCESS'") >= 2, 15, "2 runs")
         finally:
             s.stop()
             thread.join(15)
@@ -117,7 +117,7 @@ def test_a_dynamic_jobs_claims_are_synchronous_too(
     s.register(lambda run: 1, name="dyn", dynamic=True)
     s.put_schedule("dyn", pgsched.Scope("user", "1"), every="1s")
     statements.clear()
-    wait_for(lambda: s.run_once().succeeded, 10, what="the schedule's run")
+    wait_until(lambda: s.run_once().succeeded, 10, "the schedule's run")
     assert "schedules_claim" in statements
     assert "claim_begin" not in statements
     claim = statements.index("schedules_claim")

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 import pgsched
-from tests.integration._support import db_now, floor_to, seed_running
+from tests.support.rows import db_now, floor_to, seed_running
 
 _EXPORTER = InMemorySpanExporter()
 

@@ -11,9 +11,10 @@ import pytest
 from psycopg import sql
 
 import pgsched
-from tests.helpers import wait_for
-from tests.integration._support import as_role, make_stale, row_by_id, rows, running, table
-from tests.integration.conftest import DbRoles
+from tests.support.roles import DbRoles
+from tests.support.rows import as_role, make_stale, row_by_id, rows, table
+from tests.support.threads import running
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("migrated")
 
@@ -127,14 +128,14 @@ def test_stolen_lease_rolls_back_the_old_holders_writes(
             make_stale(db, migrated, row["id"])  # A heartbeats, so repeat until B wins
             return b.run_once().stolen == 1
 
-        wait_for(steal, 15, interval=0, what="B to steal A's lease")
+        wait_until(steal, 15, "B to steal A's lease", interval=0)
         release.set()
-        wait_for(
+        wait_until(
             lambda: (
                 a.metrics.registry.get_sample_value("pgsched_leases_lost_total", {"job": "tx"}) == 1
             ),
             10,
-            what="A to notice it lost the lease",
+            "A to notice it lost the lease",
         )
 
     final = row_by_id(db, migrated, row["id"])

@@ -18,9 +18,9 @@ from structlog.testing import capture_logs
 import pgsched
 from pgsched._store import Finish, Store
 from pgsched._transaction import Transactions, TransactionUnavailable, Written
-from tests.helpers import wait_for
-from tests.integration._support import as_role, rows, table
-from tests.integration.conftest import DbRoles
+from tests.support.roles import DbRoles
+from tests.support.rows import as_role, rows, table
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("migrated")
 
@@ -78,7 +78,7 @@ def test_a_killed_connection_runs_the_plan_again_without_spending_it(
     s.register(handler, name="tx", every="1h", transactional=True, max_attempts=1)
     with capture_logs() as logs:
         thread, out = _in_thread(s.run_once)
-        wait_for(lambda: pids, 10, what="the handler's first run")
+        wait_until(lambda: pids, 10, "the handler's first run")
         db.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
         killed.set()
         thread.join(20)
@@ -166,23 +166,23 @@ def test_a_database_turned_read_only_leaves_the_plan_running_until_it_takes_writ
     thread = threading.Thread(target=s.run, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: s._runtime and s._runtime.last_tick_ok, 10, what="a first tick")
+        wait_until(lambda: s._runtime and s._runtime.last_tick_ok, 10, "a first tick")
         read_only = sql.SQL("ALTER DATABASE {} SET default_transaction_read_only = on")
         db.execute(read_only.format(ident))
         asyncio.run(_resume(dsn, "tx"))
-        wait_for(lambda: _statuses(dsn) == [("RUNNING", 1)], 15, what="the claim")
+        wait_until(lambda: _statuses(dsn) == [("RUNNING", 1)], 15, "the claim")
         runtime = s._runtime
         assert runtime is not None
         claimed_tick = runtime.last_tick_ok
-        wait_for(
+        wait_until(
             lambda: runtime.last_tick_ok != claimed_tick and _statuses(dsn) == [("RUNNING", 1)],
             15,
-            what="a tick after the claim, the run still waiting for a writable server",
+            "a tick after the claim, the run still waiting for a writable server",
         )
         assert calls == []  # never called on a read-only server
         assert _statuses(dsn) == [("RUNNING", 1)]  # not FAILED: the plan is kept
         db.execute(sql.SQL("ALTER DATABASE {} RESET default_transaction_read_only").format(ident))
-        wait_for(lambda: _statuses(dsn) == [("SUCCESS", 1)], 20, what="the run to succeed")
+        wait_until(lambda: _statuses(dsn) == [("SUCCESS", 1)], 20, "the run to succeed")
     finally:
         s.stop()
         thread.join(15)

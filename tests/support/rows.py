@@ -1,11 +1,11 @@
-"""Helpers for the integration tests: row reads and seeding, DB clock, threads."""
+"""Rows of the tests' schema: the database clock, reading and seeding ``cron_executions``, a
+terminal write through pgsched's own SQL layer, statements with ``{s}`` for the schema, and
+statements run as another role."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,7 +17,6 @@ from psycopg.rows import dict_row
 
 import pgsched
 from pgsched._store import Finish, Store
-from tests.helpers import wait_for
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 Conn = psycopg.Connection[Any]
@@ -27,7 +26,8 @@ def db_now(db: Conn) -> datetime:
     """The database's clock (the only clock pgsched uses)."""
     row = db.execute("SELECT clock_timestamp()").fetchone()
     assert row is not None
-    return row[0].astimezone(UTC)
+    now: datetime = row[0]
+    return now.astimezone(UTC)
 
 
 def floor_to(t: datetime, step: timedelta) -> datetime:
@@ -58,7 +58,7 @@ def row_by_id(db: Conn, schema: str, ident: UUID) -> dict[str, Any]:
 
 
 def count(db: Conn, schema: str, where: str = "true", params: tuple[Any, ...] = ()) -> int:
-    query = sql.SQL("SELECT count(*) FROM {} WHERE ").format(table(schema)) + sql.SQL(where)  # type: ignore[arg-type]
+    query = sql.SQL("SELECT count(*) FROM {} WHERE ").format(table(schema)) + sql.SQL(where)
     row = db.execute(query, params).fetchone()
     assert row is not None
     return int(row[0])
@@ -137,96 +137,11 @@ def finish_with_token(
     return asyncio.run(go())
 
 
-def run_together(fns: list[Callable[[], Any]], timeout: float = 60) -> list[Any]:
-    """Start ``fns`` in threads released together by a barrier; return results in order.
-
-    Any exception in a thread is re-raised here.
-    """
-    barrier = threading.Barrier(len(fns))
-    results: list[Any] = [None] * len(fns)
-    errors: list[BaseException] = []
-
-    def target(i: int, fn: Callable[[], Any]) -> None:
-        try:
-            barrier.wait(timeout)
-            results[i] = fn()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [
-        threading.Thread(target=target, args=(i, fn), daemon=True) for i, fn in enumerate(fns)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout)
-    assert not any(t.is_alive() for t in threads), "a thread did not finish in time"
-    if errors:
-        raise errors[0]
-    return results
-
-
-@contextmanager
-def running(scheduler: pgsched.Scheduler, stop_timeout: float = 30) -> Iterator[threading.Thread]:
-    """``scheduler.run()`` in a thread for the duration of the block; stopped and joined after."""
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            scheduler.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=target, name=f"run-{scheduler.runner_id}", daemon=True)
-    thread.start()
-    try:
-        yield thread
-    finally:
-
-        def stopped() -> bool:
-            scheduler.stop()  # repeated: a stop() before run() has started is not kept
-            thread.join(0.2)
-            return not thread.is_alive()
-
-        wait_for(stopped, stop_timeout, interval=0.05, what="the scheduler thread to stop")
-    assert not errors, f"run() raised {errors[0]!r}"
-
-
-class Recorder:
-    """Thread-safe record of the Runs a handler saw, plus its peak concurrency."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.runs: list[pgsched.Run] = []
-        self.active = 0
-        self.peak = 0
-
-    def enter(self, run: pgsched.Run) -> None:
-        with self.lock:
-            self.runs.append(run)
-            self.active += 1
-            self.peak = max(self.peak, self.active)
-
-    def leave(self) -> None:
-        with self.lock:
-            self.active -= 1
-
-    def __len__(self) -> int:
-        with self.lock:
-            return len(self.runs)
-
-
-def wait_for_fresh_tick(s: pgsched.Scheduler, timeout: float = 10) -> None:
-    """Wait until ``s.run()`` has completed a whole tick that started after this call."""
-    marker = time.monotonic()
-
-    def ticked_after(t: float) -> float | None:
-        runtime = s._runtime
-        last = runtime.last_tick_ok if runtime is not None else None
-        return last if last is not None and last > t else None
-
-    first_end = wait_for(lambda: ticked_after(marker), timeout, interval=0.02, what="a tick")
-    wait_for(lambda: ticked_after(first_end), timeout, interval=0.02, what="a further tick")
+def in_schema(
+    conn: Conn, schema: str, text: str, params: tuple[Any, ...] = ()
+) -> list[tuple[Any, ...]]:
+    """Run ``text`` with ``{s}`` standing for ``schema``; its rows."""
+    return conn.execute(sql.SQL(text).format(s=sql.Identifier(schema)), params).fetchall()
 
 
 @contextmanager

@@ -1,0 +1,432 @@
+"""The executor (``pgsched._execution``): each claimed lease's handler in a task of its own
+(sync handlers in a thread), bounded by ``run_timeout``, its return or exception turned into
+an :class:`Outcome` for the writer; leases lost, abandoned at shutdown, or chained under
+``overlap="forbid"``; and transactional runs that the database failed, run again under the
+same lease."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgsched
+from pgsched import _execution
+from pgsched._config import JobSpec
+from pgsched._connection import Backoff
+from pgsched._execution import Executor
+from pgsched._leases import Lease, LeaseTable
+from pgsched._model import Run
+from pgsched._outcomes import Outcome
+from pgsched._recorder import Recorder
+from pgsched._transaction import TransactionUnavailable, Written
+from tests.unit.engine_fakes import PLAN, idle, job, lease, recorder, sample, table
+
+
+@pytest.fixture(autouse=True)
+def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A transactional rerun waits for the database a thousand times sooner than in
+    production: what is tested is what it does once the row can be read."""
+
+    class Quick(Backoff):
+        def __init__(self) -> None:
+            super().__init__(first=0.0005, cap=0.005)
+
+    monkeypatch.setattr(_execution, "Backoff", Quick)
+
+
+@dataclass
+class FakeTransactions:
+    """Transactional runs without a database: the handler runs, then the scripted
+    ``failures`` (one per attempt, None: it commits) decide what its transaction did;
+    ``status`` is what reading the row afterwards finds."""
+
+    failures: list[TransactionUnavailable | None] = field(default_factory=list)
+    status: str | None = "RUNNING"
+    calls: int = 0
+
+    async def run_async(
+        self, spec: JobSpec, run: Run, outcome: Callable[[object], Outcome]
+    ) -> Written | None:
+        self.calls += 1
+        value = await spec.handler(run)
+        failure = self.failures.pop(0) if self.failures else None
+        if failure is not None:
+            raise failure
+        return outcome(value), None
+
+    async def lease_status(self, run: Run) -> str | None:
+        return self.status
+
+
+@dataclass
+class Rig:
+    leases: LeaseTable
+    rec: Recorder
+    executor: Executor
+    submitted: list[tuple[Lease, Outcome]]
+
+    def start(self, spec: JobSpec, **claim: Any) -> Lease:
+        """Hold a lease of ``spec`` and start its handler."""
+        one = lease(spec, **claim)
+        self.leases.hold(one)
+        self.executor.start(one)
+        return one
+
+    def outcome(self, one: Lease) -> Outcome:
+        (found,) = [outcome for held, outcome in self.submitted if held is one]
+        return found
+
+
+def rig(transactions: FakeTransactions | None = None) -> Rig:
+    rec = recorder()
+    leases, _ = table(rec=rec)
+    submitted: list[tuple[Lease, Outcome]] = []
+
+    def submit(one: Lease, outcome: Outcome) -> None:  # the writer: written at once
+        submitted.append((one, outcome))
+        leases.release(one)
+
+    executor = Executor(leases, rec, transactions or FakeTransactions(), submit)  # type: ignore[arg-type]
+    return Rig(leases, rec, executor, submitted)
+
+
+def run(scenario: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def test_an_async_handlers_result_is_a_success_with_its_rows_and_data() -> None:
+    r = rig()
+
+    async def handler(run: pgsched.Run) -> pgsched.Result:
+        return pgsched.Result(rows_affected=3, data={"tenant": run.scope.id})
+
+    async def scenario() -> None:
+        one = r.start(job(handler), scope=pgsched.Scope("tenant", "acme"))
+        await idle(r.leases)
+        outcome = r.outcome(one)
+        assert (outcome.status, outcome.rows_affected) == ("SUCCESS", 3)
+        assert outcome.result_json == '{"tenant": "acme"}'
+        assert outcome.duration_ms >= 0
+
+    run(scenario)
+
+
+def test_a_sync_handler_runs_in_a_thread_of_its_own() -> None:
+    r = rig()
+    threads: list[str] = []
+
+    def handler(run: pgsched.Run) -> int:
+        threads.append(threading.current_thread().name)
+        return 7
+
+    async def scenario() -> None:
+        one = r.start(job(handler))
+        await idle(r.leases)
+        assert r.outcome(one).rows_affected == 7
+
+    run(scenario)
+    assert threads == ["pgsched:job"]
+
+
+def test_an_exception_is_a_failure_retried_after_the_backoff() -> None:
+    r = rig()
+
+    def handler(run: pgsched.Run) -> None:
+        raise ValueError("upstream said no")
+
+    spec = job(handler, max_attempts=3, retry_backoff=["1m", "5m"])
+
+    async def scenario() -> None:
+        first = r.start(spec, attempt=1, max_attempts=3)
+        second = r.start(spec, attempt=2, max_attempts=3, scope=pgsched.Scope("s", "2"))
+        last = r.start(spec, attempt=3, max_attempts=3, scope=pgsched.Scope("s", "3"))
+        await idle(r.leases)
+        outcome = r.outcome(first)
+        assert (outcome.status, outcome.error_code) == ("FAILED", "handler_error")
+        assert outcome.error_msg is not None and "ValueError: upstream said no" in outcome.error_msg
+        assert outcome.retry_delay_s == 60
+        assert r.outcome(second).retry_delay_s == 300
+        assert r.outcome(last).retry_delay_s is None, "no attempt left"
+
+    run(scenario)
+
+
+def test_run_timeout_fails_the_run_and_cancels_an_async_handler() -> None:
+    r = rig()
+    cancelled = asyncio.Event()
+
+    async def handler(run: pgsched.Run) -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    spec = job(handler, run_timeout=0.1, stale_timeout=5, heartbeat_interval=1)
+
+    async def scenario() -> None:
+        one = r.start(spec)
+        await idle(r.leases)
+        outcome = r.outcome(one)
+        assert (outcome.status, outcome.error_code) == ("FAILED", "run_timeout")
+        assert outcome.error_msg is not None and "run_timeout" in outcome.error_msg
+        assert cancelled.is_set()
+
+    run(scenario)
+
+
+def test_run_timeout_abandons_a_sync_handler_and_discards_its_late_result() -> None:
+    r = rig()
+    release = threading.Event()
+
+    def handler(run: pgsched.Run) -> int:
+        release.wait(10)
+        return 1
+
+    spec = job(handler, run_timeout=0.1, stale_timeout=5, heartbeat_interval=1)
+
+    async def scenario() -> None:
+        one = r.start(spec)
+        await idle(r.leases)
+        release.set()
+        await asyncio.sleep(0.05)  # the thread returns: its value lands nowhere
+        assert [outcome.error_code for _, outcome in r.submitted] == ["run_timeout"]
+        assert r.outcome(one).status == "FAILED"
+
+    run(scenario)
+
+
+def test_a_timeout_the_handler_raises_itself_is_a_handler_error() -> None:
+    r = rig()
+
+    async def handler(run: pgsched.Run) -> None:
+        raise TimeoutError("the upstream API timed out")
+
+    async def scenario() -> None:
+        one = r.start(job(handler))
+        await idle(r.leases)
+        assert r.outcome(one).error_code == "handler_error"
+
+    run(scenario)
+
+
+def test_a_value_that_cannot_be_stored_is_invalid_result() -> None:
+    r = rig()
+
+    async def scenario() -> None:
+        one = r.start(job(lambda run: "not a Result"))
+        await idle(r.leases)
+        assert (r.outcome(one).status, r.outcome(one).error_code) == ("FAILED", "invalid_result")
+
+    run(scenario)
+
+
+def test_system_exit_in_a_sync_handler_fails_the_run_not_the_replica() -> None:
+    r = rig()
+
+    def handler(run: pgsched.Run) -> None:
+        raise SystemExit(3)
+
+    async def scenario() -> None:
+        one = r.start(job(handler))
+        await idle(r.leases)
+        outcome = r.outcome(one)
+        assert (outcome.status, outcome.error_code) == ("FAILED", "handler_error")
+        assert outcome.error_msg is not None and "handler raised SystemExit" in outcome.error_msg
+
+    run(scenario)
+
+
+def test_lease_lost_raised_by_the_handler_writes_nothing_and_is_counted_once() -> None:
+    r = rig()
+
+    def handler(run: pgsched.Run) -> None:
+        raise pgsched.LeaseLost("gone")
+
+    async def scenario() -> None:
+        r.start(job(handler))
+        await idle(r.leases)
+
+    run(scenario)
+    assert r.submitted == []
+    assert r.rec.report.leases_lost == 1
+    assert sample(r.rec, "pgsched_leases_lost_total", job="job") == 1
+
+
+def test_an_outcome_of_a_lease_lost_meanwhile_is_not_written() -> None:
+    r = rig()
+    started = asyncio.Event()
+    finish = asyncio.Event()
+
+    async def handler(run: pgsched.Run) -> int:
+        started.set()
+        await finish.wait()
+        return 1
+
+    async def scenario() -> None:
+        one = r.start(job(handler))
+        await started.wait()
+        r.leases.lose(one, "heartbeat matched no row", release=False)  # as the writer does
+        finish.set()
+        await idle(r.leases)
+
+    run(scenario)
+    assert r.submitted == []
+    assert r.rec.report.leases_lost == 1, "found lost twice, counted once"
+
+
+def test_abandoning_at_shutdown_cancels_the_handler_and_asks_for_a_retry_at_once() -> None:
+    r = rig()
+    started = asyncio.Event()
+
+    async def handler(run: pgsched.Run) -> int:
+        started.set()
+        await asyncio.sleep(60)
+        return 1
+
+    spec = job(handler, max_attempts=2, retry_backoff=["1h"])
+
+    async def scenario() -> None:
+        one = r.start(spec, max_attempts=2)
+        await started.wait()
+        r.executor.abandon(one, "shutdown_grace passed")
+        await idle(r.leases)
+        assert one.task is not None
+        await asyncio.gather(one.task, return_exceptions=True)
+        assert one.task.cancelled() or one.task.done()
+
+    run(scenario)
+    ((_, outcome),) = r.submitted
+    assert (outcome.status, outcome.error_code, outcome.retry_delay_s) == (
+        "FAILED",
+        "shutdown",
+        0.0,
+    )
+
+
+def test_a_later_plan_of_a_scope_starts_once_the_earlier_one_is_done() -> None:
+    r = rig()
+    order: list[str] = []
+    release_first = asyncio.Event()
+
+    async def handler(run: pgsched.Run) -> int:
+        order.append(f"start {run.plan_time.minute}")
+        if run.plan_time == PLAN:
+            await release_first.wait()
+        order.append(f"end {run.plan_time.minute}")
+        return 1
+
+    spec = job(handler, overlap="forbid")
+
+    async def scenario() -> None:
+        r.start(spec, plan=PLAN)
+        r.start(spec, plan=PLAN.replace(minute=1))
+        await asyncio.sleep(0.05)
+        assert order == ["start 0"], "the later plan waits for the earlier one"
+        release_first.set()
+        await idle(r.leases)
+
+    run(scenario)
+    assert order == ["start 0", "end 0", "start 1", "end 1"]
+
+
+def test_a_later_plan_whose_lease_was_lost_while_waiting_never_runs() -> None:
+    r = rig()
+    ran: list[int] = []
+    release_first = asyncio.Event()
+
+    async def handler(run: pgsched.Run) -> int:
+        ran.append(run.plan_time.minute)
+        if run.plan_time == PLAN:
+            await release_first.wait()
+        return 1
+
+    spec = job(handler, overlap="forbid")
+
+    async def scenario() -> None:
+        r.start(spec, plan=PLAN)
+        later = r.start(spec, plan=PLAN.replace(minute=1))
+        r.leases.lose(later, "heartbeat matched no row", release=False)
+        release_first.set()
+        await idle(r.leases)
+
+    run(scenario)
+    assert ran == [0]
+    assert len(r.submitted) == 1 and r.rec.report.leases_lost == 1
+
+
+def _transactional(handler_calls: list[int]) -> JobSpec:
+    async def handler(run: pgsched.Run) -> int:
+        handler_calls.append(run.attempt)
+        return 1
+
+    return job(handler, transactional=True, max_attempts=1)
+
+
+def _cut(outcome: Outcome | None = None) -> TransactionUnavailable:
+    return TransactionUnavailable(psycopg.OperationalError("connection lost"), outcome)
+
+
+def test_a_transactional_run_the_database_failed_runs_again_under_the_same_lease() -> None:
+    calls: list[int] = []
+    transactions = FakeTransactions(failures=[_cut(), _cut()])
+    r = rig(transactions)
+
+    async def scenario() -> None:
+        r.start(_transactional(calls))
+        await idle(r.leases)
+
+    run(scenario)
+    assert calls == [1, 1, 1], "the same attempt each time: max_attempts=1 loses no plan"
+    assert r.submitted == [], "it wrote its SUCCESS row itself"
+    assert r.rec.report.succeeded == 1
+
+
+def test_a_transactional_commit_that_landed_before_the_cut_is_recorded_not_run_again() -> None:
+    calls: list[int] = []
+    committed = Outcome("SUCCESS", 5, rows_affected=1)
+    transactions = FakeTransactions(failures=[_cut(committed)], status="SUCCESS")
+    r = rig(transactions)
+
+    async def scenario() -> None:
+        r.start(_transactional(calls))
+        await idle(r.leases)
+
+    run(scenario)
+    assert calls == [1]
+    assert (r.rec.report.succeeded, r.rec.report.leases_lost) == (1, 0)
+
+
+@pytest.mark.parametrize("status", [None, "FAILED", "SUCCESS"])
+def test_a_transactional_row_taken_over_meanwhile_loses_the_lease(status: str | None) -> None:
+    calls: list[int] = []
+    transactions = FakeTransactions(failures=[_cut()], status=status)
+    r = rig(transactions)
+
+    async def scenario() -> None:
+        r.start(_transactional(calls))
+        await idle(r.leases)
+
+    run(scenario)
+    assert calls == [1], "someone else's row (or nothing committed of ours): never run again"
+    assert (r.rec.report.succeeded, r.rec.report.leases_lost) == (0, 1)
+
+
+def test_a_handler_start_is_timed_from_its_plans_due_time() -> None:
+    r = rig()
+
+    async def scenario() -> None:
+        spec = job(lambda run: 1)
+        r.start(spec, started_at=PLAN.replace(second=2))
+        await idle(r.leases)
+
+    run(scenario)
+    assert sample(r.rec, "pgsched_start_lag_seconds_count", job="job") == 1
+    lag = sample(r.rec, "pgsched_start_lag_seconds_sum", job="job")
+    assert 2.0 <= lag < 2.5, "claimed 2 s after its plan, started at once"
