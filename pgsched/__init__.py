@@ -5,6 +5,7 @@ from importlib.metadata import PackageNotFoundError, version
 from ._admin import Admin
 from ._aio import AsyncAdmin
 from ._config import JobSpec
+from ._engine.recorder import TickReport
 from ._errors import (
     AppLoadError,
     ConfigError,
@@ -15,10 +16,9 @@ from ._errors import (
 )
 from ._logging import configure_logging
 from ._model import GLOBAL, Result, Run, Scope
-from ._planning import Planner
-from ._recorder import TickReport
+from ._planning.recurrence import Planner
+from ._planning.schedules import Schedule, ScheduleSpec
 from ._scheduler import Scheduler
-from ._schedules import Schedule, ScheduleSpec
 from ._views import Execution, JobStatus, Triggered
 
 try:

@@ -19,16 +19,21 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from ._config import JobSpec
-from ._connection import connect_options, database_error, not_writable, require_writable
 from ._dsn import require_dsn, resolve_dsn, resolve_transaction_pooling
-from ._durations import Duration, parse_duration
 from ._errors import ConfigError
 from ._model import GLOBAL, Scope
-from ._ops import Operations, _no_jobs
+from ._operations.core import Operations, _no_jobs
+from ._planning.schedules import Schedule, ScheduleSpec
 from ._portal import PORTAL
-from ._schedules import Schedule, ScheduleSpec
-from ._servers import ServerWatch
-from ._store import Conn, Store
+from ._storage.connection import (
+    connect_options,
+    database_error,
+    not_writable,
+    require_writable,
+)
+from ._storage.servers import ServerWatch
+from ._storage.store import Conn, Store
+from ._times import Duration, parse_duration
 from ._views import Execution, JobStatus
 
 _T = TypeVar("_T")

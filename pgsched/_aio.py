@@ -15,11 +15,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from ._admin import check_schema
 from ._config import JobSpec
-from ._connection import database_error, make_pool, pooled
 from ._dsn import require_dsn, resolve_dsn, resolve_transaction_pooling
-from ._durations import Duration, parse_duration
-from ._ops import Operations, _no_jobs
-from ._store import Conn, Store
+from ._operations.core import Operations, _no_jobs
+from ._storage.connection import database_error, make_pool, pooled
+from ._storage.store import Conn, Store
+from ._times import Duration, parse_duration
 
 
 class AsyncAdmin(Operations):

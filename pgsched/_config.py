@@ -12,10 +12,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterError
 
-from ._durations import parse_duration
 from ._errors import ConfigError
 from ._model import GLOBAL, Scope
-from ._planning import (
+from ._planning.recurrence import (
     CadenceSchedule,
     CatchUp,
     CronSchedule,
@@ -28,6 +27,7 @@ from ._planning import (
     Schedule,
     unique_in_order,
 )
+from ._times import parse_duration
 
 Handler = Callable[..., Any]
 ScopesFn = Callable[[datetime], Iterable[Scope] | Awaitable[Iterable[Scope]]]

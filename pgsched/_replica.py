@@ -11,12 +11,12 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from ._connection import pooled
-from ._ops import Operations
-from ._recorder import TickReport
+from ._engine.recorder import TickReport
+from ._engine.runtime import Runtime
+from ._operations.core import Operations
 from ._results import describe_error
-from ._runtime import Runtime
-from ._store import Conn, Store
+from ._storage.connection import pooled
+from ._storage.store import Conn, Store
 
 
 class Replica:
@@ -83,7 +83,7 @@ class Replica:
                 await server.stop()
 
     async def _start_http(self, host: str, port: int, on_listening: Callable[[int], None]) -> Any:
-        from ._http import HttpServer
+        from ._http.server import HttpServer
 
         server = HttpServer(
             ops=self.operations(),

@@ -20,16 +20,16 @@ from psycopg_pool import AsyncConnectionPool
 from ._admin import Admin, ScheduleMethods, blocking
 from ._aio import AsyncAdmin
 from ._config import Handler
-from ._connection import make_pool
 from ._dsn import resolve_synchronous_claims, resolve_transaction_pooling
-from ._durations import Duration, parse_duration
+from ._engine.recorder import TickReport
+from ._engine.runtime import ReplicaSettings, Runtime
 from ._errors import ConfigError, PgschedError
 from ._metrics import Metrics
 from ._model import GLOBAL, Run, Scope, bound_logger
-from ._recorder import TickReport
 from ._registry import JobRegistry
 from ._replica import Replica
-from ._runtime import ReplicaSettings, Runtime
+from ._storage.connection import make_pool
+from ._times import Duration, parse_duration
 from ._views import Execution, JobStatus
 
 _F = TypeVar("_F", bound=Handler)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import pgsched
-from pgsched._runtime import Runtime
+from pgsched._engine.runtime import Runtime
 from tests.failover.cluster import Node
 from tests.failover.conftest import probe, serving
 from tests.helpers import wait_for

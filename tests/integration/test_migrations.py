@@ -9,7 +9,7 @@ import psycopg
 from psycopg import sql
 
 import pgsched
-from pgsched._store import migration_files
+from pgsched._storage.store import migration_files
 from tests.integration._support import rows, run_together, table
 
 VERSIONS = [version for version, _, _ in migration_files()]

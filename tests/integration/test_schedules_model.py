@@ -31,7 +31,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from psycopg import sql
 
 import pgsched
-from pgsched._schedules import ScheduleSpec, check_schedule, planner_for
+from pgsched._planning.schedules import ScheduleSpec, check_schedule, planner_for
 from tests.integration._support import Recorder, db_now
 
 JOB = "modelled"

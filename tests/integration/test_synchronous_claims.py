@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 import pgsched
-from pgsched._store import _Statements
+from pgsched._storage.store import _Statements
 from tests.helpers import wait_for
 from tests.integration._support import count, rows
 

@@ -16,8 +16,8 @@ from psycopg import sql
 from structlog.testing import capture_logs
 
 import pgsched
-from pgsched._store import Finish, Store
-from pgsched._transaction import Transactions, TransactionUnavailable, Written
+from pgsched._engine.transaction import Transactions, TransactionUnavailable, Written
+from pgsched._storage.store import Finish, Store
 from tests.helpers import wait_for
 from tests.integration._support import as_role, rows, table
 from tests.integration.conftest import DbRoles

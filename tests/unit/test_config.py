@@ -13,7 +13,7 @@ import pytest
 
 import pgsched
 from pgsched._config import build_job, evaluate_scopes
-from pgsched._planning import CadenceSchedule, CronSchedule
+from pgsched._planning.recurrence import CadenceSchedule, CronSchedule
 
 
 def nightly_rollup(run: pgsched.Run) -> None:

@@ -6,7 +6,7 @@ import psycopg
 import pytest
 from psycopg_pool import PoolTimeout
 
-from pgsched._connection import (
+from pgsched._storage.connection import (
     LIBPQ_DEFAULTS,
     Backoff,
     DatabaseNotWritable,

@@ -33,7 +33,7 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
 
-from pgsched._planning import CronSchedule, _transition_between
+from pgsched._planning.recurrence import CronSchedule, _transition_between
 
 SEED = 20261123
 CASES = 2400

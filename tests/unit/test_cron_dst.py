@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from croniter import croniter
 
-from pgsched._planning import CronSchedule
+from pgsched._planning.recurrence import CronSchedule
 
 DAY = timedelta(days=1)
 

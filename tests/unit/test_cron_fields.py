@@ -12,9 +12,9 @@ import pytest
 
 import pgsched
 from pgsched._config import build_job
-from pgsched._cron import cron_parts
-from pgsched._planning import CronSchedule
-from pgsched._schedules import ScheduleSpec, check_schedule
+from pgsched._planning.cron import cron_parts
+from pgsched._planning.recurrence import CronSchedule
+from pgsched._planning.schedules import ScheduleSpec, check_schedule
 
 # Thursday 1 January 2026, 00:00 UTC (excluded: plans are strictly after it).
 START = datetime(2026, 1, 1, tzinfo=UTC)

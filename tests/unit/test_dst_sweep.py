@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from pgsched._planning import CronSchedule
+from pgsched._planning.recurrence import CronSchedule
 
 SECOND = timedelta(seconds=1)
 MINUTE = timedelta(minutes=1)

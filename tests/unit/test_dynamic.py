@@ -10,7 +10,7 @@ import pytest
 
 import pgsched
 from pgsched._config import build_job
-from pgsched._dynamic import decide, public
+from pgsched._planning.dynamic import decide, public
 
 T0 = datetime(2027, 3, 10, 12, 0, tzinfo=UTC)  # a Wednesday, no DST change near
 

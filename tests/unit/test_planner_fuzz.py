@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 
 import pgsched
 from pgsched._config import build_job
-from pgsched._durations import parse_duration
-from pgsched._planning import CronSchedule
+from pgsched._planning.recurrence import CronSchedule
 from pgsched._results import MAX_RESULT_BYTES, Encoded, InvalidResult, encode_result
+from pgsched._times import parse_duration
 
 HUNDRED_YEARS = timedelta(days=36500)
 US = timedelta(microseconds=1)

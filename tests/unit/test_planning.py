@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from pgsched._planning import (
+from pgsched._planning.recurrence import (
     EPOCH,
     CadenceSchedule,
     CronSchedule,

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from pgsched._planning import EPOCH, CadenceSchedule, CronSchedule, PlanCursor, Schedule
+from pgsched._planning.recurrence import EPOCH, CadenceSchedule, CronSchedule, PlanCursor, Schedule
 
 US = timedelta(microseconds=1)
 

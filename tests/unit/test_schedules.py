@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from pgsched._config import build_job
 from pgsched._errors import ConfigError
 from pgsched._model import Scope
-from pgsched._planning import CronSchedule
-from pgsched._schedules import (
+from pgsched._planning.recurrence import CronSchedule
+from pgsched._planning.schedules import (
     MAX_PAYLOAD_BYTES,
     Schedule,
     ScheduleSpec,

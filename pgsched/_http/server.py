@@ -23,13 +23,13 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from structlog.typing import FilteringBoundLogger
 
-from ._errors import ConfigError, NotFoundError, PgschedError
-from ._http_schedules import ScheduleRoutes
-from ._metrics import Metrics
-from ._model import GLOBAL, Scope
-from ._ops import MAX_LIMIT, Operations, parse_time
-from ._page import render_status_page
-from ._results import describe_error
+from .._errors import ConfigError, NotFoundError, PgschedError
+from .._metrics import Metrics
+from .._model import GLOBAL, Scope
+from .._operations.core import MAX_LIMIT, Operations, parse_time
+from .._results import describe_error
+from .page import render_status_page
+from .schedules import ScheduleRoutes
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _T = TypeVar("_T")

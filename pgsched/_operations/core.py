@@ -13,13 +13,13 @@ from uuid import UUID
 
 import psycopg
 
-from ._config import JobSpec, check_job_name, evaluate_scopes
-from ._durations import Duration, parse_duration
-from ._errors import ConfigError, NotFoundError, PgschedError
-from ._model import GLOBAL, Scope
-from ._schedule_ops import ScheduleOperations
-from ._store import Conn, ScheduleStore, Store
-from ._views import Execution, JobStatus, Triggered
+from .._config import JobSpec, check_job_name, evaluate_scopes
+from .._errors import ConfigError, NotFoundError, PgschedError
+from .._model import GLOBAL, Scope
+from .._storage.store import Conn, ScheduleStore, Store
+from .._times import Duration, parse_duration
+from .._views import Execution, JobStatus, Triggered
+from .schedules import ScheduleOperations
 
 Connector = Callable[[], AbstractAsyncContextManager[Conn]]
 RUN_STATUSES = ("PENDING", "RUNNING", "SUCCESS", "FAILED", "CANCELLED")
@@ -35,7 +35,7 @@ class Operations(ScheduleOperations):
     """Operator actions on one schema. ``jobs`` gives the jobs the caller has registered in
     code (a ``Scheduler``'s); other jobs are known from ``job_state``, where every replica
     records the jobs it runs. The schedule operations of dynamic jobs are in
-    :class:`~pgsched._schedule_ops.ScheduleOperations`."""
+    :class:`~pgsched._operations.schedules.ScheduleOperations`."""
 
     def __init__(
         self,

@@ -1,8 +1,9 @@
-"""The operations core for schedules as data (docs/schedules.md): put, get, list, delete, pause and
-resume the stored schedules of a dynamic job, and backfill them. Part of
-:class:`~pgsched._ops.Operations` (which ``Admin``, ``AsyncAdmin``, ``Scheduler``, the HTTP
-API and the command line call); validates everything before it writes, and writes every
-change in one transaction with a NOTIFY, so replicas see it within a second.
+"""The operations core for schedules as data (docs/schedules.md): put, get, list, delete, pause
+and resume the stored schedules of a dynamic job, and backfill them. Part of
+:class:`~pgsched._operations.core.Operations` (which ``Admin``, ``AsyncAdmin``,
+``Scheduler``, the HTTP API and the command line call); validates everything before it
+writes, and writes every change in one transaction with a NOTIFY, so replicas see it within
+a second.
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
-from ._config import JobSpec, check_job_name
-from ._durations import Duration
-from ._dynamic import public, stored
-from ._errors import ConfigError, NotFoundError
-from ._model import Scope
-from ._schedules import (
+from .._config import JobSpec, check_job_name
+from .._errors import ConfigError, NotFoundError
+from .._model import Scope
+from .._planning.dynamic import public, stored
+from .._planning.schedules import (
     Schedule,
     ScheduleSpec,
     ValidSchedule,
@@ -26,7 +26,8 @@ from ._schedules import (
     first_plan_after,
     plans_between,
 )
-from ._store import Conn, ScheduleRows, ScheduleStore, Store
+from .._storage.store import Conn, ScheduleRows, ScheduleStore, Store
+from .._times import Duration
 
 MAX_PAGE = 1000
 MAX_BACKFILL_PLANS = 100_000  # per scope and call
@@ -34,7 +35,7 @@ _US = timedelta(microseconds=1)
 
 
 class ScheduleOperations:
-    """The schedule operations of :class:`~pgsched._ops.Operations` (which sets the
+    """The schedule operations of :class:`~pgsched._operations.core.Operations` (which sets the
     attributes declared here)."""
 
     _store: Store

@@ -17,13 +17,13 @@ from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
 
-from ._connection import Backoff, pool_hosts, pooled, unavailable
-from ._leases import Lease, LeaseTable
-from ._outcomes import Outcome
-from ._recorder import Recorder
-from ._results import describe_error
-from ._servers import Server
-from ._store import Conn, Finish, Restore, Store
+from .._results import describe_error
+from .._storage.connection import Backoff, pool_hosts, pooled, unavailable
+from .._storage.servers import Server
+from .._storage.store import Conn, Finish, Restore, Store
+from .leases import Lease, LeaseTable
+from .outcomes import Outcome
+from .recorder import Recorder
 
 _FINISH_BATCH = 2_000
 # Terminal writes kept to put back after a failover: an asynchronous standby lags by seconds

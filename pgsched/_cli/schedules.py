@@ -7,11 +7,11 @@ import argparse
 import json
 from typing import Any
 
-from ._cli_common import admin_from, print_table, utc_text
-from ._errors import ConfigError, NotFoundError
-from ._model import Scope
-from ._ops import parse_time
-from ._schedules import Schedule
+from .._errors import ConfigError, NotFoundError
+from .._model import Scope
+from .._operations.core import parse_time
+from .._planning.schedules import Schedule
+from .common import admin_from, print_table, utc_text
 
 
 def add_schedule_commands(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:

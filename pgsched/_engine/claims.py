@@ -14,13 +14,13 @@ from uuid import UUID
 
 import psycopg
 
-from ._config import JobSpec
-from ._dynamic import decide
-from ._model import Scope, Trigger
-from ._offers import Offer
-from ._recorder import ClaimKind, Recorder
-from ._store import ClaimTerms, Conn, NewPlans, Probe, Row, ScheduleStore, Store
-from ._views import trusted_scope
+from .._config import JobSpec
+from .._model import Scope, Trigger
+from .._planning.dynamic import decide
+from .._storage.store import ClaimTerms, Conn, NewPlans, Probe, Row, ScheduleStore, Store
+from .._views import trusted_scope
+from .offers import Offer
+from .recorder import ClaimKind, Recorder
 
 # New plans of one due instant are claimed at most this many per transaction, so the first
 # handlers start early and no transaction holds many rows for long.

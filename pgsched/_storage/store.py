@@ -17,7 +17,7 @@ import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.rows import class_row, dict_row
 
-from ._views import Execution, JobStatus, Triggered
+from .._views import Execution, JobStatus, Triggered
 
 Row = dict[str, Any]
 _V = TypeVar("_V")
@@ -37,7 +37,7 @@ def sql_dir() -> Traversable:
     packaged = resources.files("pgsched").joinpath("sql")
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parent.parent / "sql"
+    return Path(__file__).resolve().parents[2] / "sql"
 
 
 @cache

@@ -7,7 +7,7 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
-from ._admin import Admin
+from .._admin import Admin
 
 
 def admin_from(args: argparse.Namespace) -> Admin:

@@ -20,8 +20,8 @@ from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
-from ._cron import cron_parts
-from ._cron import parsed as _parsed
+from .cron import cron_parts
+from .cron import parsed as _parsed
 
 _T = TypeVar("_T")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -4,11 +4,11 @@ and no clock: every function gets the instants it needs as arguments, so all of 
 deterministic and unit-tested without a database.
 
 Plan times are computed by the same planner classes as code-defined jobs
-(:class:`~pgsched._planning.CadenceSchedule`, :class:`~pgsched._planning.CronSchedule` with
-the default DST rules), so the rules of the README's job options apply in the schedule's own
-zone: cadences are aligned to the Unix epoch in UTC, cron expressions with a fixed hour fire
-once per local day across DST changes, and those whose hour is ``*`` or a step follow elapsed
-time.
+(:class:`~pgsched._planning.recurrence.CadenceSchedule`,
+:class:`~pgsched._planning.recurrence.CronSchedule` with the default DST rules), so the
+rules of the README's job options apply in the schedule's own zone: cadences are aligned to
+the Unix epoch in UTC, cron expressions with a fixed hour fire once per local day across DST
+changes, and those whose hour is ``*`` or a step follow elapsed time.
 
 Storage, locking, notification and claiming live elsewhere; this module only decides what
 is valid, what the canonical stored form is (:class:`ValidSchedule`), whether a replacement
@@ -28,12 +28,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterError
 
-from ._config import check_job_name
-from ._durations import Duration, parse_duration
-from ._errors import ConfigError
-from ._model import Scope
-from ._planning import CadenceSchedule, CronSchedule, zone
-from ._planning import Schedule as Planner
+from .._config import check_job_name
+from .._errors import ConfigError
+from .._model import Scope
+from .._times import Duration, parse_duration
+from .recurrence import CadenceSchedule, CronSchedule, zone
+from .recurrence import Schedule as Planner
 
 MAX_PAYLOAD_BYTES = 16384  # 16 KiB of UTF-8 JSON, canonical compact form
 # Where "never fires" is checked from: a fixed instant keeps validation deterministic. A

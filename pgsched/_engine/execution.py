@@ -15,15 +15,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._connection import Backoff, unavailable
-from ._errors import LeaseLost
-from ._leases import Lease, LeaseTable
-from ._model import Run
-from ._outcomes import Outcome, failed, succeeded
-from ._recorder import Recorder
-from ._results import InvalidResult, describe_error
-from ._tracing import run_span
-from ._transaction import Transactions, TransactionUnavailable, Written
+from .._errors import LeaseLost
+from .._model import Run
+from .._results import InvalidResult, describe_error
+from .._storage.connection import Backoff, unavailable
+from .leases import Lease, LeaseTable
+from .outcomes import Outcome, failed, succeeded
+from .recorder import Recorder
+from .tracing import run_span
+from .transaction import Transactions, TransactionUnavailable, Written
 
 
 class Executor:

@@ -17,10 +17,10 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
-from ._errors import DatabaseError
-from ._results import describe_error
-from ._servers import Server, ServerWatch
-from ._store import Conn, Row, Store
+from .._errors import DatabaseError
+from .._results import describe_error
+from .servers import Server, ServerWatch
+from .store import Conn, Row, Store
 
 # A server that vanishes without closing its sockets (a crashed host, a partition) is noticed
 # within keepalives_idle + keepalives_interval * keepalives_count = 11 s on an idle

@@ -14,18 +14,18 @@ from typing import Any
 
 import psycopg
 
-from ._config import JobSpec
-from ._connection import (
+from .._config import JobSpec
+from .._model import Run
+from .._storage.connection import (
     connect_options,
     not_writable,
     require_writable,
     require_writable_sync,
     unavailable,
 )
-from ._model import Run
-from ._outcomes import Outcome
-from ._servers import ServerWatch
-from ._store import Store
+from .._storage.servers import ServerWatch
+from .._storage.store import Store
+from .outcomes import Outcome
 
 Written = tuple[Outcome, datetime | None]
 ToOutcome = Callable[[object], Outcome]

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._metrics import Metrics
-from ._model import bound_logger
+from .._metrics import Metrics
+from .._model import bound_logger
 
 if TYPE_CHECKING:
-    from ._leases import Lease
-    from ._outcomes import Outcome
-    from ._servers import Server
+    from .._storage.servers import Server
+    from .leases import Lease
+    from .outcomes import Outcome
 
 ClaimKind = Literal["won", "stole", "retry"]
 _REPORT_FIELD = {"won": "claimed", "stole": "stolen", "retry": "retried"}

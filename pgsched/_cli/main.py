@@ -12,15 +12,15 @@ from typing import Any, NoReturn
 
 import psycopg
 
-from ._app import load_scheduler
-from ._cli_common import admin_from, print_table, utc_text
-from ._cli_schedules import add_schedule_commands
-from ._dsn import redact, remember_secrets
-from ._errors import PgschedError
-from ._logging import configure_logging
-from ._model import GLOBAL, Scope
-from ._ops import parse_time
-from ._views import Execution
+from .._app import load_scheduler
+from .._dsn import redact, remember_secrets
+from .._errors import PgschedError
+from .._logging import configure_logging
+from .._model import GLOBAL, Scope
+from .._operations.core import parse_time
+from .._views import Execution
+from .common import admin_from, print_table, utc_text
+from .schedules import add_schedule_commands
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -203,7 +203,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     migrate = args.migrate
     if not scheduler.dsn:
-        from ._embedded import start_embedded
+        from .._embedded import start_embedded
 
         dsn, data_dir = start_embedded()
         scheduler.configure(dsn=dsn)

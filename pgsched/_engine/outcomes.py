@@ -8,10 +8,10 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from ._config import JobSpec
-from ._model import Run
-from ._results import encode_result
-from ._store import Finish
+from .._config import JobSpec
+from .._model import Run
+from .._results import encode_result
+from .._storage.store import Finish
 
 Status = Literal["SUCCESS", "FAILED"]
 

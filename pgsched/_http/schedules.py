@@ -12,9 +12,9 @@ from typing import Any
 
 from aiohttp import web
 
-from ._errors import ConfigError, NotFoundError
-from ._model import Scope
-from ._ops import Operations, parse_time
+from .._errors import ConfigError, NotFoundError
+from .._model import Scope
+from .._operations.core import Operations, parse_time
 
 Authorise = Callable[[web.Request], None]
 Body = Callable[[web.Request], Awaitable[dict[str, Any]]]

@@ -20,9 +20,10 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from ._claims import ClaimBatch, Claimer, superseded_pairs
-from ._config import JobSpec
-from ._connection import (
+from .._config import JobSpec
+from .._metrics import Metrics
+from .._results import describe_error
+from .._storage.connection import (
     Backoff,
     WritablePool,
     pool_hosts,
@@ -31,16 +32,15 @@ from ._connection import (
     synchronous_protection,
     unavailable,
 )
-from ._execution import Executor
-from ._leases import LeaseTable, open_lease
-from ._metrics import Metrics
-from ._offers import OfferPlanner
-from ._recorder import Recorder, TickReport
-from ._results import describe_error
-from ._servers import ServerWatch
-from ._store import Conn, Probe, Store
-from ._transaction import Transactions
-from ._writer import LeaseWriter
+from .._storage.servers import ServerWatch
+from .._storage.store import Conn, Probe, Store
+from .claims import ClaimBatch, Claimer, superseded_pairs
+from .execution import Executor
+from .leases import LeaseTable, open_lease
+from .offers import OfferPlanner
+from .recorder import Recorder, TickReport
+from .transaction import Transactions
+from .writer import LeaseWriter
 
 # A replica ticks this long after a plan falls due (database clock), not up to a tick later.
 _DUE_MARGIN_S = 0.005

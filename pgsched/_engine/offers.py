@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ._config import JobSpec, evaluate_scopes
-from ._model import Scope
-from ._planning import PlanCursor, count_plans_between, jitter_offset
-from ._recorder import Recorder
-from ._results import describe_error
+from .._config import JobSpec, evaluate_scopes
+from .._model import Scope
+from .._planning.recurrence import PlanCursor, count_plans_between, jitter_offset
+from .._results import describe_error
+from .recorder import Recorder
 
 # A claim of one plan for more scopes than this looks at them this many at a time, so its
 # cost follows the rows it can claim, not the size of the fan-out.

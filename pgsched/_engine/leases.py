@@ -13,14 +13,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from ._config import JobSpec
-from ._model import Liveness, Run, Scope, watch
-from ._recorder import Recorder
+from .._config import JobSpec
+from .._model import Liveness, Run, Scope, watch
+from .recorder import Recorder
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
 
-    from ._claims import Claim
+    from .claims import Claim
 
 
 @dataclass(eq=False)

@@ -20,11 +20,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ._config import JobSpec
-from ._planning import count_plans_between, jitter_offset
-from ._schedules import Schedule, ValidSchedule, first_plan_after, next_plan_after, planner_for
-from ._store import Row, ScheduleMove
-from ._views import trusted_scope
+from .._config import JobSpec
+from .._storage.store import Row, ScheduleMove
+from .._views import trusted_scope
+from .recurrence import count_plans_between, jitter_offset
+from .schedules import (
+    Schedule,
+    ValidSchedule,
+    first_plan_after,
+    next_plan_after,
+    planner_for,
+)
 
 _US = timedelta(microseconds=1)
 _SKIP_COUNT_CAP = 10_000
