@@ -5,7 +5,7 @@ from importlib.metadata import PackageNotFoundError, version
 from ._admin import Admin
 from ._aio import AsyncAdmin
 from ._config import JobSpec
-from ._engine.recorder import TickReport
+from ._engine.values import TickReport
 from ._errors import (
     AppLoadError,
     ConfigError,
@@ -15,9 +15,10 @@ from ._errors import (
     PgschedError,
 )
 from ._logging import configure_logging
-from ._model import GLOBAL, Result, Run, Scope
+from ._model import GLOBAL, Result, Scope
 from ._planning.recurrence import Planner
 from ._planning.schedules import Schedule, ScheduleSpec
+from ._run import Run
 from ._scheduler import Scheduler
 from ._views import Execution, JobStatus, Triggered
 

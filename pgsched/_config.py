@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterBadCronError, CroniterError
 
 from ._errors import ConfigError
-from ._model import GLOBAL, Scope
+from ._model import GLOBAL, Scope, check_job_name
 from ._planning.recurrence import (
     CadenceSchedule,
     CatchUp,
@@ -32,26 +32,6 @@ from ._times import parse_duration
 Handler = Callable[..., Any]
 ScopesFn = Callable[[datetime], Iterable[Scope] | Awaitable[Iterable[Scope]]]
 Overlap = Literal["forbid", "allow"]
-
-# Bytes of UTF-8: with two 1 KiB scope parts the unique key stays under PostgreSQL's btree
-# entry limit (about 2.7 kB).
-_NAME_MAX = 200
-
-
-def check_job_name(job: object) -> str:
-    """``job`` if it is a usable job name, else :class:`ConfigError`."""
-    if not isinstance(job, str) or not job:
-        raise ConfigError(f"job name={job!r} must be a non-empty string")
-    shown = repr(job) if len(job) <= 80 else f"{job[:80]!r}... ({len(job)} characters)"
-    if "\x00" in job:
-        raise ConfigError(f"job name={shown} contains a NUL character")
-    try:
-        size = len(job.encode())
-    except UnicodeEncodeError:
-        raise ConfigError(f"job name={shown} is not valid Unicode") from None
-    if size > _NAME_MAX:
-        raise ConfigError(f"job name={shown} is {size} bytes; the limit is {_NAME_MAX} bytes")
-    return job
 
 
 @dataclass(frozen=True, eq=False)

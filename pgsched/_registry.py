@@ -13,9 +13,8 @@ from ._config import Handler, JobSpec, Overlap, ScopesFn, build_job
 from ._errors import ConfigError, NotFoundError
 from ._metrics import Metrics
 from ._model import Scope
-from ._operations.core import aware
 from ._planning.recurrence import CatchUp, DstRepeated, DstSkipped, Planner
-from ._times import Duration
+from ._times import Duration, aware
 
 _F = TypeVar("_F", bound=Handler)
 

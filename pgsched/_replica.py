@@ -11,12 +11,12 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from ._engine.recorder import TickReport
 from ._engine.runtime import Runtime
+from ._engine.values import TickReport
 from ._operations.core import Operations
 from ._results import describe_error
 from ._storage.connection import pooled
-from ._storage.store import Conn, Store
+from ._storage.store import Conn
 
 
 class Replica:
@@ -26,7 +26,6 @@ class Replica:
         self.runtime = runtime
         self._pool, self._jobs, self._settings = runtime.pool, runtime.jobs, runtime.settings
         self._metrics = runtime.recorder.metrics
-        self._store = Store(self._settings.schema)
         self._loop = asyncio.get_running_loop()  # made on the loop it runs on
 
     @asynccontextmanager
@@ -36,7 +35,7 @@ class Replica:
 
     def operations(self) -> Operations:
         """The operations core on this replica's pool (for its HTTP API)."""
-        return Operations(self._store, self._connection, self._jobs)
+        return Operations(self._settings.schema, self._connection, self._jobs)
 
     async def once(self) -> TickReport | None:
         """One tick, its handlers run to completion and their outcomes written; None when the
@@ -67,7 +66,7 @@ class Replica:
             log.info(
                 "scheduler_started",
                 jobs=sorted(self._jobs()),
-                schema=self._store.schema,
+                schema=self._settings.schema,
                 max_concurrency=runtime.leases.max_concurrency,
                 tick_interval_s=runtime.tick_interval,
             )

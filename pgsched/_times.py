@@ -1,9 +1,10 @@
-"""Durations as users write them: ``timedelta``, seconds, or strings such as ``"1h30m"``."""
+"""Time as callers give it: durations (``timedelta``, seconds, or strings such as ``"1h30m"``)
+and instants (aware datetimes, or ISO 8601 text on the command line and in the HTTP API)."""
 
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from pytimeparse.timeparse import timeparse as _parse_text
 
@@ -54,3 +55,21 @@ def parse_duration(
     if not allow_zero and result == timedelta(0):
         raise ConfigError(f"{where}{field}={value!r} must be greater than zero")
     return result
+
+
+def aware(value: datetime, name: str) -> datetime:
+    """``value`` in UTC; a naive datetime is refused."""
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise ConfigError(f"{name}={value!r} must be a timezone-aware datetime")
+    return value.astimezone(UTC)
+
+
+def parse_time(text: str, name: str) -> datetime:
+    """An ISO 8601 instant such as ``2027-03-28T09:00:00+02:00``; without an offset, UTC."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ConfigError(
+            f"{name}={text!r} is not an ISO 8601 time (e.g. 2027-03-28T09:00:00Z)"
+        ) from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -10,14 +10,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
-import psycopg
-
 from .._app import load_scheduler
 from .._dsn import redact, remember_secrets
 from .._errors import PgschedError
 from .._logging import configure_logging
 from .._model import GLOBAL, Scope
-from .._operations.core import parse_time
+from .._operations.core import DriverError
+from .._times import parse_time
 from .._views import Execution
 from .common import admin_from, print_table, utc_text
 from .schedules import add_schedule_commands
@@ -34,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.command(args))
     except PgschedError as exc:
         return _fail(str(exc))
-    except psycopg.Error as exc:
+    except DriverError as exc:
         return _fail(f"database error: {exc}")
     except OSError as exc:
         return _fail(f"{type(exc).__name__}: {exc}")

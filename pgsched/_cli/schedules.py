@@ -9,8 +9,8 @@ from typing import Any
 
 from .._errors import ConfigError, NotFoundError
 from .._model import Scope
-from .._operations.core import parse_time
 from .._planning.schedules import Schedule
+from .._times import parse_time
 from .common import admin_from, print_table, utc_text
 
 

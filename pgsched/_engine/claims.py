@@ -7,20 +7,18 @@ between calls (what is settled is the offer planner's to remember).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
-from uuid import UUID
 
 import psycopg
 
 from .._config import JobSpec
-from .._model import Scope, Trigger
+from .._model import Scope
 from .._planning.dynamic import decide
-from .._storage.store import ClaimTerms, Conn, NewPlans, Probe, Row, ScheduleStore, Store
+from .._records import ClaimTerms, NewPlans, Probe, Row
+from .._storage.store import Conn, ScheduleStore, Store
 from .._views import trusted_scope
-from .offers import Offer
-from .recorder import ClaimKind, Recorder
+from .recorder import Recorder
+from .values import Claim, ClaimBatch, ClaimKind, Offer
 
 # New plans of one due instant are claimed at most this many per transaction, so the first
 # handlers start early and no transaction holds many rows for long.
@@ -35,35 +33,6 @@ DYNAMIC_IDLE_TIMEOUT = timedelta(seconds=10)
 # Due schedules locked per dynamic claim: bounds the Python work between its statements.
 DYNAMIC_BATCH = 1_000
 _KIND_OF = {"RUNNING": "stole", "FAILED": "retry"}
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """A row this replica now holds with a fresh lease."""
-
-    kind: ClaimKind
-    execution_id: UUID
-    scope: Scope
-    plan_time: datetime
-    trigger: Trigger
-    attempt: int
-    max_attempts: int
-    lease_token: UUID
-    fencing_token: int
-    started_at: datetime | None
-    previous_runner: str | None = None
-    previous_plan: datetime | None = None  # new claims: the scope's scheduled plan before it
-    payload: dict[str, Any] | None = None  # the schedule's payload (dynamic jobs)
-
-
-@dataclass
-class ClaimBatch:
-    """What one claim transaction got."""
-
-    claims: list[Claim] = field(default_factory=list)
-    unsettled: list[int] | None = None  # chunks of the offer that may still lack rows
-    again: bool = False  # a fan-out batch was full: claim again at once
-    backlog: bool = False  # work was left for want of slots
 
 
 class Claimer:

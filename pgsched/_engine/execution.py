@@ -16,14 +16,15 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import LeaseLost
-from .._model import Run
 from .._results import InvalidResult, describe_error
+from .._run import Run
 from .._storage.connection import Backoff, unavailable
-from .leases import Lease, LeaseTable
-from .outcomes import Outcome, failed, succeeded
+from .leases import LeaseTable
+from .outcomes import failed, succeeded
 from .recorder import Recorder
 from .tracing import run_span
 from .transaction import Transactions, TransactionUnavailable, Written
+from .values import Lease, Outcome
 
 
 class Executor:

@@ -8,42 +8,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from datetime import UTC
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from .._config import JobSpec
-from .._model import Liveness, Run, Scope, watch
+from .._model import Scope
+from .._run import Liveness, Run, watch
 from .recorder import Recorder
+from .values import Claim, Lease
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
-
-    from .claims import Claim
-
-
-@dataclass(eq=False)
-class Lease:
-    """One execution this replica claimed, from its claim until its outcome is written."""
-
-    job: JobSpec
-    run: Run
-    liveness: Liveness
-    next_beat: float
-    claim_lag: float | None = None  # seconds late at claim, for first scheduled attempts
-    started_at: datetime | None = None  # the claim's database time (re-applied after a failover)
-    kind: str = "won"  # how it was claimed: won, stole, retry
-    claimed_at: float = field(default_factory=time.monotonic)
-    abandoned: bool = False  # shutdown wrote (or is writing) its outcome
-    submitted: bool = False  # its outcome is queued for (or being retried by) the writer
-    previous: Lease | None = None  # overlap="forbid": the scope's earlier plan, still running here
-    task: asyncio.Future[Any] | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def execution_id(self) -> UUID:
-        return self.run.execution_id
 
 
 class LeaseTable:

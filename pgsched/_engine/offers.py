@@ -17,28 +17,12 @@ from .._model import Scope
 from .._planning.recurrence import PlanCursor, count_plans_between, jitter_offset
 from .._results import describe_error
 from .recorder import Recorder
+from .values import Offer
 
 # A claim of one plan for more scopes than this looks at them this many at a time, so its
 # cost follows the rows it can claim, not the size of the fan-out.
 CLAIM_CHUNK = 1_000
 _SKIP_COUNT_CAP = 10_000
-
-
-@dataclass(frozen=True, eq=False)
-class Offer:
-    """What to offer the claim statement for new plans of one job: ``plans`` (oldest first)
-    for ``scopes``, looked at ``chunk`` scopes at a time starting at each of ``chunks``."""
-
-    plans: list[datetime]
-    scopes: Sequence[Scope]  # in the job's order
-    chunks: list[int]
-    chunk: int
-    settle: bool  # every scope is past its jitter: once every chunk is settled, so is the plan
-    walk_from: int = 0  # this replica's starting point: chunks, and scopes within a chunk
-
-    def parts(self) -> Iterable[tuple[int, Sequence[Scope]]]:
-        for start in self.chunks:
-            yield start, self.scopes[start : start + self.chunk]
 
 
 @dataclass

@@ -5,42 +5,11 @@ a handler returned or raised. Pure: no I/O, no engine state.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Literal
 
 from .._config import JobSpec
-from .._model import Run
 from .._results import encode_result
-from .._storage.store import Finish
-
-Status = Literal["SUCCESS", "FAILED"]
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """The terminal write of one execution (before its lease token guards it)."""
-
-    status: Status
-    duration_ms: int
-    error_code: str | None = None
-    error_msg: str | None = None
-    rows_affected: int | None = None
-    result_json: str | None = None
-    retry_delay_s: float | None = None  # FAILED: the delay before the next attempt, if any
-
-    def finish(self, run: Run) -> Finish:
-        """The row write for ``run``, guarded by its lease token."""
-        return Finish(
-            run.execution_id,
-            run.lease_token,
-            self.status,
-            self.error_code,
-            self.error_msg,
-            self.rows_affected,
-            self.result_json,
-            self.duration_ms,
-            self.retry_delay_s,
-        )
+from .._run import Run
+from .values import Outcome
 
 
 def elapsed_ms(started: float) -> int:

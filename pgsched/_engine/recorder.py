@@ -5,42 +5,15 @@ Owns no I/O beyond logging; never decides anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
+from .._logging import bound_logger
 from .._metrics import Metrics
-from .._model import bound_logger
+from .._records import Server
+from .values import ClaimKind, Lease, Outcome, TickReport
 
-if TYPE_CHECKING:
-    from .._storage.servers import Server
-    from .leases import Lease
-    from .outcomes import Outcome
-
-ClaimKind = Literal["won", "stole", "retry"]
 _REPORT_FIELD = {"won": "claimed", "stole": "stolen", "retry": "retried"}
-
-
-@dataclass
-class TickReport:
-    """Counts of what a replica did; ``run_once()`` returns one for its tick."""
-
-    claimed: int = 0
-    stolen: int = 0
-    retried: int = 0
-    conflicts: int = 0
-    closed_stale: int = 0
-    skipped: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    leases_lost: int = 0
-    lock_busy: int = 0
-    errors: int = 0
-
-    @property
-    def started(self) -> int:
-        """Executions this replica started (new claims, steals and retries)."""
-        return self.claimed + self.stolen + self.retried
 
 
 class Recorder:

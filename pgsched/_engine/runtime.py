@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from .._config import JobSpec
 from .._metrics import Metrics
+from .._records import Probe
 from .._results import describe_error
 from .._storage.connection import (
     Backoff,
@@ -33,13 +34,14 @@ from .._storage.connection import (
     unavailable,
 )
 from .._storage.servers import ServerWatch
-from .._storage.store import Conn, Probe, Store
-from .claims import ClaimBatch, Claimer, superseded_pairs
+from .._storage.store import Conn, Store
+from .claims import Claimer, superseded_pairs
 from .execution import Executor
 from .leases import LeaseTable, open_lease
 from .offers import OfferPlanner
-from .recorder import Recorder, TickReport
+from .recorder import Recorder
 from .transaction import Transactions
+from .values import ClaimBatch, TickReport
 from .writer import LeaseWriter
 
 # A replica ticks this long after a plan falls due (database clock), not up to a tick later.

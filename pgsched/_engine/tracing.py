@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .._model import Run
-from .outcomes import Outcome
+from .._run import Run
+from .values import Outcome
 
 try:
     from opentelemetry import trace as _trace

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from .._config import JobSpec
-from .._model import Run
+from .._run import Run
 from .._storage.connection import (
     connect_options,
     not_writable,
@@ -25,7 +25,7 @@ from .._storage.connection import (
 )
 from .._storage.servers import ServerWatch
 from .._storage.store import Store
-from .outcomes import Outcome
+from .values import Outcome
 
 Written = tuple[Outcome, datetime | None]
 ToOutcome = Callable[[object], Outcome]

@@ -17,13 +17,13 @@ from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
 
+from .._records import Finish, Restore, Server
 from .._results import describe_error
 from .._storage.connection import Backoff, pool_hosts, pooled, unavailable
-from .._storage.servers import Server
-from .._storage.store import Conn, Finish, Restore, Store
-from .leases import Lease, LeaseTable
-from .outcomes import Outcome
+from .._storage.store import Conn, Store
+from .leases import LeaseTable
 from .recorder import Recorder
+from .values import Lease, Outcome
 
 _FINISH_BATCH = 2_000
 # Terminal writes kept to put back after a failover: an asynchronous standby lags by seconds

@@ -14,7 +14,8 @@ from aiohttp import web
 
 from .._errors import ConfigError, NotFoundError
 from .._model import Scope
-from .._operations.core import Operations, parse_time
+from .._operations.core import Operations
+from .._times import parse_time
 
 Authorise = Callable[[web.Request], None]
 Body = Callable[[web.Request], Awaitable[dict[str, Any]]]

@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-import psycopg
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from structlog.typing import FilteringBoundLogger
@@ -26,8 +25,9 @@ from structlog.typing import FilteringBoundLogger
 from .._errors import ConfigError, NotFoundError, PgschedError
 from .._metrics import Metrics
 from .._model import GLOBAL, Scope
-from .._operations.core import MAX_LIMIT, Operations, parse_time
+from .._operations.core import MAX_LIMIT, DriverError, Operations
 from .._results import describe_error
+from .._times import parse_time
 from .page import render_status_page
 from .schedules import ScheduleRoutes
 
@@ -112,7 +112,7 @@ class HttpServer:
             return _json({"error": str(exc)}, 400)
         except PgschedError as exc:
             return _json({"error": str(exc)}, 409)
-        except (psycopg.Error, TimeoutError) as exc:
+        except (DriverError, TimeoutError) as exc:
             return _json({"error": f"database unavailable: {describe_error(exc)}"}, 503)
 
     # -- metrics and probes -------------------------------------------------------------
@@ -158,7 +158,7 @@ class HttpServer:
         try:
             async with asyncio.timeout(_REFUSED_WAIT if refused else _DB_TIMEOUT):
                 migrated = await self._ops.is_migrated()
-        except (psycopg.Error, TimeoutError) as exc:
+        except (DriverError, TimeoutError) as exc:
             why = f"database not writable: {refused}" if refused else describe_error(exc)
             return _json({"ready": False, "reason": why}, 503)
         if not migrated:

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from uuid import UUID
 
 import psycopg
 
-from .._config import JobSpec, check_job_name, evaluate_scopes
+from .._config import JobSpec, evaluate_scopes
 from .._errors import ConfigError, NotFoundError, PgschedError
-from .._model import GLOBAL, Scope
+from .._model import GLOBAL, Scope, check_job_name
 from .._storage.store import Conn, ScheduleStore, Store
-from .._times import Duration, parse_duration
+from .._times import Duration, aware, parse_duration
 from .._views import Execution, JobStatus, Triggered
 from .schedules import ScheduleOperations
 
@@ -25,10 +25,21 @@ Connector = Callable[[], AbstractAsyncContextManager[Conn]]
 RUN_STATUSES = ("PENDING", "RUNNING", "SUCCESS", "FAILED", "CANCELLED")
 MAX_LIMIT = 1000
 PRUNE_BATCH = 1000
+# The driver's base error under the core's name, for the facades (which never import the
+# driver): an operation raises it for the database where its connector does not translate it
+# (the replica's pool, under the HTTP API).
+DriverError = psycopg.Error
 
 
-def _no_jobs() -> Mapping[str, JobSpec]:
+def no_jobs() -> Mapping[str, JobSpec]:
+    """The jobs of a caller that registers none in code (an Admin of its own)."""
     return {}
+
+
+def check_schema(schema: object) -> str:
+    if not isinstance(schema, str) or not schema or len(schema) > 63:
+        raise ConfigError(f"schema={schema!r} must be a name of 1 to 63 characters")
+    return schema
 
 
 class Operations(ScheduleOperations):
@@ -39,13 +50,13 @@ class Operations(ScheduleOperations):
 
     def __init__(
         self,
-        store: Store,
+        schema: str,
         connect: Connector,
-        jobs: Callable[[], Mapping[str, JobSpec]] = _no_jobs,
+        jobs: Callable[[], Mapping[str, JobSpec]] = no_jobs,
     ) -> None:
-        self._store, self._connect, self._jobs = store, connect, jobs
-        self._schedules = ScheduleStore(store.schema)
-        self._knows_jobs = jobs is not _no_jobs
+        self._store, self._connect, self._jobs = Store(schema), connect, jobs
+        self._schedules = ScheduleStore(schema)
+        self._knows_jobs = jobs is not no_jobs
 
     @property
     def schema(self) -> str:
@@ -209,21 +220,3 @@ def _run_status(status: str | None) -> str | None:
     if not isinstance(status, str) or status.upper() not in RUN_STATUSES:
         raise ConfigError(f"status={status!r} is not one of {', '.join(RUN_STATUSES)}")
     return status.upper()
-
-
-def aware(value: datetime, name: str) -> datetime:
-    """``value`` in UTC; a naive datetime is refused."""
-    if not isinstance(value, datetime) or value.tzinfo is None:
-        raise ConfigError(f"{name}={value!r} must be a timezone-aware datetime")
-    return value.astimezone(UTC)
-
-
-def parse_time(text: str, name: str) -> datetime:
-    """An ISO 8601 instant such as ``2027-03-28T09:00:00+02:00``; without an offset, UTC."""
-    try:
-        value = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ConfigError(
-            f"{name}={text!r} is not an ISO 8601 time (e.g. 2027-03-28T09:00:00Z)"
-        ) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

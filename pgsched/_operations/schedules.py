@@ -14,10 +14,9 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
-from .._config import JobSpec, check_job_name
+from .._config import JobSpec
 from .._errors import ConfigError, NotFoundError
-from .._model import Scope
-from .._planning.dynamic import public, stored
+from .._model import Scope, check_job_name
 from .._planning.schedules import (
     Schedule,
     ScheduleSpec,
@@ -25,8 +24,11 @@ from .._planning.schedules import (
     check_schedule,
     first_plan_after,
     plans_between,
+    read_schedule,
+    stored_schedule,
 )
-from .._storage.store import Conn, ScheduleRows, ScheduleStore, Store
+from .._records import ScheduleRows
+from .._storage.store import Conn, ScheduleStore, Store
 from .._times import Duration
 
 MAX_PAGE = 1000
@@ -67,7 +69,7 @@ class ScheduleOperations:
             await self._put(conn, job, [valid])
             row = await self._schedules.get(conn, valid.job, scope.kind, scope.id)
         assert row is not None
-        return public(valid.job, row)
+        return read_schedule(valid.job, row)
 
     async def put_schedules(self, job: str, specs: Iterable[ScheduleSpec]) -> int:
         """Create or replace many schedules in one transaction, all or nothing; returns how
@@ -110,7 +112,7 @@ class ScheduleOperations:
         async with self._conn() as conn:
             await self._dynamic_job(conn, job)
             row = await self._schedules.get(conn, job, scope.kind, scope.id)
-        return None if row is None else public(job, row)
+        return None if row is None else read_schedule(job, row)
 
     async def list_schedules(
         self, job: str, *, after: Scope | None = None, limit: int = 100
@@ -126,7 +128,7 @@ class ScheduleOperations:
         async with self._conn() as conn:
             await self._dynamic_job(conn, job)
             rows = await self._schedules.page(conn, job, key, limit)
-        return [public(job, row) for row in rows]
+        return [read_schedule(job, row) for row in rows]
 
     async def delete_schedule(self, job: str, scope: Scope) -> bool:
         """Delete the schedule (its executions stay); False when there was none."""
@@ -170,7 +172,9 @@ class ScheduleOperations:
                 row = await self._schedules.get(conn, spec.name, scope.kind, scope.id)
                 if row is None:
                     raise NotFoundError(f"job {spec.name!r}, scope {scope}: no such schedule")
-                got = plans_between(stored(spec.name, row), lo - _US, hi, MAX_BACKFILL_PLANS)
+                got = plans_between(
+                    stored_schedule(spec.name, row), lo - _US, hi, MAX_BACKFILL_PLANS
+                )
                 kinds += [scope.kind] * len(got)
                 ids += [scope.id] * len(got)
                 plans += got

@@ -17,24 +17,38 @@ A stored schedule's ``next_plan_time`` is its first plan not yet claimed. When i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Protocol
 
-from .._config import JobSpec
-from .._storage.store import Row, ScheduleMove
-from .._views import trusted_scope
-from .recurrence import count_plans_between, jitter_offset
+from .._records import Row, ScheduleMove
+from .recurrence import CatchUp, count_plans_between, jitter_offset
 from .schedules import (
-    Schedule,
     ValidSchedule,
     first_plan_after,
     next_plan_after,
     planner_for,
+    stored_schedule,
 )
 
 _US = timedelta(microseconds=1)
 _SKIP_COUNT_CAP = 10_000
-_TIMES = ("starts_at", "ends_at", "next_plan_time")
+
+
+class CatchUpRules(Protocol):
+    """What a decision reads of its job (a ``JobSpec``): its name and catch-up options."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def catch_up(self) -> CatchUp: ...
+    @property
+    def catch_up_window(self) -> timedelta: ...
+    @property
+    def max_lateness(self) -> timedelta | None: ...
+    @property
+    def schedule_delay(self) -> timedelta: ...
+    @property
+    def jitter(self) -> timedelta: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,37 +65,9 @@ class Decision:
         return self.move is not None and self.move.plan is not None
 
 
-def stored(job: str, row: Row) -> ValidSchedule:
-    """The schedule a row of ``schedules`` holds (trusted: it was checked when put)."""
-    every = None if row["every_us"] is None else _US * row["every_us"]
-    payload: dict[str, Any] = row.get("payload") or {}
-    return ValidSchedule(
-        job=job,
-        scope=trusted_scope(row["scope_kind"], row["scope_id"]),
-        every=every,
-        cron=row["cron"],
-        timezone=row["timezone"],
-        payload=payload,
-        payload_json="",
-        starts_at=row["starts_at"],
-        ends_at=row["ends_at"],
-        paused=bool(row.get("paused", False)),
-    )
-
-
-def public(job: str, row: Row) -> Schedule:
-    """The read result (``get_schedule``, ``list_schedules``) of a row of ``schedules``, its
-    times in UTC."""
-    utc = {k: None if row[k] is None else row[k].astimezone(UTC) for k in _TIMES}
-    valid = stored(job, {**row, **utc})
-    return valid.as_schedule(
-        utc["next_plan_time"], row["created_at"].astimezone(UTC), row["updated_at"].astimezone(UTC)
-    )
-
-
-def decide(job: JobSpec, row: Row, now: datetime) -> Decision:
+def decide(job: CatchUpRules, row: Row, now: datetime) -> Decision:
     """The claim of the due schedule ``row`` of ``job`` at ``now`` (the database's clock)."""
-    valid = stored(job.name, row)
+    valid = stored_schedule(job.name, row)
     kind, ident = row["scope_kind"], row["scope_id"]
     horizon = now - job.schedule_delay
     first = first_plan_after(valid, row["next_plan_time"] - _US)  # the window may have moved
@@ -107,7 +93,7 @@ def decide(job: JobSpec, row: Row, now: datetime) -> Decision:
 
 
 def _pick(
-    job: JobSpec, valid: ValidSchedule, first: datetime, horizon: datetime
+    job: CatchUpRules, valid: ValidSchedule, first: datetime, horizon: datetime
 ) -> tuple[datetime | None, int]:
     """The plan the catch-up mode claims among those from ``first`` to ``horizon``, and how
     many older ones it supersedes."""

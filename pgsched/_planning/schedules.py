@@ -28,10 +28,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterError
 
-from .._config import check_job_name
 from .._errors import ConfigError
-from .._model import Scope
+from .._model import Scope, check_job_name
+from .._records import Row
 from .._times import Duration, parse_duration
+from .._views import trusted_scope
 from .recurrence import CadenceSchedule, CronSchedule, zone
 from .recurrence import Schedule as Planner
 
@@ -48,6 +49,7 @@ _SHOWN = 100  # characters of a value's repr quoted in an error message
 _REPR = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 4, _SHOWN, _SHOWN, _SHOWN
 _FIRST_SPAN = timedelta(hours=1)  # first chunk listed by plans_between for cron schedules
+_TIMES = ("starts_at", "ends_at", "next_plan_time")  # the times of a row, read back in UTC
 
 # (every in whole microseconds, normalised cron expression, IANA zone): what plan times
 # depend on. Payload, window and paused flag are not part of it.
@@ -263,6 +265,34 @@ def plans_between(
             hi = first + planner.every * (limit - 1)
         return planner.plans_between(lo, hi)
     return _chunked_plans(planner, lo, hi, limit)
+
+
+def stored_schedule(job: str, row: Row) -> ValidSchedule:
+    """The schedule a row of ``schedules`` holds (trusted: it was checked when put)."""
+    every = None if row["every_us"] is None else _US * row["every_us"]
+    payload: dict[str, Any] = row.get("payload") or {}
+    return ValidSchedule(
+        job=job,
+        scope=trusted_scope(row["scope_kind"], row["scope_id"]),
+        every=every,
+        cron=row["cron"],
+        timezone=row["timezone"],
+        payload=payload,
+        payload_json="",
+        starts_at=row["starts_at"],
+        ends_at=row["ends_at"],
+        paused=bool(row.get("paused", False)),
+    )
+
+
+def read_schedule(job: str, row: Row) -> Schedule:
+    """The read result (``get_schedule``, ``list_schedules``) of a row of ``schedules``, its
+    times in UTC."""
+    utc = {k: None if row[k] is None else row[k].astimezone(UTC) for k in _TIMES}
+    valid = stored_schedule(job, {**row, **utc})
+    return valid.as_schedule(
+        utc["next_plan_time"], row["created_at"].astimezone(UTC), row["updated_at"].astimezone(UTC)
+    )
 
 
 @functools.lru_cache(maxsize=65536)

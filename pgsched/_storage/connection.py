@@ -18,9 +18,10 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 from .._errors import DatabaseError
+from .._records import Row, Server
 from .._results import describe_error
-from .servers import Server, ServerWatch
-from .store import Conn, Row, Store
+from .servers import ServerWatch
+from .store import Conn, Store
 
 # A server that vanishes without closing its sockets (a crashed host, a partition) is noticed
 # within keepalives_idle + keepalives_interval * keepalives_count = 11 s on an idle

@@ -14,38 +14,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from .._records import Server
+
 # A refused host is left out of new connections for this long, then tried again (it may have
 # been rebuilt as a standby, or promoted again).
 _AVOID_S = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class Server:
-    """One server as met through a connection: its identity and where it was reached."""
-
-    system_identifier: str
-    timeline: int
-    address: str  # host:port, as libpq reached it
-
-    def same(self, other: Server) -> bool:
-        return (self.system_identifier, self.timeline) == (
-            other.system_identifier,
-            other.timeline,
-        )
-
-    def describe(self) -> dict[str, Any]:
-        """The fields a log event shows (never a password: the DSN is not among them)."""
-        return {
-            "system_identifier": self.system_identifier,
-            "timeline": self.timeline,
-            "address": self.address,
-        }
-
 
 # Called with (the previous server or None, the new one, the connection to it) before the
 # change is adopted; an exception leaves the change unadopted, to be tried again.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from datetime import datetime, timedelta
 from functools import cache
 from importlib import resources
@@ -17,9 +17,19 @@ import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.rows import class_row, dict_row
 
+from .._records import (
+    ClaimTerms,
+    Finish,
+    NewClaims,
+    NewPlans,
+    Probe,
+    Restore,
+    Row,
+    ScheduleMove,
+    ScheduleRows,
+)
 from .._views import Execution, JobStatus, Triggered
 
-Row = dict[str, Any]
 _V = TypeVar("_V")
 Conn = AsyncConnection[Any]
 
@@ -55,103 +65,6 @@ def migration_files() -> list[tuple[str, str, str]]:
         if match:
             out.append((match[1], match[2], entry.read_text(encoding="utf-8")))
     return sorted(out)
-
-
-@dataclass(frozen=True, slots=True)
-class Probe:
-    now: datetime
-    paused: frozenset[str]
-    stale: frozenset[str]
-    retry: frozenset[str]
-    pending: frozenset[str]
-    # Dynamic jobs: the earliest next plan of their schedules (None: no schedule has one).
-    dynamic_next: dict[str, datetime | None] = field(default_factory=dict)
-
-    def schedules_due(self, job: str, delay: timedelta) -> bool:
-        """True when a schedule of the dynamic ``job`` has a plan due at the probe's now."""
-        nxt = self.dynamic_next.get(job)
-        return nxt is not None and nxt + delay <= self.now
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimTerms:
-    """What every claim of one job by one replica shares."""
-
-    job: str
-    runner: str
-    stale: timedelta  # the lease's stale_timeout
-    reentry: bool  # allow_stale_reentry
-    forbid: bool  # overlap="forbid"
-    max_attempts: int
-
-    def params(self) -> dict[str, Any]:
-        return {
-            "job": self.job,
-            "runner": self.runner,
-            "stale": self.stale,
-            "reentry": self.reentry,
-            "forbid": self.forbid,
-            "max_attempts": self.max_attempts,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class NewPlans:
-    """The plans and scopes one claim statement offers."""
-
-    kinds: list[str]
-    ids: list[str]
-    plans: list[datetime]
-    per_scope: int  # at most this many plans per scope (max_plans_per_tick)
-    after_latest: bool  # every_plan: only plans after the scope's latest scheduled one
-    shift: int = 0  # within one plan, start at the scope at this position (then wrap around)
-
-
-@dataclass(frozen=True, slots=True)
-class NewClaims:
-    remaining: int
-    picked: int
-    rows: list[Row]
-
-
-@dataclass(frozen=True, slots=True)
-class Finish:
-    """A terminal write for one lease."""
-
-    id: UUID
-    token: UUID
-    status: str
-    error_code: str | None
-    error_msg: str | None
-    rows_affected: int | None
-    result_json: str | None
-    duration_ms: int
-    retry_delay_s: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class Restore:
-    """One execution as this replica last wrote it (claimed, renewed or finished), to put
-    back on a server that lacks it after a failover. ``status`` RUNNING: a lease still held."""
-
-    id: UUID
-    job: str
-    scope_kind: str
-    scope_id: str
-    plan_time: datetime
-    trigger: str
-    attempt: int
-    max_attempts: int
-    runner_id: str
-    token: UUID
-    fencing_token: int
-    exclusive: bool
-    payload_json: str
-    started_at: datetime | None
-    stale_s: float
-    status: str = "RUNNING"
-    outcome: Finish | None = None
-    next_retry_at: datetime | None = None
 
 
 class _Statements:
@@ -498,22 +411,6 @@ def _session_params(statement: timedelta, idle: timedelta, local: bool) -> dict[
     }
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduleRows:
-    """Validated schedules of one job, column by column, for one bulk upsert."""
-
-    kinds: list[str]
-    ids: list[str]
-    every_us: list[int | None]
-    crons: list[str | None]
-    tzs: list[str]
-    payloads: list[str]
-    starts: list[datetime | None]
-    ends: list[datetime | None]
-    paused: list[bool]
-    nexts: list[datetime | None]
-
-
 class ScheduleStore(_Statements):
     """Statements on the ``schedules`` table of dynamic jobs (docs/schedules.md)."""
 
@@ -561,13 +458,3 @@ class ScheduleStore(_Statements):
         }
         rows = await self._rows(conn, "schedules_claim", params, prepare=_PLAN_EACH_TIME)
         return [r for r in rows if r["id"] is not None]
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduleMove:
-    """One due schedule's claim: the plan to run (None: none now) and its next plan after."""
-
-    kind: str
-    id: str
-    plan: datetime | None
-    next_plan: datetime | None

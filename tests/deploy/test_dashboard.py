@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pgsched._metrics import Metrics
-from pgsched._storage.servers import Server
+from pgsched._records import Server
 from pgsched._views import JobStatus
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,8 @@ from structlog.testing import capture_logs
 
 import pgsched
 from pgsched._engine.transaction import Transactions, TransactionUnavailable, Written
-from pgsched._storage.store import Finish, Store
+from pgsched._records import Finish
+from pgsched._storage.store import Store
 from tests.helpers import wait_for
 from tests.integration._support import as_role, rows, table
 from tests.integration.conftest import DbRoles
