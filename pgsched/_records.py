@@ -16,7 +16,7 @@ Row = dict[str, Any]
 class Probe:
     now: datetime
     paused: frozenset[str]
-    stale: frozenset[str]
+    stale_jobs: frozenset[str]  # jobs with a RUNNING row past its stale_after
     retry: frozenset[str]
     pending: frozenset[str]
     # Dynamic jobs: the earliest next plan of their schedules (None: no schedule has one).
@@ -34,7 +34,7 @@ class ClaimTerms:
 
     job: str
     runner: str
-    stale: timedelta  # the lease's stale_timeout
+    stale_timeout: timedelta
     reentry: bool  # allow_stale_reentry
     forbid: bool  # overlap="forbid"
     max_attempts: int
@@ -43,7 +43,7 @@ class ClaimTerms:
         return {
             "job": self.job,
             "runner": self.runner,
-            "stale": self.stale,
+            "stale_timeout": self.stale_timeout,
             "reentry": self.reentry,
             "forbid": self.forbid,
             "max_attempts": self.max_attempts,
@@ -103,7 +103,7 @@ class Restore:
     exclusive: bool
     payload_json: str
     started_at: datetime | None
-    stale_s: float
+    stale_timeout_s: float
     status: str = "RUNNING"
     outcome: Finish | None = None
     next_retry_at: datetime | None = None

@@ -52,13 +52,15 @@ class Claimer:
     ) -> ClaimBatch:
         """Claim what ``job`` may claim now, in one transaction. Only the ``first`` call of a
         tick closes out stale leases and takes over existing rows."""
-        stale = first and job.name in probe.stale
+        close_stale = first and job.name in probe.stale_jobs
         existing = (
-            first and free > 0 and (stale or job.name in probe.retry or job.name in probe.pending)
+            first
+            and free > 0
+            and (close_stale or job.name in probe.retry or job.name in probe.pending)
         )
         dynamic = job.dynamic and probe.schedules_due(job.name, job.schedule_delay)
         batch = ClaimBatch()
-        if not (stale or existing or offer or dynamic):
+        if not (close_stale or existing or offer or dynamic):
             return batch
         async with conn.transaction():
             await self._store.claim_begin(conn, CLAIM_IDLE_TIMEOUT, synchronous=self._synchronous)
@@ -67,7 +69,7 @@ class Claimer:
                 self._recorder.lock_busy(job.name)
                 batch.backlog = offer is not None or dynamic
                 return batch
-            if stale:
+            if close_stale:
                 for row in await self._store.close_stale(
                     conn, job.name, reentry=job.allow_stale_reentry
                 ):
@@ -98,7 +100,7 @@ class Claimer:
         size = min(cap, DYNAMIC_BATCH)
         terms = self._terms(job)
         await self._store.claim_begin(conn, DYNAMIC_IDLE_TIMEOUT, synchronous=self._synchronous)
-        rows = await self._schedules.due(conn, terms, job.schedule_delay, size)
+        rows = await self._schedules.due_schedules(conn, terms, job.schedule_delay, size)
         if not rows:
             return
         decisions = [decide(job, row, row["now"]) for row in rows]
@@ -109,7 +111,7 @@ class Claimer:
         if late:
             self._recorder.skipped(job.name, "max_lateness", late)
         moves = [d.move for d in decisions if d.move is not None]
-        won = await self._schedules.claim(conn, terms, moves) if moves else []
+        won = await self._schedules.claim_schedules(conn, terms, moves) if moves else []
         wanted = sum(d.claims for d in decisions)
         if wanted > len(won):
             self._recorder.conflicts(job.name, wanted - len(won))
@@ -131,7 +133,7 @@ class Claimer:
         return ClaimTerms(
             job=job.name,
             runner=self._runner,
-            stale=job.stale_timeout,
+            stale_timeout=job.stale_timeout,
             reentry=job.allow_stale_reentry,
             forbid=job.overlap == "forbid",
             max_attempts=job.max_attempts,

@@ -83,7 +83,7 @@ class Runtime:
     ) -> None:
         store = Store(settings.schema)
         self.jobs, self.pool, self.settings = jobs, pool, settings
-        self._jobs, self._store, self._pool = jobs, store, pool
+        self._store = store
         runner_id, max_concurrency = settings.runner_id, settings.max_concurrency
         self.runner_id = runner_id
         self.tick_interval = settings.tick_interval.total_seconds()
@@ -255,13 +255,13 @@ class Runtime:
         return ok
 
     async def _tick(self) -> bool:
-        jobs = self._jobs()
+        jobs = self.jobs()
         if not jobs:
             return True
         ok = True
-        async with pooled(self._pool) as conn:
+        async with pooled(self.pool) as conn:
             dynamic = [name for name, job in jobs.items() if job.dynamic]
-            probe = await self._store.probe(conn, list(jobs), dynamic)
+            probe = await self._store.tick_probe(conn, list(jobs), dynamic)
             probed_at = time.monotonic()
             if not self._standbys_checked:
                 await self._check_standbys(conn)
@@ -349,7 +349,7 @@ class Runtime:
         backoff = Backoff()
         while True:
             try:
-                async with pooled(self._pool) as conn:
+                async with pooled(self.pool) as conn:
                     await self._store.listen(conn)
                     if backoff.failures:  # a NOTIFY may have been missed meanwhile
                         self.wake()

@@ -296,7 +296,7 @@ def _claim_row(lease: Lease) -> Restore:
         exclusive=job.overlap == "forbid",
         payload_json=json.dumps(run.payload),
         started_at=lease.started_at,
-        stale_s=job.stale_timeout.total_seconds(),
+        stale_timeout_s=job.stale_timeout.total_seconds(),
     )
 
 

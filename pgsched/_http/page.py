@@ -38,12 +38,12 @@ def render_status_page(
     jobs: Sequence[JobStatus],
     recent: Sequence[Execution],
     failures: Sequence[Execution],
-    stale: Sequence[Execution],
+    stale_leases: Sequence[Execution],
     runner_id: str,
 ) -> str:
     """The whole page as HTML; every value from the database is escaped."""
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    sections = [_jobs(jobs), _stale(stale), _failures(failures), _recent(recent)]
+    sections = [_jobs(jobs), _stale_leases(stale_leases), _failures(failures), _recent(recent)]
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta http-equiv="refresh" content="10">'
@@ -85,7 +85,7 @@ def _dynamic_counts(job: JobStatus) -> str:
     return f'<br><small class="schedules">{_t(text)}</small>'
 
 
-def _stale(stale: Sequence[Execution]) -> str:
+def _stale_leases(runs: Sequence[Execution]) -> str:
     headers = ["job", "scope", "plan time", "attempt", "runner", "last heartbeat", "stale since"]
     rows = [
         [
@@ -95,7 +95,7 @@ def _stale(stale: Sequence[Execution]) -> str:
             _time(r.heartbeat_at),
             _time(r.stale_after),
         ]
-        for r in stale
+        for r in runs
     ]
     note = "RUNNING past stale_after: the holder stopped heartbeating"
     return _section("Stale leases", note, headers, rows)

@@ -181,12 +181,12 @@ class HttpServer:
                 [r for r in running if r.stale],
             )
 
-        summary, recent, failed, stale = await self._db(gather())
+        summary, recent, failed, stale_leases = await self._db(gather())
         html = render_status_page(
             jobs=summary,
             recent=recent,
             failures=failed,
-            stale=stale,
+            stale_leases=stale_leases,
             runner_id=self._health.runner_id,
         )
         return web.Response(text=html, content_type="text/html")

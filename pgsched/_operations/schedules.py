@@ -67,7 +67,7 @@ class ScheduleOperations:
         valid = check_schedule(job, spec)
         async with self._conn() as conn, conn.transaction():
             await self._put(conn, job, [valid])
-            row = await self._schedules.get(conn, valid.job, scope.kind, scope.id)
+            row = await self._schedules.get_schedule(conn, valid.job, scope.kind, scope.id)
         assert row is not None
         return read_schedule(valid.job, row)
 
@@ -102,7 +102,7 @@ class ScheduleOperations:
             paused=[v.paused for v in valid],
             nexts=[first_plan_after(v, now) for v in valid],
         )
-        written = await self._schedules.put(conn, job, rows)
+        written = await self._schedules.put_schedules(conn, job, rows)
         await self._notify(conn, "schedules", job)
         return written
 
@@ -111,7 +111,7 @@ class ScheduleOperations:
         job, scope = _target(job, scope)
         async with self._conn() as conn:
             await self._dynamic_job(conn, job)
-            row = await self._schedules.get(conn, job, scope.kind, scope.id)
+            row = await self._schedules.get_schedule(conn, job, scope.kind, scope.id)
         return None if row is None else read_schedule(job, row)
 
     async def list_schedules(
@@ -127,7 +127,7 @@ class ScheduleOperations:
         key = None if after is None else (after.kind, after.id)
         async with self._conn() as conn:
             await self._dynamic_job(conn, job)
-            rows = await self._schedules.page(conn, job, key, limit)
+            rows = await self._schedules.list_schedules(conn, job, key, limit)
         return [read_schedule(job, row) for row in rows]
 
     async def delete_schedule(self, job: str, scope: Scope) -> bool:
@@ -135,7 +135,7 @@ class ScheduleOperations:
         job, scope = _target(job, scope)
         async with self._conn() as conn, conn.transaction():
             await self._dynamic_job(conn, job)
-            deleted = await self._schedules.delete(conn, job, scope.kind, scope.id)
+            deleted = await self._schedules.delete_schedule(conn, job, scope.kind, scope.id)
             if deleted:
                 await self._notify(conn, "schedules", job)
         return deleted
@@ -153,7 +153,9 @@ class ScheduleOperations:
         job, scope = _target(job, scope)
         async with self._conn() as conn, conn.transaction():
             await self._dynamic_job(conn, job)
-            if not await self._schedules.set_paused(conn, job, scope.kind, scope.id, paused):
+            if not await self._schedules.set_schedule_paused(
+                conn, job, scope.kind, scope.id, paused
+            ):
                 raise NotFoundError(f"job {job!r}, scope {scope}: no such schedule")
             await self._notify(conn, "schedules", job)
 
@@ -169,7 +171,7 @@ class ScheduleOperations:
         async with self._conn() as conn, conn.transaction():
             for scope in scopes:
                 _target(spec.name, scope)
-                row = await self._schedules.get(conn, spec.name, scope.kind, scope.id)
+                row = await self._schedules.get_schedule(conn, spec.name, scope.kind, scope.id)
                 if row is None:
                     raise NotFoundError(f"job {spec.name!r}, scope {scope}: no such schedule")
                 got = plans_between(

@@ -25,8 +25,7 @@ from .recurrence import CatchUp, count_plans_between, jitter_offset
 from .schedules import (
     ValidSchedule,
     first_plan_after,
-    next_plan_after,
-    planner_for,
+    recurrence_for,
     stored_schedule,
 )
 
@@ -80,8 +79,10 @@ def decide(job: CatchUpRules, row: Row, now: datetime) -> Decision:
     if job.max_lateness is not None and plan < horizon - job.max_lateness:
         deadline = horizon - job.max_lateness
         if job.catch_up == "latest_only":
-            return Decision(ScheduleMove(kind, ident, None, next_plan_after(valid, plan)), 0, 1)
-        late = 1 + count_plans_between(planner_for(valid.spec_key), plan, deadline, _SKIP_COUNT_CAP)
+            return Decision(ScheduleMove(kind, ident, None, first_plan_after(valid, plan)), 0, 1)
+        late = 1 + count_plans_between(
+            recurrence_for(valid.spec_key), plan, deadline, _SKIP_COUNT_CAP
+        )
         plan = first_plan_after(valid, deadline - _US)
         if plan is None or plan > horizon:
             return Decision(ScheduleMove(kind, ident, None, plan), 0, late)
@@ -89,7 +90,9 @@ def decide(job: CatchUpRules, row: Row, now: datetime) -> Decision:
         wait = jitter_offset(job.name, kind, ident, plan, job.jitter)
         if now < plan + job.schedule_delay + wait:
             return Decision(None, 0, late)
-    return Decision(ScheduleMove(kind, ident, plan, next_plan_after(valid, plan)), superseded, late)
+    return Decision(
+        ScheduleMove(kind, ident, plan, first_plan_after(valid, plan)), superseded, late
+    )
 
 
 def _pick(
@@ -101,11 +104,11 @@ def _pick(
         oldest = horizon - job.catch_up_window
         return (first if first >= oldest else first_plan_after(valid, oldest - _US)), 0
     until = horizon if valid.ends_at is None else min(horizon, valid.ends_at - _US)
-    after_first = next_plan_after(valid, first)  # memoised per spec: one step at most
+    after_first = first_plan_after(valid, first)  # memoised per spec: one step at most
     if after_first is None or after_first > until:
         return first, 0  # the usual case: the stored next plan is the only one due
-    planner = planner_for(valid.spec_key)
-    plan = planner.latest_at_or_before(until)
+    recurrence = recurrence_for(valid.spec_key)
+    plan = recurrence.latest_at_or_before(until)
     if plan is None or plan < first:
         return first, 0
-    return plan, count_plans_between(planner, first - _US, plan, _SKIP_COUNT_CAP)
+    return plan, count_plans_between(recurrence, first - _US, plan, _SKIP_COUNT_CAP)

@@ -1,4 +1,5 @@
-"""Pure planning: which plan instants a schedule has, and which of them are due. No I/O.
+"""Pure planning: which plan instants a recurrence has (a cadence, a cron expression in a
+zone, a planner hook), and which of them are due. No I/O.
 
 Every function takes the current instant as an argument (the database's clock, read by the
 caller), so all of it is deterministic and unit-tested without a database.
@@ -20,8 +21,7 @@ from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
-from .cron import cron_parts
-from .cron import parsed as _parsed
+from .cron import cron_parts, parsed
 
 _T = TypeVar("_T")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -56,8 +56,10 @@ class Planner(Protocol):
         ...
 
 
-class Schedule:
-    """Base of every schedule: derives next/latest/upcoming from ``plans_between``."""
+class Recurrence:
+    """When a job's plans fall. Not a stored ``pgsched.Schedule``: the recurrence of a
+    code-defined job, or of one stored schedule (``_planning.schedules``). Subclasses give
+    ``plans_between``; next, latest and upcoming derive from it."""
 
     def plans_between(self, start: datetime, end: datetime) -> Sequence[datetime]:
         raise NotImplementedError
@@ -99,7 +101,7 @@ class Schedule:
         return out
 
 
-class HookSchedule(Schedule):
+class HookRecurrence(Recurrence):
     """Adapts a user's :class:`Planner` hook, normalising its output to sorted aware UTC."""
 
     def __init__(self, hook: Planner) -> None:
@@ -113,9 +115,10 @@ class HookSchedule(Schedule):
         return f"planner={type(self._hook).__name__}"
 
 
-class DynamicSchedule(Schedule):
-    """The schedule of a dynamic job (docs/schedules.md): the job has none of its own; each of its
-    scopes has a stored schedule, planned by ``_schedules`` and claimed by ``_dynamic``."""
+class DynamicRecurrence(Recurrence):
+    """The recurrence of a dynamic job (docs/schedules.md): the job has none of its own; each
+    of its scopes has a stored schedule, planned by ``_planning.schedules`` and claimed by the
+    engine with ``_planning.dynamic``."""
 
     def plans_between(self, start: datetime, end: datetime) -> Sequence[datetime]:
         return []
@@ -130,7 +133,7 @@ class DynamicSchedule(Schedule):
         return None
 
 
-class CadenceSchedule(Schedule):
+class CadenceRecurrence(Recurrence):
     """Plans every ``every``, aligned to the Unix epoch in UTC."""
 
     def __init__(self, every: timedelta) -> None:
@@ -174,7 +177,7 @@ def zone(key: str) -> ZoneInfo:
     return ZoneInfo(key)
 
 
-class CronSchedule(Schedule):
+class CronRecurrence(Recurrence):
     """Occurrences of a 5-field cron expression, read as crontab(5) reads it (``_cron``: one
     or two croniter expressions whose wall times together are the expression's), in an IANA
     zone, as UTC instants.
@@ -195,7 +198,7 @@ class CronSchedule(Schedule):
     ) -> None:
         # crontab(5)'s reading, as one or two croniter expressions (see _cron).
         parts = cron_parts(expr)
-        steppers = [copy.copy(_parsed(part)) for part in parts]  # raises CroniterBadCronError
+        steppers = [copy.copy(parsed(part)) for part in parts]  # raises CroniterBadCronError
         for stepper in steppers:
             for token in re.split(r"[\s,/-]+", " ".join(map(str, stepper.expressions))):
                 if token.upper() in ("R", "H") or token.upper().startswith(("R(", "H(")):
@@ -206,7 +209,7 @@ class CronSchedule(Schedule):
         self.tz = tz
         self._parts = parts
         # One croniter per part, re-aimed per call (parsing costs more than a step); the lock
-        # lets threads share this schedule (an Admin's bulk put and the replica's claims).
+        # lets threads share this recurrence (an Admin's bulk put and the replica's claims).
         self._steppers = steppers
         self._stepper_lock = threading.Lock()
         hour = parts[0].split(" ")[1]
@@ -242,7 +245,7 @@ class CronSchedule(Schedule):
     def next_after(self, t: datetime) -> datetime | None:
         """Walks croniter forward from just before ``t``: cost is a DST margin of wall times,
         however far away the next plan is (one croniter step when no offset change is near)."""
-        quick = self._next_without_offset_change(t)
+        quick = self._one_step(t, backwards=False)
         return quick if quick is not None else self._next_by_walk(t)
 
     def _next_by_walk(self, t: datetime) -> datetime | None:
@@ -257,20 +260,13 @@ class CronSchedule(Schedule):
                     best, best_wall = instant, wall
         return best
 
-    def _next_without_offset_change(self, t: datetime) -> datetime | None:
-        """The next plan after ``t`` in one croniter step, when no offset change is within a
-        day of ``t`` and the next matching wall time exists exactly once: every wall time
-        croniter stepped over then stands for instants after ``t`` (a change further away
-        moves the wall clock by less than a day), and none of them matched, so no DST rule
-        applies. None when that does not hold (the caller walks with the DST margin)."""
-        return self._one_step(t, backwards=False)
-
-    def _latest_without_offset_change(self, t: datetime) -> datetime | None:
-        """:meth:`_next_without_offset_change` backwards: the latest plan at or before ``t``
-        in one croniter step under the same conditions."""
-        return self._one_step(t, backwards=True)
-
     def _one_step(self, t: datetime, *, backwards: bool) -> datetime | None:
+        """The next plan after ``t`` (``backwards``: the latest at or before it) in one
+        croniter step, when no offset change is within a day of ``t`` and the matching wall
+        time exists exactly once: every wall time croniter stepped over then stands for
+        instants on the right side of ``t`` (a change further away moves the wall clock by
+        less than a day), and none of them matched, so no DST rule applies. None when that
+        does not hold (the caller walks with the DST margin)."""
         offset = self._steady_offset(t)
         if offset is None:
             return None
@@ -317,7 +313,7 @@ class CronSchedule(Schedule):
     def latest_at_or_before(self, t: datetime) -> datetime | None:
         """Like :meth:`next_after`, walking croniter backwards from just after ``t`` (one
         step when no offset change is near)."""
-        quick = self._latest_without_offset_change(t)
+        quick = self._one_step(t, backwards=True)
         return quick if quick is not None else self._latest_by_walk(t)
 
     def _latest_by_walk(self, t: datetime) -> datetime | None:
@@ -346,7 +342,7 @@ class CronSchedule(Schedule):
         return sorted(found)
 
     def _instants(self, wall: datetime) -> list[datetime]:
-        """The UTC instants a local wall time stands for, under this schedule's DST rules."""
+        """The UTC instants a local wall time stands for, under this recurrence's DST rules."""
         first = wall.replace(tzinfo=self.tz, fold=0).astimezone(UTC)
         second = wall.replace(tzinfo=self.tz, fold=1).astimezone(UTC)
         if first.astimezone(self.tz).replace(tzinfo=None) != wall:
@@ -438,7 +434,7 @@ class PlanCursor:
 
     def __init__(
         self,
-        schedule: Schedule,
+        recurrence: Recurrence,
         *,
         catch_up: CatchUp,
         schedule_delay: timedelta,
@@ -446,7 +442,7 @@ class PlanCursor:
         max_lateness: timedelta | None,
         limit: int = MAX_CATCH_UP_PLANS,
     ) -> None:
-        self.schedule = schedule
+        self.recurrence = recurrence
         self.catch_up = catch_up
         self.schedule_delay = schedule_delay
         self.catch_up_window = catch_up_window
@@ -481,9 +477,9 @@ class PlanCursor:
     def _refresh_latest(self, horizon: datetime) -> None:
         if self._next is not None and self._plans and horizon < self._next:
             return
-        latest = self.schedule.latest_at_or_before(horizon)
+        latest = self.recurrence.latest_at_or_before(horizon)
         self._plans = [latest] if latest is not None else []
-        self._next = self.schedule.next_after(horizon)
+        self._next = self.recurrence.next_after(horizon)
 
     def _refresh_window(self, horizon: datetime) -> None:
         if self._next is not None and horizon < self._next:
@@ -491,27 +487,27 @@ class PlanCursor:
         oldest = horizon - self.catch_up_window
         # plans_between excludes its start; a plan exactly catch_up_window old still counts.
         start = max(self._covered_until or oldest - _US, oldest - _US)
-        if isinstance(self.schedule, CadenceSchedule):
+        if isinstance(self.recurrence, CadenceRecurrence):
             # Never list more than the newest `limit` cadence plans.
-            start = max(start, horizon - self.schedule.every * self.limit)
-        fresh = self.schedule.plans_between(start, horizon)
+            start = max(start, horizon - self.recurrence.every * self.limit)
+        fresh = self.recurrence.plans_between(start, horizon)
         self._plans = [p for p in self._plans if p >= oldest] + list(fresh)
         self._plans = self._plans[-self.limit :]
         self._covered_until = horizon
-        self._next = self.schedule.next_after(horizon)
+        self._next = self.recurrence.next_after(horizon)
 
 
-def count_plans_between(schedule: Schedule, start: datetime, end: datetime, cap: int) -> int:
+def count_plans_between(recurrence: Recurrence, start: datetime, end: datetime, cap: int) -> int:
     """How many plans lie in ``(start, end)``, stopping at ``cap`` (skipped-plan counting)."""
-    if isinstance(schedule, CadenceSchedule):
-        count = schedule.count_between(start, end)
-        if schedule.latest_at_or_before(end) == end:
+    if isinstance(recurrence, CadenceRecurrence):
+        count = recurrence.count_between(start, end)
+        if recurrence.latest_at_or_before(end) == end:
             count -= 1  # end itself is a plan, and the range excludes it
         return min(cap, max(0, count))
     count = 0
     t = start
     while count < cap:
-        nxt = schedule.next_after(t)
+        nxt = recurrence.next_after(t)
         if nxt is None or nxt >= end:
             break
         count += 1

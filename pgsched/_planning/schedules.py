@@ -3,9 +3,9 @@ and normalisation, the read result, and the plan times of one stored schedule. N
 and no clock: every function gets the instants it needs as arguments, so all of it is
 deterministic and unit-tested without a database.
 
-Plan times are computed by the same planner classes as code-defined jobs
-(:class:`~pgsched._planning.recurrence.CadenceSchedule`,
-:class:`~pgsched._planning.recurrence.CronSchedule` with the default DST rules), so the
+Plan times are computed by the same recurrence classes as code-defined jobs
+(:class:`~pgsched._planning.recurrence.CadenceRecurrence`,
+:class:`~pgsched._planning.recurrence.CronRecurrence` with the default DST rules), so the
 rules of the README's job options apply in the schedule's own zone: cadences are aligned to
 the Unix epoch in UTC, cron expressions with a fixed hour fire once per local day across DST
 changes, and those whose hour is ``*`` or a step follow elapsed time.
@@ -33,8 +33,7 @@ from .._model import Scope, check_job_name
 from .._records import Row
 from .._times import Duration, parse_duration
 from .._views import trusted_scope
-from .recurrence import CadenceSchedule, CronSchedule, zone
-from .recurrence import Schedule as Planner
+from .recurrence import CadenceRecurrence, CronRecurrence, Recurrence, zone
 
 MAX_PAYLOAD_BYTES = 16384  # 16 KiB of UTF-8 JSON, canonical compact form
 # Where "never fires" is checked from: a fixed instant keeps validation deterministic. A
@@ -227,20 +226,14 @@ def first_plan_after(valid: ValidSchedule, after: datetime) -> datetime | None:
 
     When ``starts_at`` is later than ``after`` this is the first occurrence at or after
     ``starts_at``. A put at instant ``t`` gets ``first_plan_after(valid, t)`` as its first
-    plan: a put exactly on a plan boundary does not get that plan. ``after`` must be aware.
+    plan: a put exactly on a plan boundary does not get that plan; and the plan after a plan
+    just claimed is ``first_plan_after(valid, plan)``. ``after`` must be aware.
     """
     lo = _lower_bound(valid, after)
     plan = _next_after(valid.spec_key, lo)
     if plan is None or (valid.ends_at is not None and plan >= valid.ends_at):
         return None
     return plan
-
-
-def next_plan_after(valid: ValidSchedule, plan_time: datetime) -> datetime | None:
-    """The plan after ``plan_time`` (the plan just claimed), under the same window rule as
-    :func:`first_plan_after`, of which it is the same computation: the plan after a plan is
-    the first plan strictly after it."""
-    return first_plan_after(valid, plan_time)
 
 
 def plans_between(
@@ -256,15 +249,15 @@ def plans_between(
         hi = min(hi, valid.ends_at - _US)  # plan times are whole microseconds
     if limit <= 0 or hi <= lo:
         return []
-    planner = planner_for(valid.spec_key)
-    if isinstance(planner, CadenceSchedule):
-        first = planner.next_after(lo)
+    recurrence = recurrence_for(valid.spec_key)
+    if isinstance(recurrence, CadenceRecurrence):
+        first = recurrence.next_after(lo)
         if first > hi:
             return []
-        if (hi - first) // planner.every >= limit:
-            hi = first + planner.every * (limit - 1)
-        return planner.plans_between(lo, hi)
-    return _chunked_plans(planner, lo, hi, limit)
+        if (hi - first) // recurrence.every >= limit:
+            hi = first + recurrence.every * (limit - 1)
+        return recurrence.plans_between(lo, hi)
+    return _chunked_plans(recurrence, lo, hi, limit)
 
 
 def stored_schedule(job: str, row: Row) -> ValidSchedule:
@@ -302,27 +295,27 @@ def _cron_problem(normal: str) -> str | None:
     cost about half a millisecond). The zone plays no part: a wall time a zone skips fires
     at the end of its gap."""
     try:
-        planner = planner_for((None, normal, "UTC"))
+        recurrence = recurrence_for((None, normal, "UTC"))
     except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
         return f"is not a valid cron expression ({' '.join(str(exc).split())})"
-    quick = isinstance(planner, CronSchedule) and planner.surely_fires()
-    if not quick and planner.next_after(_REFERENCE) is None:
+    quick = isinstance(recurrence, CronRecurrence) and recurrence.surely_fires()
+    if not quick and recurrence.next_after(_REFERENCE) is None:
         return "never fires"
     return None
 
 
 def _next_after(key: SpecKey, t: datetime) -> datetime | None:
-    """The planner's first plan strictly after ``t``, remembering the last few answers per
+    """The recurrence's first plan strictly after ``t``, remembering the last few answers per
     spec: ``next_after(t0) = r`` means no plan lies in ``(t0, r)``, so every ``t`` in
     ``[t0, r)`` has the same answer. A bulk put computes each spec's next plan after one
     instant, and a claim asks for a due plan and the one after it, so schedules sharing a
-    spec cost one planner walk per distinct answer."""
+    spec cost one walk per distinct answer."""
     known = _NEXT_MEMO.get(key)
     if known is not None:
         for start, plan in known:
             if start <= t and (plan is None or t < plan):
                 return plan
-    plan = planner_for(key).next_after(t)
+    plan = recurrence_for(key).next_after(t)
     if known is None:
         if len(_NEXT_MEMO) >= _NEXT_MEMO_SIZE:
             _NEXT_MEMO.clear()
@@ -338,31 +331,33 @@ _NEXT_MEMO_DEPTH = 4  # answers kept per spec: a claim alternates between two of
 
 
 @functools.lru_cache(maxsize=40_000)  # about 1.5 KB each for cron: at most ~60 MB
-def planner_for(key: SpecKey) -> Planner:
-    """The planner object of a spec (cached: parsing a cron expression is not free).
+def recurrence_for(key: SpecKey) -> Recurrence:
+    """The recurrence of a spec (cached: parsing a cron expression is not free).
 
     A cadence ignores the zone (it is aligned to the epoch in UTC); a cron expression is
     evaluated in its zone with the default DST rules of a code-defined job."""
     every_us, cron, timezone = key
     if every_us is not None:
-        return CadenceSchedule(_US * every_us)
+        return CadenceRecurrence(_US * every_us)
     assert cron is not None
-    return CronSchedule(cron, zone(timezone))
+    return CronRecurrence(cron, zone(timezone))
 
 
-def _chunked_plans(planner: Planner, lo: datetime, hi: datetime, limit: int) -> list[datetime]:
+def _chunked_plans(
+    recurrence: Recurrence, lo: datetime, hi: datetime, limit: int
+) -> list[datetime]:
     """Up to ``limit`` plans in ``(lo, hi]``, listed in chunks that double in length, each
     starting at the next plan, so neither an empty stretch nor a dense one costs more than
     a few chunks."""
     out: list[datetime] = []
     span = _FIRST_SPAN
     while len(out) < limit and lo < hi:
-        nxt = planner.next_after(lo)
+        nxt = recurrence.next_after(lo)
         if nxt is None or nxt > hi:
             break
         lo = nxt - _US
         end = hi if hi - lo <= span else lo + span
-        out.extend(planner.plans_between(lo, end))
+        out.extend(recurrence.plans_between(lo, end))
         lo, span = end, span * 2
     return out[:limit]
 

@@ -141,14 +141,16 @@ class Store(_Statements):
 
     # -- the tick -----------------------------------------------------------------------
 
-    async def probe(self, conn: Conn, jobs: Sequence[str], dynamic: Sequence[str] = ()) -> Probe:
+    async def tick_probe(
+        self, conn: Conn, jobs: Sequence[str], dynamic: Sequence[str] = ()
+    ) -> Probe:
         """The tick's one read; ``dynamic`` are the jobs whose earliest next plan to read."""
         params = {"jobs": list(jobs), "dynamic": list(dynamic)}
         row = await self._one(conn, "tick_probe", params)
         return Probe(
             now=row["now"],
             paused=frozenset(row["paused"]),
-            stale=frozenset(row["stale"]),
+            stale_jobs=frozenset(row["stale_jobs"]),
             retry=frozenset(row["retry"]),
             pending=frozenset(row["pending"]),
             dynamic_next=dict(zip(dynamic, row["dynamic_next"], strict=True)),
@@ -217,7 +219,7 @@ class Store(_Statements):
             {
                 "ids": [lease[0] for lease in ordered],
                 "tokens": [lease[1] for lease in ordered],
-                "stale": [lease[2] for lease in ordered],
+                "stale_timeouts": [lease[2] for lease in ordered],
             },
         )
         return {r["id"] for r in rows}
@@ -251,7 +253,7 @@ class Store(_Statements):
     ) -> None:
         """Statement and idle-in-transaction timeouts for the session (or, ``local``, for
         the current transaction only)."""
-        await self._rows(conn, "session_settings", _session_params(statement, idle, local))
+        await self._rows(conn, "configure_session", _session_params(statement, idle, local))
 
     async def server_state(self, conn: Conn) -> Row:
         """Whether the server ``conn`` reaches takes writes (``in_recovery``, ``read_only``)
@@ -274,7 +276,7 @@ class Store(_Statements):
         *,
         local: bool = False,
     ) -> None:
-        conn.execute(self._q["session_settings"], _session_params(statement, idle, local))
+        conn.execute(self._q["configure_session"], _session_params(statement, idle, local))
 
     # -- operations ---------------------------------------------------------------------
 
@@ -378,7 +380,7 @@ def _restore_params(rows: Sequence[Restore]) -> dict[str, Any]:
         "exclusive": [r.exclusive for r in ordered],
         "payloads": [r.payload_json for r in ordered],
         "started": [r.started_at for r in ordered],
-        "stale": [r.stale_s for r in ordered],
+        "stale_timeouts": [r.stale_timeout_s for r in ordered],
         "error_codes": [o.error_code if o else None for o in outcomes],
         "error_msgs": [o.error_msg if o else None for o in outcomes],
         "rows": [o.rows_affected if o else None for o in outcomes],
@@ -414,37 +416,41 @@ def _session_params(statement: timedelta, idle: timedelta, local: bool) -> dict[
 class ScheduleStore(_Statements):
     """Statements on the ``schedules`` table of dynamic jobs (docs/schedules.md)."""
 
-    async def put(self, conn: Conn, job: str, rows: ScheduleRows) -> int:
+    async def put_schedules(self, conn: Conn, job: str, rows: ScheduleRows) -> int:
         """Upsert ``rows``; returns how many were written (identical ones are not)."""
         params: dict[str, Any] = {"job": job}
         params.update((f.name, getattr(rows, f.name)) for f in fields(rows))
-        return await self._rowcount(conn, "schedules_put", params)
+        return await self._rowcount(conn, "put_schedules", params)
 
-    async def get(self, conn: Conn, job: str, kind: str, ident: str) -> Row | None:
-        rows = await self._rows(conn, "schedule_get", {"job": job, "kind": kind, "id": ident})
+    async def get_schedule(self, conn: Conn, job: str, kind: str, ident: str) -> Row | None:
+        rows = await self._rows(conn, "get_schedule", {"job": job, "kind": kind, "id": ident})
         return rows[0] if rows else None
 
-    async def page(
+    async def list_schedules(
         self, conn: Conn, job: str, after: tuple[str, str] | None, limit: int
     ) -> list[Row]:
         kind, ident = after if after is not None else (None, None)
         params = {"job": job, "kind": kind, "id": ident, "limit": limit}
-        return await self._rows(conn, "schedules_list", params)
+        return await self._rows(conn, "list_schedules", params)
 
-    async def delete(self, conn: Conn, job: str, kind: str, ident: str) -> bool:
+    async def delete_schedule(self, conn: Conn, job: str, kind: str, ident: str) -> bool:
         params = {"job": job, "kind": kind, "id": ident}
-        return bool(await self._rows(conn, "schedule_delete", params))
+        return bool(await self._rows(conn, "delete_schedule", params))
 
-    async def set_paused(self, conn: Conn, job: str, kind: str, ident: str, paused: bool) -> bool:
+    async def set_schedule_paused(
+        self, conn: Conn, job: str, kind: str, ident: str, paused: bool
+    ) -> bool:
         params = {"job": job, "kind": kind, "id": ident, "paused": paused}
-        return bool(await self._rows(conn, "schedule_set_paused", params))
+        return bool(await self._rows(conn, "set_schedule_paused", params))
 
-    async def due(self, conn: Conn, terms: ClaimTerms, delay: timedelta, limit: int) -> list[Row]:
+    async def due_schedules(
+        self, conn: Conn, terms: ClaimTerms, delay: timedelta, limit: int
+    ) -> list[Row]:
         """Lock up to ``limit`` due schedules of the job (SKIP LOCKED), oldest next plan first."""
         params = {"job": terms.job, "forbid": terms.forbid, "delay": delay, "limit": limit}
-        return await self._rows(conn, "schedules_due", params, prepare=_PLAN_EACH_TIME)
+        return await self._rows(conn, "due_schedules", params, prepare=_PLAN_EACH_TIME)
 
-    async def claim(
+    async def claim_schedules(
         self, conn: Conn, terms: ClaimTerms, moves: Sequence[ScheduleMove]
     ) -> list[Row]:
         """Insert RUNNING rows for the moves with a plan, and move each schedule's next plan
@@ -456,5 +462,5 @@ class ScheduleStore(_Statements):
             "plans": [m.plan for m in moves],
             "nexts": [m.next_plan for m in moves],
         }
-        rows = await self._rows(conn, "schedules_claim", params, prepare=_PLAN_EACH_TIME)
+        rows = await self._rows(conn, "claim_schedules", params, prepare=_PLAN_EACH_TIME)
         return [r for r in rows if r["id"] is not None]

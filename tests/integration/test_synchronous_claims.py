@@ -19,7 +19,7 @@ from tests.integration._support import count, rows
 pytestmark = pytest.mark.usefixtures("migrated")
 SYNC_ONLY = {"claim_begin_synchronous", "synchronous_commit", "synchronous_standbys"}
 # The pool's checks of the connections it opens and lends: as many as it happens to open.
-POOL = {"server_state", "session_settings"}
+POOL = {"server_state", "configure_session"}
 
 
 @pytest.fixture
@@ -118,6 +118,6 @@ def test_a_dynamic_jobs_claims_are_synchronous_too(
     s.put_schedule("dyn", pgsched.Scope("user", "1"), every="1s")
     statements.clear()
     wait_for(lambda: s.run_once().succeeded, 10, what="the schedule's run")
-    assert "schedules_claim" in statements
+    assert "claim_schedules" in statements
     assert "claim_begin" not in statements
     assert statements.count("claim_begin_synchronous") >= 2
