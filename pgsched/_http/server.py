@@ -84,11 +84,10 @@ class HttpServer:
         """Listen on ``host:port`` (0 picks a free port); returns the bound port."""
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
-        await site.start()
+        await web.TCPSite(self._runner, host, port).start()
         # The listening socket tells the port when 0 was asked for.
-        sockets = getattr(site._server, "sockets", None) or []
-        return int(sockets[0].getsockname()[1]) if sockets else port
+        addresses = self._runner.addresses
+        return int(addresses[0][1]) if addresses else port
 
     async def stop(self) -> None:
         if self._runner is not None:
