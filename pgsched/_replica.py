@@ -1,5 +1,6 @@
-"""One running replica: the engine (``_runtime``) and its HTTP server on one pool, started and
-shut down together. Owns their lifecycle on the running loop; decides nothing about jobs.
+"""One running replica: the engine (``_engine.runtime``) and its HTTP server on one pool,
+started and shut down together. Owns their lifecycle on the running loop; decides nothing
+about jobs.
 """
 
 from __future__ import annotations

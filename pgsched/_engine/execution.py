@@ -1,7 +1,7 @@
 """Running handlers: the executor starts each claimed lease's handler (async on the loop, sync in
 a daemon thread), bounds it by ``run_timeout``, and turns what it returned or raised into an
 :class:`Outcome` for the writer. Owns the handler tasks; runs no SQL of its own (transactional
-runs write through their own connection, see ``_transaction``).
+runs write through their own connection, see ``transaction``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The replica's engine: an orchestrator over small collaborators. Every tick reads
 
-    offer (``_offers``) -> claim (``_claims``) -> start (``_execution``) -> outcome
-    -> write (``_writer``) -> release (``_leases``)
+    offer (``offers``) -> claim (``claims``) -> start (``execution``) -> outcome
+    -> write (``writer``) -> release (``leases``)
 
 and every event goes to one ``Recorder``. This module owns only the loop: when to tick, the
 probe, which jobs to visit in which order, wake-ups (NOTIFY, freed slots, a plan falling due)

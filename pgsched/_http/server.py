@@ -2,8 +2,8 @@
 
 The README's "HTTP and metrics" lists the paths, the metrics and what each answers.
 
-A facade: it translates requests into calls of the operations core (``_ops``) on the replica's
-pool and the core's typed values into JSON or HTML. Write endpoints need
+A facade: it translates requests into calls of the operations core (``_operations``) on the
+replica's pool and the core's typed values into JSON or HTML. Write endpoints need
 ``Authorization: Bearer $PGSCHED_HTTP_TOKEN`` and are refused (403) when no token is set.
 """
 

@@ -178,7 +178,7 @@ def zone(key: str) -> ZoneInfo:
 
 
 class CronRecurrence(Recurrence):
-    """Occurrences of a 5-field cron expression, read as crontab(5) reads it (``_cron``: one
+    """Occurrences of a 5-field cron expression, read as crontab(5) reads it (``cron``: one
     or two croniter expressions whose wall times together are the expression's), in an IANA
     zone, as UTC instants.
 
@@ -196,7 +196,7 @@ class CronRecurrence(Recurrence):
         dst_repeated: DstRepeated | None = None,
         dst_skipped: DstSkipped | None = None,
     ) -> None:
-        # crontab(5)'s reading, as one or two croniter expressions (see _cron).
+        # crontab(5)'s reading, as one or two croniter expressions (see .cron).
         parts = cron_parts(expr)
         steppers = [copy.copy(parsed(part)) for part in parts]  # raises CroniterBadCronError
         for stepper in steppers:

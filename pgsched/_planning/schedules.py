@@ -189,7 +189,7 @@ def check_schedule(job: str, spec: ScheduleSpec) -> ValidSchedule:
     9000, or with ``ends_at <= starts_at``; a ``paused`` that is not a bool; a scope over
     :class:`Scope`'s limits.
 
-    Naive datetimes are refused, as everywhere in pgsched's Python API (``_ops.aware``);
+    Naive datetimes are refused, as everywhere in pgsched's Python API (``_times.aware``);
     only text from the command line is read as UTC when it has no offset (``parse_time``),
     so the CLI and HTTP layers convert their text before building a :class:`ScheduleSpec`.
     """
