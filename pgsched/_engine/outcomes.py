@@ -1,4 +1,4 @@
-"""How an execution ended, as the replica will write it: :class:`Outcome` values, made from what
+"""How an execution ended, as the replica will write it: the :class:`~.values.Outcome` of what
 a handler returned or raised. Pure: no I/O, no engine state.
 """
 
