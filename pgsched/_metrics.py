@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ._gauges import ClusterGauges
-from ._servers import Server
-from ._views import JobStatus
+from ._records import Server
 
 _RUN_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 _LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
@@ -138,7 +136,3 @@ class Metrics:
             with contextlib.suppress(KeyError):
                 self.database_info.remove(previous.system_identifier, str(previous.timeline))
         self.database_info.labels(server.system_identifier, str(server.timeline)).set(1)
-
-    def set_cluster_state(self, summary: Iterable[JobStatus]) -> None:
-        """Set the database-derived gauges from the jobs' status."""
-        self.cluster.set(summary)

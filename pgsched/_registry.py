@@ -10,12 +10,11 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from ._config import Handler, JobSpec, Overlap, ScopesFn, build_job
-from ._durations import Duration
 from ._errors import ConfigError, NotFoundError
 from ._metrics import Metrics
 from ._model import Scope
-from ._ops import aware
-from ._planning import CatchUp, DstRepeated, DstSkipped, Planner
+from ._planning.recurrence import CatchUp, DstRepeated, DstSkipped, Planner
+from ._times import Duration, aware
 
 _F = TypeVar("_F", bound=Handler)
 

@@ -1,5 +1,6 @@
-"""One running replica: the engine (``_runtime``) and its HTTP server on one pool, started and
-shut down together. Owns their lifecycle on the running loop; decides nothing about jobs.
+"""One running replica: the engine (``_engine.runtime``) and its HTTP server on one pool,
+started and shut down together. Owns their lifecycle on the running loop; decides nothing
+about jobs.
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from ._answering import ANSWER_GRACE_S
-from ._connection import pooled
-from ._ops import Operations
-from ._recorder import TickReport
+from ._engine.runtime import Runtime
+from ._engine.values import TickReport
+from ._operations.core import Operations
 from ._results import describe_error
-from ._runtime import Runtime
-from ._store import Conn, Store
+from ._storage.answering import ANSWER_GRACE_S
+from ._storage.connection import pooled
+from ._storage.store import Conn
 
 
 class Replica:
@@ -27,7 +28,6 @@ class Replica:
         self.runtime = runtime
         self._pool, self._jobs, self._settings = runtime.pool, runtime.jobs, runtime.settings
         self._metrics = runtime.recorder.metrics
-        self._store = Store(self._settings.schema)
         self._loop = asyncio.get_running_loop()  # made on the loop it runs on
 
     @asynccontextmanager
@@ -39,7 +39,7 @@ class Replica:
 
     def operations(self) -> Operations:
         """The operations core on this replica's pool (for its HTTP API)."""
-        return Operations(self._store, self._connection, self._jobs)
+        return Operations(self._settings.schema, self._connection, self._jobs)
 
     async def once(self) -> TickReport | None:
         """One tick, its handlers run to completion and their outcomes written; None when the
@@ -70,7 +70,7 @@ class Replica:
             log.info(
                 "scheduler_started",
                 jobs=sorted(self._jobs()),
-                schema=self._store.schema,
+                schema=self._settings.schema,
                 max_concurrency=runtime.leases.max_concurrency,
                 tick_interval_s=runtime.tick_interval,
             )
@@ -86,7 +86,7 @@ class Replica:
                 await server.stop()
 
     async def _start_http(self, host: str, port: int, on_listening: Callable[[int], None]) -> Any:
-        from ._http import HttpServer
+        from ._http.server import HttpServer
 
         server = HttpServer(
             ops=self.operations(),

@@ -15,21 +15,24 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from prometheus_client import CollectorRegistry
-from psycopg_pool import AsyncConnectionPool
 
 from ._admin import Admin, ScheduleMethods, blocking
 from ._aio import AsyncAdmin
 from ._config import Handler
-from ._connection import make_pool
-from ._dsn import resolve_synchronous_claims, resolve_transaction_pooling
-from ._durations import Duration, parse_duration
+from ._dsn import require_dsn, resolve_synchronous_claims, resolve_transaction_pooling
+from ._engine.runtime import ReplicaSettings, Runtime
+from ._engine.values import TickReport
 from ._errors import ConfigError, PgschedError
+from ._logging import bound_logger
 from ._metrics import Metrics
-from ._model import GLOBAL, Run, Scope, bound_logger
-from ._recorder import TickReport
+from ._model import GLOBAL, Scope
+from ._operations.core import Operations
 from ._registry import JobRegistry
 from ._replica import Replica
-from ._runtime import ReplicaSettings, Runtime
+from ._run import Run
+from ._storage.connection import WritablePool, make_pool
+from ._storage.store import Store
+from ._times import Duration, parse_duration
 from ._views import Execution, JobStatus
 
 _F = TypeVar("_F", bound=Handler)
@@ -165,7 +168,7 @@ class Scheduler(JobRegistry, ScheduleMethods):
 
     def _register_retention(self, older_than: timedelta) -> None:
         async def prune(run: Run) -> int:
-            deleted = await self.admin._ops.prune(older_than)
+            deleted = await self.admin.operations.prune(older_than)
             run.log.info("pruned", deleted=deleted, older_than_s=older_than.total_seconds())
             return deleted
 
@@ -173,8 +176,8 @@ class Scheduler(JobRegistry, ScheduleMethods):
 
     # -- operator actions on this scheduler's database (see Admin) --------------------------
 
-    def _admin(self) -> Admin:
-        return self.admin
+    def _schedule_operations(self) -> Operations:
+        return self.admin.operations
 
     def migrate(self) -> list[str]:
         """Create or upgrade the schema; returns the migration versions applied now."""
@@ -295,14 +298,14 @@ class Scheduler(JobRegistry, ScheduleMethods):
         if replica is not None:
             replica.stop_threadsafe()
 
-    def _new_replica(self, pool: AsyncConnectionPool[Any]) -> Replica:
+    def _new_replica(self, pool: WritablePool) -> Replica:
         settings = ReplicaSettings(
             self.schema,
             self.runner_id,
             self.max_concurrency,
             self.tick_interval,
             self.shutdown_grace,
-            self.admin._connect_info(),
+            require_dsn(self.dsn),
             self._app_name(),
             transaction_pooling=self.transaction_pooling,
             health_timeout=self.health_timeout,
@@ -312,19 +315,19 @@ class Scheduler(JobRegistry, ScheduleMethods):
         )
         return Replica(Runtime(lambda: self.jobs, pool, self.metrics, settings))
 
-    def _pool(self) -> AsyncConnectionPool[Any]:
+    def _pool(self) -> WritablePool:
         # Reconnection after a PostgreSQL restart is the pool's job: it checks connections
         # before lending them and retries connecting with backoff. One connection is held by
         # the LISTEN loop; the tick, heartbeats, writes and HTTP share the others.
-        timeout = self.statement_timeout
+        timeout, store = self.statement_timeout, Store(self.schema)
 
         async def configure(conn: Any) -> None:
             if not self.transaction_pooling:  # a pooler's server sessions are shared
-                await self.admin._store.configure_session(conn, timeout, timeout * 2)
+                await store.configure_session(conn, timeout, timeout * 2)
 
         return make_pool(
-            self.admin._connect_info(),
-            store=self.admin._store,
+            require_dsn(self.dsn),
+            store=store,
             app_name=self._app_name(),
             transaction_pooling=self.transaction_pooling,
             min_size=2,

@@ -11,7 +11,7 @@ SELECT (SELECT t FROM now) AS now,
              WHERE paused AND job_name = ANY(%(jobs)s)) AS paused,
        ARRAY(SELECT DISTINCT job_name FROM {schema}.cron_executions
              WHERE status = 'RUNNING' AND job_name = ANY(%(jobs)s)
-               AND stale_after < (SELECT t FROM now)) AS stale,
+               AND stale_after < (SELECT t FROM now)) AS stale_jobs,
        ARRAY(SELECT DISTINCT job_name FROM {schema}.cron_executions
              WHERE status = 'FAILED' AND next_retry_at IS NOT NULL AND job_name = ANY(%(jobs)s)
                AND next_retry_at <= (SELECT t FROM now)) AS retry,
@@ -120,7 +120,7 @@ SET status = 'RUNNING',
     lease_token = gen_random_uuid(),
     fencing_token = {schema}.next_fencing_token(),
     runner_id = %(runner)s,
-    heartbeat_at = now.t, stale_after = now.t + %(stale)s, started_at = now.t,
+    heartbeat_at = now.t, stale_after = now.t + %(stale_timeout)s, started_at = now.t,
     finished_at = NULL, duration_ms = NULL, next_retry_at = NULL, error_code = NULL,
     error_msg = NULL, rows_affected = NULL, result = '{{}}', updated_at = now.t
 FROM picked, now
@@ -184,7 +184,7 @@ ins AS (
         (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
          exclusive, runner_id, heartbeat_at, stale_after, started_at, created_at, updated_at)
     SELECT %(job)s, el.kind, el.id, el.plan_time, 'schedule', 'RUNNING', 1, %(max_attempts)s,
-           %(forbid)s, %(runner)s, now.t, now.t + %(stale)s, now.t, now.t, now.t
+           %(forbid)s, %(runner)s, now.t, now.t + %(stale_timeout)s, now.t, now.t, now.t
     FROM eligible el, now
     ORDER BY el.kind, el.id, el.plan_time
     ON CONFLICT DO NOTHING
@@ -207,8 +207,11 @@ LEFT JOIN ins ON true
 -- were lost (stolen or closed out).
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 UPDATE {schema}.cron_executions e
-SET heartbeat_at = now.t, stale_after = now.t + make_interval(secs => b.stale), updated_at = now.t
-FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(stale)b::float8[]) AS b(id, token, stale), now
+SET heartbeat_at = now.t, stale_after = now.t + make_interval(secs => b.stale_timeout_s),
+    updated_at = now.t
+FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(stale_timeouts)b::float8[])
+     AS b(id, token, stale_timeout_s),
+     now
 WHERE e.id = b.id AND e.lease_token = b.token AND e.status = 'RUNNING'
 RETURNING e.id
 
@@ -246,11 +249,11 @@ w AS MATERIALIZED (
         %(plans)b::timestamptz[], %(triggers)b::text[], %(statuses)b::text[],
         %(attempts)b::integer[], %(max_attempts)b::integer[], %(runners)b::text[],
         %(tokens)b::uuid[], %(fencing)b::bigint[], %(exclusive)b::boolean[],
-        %(payloads)b::text[], %(started)b::timestamptz[], %(stale)b::float8[],
+        %(payloads)b::text[], %(started)b::timestamptz[], %(stale_timeouts)b::float8[],
         %(error_codes)b::text[], %(error_msgs)b::text[], %(rows)b::bigint[],
         %(results)b::text[], %(durations)b::integer[], %(retry_at)b::timestamptz[])
     AS w(id, job, kind, scope_id, plan_time, trigger, status, attempt, max_attempts, runner,
-         token, fencing, exclusive, payload, started_at, stale, error_code, error_msg,
+         token, fencing, exclusive, payload, started_at, stale_timeout_s, error_code, error_msg,
          rows_affected, result, duration_ms, next_retry_at)
 ),
 brought AS (
@@ -278,7 +281,7 @@ restored AS (
          result, error_code, error_msg, next_retry_at, created_at, updated_at)
     SELECT w.id, w.job, w.kind, w.scope_id, w.plan_time, w.trigger, w.status, w.attempt,
            w.max_attempts, w.runner, w.token, w.fencing, w.exclusive, w.payload::jsonb,
-           now.t, now.t + make_interval(secs => w.stale), w.started_at,
+           now.t, now.t + make_interval(secs => w.stale_timeout_s), w.started_at,
            CASE WHEN w.status <> 'RUNNING'
                 THEN w.started_at + make_interval(secs => w.duration_ms / 1000.0) END,
            w.duration_ms, w.rows_affected, coalesce(w.result::jsonb, '{{}}'), w.error_code,
@@ -482,14 +485,14 @@ SELECT pg_is_in_recovery() AS in_recovery,
             THEN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int
        END AS timeline
 
--- name: session_settings
+-- name: configure_session
 -- Applied to every pgsched connection: a stuck statement or an abandoned transaction cannot
 -- hold row locks for ever. Behind a transaction-pooling PgBouncer only inside a transaction
 -- (local), since a server connection's session is shared.
 SELECT set_config('statement_timeout', %(statement_ms)s, %(local)s),
        set_config('idle_in_transaction_session_timeout', %(idle_ms)s, %(local)s)
 
--- name: schedules_put
+-- name: put_schedules
 -- Schedules as data: create or replace many schedules of one job in one statement. A row
 -- identical to the stored one is not written (nor counted in the command's row count). `next_plan_time` is the
 -- caller's (the first plan after the put) only when the spec changed (every, cron, zone), or,
@@ -529,13 +532,13 @@ WHERE (s.every_us, s.cron, s.timezone, s.payload, s.starts_at, s.ends_at, s.paus
       IS DISTINCT FROM (EXCLUDED.every_us, EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.payload,
                         EXCLUDED.starts_at, EXCLUDED.ends_at, EXCLUDED.paused)
 
--- name: schedule_get
+-- name: get_schedule
 SELECT job_name, scope_kind, scope_id, every_us, cron, timezone, payload, starts_at, ends_at,
        paused, next_plan_time, created_at, updated_at
 FROM {schema}.schedules
 WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
 
--- name: schedules_list
+-- name: list_schedules
 -- Keyset pages in (scope_kind, scope_id) order, starting after the given scope.
 SELECT job_name, scope_kind, scope_id, every_us, cron, timezone, payload, starts_at, ends_at,
        paused, next_plan_time, created_at, updated_at
@@ -545,18 +548,18 @@ WHERE job_name = %(job)s
 ORDER BY scope_kind, scope_id
 LIMIT %(limit)s
 
--- name: schedule_delete
+-- name: delete_schedule
 DELETE FROM {schema}.schedules
 WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
 RETURNING scope_id
 
--- name: schedule_set_paused
+-- name: set_schedule_paused
 UPDATE {schema}.schedules
 SET paused = %(paused)s, updated_at = clock_timestamp()
 WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
 RETURNING scope_id
 
--- name: schedules_due
+-- name: due_schedules
 -- The claim of a dynamic job, first half: the schedules whose next plan is due, oldest first,
 -- locked for this claim transaction (SKIP LOCKED: concurrent replicas take different ones; a
 -- put, pause or delete of a locked schedule waits for the claim to commit). Under
@@ -576,7 +579,7 @@ ORDER BY s.next_plan_time
 LIMIT %(limit)s
 FOR UPDATE OF s SKIP LOCKED
 
--- name: schedules_claim
+-- name: claim_schedules
 -- The claim of a dynamic job, second half: RUNNING rows for the chosen plans (with the
 -- schedule's payload as of now), and each schedule's next plan moved on. A schedule whose
 -- insert met another row is moved on only when that row is the same plan (a backfill or
@@ -592,7 +595,7 @@ ins AS (
          exclusive, runner_id, heartbeat_at, stale_after, started_at, created_at, updated_at,
          payload)
     SELECT %(job)s, p.kind, p.id, p.plan_time, 'schedule', 'RUNNING', 1, %(max_attempts)s,
-           %(forbid)s, %(runner)s, now.t, now.t + %(stale)s, now.t, now.t, now.t, s.payload
+           %(forbid)s, %(runner)s, now.t, now.t + %(stale_timeout)s, now.t, now.t, now.t, s.payload
     FROM p
     JOIN {schema}.schedules s
       ON s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pgsched._metrics import Metrics
-from pgsched._servers import Server
+from pgsched._records import Server
 from pgsched._views import JobStatus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ def _exported_metric_names() -> set[str]:
     metrics.database_server(None, first)
     metrics.database_server(first, promoted)
     now = datetime.now(UTC)
-    metrics.set_cluster_state(
+    metrics.cluster.set(
         [JobStatus("job", "every 5m", False, now, "SUCCESS", now, 0, 0, 0, 0, now, "r1")]
     )
     names = set()

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from pgsched import Scheduler
-from pgsched._durations import parse_duration
+from pgsched._times import parse_duration
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = REPO / "deploy" / "kubernetes"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import pgsched
-from pgsched._runtime import Runtime
+from pgsched._engine.runtime import Runtime
 from tests.support.net import http
 from tests.support.postgres import PrivateServer
 from tests.support.threads import serving

@@ -467,7 +467,7 @@ def test_admin_shared_by_threads_runs_their_calls_concurrently(
 ) -> None:
     import threading
 
-    from pgsched._admin import KEEP_IDLE
+    from pgsched._operations.connectors import KEEP_IDLE
 
     admin, app = _named_admin(runtime_dsn, migrated)
     errors: list[BaseException] = []

@@ -13,15 +13,15 @@ from collections.abc import Iterator
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pgsched._answering import (
+from pgsched._storage.answering import (
     PROBE_TIMEOUT_S,
     BoundedAsyncConnection,
     BoundedConnection,
     NoAnswer,
     host_reacts,
 )
-from pgsched._connection import make_pool, pooled
-from pgsched._store import Store
+from pgsched._storage.connection import make_pool, pooled
+from pgsched._storage.store import Store
 from tests.support.proxy import TcpProxy
 
 BOUND_S = 1.0

@@ -9,7 +9,7 @@ import psycopg
 from psycopg import sql
 
 import pgsched
-from pgsched._store import migration_files
+from pgsched._storage.store import migration_files
 from tests.support.rows import rows, table
 from tests.support.threads import run_together
 

@@ -31,7 +31,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from psycopg import sql
 
 import pgsched
-from pgsched._schedules import ScheduleSpec, check_schedule, planner_for
+from pgsched._planning.schedules import ScheduleSpec, check_schedule, recurrence_for
 from tests.support.rows import db_now
 from tests.support.threads import Recorder
 
@@ -81,7 +81,7 @@ class Model:
 
 def is_plan_of(spec: dict[str, Any], plan: datetime) -> bool:
     valid = check_schedule(JOB, ScheduleSpec(pgsched.Scope("m", "x"), **spec))
-    return planner_for(valid.spec_key).next_after(plan - _US) == plan
+    return recurrence_for(valid.spec_key).next_after(plan - _US) == plan
 
 
 class SchedulesMachine(RuleBasedStateMachine):
@@ -130,7 +130,7 @@ class SchedulesMachine(RuleBasedStateMachine):
         self._changed(n, spec, paused)
         # A new or replaced spec: its first occurrence strictly after the put.
         valid = check_schedule(JOB, ScheduleSpec(self._scope(n), **spec))
-        planner = planner_for(valid.spec_key)
+        planner = recurrence_for(valid.spec_key)
         assert put.next_plan_time is not None
         lo, hi = planner.next_after(put_from), planner.next_after(put_until)
         assert lo is not None and hi is not None
@@ -174,7 +174,7 @@ class SchedulesMachine(RuleBasedStateMachine):
             assert stored is not None and stored.next_plan_time is not None
             assert stored.next_plan_time > began, (scope_id, began, stored)
             valid = check_schedule(JOB, ScheduleSpec(self._scope(0), **current.spec))
-            latest = planner_for(valid.spec_key).latest_at_or_before(began)
+            latest = recurrence_for(valid.spec_key).latest_at_or_before(began)
             if latest is None or latest <= self.model.spec_since(scope_id, current):
                 continue
             ran = (scope_id, latest) in runs or any(

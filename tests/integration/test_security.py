@@ -166,7 +166,7 @@ def test_operator_connections_have_both_timeouts_too(runtime_dsn: str, migrated:
     admin = Admin(dsn=runtime_dsn, schema=migrated)
 
     async def show() -> tuple[str, str]:
-        async with admin._connect() as conn:
+        async with admin._connections.connect() as conn:
             row = await (await conn.execute(SETTINGS)).fetchone()
             assert row is not None
             return row[2], row[3]

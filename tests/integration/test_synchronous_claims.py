@@ -12,14 +12,14 @@ import pytest
 from structlog.testing import capture_logs
 
 import pgsched
-from pgsched._store import _Statements
+from pgsched._storage.store import _Statements
 from tests.support.rows import count, rows
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("migrated")
 SYNC_ONLY = {"claim_begin_synchronous", "synchronous_commit", "synchronous_standbys"}
 # The pool's checks of the connections it opens and lends: as many as it happens to open.
-POOL = {"server_state", "session_settings"}
+POOL = {"server_state", "configure_session"}
 
 
 @pytest.fixture
@@ -118,7 +118,7 @@ def test_a_dynamic_jobs_claims_are_synchronous_too(
     s.put_schedule("dyn", pgsched.Scope("user", "1"), every="1s")
     statements.clear()
     wait_until(lambda: s.run_once().succeeded, 10, "the schedule's run")
-    assert "schedules_claim" in statements
+    assert "claim_schedules" in statements
     assert "claim_begin" not in statements
-    claim = statements.index("schedules_claim")
+    claim = statements.index("claim_schedules")
     assert "claim_begin_synchronous" in statements[:claim]

@@ -94,7 +94,7 @@ def test_nothing_is_imported_without_the_extra() -> None:
 
     code = (
         "import sys; sys.modules['opentelemetry'] = None\n"
-        "import pgsched, pgsched._tracing as t\n"
+        "import pgsched, pgsched._engine.tracing as t\n"
         "assert t._TRACER is None\n"
         "with t.run_span(None, 'won') as record: record(None)\n"
         "print('ok')"

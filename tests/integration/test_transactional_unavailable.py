@@ -16,8 +16,9 @@ from psycopg import sql
 from structlog.testing import capture_logs
 
 import pgsched
-from pgsched._store import Finish, Store
-from pgsched._transaction import Transactions, TransactionUnavailable, Written
+from pgsched._engine.transaction import Transactions, TransactionUnavailable, Written
+from pgsched._records import Finish
+from pgsched._storage.store import Store
 from tests.support.roles import DbRoles
 from tests.support.rows import as_role, rows, table
 from tests.support.waiting import wait_until

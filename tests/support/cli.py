@@ -34,7 +34,7 @@ def cli_in_process(
     import structlog
 
     from pgsched import _dsn
-    from pgsched._cli import main
+    from pgsched._cli.main import main
 
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     saved_log, root = structlog.get_config(), logging.getLogger()

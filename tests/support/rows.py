@@ -16,7 +16,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 import pgsched
-from pgsched._store import Finish, Store
+from pgsched._records import Finish
+from pgsched._storage.store import Store
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 Conn = psycopg.Connection[Any]

@@ -21,13 +21,12 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 import pgsched
-from pgsched._claims import Claim
 from pgsched._config import JobSpec, build_job
-from pgsched._leases import Lease, LeaseTable, open_lease
+from pgsched._engine.leases import LeaseTable, open_lease
+from pgsched._engine.recorder import Recorder
+from pgsched._engine.values import Claim, Lease, Outcome
 from pgsched._metrics import Metrics
-from pgsched._outcomes import Outcome
-from pgsched._recorder import Recorder
-from pgsched._store import Finish, Restore
+from pgsched._records import Finish, Restore
 
 PLAN = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)  # a Monday, on every cadence below an hour
 RUNNER = "r1"
@@ -88,9 +87,9 @@ def table(max_concurrency: int = 8, rec: Recorder | None = None) -> tuple[LeaseT
     return leases, freed
 
 
-async def idle(leases: LeaseTable, timeout: float = 5) -> None:
-    """Wait, with a deadline, until every lease of ``leases`` is released."""
-    await asyncio.wait_for(leases.wait_idle(), timeout)
+async def idle(leases: LeaseTable) -> None:
+    """Wait, with a deadline (5 s), until every lease of ``leases`` is released."""
+    await asyncio.wait_for(leases.wait_idle(), 5)
 
 
 def ok(status: str = "SUCCESS") -> Outcome:

@@ -13,7 +13,7 @@ import pytest
 
 import pgsched
 from pgsched._config import build_job, evaluate_scopes
-from pgsched._planning import CadenceSchedule, CronSchedule
+from pgsched._planning.recurrence import CadenceRecurrence, CronRecurrence
 
 
 def nightly_rollup(run: pgsched.Run) -> None:
@@ -189,7 +189,7 @@ def test_defaults() -> None:
     spec = job(every="5m")
     assert spec.name == "nightly_rollup"
     assert spec.is_async is False
-    assert isinstance(spec.schedule, CadenceSchedule)
+    assert isinstance(spec.schedule, CadenceRecurrence)
     assert spec.schedule.every == timedelta(minutes=5)
     assert spec.static_scopes == (pgsched.GLOBAL,)
     assert spec.scopes_fn is None
@@ -260,7 +260,7 @@ def test_spec_example_job_is_accepted() -> None:
     )
     assert spec.name == "tenant_report"
     assert spec.is_async is True
-    assert isinstance(spec.schedule, CronSchedule)
+    assert isinstance(spec.schedule, CronRecurrence)
     assert spec.schedule.tz.key == "Europe/Berlin"
     assert spec.max_plans_per_tick == 10
     assert spec.retry_backoff == (timedelta(minutes=1), timedelta(minutes=5))

@@ -7,7 +7,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolTimeout
 
-from pgsched._connection import (
+from pgsched._storage.connection import (
     LIBPQ_DEFAULTS,
     Backoff,
     DatabaseNotWritable,
@@ -16,7 +16,7 @@ from pgsched._connection import (
     not_writable,
     unavailable,
 )
-from pgsched._servers import ServerWatch
+from pgsched._storage.servers import ServerWatch
 
 
 def test_libpq_defaults_fill_what_the_dsn_leaves_unset(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,7 +33,7 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
 
-from pgsched._planning import CronSchedule, _transition_between
+from pgsched._planning.recurrence import CronRecurrence, _transition_between
 
 SEED = 20261123
 CASES = 2400
@@ -166,7 +166,7 @@ def cronsim_plans(expr: str, tz: ZoneInfo, start: datetime, *, back: bool) -> li
     return [next(it).astimezone(UTC) for _ in range(PLANS)]
 
 
-def our_plans(schedule: CronSchedule, start: datetime, *, back: bool) -> list[datetime]:
+def our_plans(schedule: CronRecurrence, start: datetime, *, back: bool) -> list[datetime]:
     """The next ``PLANS`` plans after ``start``, or the previous ones at or before it."""
     if not back:
         return schedule.upcoming(start, PLANS)
@@ -190,7 +190,11 @@ def near_change(instants: list[datetime], tz: ZoneInfo, within: timedelta) -> bo
 
 
 def difference_kind(
-    expr: str, schedule: CronSchedule, ours: list[datetime], theirs: list[datetime], start: datetime
+    expr: str,
+    schedule: CronRecurrence,
+    ours: list[datetime],
+    theirs: list[datetime],
+    start: datetime,
 ) -> str | None:
     """The documented difference explaining a disagreement, or None (a failure)."""
     tz = schedule.tz
@@ -233,7 +237,7 @@ def run_cases(seed: int = SEED, cases: int = CASES) -> tuple[Counter[str], list[
         theirs_expr, rewrites = for_cronsim(expr)
         for kind in rewrites:
             figures[f"rewritten {kind}"] += 1
-        schedule = CronSchedule(expr, tz)
+        schedule = CronRecurrence(expr, tz)
         for back in (False, True):
             figures["comparisons"] += 1
             ours = our_plans(schedule, start, back=back)

@@ -12,9 +12,9 @@ import pytest
 
 import pgsched
 from pgsched._config import build_job
-from pgsched._cron import cron_parts
-from pgsched._planning import CronSchedule
-from pgsched._schedules import ScheduleSpec, check_schedule
+from pgsched._planning.cron import cron_parts
+from pgsched._planning.recurrence import CronRecurrence
+from pgsched._planning.schedules import ScheduleSpec, check_schedule
 
 # Thursday 1 January 2026, 00:00 UTC (excluded: plans are strictly after it).
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -22,7 +22,7 @@ START = datetime(2026, 1, 1, tzinfo=UTC)
 
 def plans(expr: str, count: int = 4, start: datetime = START, zone: str = "UTC") -> list[str]:
     tz = ZoneInfo(zone)
-    got = CronSchedule(expr, tz).upcoming(start, count)
+    got = CronRecurrence(expr, tz).upcoming(start, count)
     return [p.astimezone(tz).strftime("%a %m-%d %H:%M") for p in got]
 
 
@@ -154,7 +154,7 @@ def test_day_of_month_and_day_of_week(expr: str, expected: list[str]) -> None:
 
 @pytest.mark.parametrize("expr", ["0 0 1 * 1#1", "0 0 L * 5", "0 0 15W * 1", "0 0 8 * 1#1,5L"])
 def test_two_part_expressions_step_back_and_list_as_forward(expr: str) -> None:
-    schedule = CronSchedule(expr, ZoneInfo("Europe/Berlin"))
+    schedule = CronRecurrence(expr, ZoneInfo("Europe/Berlin"))
     assert len(cron_parts(expr)) == 2
     ahead = schedule.upcoming(START, 12)
     assert schedule.plans_between(START, ahead[-1]) == ahead
@@ -210,5 +210,5 @@ def test_refused_with_one_line_naming_job_field_value_and_what_to_do(expr: str, 
 
 def test_a_fixed_hour_after_normalising_keeps_the_wall_clock_dst_rule() -> None:
     # `5-5` is the hour 5, a fixed hour: once per local day, not elapsed time.
-    assert not CronSchedule("0 5-5 * * *", ZoneInfo("Europe/Berlin")).follows_elapsed_time
-    assert CronSchedule("0 */2 * * *", ZoneInfo("Europe/Berlin")).follows_elapsed_time
+    assert not CronRecurrence("0 5-5 * * *", ZoneInfo("Europe/Berlin")).follows_elapsed_time
+    assert CronRecurrence("0 */2 * * *", ZoneInfo("Europe/Berlin")).follows_elapsed_time

@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from pgsched._planning import CronSchedule
+from pgsched._planning.recurrence import CronRecurrence
 
 SECOND = timedelta(seconds=1)
 MINUTE = timedelta(minutes=1)
@@ -193,7 +193,7 @@ def days_of(tr: Transition, tz: ZoneInfo) -> list[date]:
     return sorted({wall(tr.at - SECOND, tz).date(), wall(tr.at, tz).date()})
 
 
-def pgsched_by_day(schedule: CronSchedule, days: list[date]) -> dict[date, list[datetime]]:
+def pgsched_by_day(schedule: CronRecurrence, days: list[date]) -> dict[date, list[datetime]]:
     tz = schedule.tz
     lo = datetime.combine(days[0] - 2 * DAY, time(0), tzinfo=UTC)
     hi = datetime.combine(days[-1] + 2 * DAY, time(0), tzinfo=UTC)
@@ -208,7 +208,7 @@ def sweep(zone: str, text: str) -> tuple[int, list[str]]:
     """(days checked, mismatches) of ``text`` in ``zone`` over every transition."""
     tz = ZoneInfo(zone)
     expr = Expr(text)
-    schedule = CronSchedule(text, tz)
+    schedule = CronRecurrence(text, tz)
     checked, problems = 0, []
     for tr in transitions(zone):
         days = days_of(tr, tz)

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 import pgsched
-from pgsched._durations import parse_duration
+from pgsched._times import parse_duration
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ import pytest
 
 import pgsched
 from pgsched._config import build_job
-from pgsched._dynamic import decide, public
+from pgsched._planning.dynamic import decide
+from pgsched._planning.schedules import read_schedule
 
 T0 = datetime(2027, 3, 10, 12, 0, tzinfo=UTC)  # a Wednesday, no DST change near
 
@@ -143,7 +144,7 @@ def test_cron_in_a_zone_across_spring_forward() -> None:
 
 
 def test_public_read_result_is_aware_utc() -> None:
-    shown = public("reminder", row(T0, payload={"a": 1}))
+    shown = read_schedule("reminder", row(T0, payload={"a": 1}))
     assert shown.next_plan_time == T0 and shown.payload == {"a": 1}
     assert shown.every == timedelta(minutes=1) and shown.to_json()["every"] == 60.0
     assert shown.to_json()["scope"] == {"kind": "user", "id": "1"}

@@ -1,4 +1,4 @@
-"""The executor (``pgsched._execution``): each claimed lease's handler in a task of its own
+"""The executor (``pgsched._engine.execution``): each claimed lease's handler in a task of its own
 (sync handlers in a thread), bounded by ``run_timeout``, its return or exception turned into
 an :class:`Outcome` for the writer; leases lost, abandoned at shutdown, or chained under
 ``overlap="forbid"``; and transactional runs that the database failed, run again under the
@@ -16,15 +16,15 @@ import psycopg
 import pytest
 
 import pgsched
-from pgsched import _execution
 from pgsched._config import JobSpec
-from pgsched._connection import Backoff
-from pgsched._execution import Executor
-from pgsched._leases import Lease, LeaseTable
-from pgsched._model import Run
-from pgsched._outcomes import Outcome
-from pgsched._recorder import Recorder
-from pgsched._transaction import TransactionUnavailable, Written
+from pgsched._engine import execution as _execution
+from pgsched._engine.execution import Executor
+from pgsched._engine.leases import LeaseTable
+from pgsched._engine.recorder import Recorder
+from pgsched._engine.transaction import TransactionUnavailable, Written
+from pgsched._engine.values import Lease, Outcome
+from pgsched._run import Run
+from pgsched._storage.connection import Backoff
 from tests.unit.engine_fakes import PLAN, idle, job, lease, recorder, sample, table
 
 

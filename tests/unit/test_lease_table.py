@@ -1,4 +1,4 @@
-"""The replica's lease table (``pgsched._leases``): slots, the per-scope chains of
+"""The replica's lease table (``pgsched._engine.leases``): slots, the per-scope chains of
 ``overlap="forbid"``, losses counted once, the slots-freed callback, and the lease of a fresh
 claim."""
 

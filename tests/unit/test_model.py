@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 import pytest
 
 import pgsched
-from pgsched._model import GLOBAL, Liveness, Run, Scope, watch
+from pgsched._model import GLOBAL, Scope
+from pgsched._run import Liveness, Run, watch
 
 
 def test_scope_int_ids_become_text() -> None:

@@ -1,4 +1,4 @@
-"""The offer planner (``pgsched._offers``): which plans and scopes a job offers the claim
+"""The offer planner (``pgsched._engine.offers``): which plans and scopes a job offers the claim
 statement at the database's now, what it remembers between ticks (settled plans, chunks of a
 large fan-out still to look at), jitter, skipped-plan counting and the next due time."""
 
@@ -10,8 +10,9 @@ from typing import Any
 
 import pgsched
 from pgsched._config import JobSpec
-from pgsched._offers import CLAIM_CHUNK, Offer, OfferPlanner
-from pgsched._planning import jitter_offset
+from pgsched._engine.offers import CLAIM_CHUNK, OfferPlanner
+from pgsched._engine.values import Offer
+from pgsched._planning.recurrence import jitter_offset
 from tests.unit.engine_fakes import PLAN, job, recorder, sample
 
 MINUTE = timedelta(minutes=1)

@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 
 import pgsched
 from pgsched._config import build_job
-from pgsched._durations import parse_duration
-from pgsched._planning import CronSchedule
+from pgsched._planning.recurrence import CronRecurrence
 from pgsched._results import MAX_RESULT_BYTES, Encoded, InvalidResult, encode_result
+from pgsched._times import parse_duration
 
 HUNDRED_YEARS = timedelta(days=36500)
 US = timedelta(microseconds=1)
@@ -145,7 +145,7 @@ def _aware_utc(p: datetime) -> bool:
 @example("* * * * *", ("Australia/Lord_Howe", datetime(2026, 4, 4, 15, tzinfo=UTC)), None, None, US)
 def test_random_expressions_in_random_zones(expr, zone_t, repeated, skipped, span) -> None:
     zone, t = zone_t
-    s = CronSchedule(expr, ZoneInfo(zone), repeated, skipped)  # valid: never raises
+    s = CronRecurrence(expr, ZoneInfo(zone), repeated, skipped)  # valid: never raises
     nxt = s.next_after(t)
     latest = s.latest_at_or_before(t)
     plans = s.plans_between(t, t + span)
@@ -172,10 +172,10 @@ def test_build_job_accepts_a_random_expression_unless_it_never_fires(expr, zone)
         spec = build_job(handler, name="fuzz", cron=expr, timezone=zone)
     except pgsched.ConfigError as exc:
         assert "'fuzz'" in str(exc) and "never fires" in str(exc), str(exc)
-        s = CronSchedule(expr, ZoneInfo(zone))
+        s = CronRecurrence(expr, ZoneInfo(zone))
         assert s.next_after(datetime.now(UTC)) is None
         return
-    assert isinstance(spec.schedule, CronSchedule) and spec.schedule.tz.key == zone
+    assert isinstance(spec.schedule, CronRecurrence) and spec.schedule.tz.key == zone
 
 
 # Elapsed-time expressions and the (minutes, hours) their wall times match.
@@ -203,7 +203,7 @@ def test_elapsed_time_expressions_match_a_minute_scan_in_random_zones(zone_t, ex
         if local.second == 0 and local.minute in minutes and local.hour in hours:
             want.append(u)
         u += timedelta(minutes=1)
-    assert CronSchedule(expr, tz).plans_between(start, end) == want
+    assert CronRecurrence(expr, tz).plans_between(start, end) == want
 
 
 # Offset changes larger than the usual 3-hour scan margin (_planning._DST_MARGIN), going
@@ -216,7 +216,7 @@ def test_elapsed_time_expressions_match_a_minute_scan_in_random_zones(zone_t, ex
     ],
 )
 def test_backward_shifts_longer_than_three_hours(zone: str, around: datetime) -> None:
-    s = CronSchedule("0 * * * *", ZoneInfo(zone))
+    s = CronRecurrence("0 * * * *", ZoneInfo(zone))
     start, end = around - timedelta(hours=1), around + timedelta(hours=30)
     split = s.plans_between(start, around) + s.plans_between(around, end)
     assert s.plans_between(start, end) == split
@@ -228,7 +228,7 @@ def test_backward_shifts_longer_than_three_hours(zone: str, around: datetime) ->
 
 def test_a_three_hour_backward_shift_is_still_planned_correctly() -> None:
     # Antarctica/Casey 2020-03-08: +11 -> +08, exactly the planner's margin.
-    s = CronSchedule("0 * * * *", ZoneInfo("Antarctica/Casey"))
+    s = CronRecurrence("0 * * * *", ZoneInfo("Antarctica/Casey"))
     change = datetime(2020, 3, 7, 16, tzinfo=UTC)
     start, end = change - timedelta(hours=1), change + timedelta(hours=30)
     assert s.plans_between(start, end) == s.plans_between(start, change) + s.plans_between(
@@ -278,7 +278,7 @@ def test_arbitrary_cron_text_is_a_job_or_a_config_error(text: str, zone: str) ->
         assert "'fuzz_job'" in message and "cron=" in message, message
         assert "\n" not in message.strip() or "\n" in text, message
         return
-    assert spec.name == "fuzz_job" and isinstance(spec.schedule, CronSchedule)
+    assert spec.name == "fuzz_job" and isinstance(spec.schedule, CronRecurrence)
 
 
 # -- durations ----------------------------------------------------------------------------------
@@ -458,6 +458,6 @@ def test_every_int_in_bigint_range_is_accepted(rows: int) -> None:
 def test_upcoming_plans_are_increasing_for_random_style_expressions() -> None:
     # A deterministic smoke test of the strategies above: every field form parses.
     for expr in ("*/7 1-5/2 1,15 JAN-JUN/2 MON-FRI", "5/10 */3 L * *", "0 0 15W * *"):
-        s = CronSchedule(expr, ZoneInfo("Europe/Berlin"))
+        s = CronRecurrence(expr, ZoneInfo("Europe/Berlin"))
         got = s.upcoming(datetime(2027, 1, 1, tzinfo=UTC), 20)
         assert len(got) == 20 and all(a < b for a, b in pairwise(got))

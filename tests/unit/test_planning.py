@@ -8,12 +8,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from pgsched._planning import (
+from pgsched._planning.recurrence import (
     EPOCH,
-    CadenceSchedule,
-    CronSchedule,
+    CadenceRecurrence,
+    CronRecurrence,
     DuePlans,
-    HookSchedule,
+    HookRecurrence,
     PlanCursor,
     count_plans_between,
     jitter_offset,
@@ -34,14 +34,14 @@ def minutes(n: float) -> timedelta:
 
 
 def test_cadence_latest_and_next_floor_to_the_cadence() -> None:
-    s = CadenceSchedule(minutes(5))
+    s = CadenceRecurrence(minutes(5))
     t = utc(2027, 1, 1, 12, 7, 30)
     assert s.latest_at_or_before(t) == utc(2027, 1, 1, 12, 5)
     assert s.next_after(t) == utc(2027, 1, 1, 12, 10)
 
 
 def test_cadence_instant_on_a_plan_is_its_own_latest_and_not_its_next() -> None:
-    s = CadenceSchedule(minutes(5))
+    s = CadenceRecurrence(minutes(5))
     t = utc(2027, 1, 1, 12, 5)
     assert s.latest_at_or_before(t) == t
     assert s.next_after(t) == utc(2027, 1, 1, 12, 10)
@@ -62,7 +62,7 @@ def test_cadence_instant_on_a_plan_is_its_own_latest_and_not_its_next() -> None:
     ],
 )
 def test_cadence_plans_are_multiples_of_the_cadence_since_the_unix_epoch(every) -> None:
-    s = CadenceSchedule(every)
+    s = CadenceRecurrence(every)
     t = utc(2027, 6, 15, 13, 47, 12, 345678)
     latest = s.latest_at_or_before(t)
     assert (latest - EPOCH) % every == timedelta(0)
@@ -75,16 +75,16 @@ def test_cadence_plans_are_multiples_of_the_cadence_since_the_unix_epoch(every) 
 def test_cadence_alignment_is_to_the_epoch_not_to_local_midnight_or_the_hour() -> None:
     # 2027-01-01T00:00Z is 1798761600 s after the epoch; 1798761600 / 18000 = 99931.2,
     # so the 5-hour grid's latest plan is 99931 * 18000 s = 2026-12-31T23:00Z.
-    s = CadenceSchedule(timedelta(hours=5))
+    s = CadenceRecurrence(timedelta(hours=5))
     assert (utc(2027, 1, 1) - EPOCH).total_seconds() == 1798761600
     assert s.latest_at_or_before(utc(2027, 1, 1)) == utc(2026, 12, 31, 23)
     assert s.next_after(utc(2027, 1, 1)) == utc(2027, 1, 1, 4)
-    daily = CadenceSchedule(timedelta(days=1))
+    daily = CadenceRecurrence(timedelta(days=1))
     assert daily.latest_at_or_before(utc(2027, 3, 28, 23, 59)) == utc(2027, 3, 28)
 
 
 def test_cadence_is_independent_of_the_input_time_zone() -> None:
-    s = CadenceSchedule(timedelta(hours=1))
+    s = CadenceRecurrence(timedelta(hours=1))
     berlin = datetime(2027, 3, 28, 3, 30, tzinfo=ZoneInfo("Europe/Berlin"))  # 01:30Z
     assert s.latest_at_or_before(berlin) == utc(2027, 3, 28, 1)
     assert s.next_after(berlin) == utc(2027, 3, 28, 2)
@@ -92,14 +92,14 @@ def test_cadence_is_independent_of_the_input_time_zone() -> None:
 
 
 def test_cadence_before_the_epoch() -> None:
-    s = CadenceSchedule(minutes(1))
+    s = CadenceRecurrence(minutes(1))
     t = utc(1969, 12, 31, 23, 59, 30)
     assert s.latest_at_or_before(t) == utc(1969, 12, 31, 23, 59)
     assert s.next_after(t) == EPOCH
 
 
 def test_cadence_plans_between_is_start_exclusive_end_inclusive() -> None:
-    s = CadenceSchedule(minutes(5))
+    s = CadenceRecurrence(minutes(5))
     start, end = utc(2027, 1, 1, 12, 0), utc(2027, 1, 1, 12, 15)
     assert s.plans_between(start, end) == [
         utc(2027, 1, 1, 12, 5),
@@ -125,27 +125,27 @@ def test_cadence_plans_between_is_start_exclusive_end_inclusive() -> None:
     ],
 )
 def test_cadence_count_between_matches_plans_between(start, end) -> None:
-    s = CadenceSchedule(minutes(5))
+    s = CadenceRecurrence(minutes(5))
     assert s.count_between(start, end) == len(s.plans_between(start, end))
 
 
 @pytest.mark.parametrize("every", [timedelta(0), timedelta(seconds=-1)])
 def test_cadence_refuses_non_positive(every) -> None:
     with pytest.raises(ValueError):
-        CadenceSchedule(every)
+        CadenceRecurrence(every)
 
 
 def test_cadence_upcoming() -> None:
-    s = CadenceSchedule(minutes(15))
+    s = CadenceRecurrence(minutes(15))
     got = s.upcoming(utc(2027, 1, 1, 0, 0), 3)
     assert got == [utc(2027, 1, 1, 0, 15), utc(2027, 1, 1, 0, 30), utc(2027, 1, 1, 0, 45)]
     assert s.upcoming(utc(2027, 1, 1), 0) == []
 
 
 def test_cadence_describe() -> None:
-    assert CadenceSchedule(minutes(5)).describe() == "every 5m"
-    assert CadenceSchedule(timedelta(days=1)).describe() == "every 1d"
-    assert CadenceSchedule(timedelta(seconds=90)).describe() == "every 90s"
+    assert CadenceRecurrence(minutes(5)).describe() == "every 5m"
+    assert CadenceRecurrence(timedelta(days=1)).describe() == "every 1d"
+    assert CadenceRecurrence(timedelta(seconds=90)).describe() == "every 90s"
 
 
 # -- custom planner hook ------------------------------------------------------------------
@@ -170,7 +170,7 @@ def test_hook_schedule_normalises_to_sorted_unique_utc_within_the_range() -> Non
             utc(2027, 1, 1, 15),
         ]
     )
-    s = HookSchedule(hook)
+    s = HookRecurrence(hook)
     got = s.plans_between(utc(2027, 1, 1, 9), utc(2027, 1, 1, 12))
     assert got == [utc(2027, 1, 1, 11), utc(2027, 1, 1, 12)]
     assert all(p.utcoffset() == timedelta(0) for p in got)
@@ -191,7 +191,7 @@ def cursor(
     limit=1000,
 ) -> PlanCursor:
     return PlanCursor(
-        schedule or CadenceSchedule(minutes(5)),
+        schedule or CadenceRecurrence(minutes(5)),
         catch_up=catch_up,
         schedule_delay=delay,
         catch_up_window=window,
@@ -252,7 +252,7 @@ def test_every_plan_with_delay_shifts_the_window() -> None:
 def test_every_plan_is_capped_to_the_newest_limit() -> None:
     c = cursor(catch_up="every_plan", window=timedelta(hours=1), limit=2)
     assert c.due(utc(2027, 1, 1, 12, 7)).plans == [utc(2027, 1, 1, 12, 0), utc(2027, 1, 1, 12, 5)]
-    cron = CronSchedule("*/5 * * * *", ZoneInfo("UTC"))
+    cron = CronRecurrence("*/5 * * * *", ZoneInfo("UTC"))
     c = cursor(cron, catch_up="every_plan", window=timedelta(hours=1), limit=3)
     assert c.due(utc(2027, 1, 1, 12, 7)).plans == [
         utc(2027, 1, 1, 11, 55),
@@ -285,7 +285,7 @@ def test_zero_max_lateness_keeps_only_a_plan_exactly_at_the_horizon() -> None:
 
 @pytest.mark.parametrize("catch_up", ["latest_only", "every_plan"])
 def test_no_plans_gives_nothing_due(catch_up) -> None:
-    never = CronSchedule("0 0 31 2 *", ZoneInfo("UTC"))
+    never = CronRecurrence("0 0 31 2 *", ZoneInfo("UTC"))
     c = cursor(never, catch_up=catch_up)
     assert c.due(utc(2027, 1, 1)) == DuePlans([], [])
     assert c.due(utc(2027, 1, 2)) == DuePlans([], [])
@@ -331,7 +331,7 @@ def test_every_plan_cursor_drops_plans_that_leave_the_window() -> None:
 
 
 def test_count_plans_between_cadence_is_open_at_both_ends() -> None:
-    s = CadenceSchedule(minutes(5))
+    s = CadenceRecurrence(minutes(5))
     # (12:00, 12:30): 12:05 .. 12:25
     assert count_plans_between(s, utc(2027, 1, 1, 12), utc(2027, 1, 1, 12, 30), 100) == 5
     assert count_plans_between(s, utc(2027, 1, 1, 12), utc(2027, 1, 1, 12, 30), 3) == 3
@@ -341,23 +341,23 @@ def test_count_plans_between_cadence_is_open_at_both_ends() -> None:
 
 
 def test_count_plans_between_cron_is_open_at_both_ends() -> None:
-    s = CronSchedule("*/5 * * * *", ZoneInfo("UTC"))
+    s = CronRecurrence("*/5 * * * *", ZoneInfo("UTC"))
     assert count_plans_between(s, utc(2027, 1, 1, 12), utc(2027, 1, 1, 12, 30), 100) == 5
     assert count_plans_between(s, utc(2027, 1, 1, 12), utc(2027, 1, 1, 12, 32), 100) == 6
     assert count_plans_between(s, utc(2027, 1, 1, 12), utc(2027, 1, 1, 12, 30), 2) == 2
     assert count_plans_between(s, utc(2027, 1, 1, 12, 30), utc(2027, 1, 1, 12), 100) == 0
-    never = CronSchedule("0 0 31 2 *", ZoneInfo("UTC"))
+    never = CronRecurrence("0 0 31 2 *", ZoneInfo("UTC"))
     assert count_plans_between(never, utc(2027, 1, 1), utc(2030, 1, 1), 100) == 0
 
 
 def test_count_plans_between_counts_across_a_dst_day() -> None:
-    s = CronSchedule("0 * * * *", ZoneInfo("Europe/Berlin"))
+    s = CronRecurrence("0 * * * *", ZoneInfo("Europe/Berlin"))
     # local 2027-10-31 00:00 CEST = 2027-10-30T22:00Z; next local midnight = 2027-10-31T23:00Z
     assert count_plans_between(s, utc(2027, 10, 30, 22), utc(2027, 10, 31, 23), 1000) == 24
 
 
 def test_count_plans_between_cadence_with_an_end_off_the_grid() -> None:
-    s = CadenceSchedule(minutes(5))
+    s = CadenceRecurrence(minutes(5))
     # (12:00, 12:32): 12:05, 12:10, 12:15, 12:20, 12:25, 12:30
     assert count_plans_between(s, utc(2027, 1, 1, 12), utc(2027, 1, 1, 12, 32), 100) == 6
 

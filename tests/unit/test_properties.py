@@ -8,7 +8,13 @@ from zoneinfo import ZoneInfo
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from pgsched._planning import EPOCH, CadenceSchedule, CronSchedule, PlanCursor, Schedule
+from pgsched._planning.recurrence import (
+    EPOCH,
+    CadenceRecurrence,
+    CronRecurrence,
+    PlanCursor,
+    Recurrence,
+)
 
 US = timedelta(microseconds=1)
 
@@ -48,17 +54,17 @@ ZONES = [
     "Asia/Kolkata",
 ]
 crons = st.builds(
-    CronSchedule,
+    CronRecurrence,
     st.sampled_from(EXPRS),
     st.sampled_from(ZONES).map(ZoneInfo),
     st.sampled_from([None, "first", "last", "both"]),
     st.sampled_from([None, "shift", "skip"]),
 )
-schedules = st.one_of(cadences.map(CadenceSchedule), crons)
+schedules = st.one_of(cadences.map(CadenceRecurrence), crons)
 fractions = st.lists(st.floats(min_value=0, max_value=1, exclude_max=True), min_size=1, max_size=4)
 
 
-def check_next_latest(s: Schedule, t: datetime, fracs: list[float]) -> None:
+def check_next_latest(s: Recurrence, t: datetime, fracs: list[float]) -> None:
     nxt = s.next_after(t)
     latest = s.latest_at_or_before(t)
     assert nxt is not None and latest is not None
@@ -79,7 +85,7 @@ def check_next_latest(s: Schedule, t: datetime, fracs: list[float]) -> None:
 @settings(max_examples=200, deadline=None)
 @given(cadences, instants, fractions)
 def test_cadence_next_and_latest(every, t, fracs) -> None:
-    s = CadenceSchedule(every)
+    s = CadenceRecurrence(every)
     check_next_latest(s, t, fracs)
     latest = s.latest_at_or_before(t)
     assert (latest - EPOCH) % every == timedelta(0)
@@ -101,7 +107,7 @@ def test_cron_next_and_latest(s, t, fracs) -> None:
     st.floats(min_value=0, max_value=1),
 )
 def test_plans_between_is_sorted_unique_and_consistent_with_subranges(s, t, span, f1, f2) -> None:
-    if isinstance(s, CadenceSchedule):
+    if isinstance(s, CadenceRecurrence):
         assume(span / s.every < 5000)
     start, end = t, t + span
     plans = list(s.plans_between(start, end))
@@ -118,7 +124,7 @@ def test_plans_between_is_sorted_unique_and_consistent_with_subranges(s, t, span
         assert s.latest_at_or_before(end) == plans[-1]
         walked = s.upcoming(start, len(plans))
         assert walked == plans
-    if isinstance(s, CadenceSchedule):
+    if isinstance(s, CadenceRecurrence):
         assert s.count_between(start, end) == len(plans)
 
 
@@ -126,7 +132,7 @@ def test_plans_between_is_sorted_unique_and_consistent_with_subranges(s, t, span
 
 
 def oracle(
-    s: Schedule,
+    s: Recurrence,
     now: datetime,
     catch_up: str,
     delay: timedelta,
@@ -148,10 +154,10 @@ def oracle(
 
 cursor_schedules = st.one_of(
     st.timedeltas(min_value=timedelta(seconds=1), max_value=timedelta(hours=2)).map(
-        CadenceSchedule
+        CadenceRecurrence
     ),
     st.builds(
-        CronSchedule,
+        CronRecurrence,
         st.sampled_from(["*/15 * * * *", "0 * * * *", "30 2 * * *", "*/10 1-3 * * *"]),
         st.sampled_from(["UTC", "Europe/Berlin", "Australia/Lord_Howe"]).map(ZoneInfo),
     ),
@@ -187,7 +193,7 @@ steps = st.lists(
     steps,
 )
 @example(
-    s=CadenceSchedule(timedelta(minutes=5)),
+    s=CadenceRecurrence(timedelta(minutes=5)),
     catch_up="every_plan",
     delay=timedelta(0),
     window=timedelta(minutes=16),

@@ -14,17 +14,16 @@ from hypothesis import strategies as st
 from pgsched._config import build_job
 from pgsched._errors import ConfigError
 from pgsched._model import Scope
-from pgsched._planning import CronSchedule
-from pgsched._schedules import (
+from pgsched._planning.recurrence import CronRecurrence
+from pgsched._planning.schedules import (
     MAX_PAYLOAD_BYTES,
     Schedule,
     ScheduleSpec,
     ValidSchedule,
     check_schedule,
     first_plan_after,
-    next_plan_after,
-    planner_for,
     plans_between,
+    recurrence_for,
 )
 
 US = timedelta(microseconds=1)
@@ -343,7 +342,7 @@ def test_cron_across_dst_follows_section_3_like_a_job(
     job = job_planner(expr, zone)
     assert first_plan_after(v, day_start) == expected
     assert first_plan_after(v, day_start) == job.next_after(day_start)
-    following = next_plan_after(v, expected)
+    following = first_plan_after(v, expected)
     assert following == job.next_after(expected)
     assert following is not None and following - expected > timedelta(hours=20)  # once a day
 
@@ -358,7 +357,7 @@ def test_cron_plans_over_dst_months_equal_the_jobs(zone: str, expr: str) -> None
         expected = job.plans_between(start, end)
         assert plans_between(v, start, end, 10_000) == expected
         chained, t = [], start
-        while (nxt := next_plan_after(v, t)) is not None and nxt <= end:
+        while (nxt := first_plan_after(v, t)) is not None and nxt <= end:
             chained.append(nxt)
             t = nxt
         assert chained == expected
@@ -374,8 +373,8 @@ def test_elapsed_time_hourly_cron_fires_twice_in_the_repeated_hour() -> None:
 def test_window_bounds_plan_times() -> None:
     v = valid(every="1h", starts_at=utc(2027, 1, 1, 10, 30), ends_at=utc(2027, 1, 1, 13))
     assert first_plan_after(v, utc(2027, 1, 1)) == utc(2027, 1, 1, 11)
-    assert next_plan_after(v, utc(2027, 1, 1, 11)) == utc(2027, 1, 1, 12)
-    assert next_plan_after(v, utc(2027, 1, 1, 12)) is None  # 13:00 is ends_at, excluded
+    assert first_plan_after(v, utc(2027, 1, 1, 11)) == utc(2027, 1, 1, 12)
+    assert first_plan_after(v, utc(2027, 1, 1, 12)) is None  # 13:00 is ends_at, excluded
     assert first_plan_after(v, utc(2027, 1, 1, 13)) is None
     assert first_plan_after(v, utc(2030, 1, 1)) is None
     assert plans_between(v, utc(2027, 1, 1), utc(2027, 1, 2), 100) == [
@@ -441,11 +440,11 @@ def test_plans_between_takes_the_oldest_limit_plans() -> None:
 
 
 def test_planner_is_the_jobs_planner() -> None:
-    cron = planner_for(valid(cron="0 9 * * *", timezone="Europe/Berlin").spec_key)
-    assert isinstance(cron, CronSchedule)
+    cron = recurrence_for(valid(cron="0 9 * * *", timezone="Europe/Berlin").spec_key)
+    assert isinstance(cron, CronRecurrence)
     assert (cron.dst_repeated, cron.dst_skipped) == ("first", "shift")
     assert cron.tz.key == "Europe/Berlin"
-    assert planner_for(valid(cron="0 9 * * *", timezone="Europe/Berlin").spec_key) is cron
+    assert recurrence_for(valid(cron="0 9 * * *", timezone="Europe/Berlin").spec_key) is cron
 
 
 # --- properties --------------------------------------------------------------------------
@@ -485,7 +484,7 @@ def test_next_plan_after_is_increasing_and_consistent(
     chain = [first]
     for _ in range(count):
         prev = chain[-1]
-        nxt = next_plan_after(v, prev)
+        nxt = first_plan_after(v, prev)
         assert nxt is not None and nxt > prev
         assert nxt == first_plan_after(v, prev)
         chain.append(nxt)
@@ -517,7 +516,7 @@ def test_cron_chain_matches_the_jobs_planner(
     chain: list[datetime] = []
     prev = t
     for _ in range(count):
-        nxt = next_plan_after(v, prev)
+        nxt = first_plan_after(v, prev)
         assert nxt is not None and nxt > prev
         assert nxt == job.next_after(prev)
         chain.append(nxt)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import pgsched
-from pgsched._cli import _parser
+from pgsched._cli.main import _parser
 from pgsched._dsn import resolve_synchronous_claims
 from pgsched._errors import ConfigError
 

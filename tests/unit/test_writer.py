@@ -1,5 +1,5 @@
-"""The lease writer (``pgsched._writer``) on a fake store: terminal writes batched and guarded
-by lease tokens, retried while the database is unavailable, refused rows written one by one
+"""The lease writer (``pgsched._engine.writer``) on a fake store: terminal writes batched and
+guarded by lease tokens, retried while the database is unavailable, refused rows written one by one
 (and as ``invalid_result`` when their value cannot be stored), heartbeats under the same lock,
 and the writes put back after a failover."""
 
@@ -15,14 +15,13 @@ import pytest
 from structlog.testing import capture_logs
 
 import pgsched
-from pgsched import _writer
-from pgsched._connection import Backoff
-from pgsched._leases import Lease, LeaseTable
-from pgsched._outcomes import Outcome
-from pgsched._recorder import Recorder
-from pgsched._servers import Server
-from pgsched._store import Finish
-from pgsched._writer import LeaseWriter
+from pgsched._engine import writer as _writer
+from pgsched._engine.leases import LeaseTable
+from pgsched._engine.recorder import Recorder
+from pgsched._engine.values import Lease, Outcome
+from pgsched._engine.writer import LeaseWriter
+from pgsched._records import Finish, Server
+from pgsched._storage.connection import Backoff
 from tests.unit.engine_fakes import FakePool, FakeStore, idle, job, lease, ok, recorder, table
 
 

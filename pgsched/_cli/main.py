@@ -1,0 +1,349 @@
+"""The ``pgsched`` command line: parses arguments and calls the library, nothing more."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+from .._app import load_scheduler
+from .._dsn import redact, remember_secrets
+from .._errors import PgschedError
+from .._logging import configure_logging
+from .._model import GLOBAL, Scope
+from .._operations.core import DriverError
+from .._times import parse_time
+from .._views import Execution
+from .common import admin_from, print_table, utc_text
+from .schedules import add_schedule_commands
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``pgsched`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for arg in argv:  # before argparse can echo one back in a usage error
+        remember_secrets(arg)
+    args = _parser().parse_args(argv)
+    try:
+        configure_logging()
+        return int(args.command(args))
+    except PgschedError as exc:
+        return _fail(str(exc))
+    except DriverError as exc:
+        return _fail(f"database error: {exc}")
+    except OSError as exc:
+        return _fail(f"{type(exc).__name__}: {exc}")
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(message: str) -> int:
+    print(f"pgsched: error: {' '.join(redact(message).split())}", file=sys.stderr)
+    return 1
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors as one ``pgsched: error:`` line like every other error,
+    passwords redacted."""
+
+    @classmethod
+    def with_parents(cls, *parents: argparse.ArgumentParser) -> type[_Parser]:
+        """A parser class whose instances (the subcommands) inherit ``parents``' options."""
+
+        class Sub(cls):  # type: ignore[valid-type,misc]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                kwargs.setdefault("parents", list(parents))
+                super().__init__(*args, **kwargs)
+
+        return Sub
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"pgsched: error: {redact(message)} (see '{self.prog} --help')\n")
+
+
+def _connection_options(parser: argparse.ArgumentParser, schema_default: object) -> None:
+    dsn_default = None if schema_default is not argparse.SUPPRESS else argparse.SUPPRESS
+    parser.add_argument(
+        "--dsn",
+        default=dsn_default,
+        help="PostgreSQL DSN (default: $PGSCHED_DSN, then $DATABASE_URL)",
+    )
+    parser.add_argument(
+        "--schema",
+        default=schema_default,
+        help="schema of pgsched's tables (default: $PGSCHED_SCHEMA, then the APP's, then pgsched)",
+    )
+    parser.add_argument(
+        "--transaction-pooling",
+        action="store_true",
+        default=dsn_default,
+        help="connect through a transaction-pooling PgBouncer: no LISTEN, no prepared"
+        " statements (default: $PGSCHED_TRANSACTION_POOLING)",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="pgsched", description="Periodic jobs across replicas, coordinated by PostgreSQL."
+    )
+    _connection_options(parser, os.environ.get("PGSCHED_SCHEMA"))
+    # --dsn and --schema are accepted after the command too; there they default to "not
+    # given", so a value given before the command is kept.
+    common = argparse.ArgumentParser(add_help=False)
+    _connection_options(common, argparse.SUPPRESS)
+    sub = parser.add_subparsers(
+        required=True, metavar="COMMAND", parser_class=_Parser.with_parents(common)
+    )
+    _replica_commands(sub)
+    _operator_commands(sub)
+    add_schedule_commands(sub, _Parser.with_parents(common))
+    return parser
+
+
+Subparsers = Any  # argparse's _SubParsersAction, private to argparse
+
+
+def _replica_commands(sub: Subparsers) -> None:
+    """migrate, run, check, backfill: the commands about the schema and an APP's jobs."""
+    p = sub.add_parser("migrate", help="create or upgrade pgsched's tables")
+    p.set_defaults(command=_migrate)
+
+    p = sub.add_parser("run", help="run the jobs of APP until SIGTERM")
+    p.add_argument("app", metavar="APP", help="module[:attr] or path/to/file.py[:attr]")
+    p.add_argument("--runner-id", help="this replica's id (default: <hostname>-<pid>)")
+    p.add_argument(
+        "--http-port",
+        type=int,
+        default=9464,
+        help="port of /metrics, /healthz, /readyz, / and /api/ (default 9464; 0 picks one)",
+    )
+    p.add_argument("--http-host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--no-http", action="store_true", help="serve no HTTP at all")
+    p.add_argument(
+        "--migrate",
+        action="store_true",
+        help="apply migrations before running (always done on the embedded PostgreSQL)",
+    )
+    p.add_argument(
+        "--synchronous-claims",
+        action="store_true",
+        help="commit claims and terminal writes only once a synchronous standby has them"
+        " (default: $PGSCHED_SYNCHRONOUS_CLAIMS)",
+    )
+    p.set_defaults(command=_run)
+
+    p = sub.add_parser("check", help="validate APP and list its jobs with their next plan times")
+    p.add_argument("app", metavar="APP")
+    p.add_argument("--count", type=int, default=3, help="plan times to show per job")
+    p.set_defaults(command=_check)
+
+    p = sub.add_parser("backfill", help="queue every plan of JOB in [--from, --to]")
+    p.add_argument("app", metavar="APP")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--from", dest="start", required=True, metavar="TIME")
+    p.add_argument("--to", dest="end", required=True, metavar="TIME")
+    p.add_argument("--scope", metavar="KIND:ID", help="default: the job's scopes")
+    p.set_defaults(command=_backfill)
+
+
+def _operator_commands(sub: Subparsers) -> None:
+    """status, runs, trigger, cancel, pause, resume, prune: no APP needed."""
+    p = sub.add_parser("status", help="per job: last plan, status, success, running, stale...")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(command=_status)
+
+    p = sub.add_parser("runs", help="recent executions, newest first")
+    p.add_argument("--job")
+    p.add_argument("--status", help="PENDING, RUNNING, SUCCESS, FAILED or CANCELLED")
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(command=_runs)
+
+    p = sub.add_parser("trigger", help="run JOB now (or --at a time) on some replica")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--scope", metavar="KIND:ID", help="default global:global")
+    p.add_argument("--at", metavar="TIME", help="ISO 8601; without an offset, UTC")
+    p.set_defaults(command=_trigger)
+
+    p = sub.add_parser("cancel", help="cancel a PENDING execution")
+    p.add_argument("execution_id", metavar="EXECUTION_ID")
+    p.set_defaults(command=_cancel)
+
+    for name, paused in (("pause", True), ("resume", False)):
+        p = sub.add_parser(name, help=f"{name} JOB on every replica")
+        p.add_argument("job", metavar="JOB")
+        p.set_defaults(command=_pause, paused=paused)
+
+    p = sub.add_parser("prune", help="delete finished runs older than --older-than")
+    p.add_argument("--older-than", required=True, metavar="DURATION", help="e.g. 30d")
+    p.set_defaults(command=_prune)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    admin = admin_from(args)
+    applied = admin.migrate()
+    target = f"schema {admin.schema!r}"
+    print(f"applied {', '.join(applied)} to {target}" if applied else f"{target} is up to date")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    scheduler = load_scheduler(args.app)
+    scheduler.configure(
+        dsn=args.dsn,
+        schema=args.schema,
+        runner_id=args.runner_id,
+        transaction_pooling=args.transaction_pooling or None,
+        synchronous_claims=args.synchronous_claims or None,
+    )
+    migrate = args.migrate
+    if not scheduler.dsn:
+        from .._embedded import start_embedded
+
+        dsn, data_dir = start_embedded()
+        scheduler.configure(dsn=dsn)
+        migrate = True
+        print(
+            f"pgsched: no DSN configured; started an embedded PostgreSQL in {data_dir} "
+            "(set PGSCHED_DSN to use your own database)",
+            file=sys.stderr,
+        )
+    if migrate:
+        applied = scheduler.migrate()
+        if applied:
+            print(f"pgsched: applied migrations {', '.join(applied)}", file=sys.stderr)
+    if not scheduler.jobs:
+        raise PgschedError(f"APP {args.app!r} registers no jobs")
+    scheduler.run(http_port=None if args.no_http else args.http_port, http_host=args.http_host)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    scheduler = load_scheduler(args.app)
+    jobs = scheduler.jobs
+    if not jobs:
+        raise PgschedError(f"APP {args.app!r} registers no jobs")
+    now = datetime.now(UTC)
+    rows = []
+    for name, spec in sorted(jobs.items()):
+        scopes = (
+            "dynamic"
+            if spec.static_scopes is None
+            else (
+                str(spec.static_scopes[0])
+                if len(spec.static_scopes) == 1
+                else f"{len(spec.static_scopes)} scopes"
+            )
+        )
+        upcoming = ", ".join(
+            p.strftime("%Y-%m-%d %H:%M:%S") for p in spec.schedule.upcoming(now, args.count)
+        )
+        rows.append([name, spec.schedule.describe(), scopes, upcoming or "never"])
+    print_table(["JOB", "SCHEDULE", "SCOPES", f"NEXT {args.count} PLAN TIMES (UTC)"], rows)
+    print(f"{len(jobs)} job(s) OK")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    summary = admin_from(args).status()
+    if args.json:
+        print(json.dumps({"jobs": [j.to_json() for j in summary]}, indent=2))
+        return 0
+    if not summary:
+        print("no jobs registered yet (replicas register their jobs when they start)")
+        return 0
+    headers = ["JOB", "SCHEDULE", "PAUSED", "LAST PLAN", "LAST STATUS", "LAST SUCCESS"]
+    headers += ["RUNNING", "STALE", "FAILED", "PENDING"]
+    rows = [
+        [
+            j.job,
+            j.schedule or "-",
+            "yes" if j.paused else "no",
+            utc_text(j.last_plan),
+            j.last_status or "-",
+            utc_text(j.last_success),
+            j.running,
+            j.stale,
+            j.failed,
+            j.pending,
+        ]
+        for j in summary
+    ]
+    print_table(headers, rows)
+    return 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    runs = admin_from(args).runs(job=args.job, status=args.status, limit=args.limit)
+    if args.json:
+        print(json.dumps({"runs": [r.to_json() for r in runs]}, indent=2))
+        return 0
+    headers = ["ID", "JOB", "SCOPE", "PLAN TIME", "TRIGGER", "STATUS", "ATTEMPT", "RUNNER"]
+    headers += ["MS", "ERROR"]
+    rows = [
+        [
+            str(r.id),
+            r.job,
+            str(r.scope)[:40],
+            utc_text(r.plan_time),
+            r.trigger,
+            "STALE" if r.stale else r.status,
+            f"{r.attempt}/{r.max_attempts}",
+            r.runner_id or "-",
+            "-" if r.duration_ms is None else r.duration_ms,
+            _error(r),
+        ]
+        for r in runs
+    ]
+    print_table(headers, rows)
+    return 0
+
+
+def _trigger(args: argparse.Namespace) -> int:
+    scope = Scope.parse(args.scope) if args.scope else GLOBAL
+    at = parse_time(args.at, "--at") if args.at else None
+    execution_id = admin_from(args).trigger(args.job, scope, at)
+    print(execution_id)
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    admin_from(args).cancel(args.execution_id)
+    print(f"cancelled {args.execution_id}")
+    return 0
+
+
+def _pause(args: argparse.Namespace) -> int:
+    admin = admin_from(args)
+    (admin.pause if args.paused else admin.resume)(args.job)
+    print(f"{'paused' if args.paused else 'resumed'} {args.job}")
+    return 0
+
+
+def _backfill(args: argparse.Namespace) -> int:
+    scheduler = load_scheduler(args.app)
+    scheduler.configure(
+        dsn=args.dsn, schema=args.schema, transaction_pooling=args.transaction_pooling or None
+    )
+    scopes = [Scope.parse(args.scope)] if args.scope else None
+    count = scheduler.backfill(
+        args.job, parse_time(args.start, "--from"), parse_time(args.end, "--to"), scopes
+    )
+    print(f"queued {count} backfill run(s) of {args.job}")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    deleted = admin_from(args).prune(args.older_than)
+    print(f"deleted {deleted} finished run(s) older than {args.older_than}")
+    return 0
+
+
+def _error(run: Execution) -> str:
+    if not run.error_code:
+        return ""
+    return f"{run.error_code}: {' '.join(str(run.error_msg or '').split())}"[:60]

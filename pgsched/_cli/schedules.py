@@ -1,0 +1,145 @@
+"""``pgsched schedules ...``: the schedules of a dynamic job (docs/schedules.md) from the
+command line. Parses arguments and calls ``Admin``, nothing more."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .._errors import ConfigError, NotFoundError
+from .._model import Scope
+from .._planning.schedules import Schedule
+from .._times import parse_time
+from .common import admin_from, print_table, utc_text
+
+
+def add_schedule_commands(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
+    """``schedules list|get|put|delete|pause|resume`` under ``sub``."""
+    top = sub.add_parser("schedules", help="the schedules of a dynamic job")
+    commands = top.add_subparsers(required=True, metavar="ACTION", parser_class=parser_class)
+
+    p = commands.add_parser("list", help="schedules of JOB by scope, a page at a time")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--after", metavar="KIND:ID", help="start after this scope (keyset page)")
+    p.add_argument("--limit", type=int, default=100, help="at most this many (1 to 1000)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(command=_list)
+
+    p = commands.add_parser("get", help="one schedule")
+    _target(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(command=_get)
+
+    p = commands.add_parser("put", help="create or replace one schedule")
+    _target(p)
+    spec = p.add_mutually_exclusive_group(required=True)
+    spec.add_argument("--cron", metavar="EXPR", help="5-field cron, read in --timezone")
+    spec.add_argument("--every", metavar="DURATION", help="fixed cadence, e.g. 15m")
+    p.add_argument("--timezone", default="UTC", metavar="TZ", help="IANA zone (default UTC)")
+    p.add_argument("--payload", metavar="JSON", help="a JSON object, given to every run")
+    p.add_argument("--starts-at", metavar="TIME", help="no plan before (ISO 8601)")
+    p.add_argument("--ends-at", metavar="TIME", help="no plan at or after (ISO 8601)")
+    p.add_argument("--paused", action="store_true", help="put it paused")
+    p.set_defaults(command=_put)
+
+    for name, action in (("delete", _delete), ("pause", _pause), ("resume", _resume)):
+        p = commands.add_parser(name, help=f"{name} one schedule")
+        _target(p)
+        p.set_defaults(command=action)
+
+
+def _target(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("scope", metavar="KIND:ID")
+
+
+def _list(args: argparse.Namespace) -> int:
+    after = Scope.parse(args.after) if args.after else None
+    page = admin_from(args).list_schedules(args.job, after=after, limit=args.limit)
+    if args.json:
+        print(json.dumps({"schedules": [s.to_json() for s in page]}, indent=2))
+        return 0
+    rows = [
+        [
+            str(s.scope),
+            _spec(s),
+            "yes" if s.paused else "no",
+            utc_text(s.next_plan_time),
+            json.dumps(s.payload)[:40],
+        ]
+        for s in page
+    ]
+    print_table(["SCOPE", "SCHEDULE", "PAUSED", "NEXT PLAN (UTC)", "PAYLOAD"], rows)
+    return 0
+
+
+def _get(args: argparse.Namespace) -> int:
+    scope = Scope.parse(args.scope)
+    found = admin_from(args).get_schedule(args.job, scope)
+    if found is None:
+        raise NotFoundError(f"job {args.job!r}, scope {scope}: no such schedule")
+    if args.json:
+        print(json.dumps(found.to_json(), indent=2))
+        return 0
+    for key, value in found.to_json().items():
+        shown = value if key != "scope" else str(found.scope)
+        print(f"{key}: {json.dumps(shown) if isinstance(shown, dict) else shown}")
+    return 0
+
+
+def _put(args: argparse.Namespace) -> int:
+    scope = Scope.parse(args.scope)
+    put = admin_from(args).put_schedule(
+        args.job,
+        scope,
+        every=args.every,
+        cron=args.cron,
+        timezone=args.timezone,
+        payload=_payload(args.job, scope, args.payload),
+        starts_at=parse_time(args.starts_at, "--starts-at") if args.starts_at else None,
+        ends_at=parse_time(args.ends_at, "--ends-at") if args.ends_at else None,
+        paused=args.paused,
+    )
+    print(f"put {args.job} {scope}: {_spec(put)}, next plan {utc_text(put.next_plan_time)} UTC")
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    scope = Scope.parse(args.scope)
+    if not admin_from(args).delete_schedule(args.job, scope):
+        raise NotFoundError(f"job {args.job!r}, scope {scope}: no such schedule")
+    print(f"deleted {args.job} {scope}")
+    return 0
+
+
+def _pause(args: argparse.Namespace) -> int:
+    scope = Scope.parse(args.scope)
+    admin_from(args).pause_schedule(args.job, scope)
+    print(f"paused {args.job} {scope}")
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    scope = Scope.parse(args.scope)
+    admin_from(args).resume_schedule(args.job, scope)
+    print(f"resumed {args.job} {scope}")
+    return 0
+
+
+def _payload(job: str, scope: Scope, text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"job {job!r}, scope {scope}: --payload is not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"job {job!r}, scope {scope}: --payload must be a JSON object")
+    return value
+
+
+def _spec(s: Schedule) -> str:
+    if s.every is not None:
+        return f"every {s.every}"
+    return f"cron {s.cron!r} in {s.timezone}"

@@ -1,0 +1,211 @@
+"""Running handlers: the executor starts each claimed lease's handler (async on the loop, sync in
+a daemon thread), bounds it by ``run_timeout``, and turns what it returned or raised into an
+:class:`Outcome` for the writer. Owns the handler tasks; runs no SQL of its own (transactional
+runs write through their own connection, see ``transaction``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .._errors import LeaseLost
+from .._results import InvalidResult, describe_error
+from .._run import Run
+from .._storage.connection import Backoff, unavailable
+from .leases import LeaseTable
+from .outcomes import failed, succeeded
+from .recorder import Recorder
+from .tracing import run_span
+from .transaction import Transactions, TransactionUnavailable, Written
+from .values import Lease, Outcome
+
+
+class Executor:
+    """Starts handlers and delivers their outcomes to ``submit`` (the lease writer)."""
+
+    def __init__(
+        self,
+        leases: LeaseTable,
+        recorder: Recorder,
+        transactions: Transactions,
+        submit: Callable[[Lease, Outcome], None],
+    ) -> None:
+        self._leases, self._recorder = leases, recorder
+        self._transactions = transactions
+        self._submit = submit
+
+    def start(self, lease: Lease) -> None:
+        """Run ``lease``'s handler in a task of its own (after the scope's previous plan held
+        here, under ``overlap="forbid"``)."""
+        lease.task = asyncio.ensure_future(self._execute(lease))
+
+    def abandon(self, lease: Lease, why: str) -> None:
+        """Shutdown: stop waiting for ``lease``; it is FAILED ``shutdown``, retryable at once."""
+        lease.abandoned = True
+        if lease.task is not None:
+            lease.task.cancel()
+        self._submit(
+            lease, failed(lease.job, lease.run, time.monotonic(), "shutdown", why, retry_now=True)
+        )
+
+    async def _execute(self, lease: Lease) -> None:
+        try:
+            if lease.previous is not None:
+                await lease.previous.done.wait()
+                if lease.liveness.known_lost:
+                    self._leases.lose(
+                        lease, "lease lost while waiting for the scope's earlier plan"
+                    )
+                    return
+            started = time.monotonic()
+            if lease.claim_lag is not None:
+                self._recorder.started(lease, lease.claim_lag + started - lease.claimed_at)
+            with run_span(lease.run, lease.kind) as record:
+                outcome = await self._run(lease, started)
+                record(outcome)
+        except asyncio.CancelledError:
+            if not lease.abandoned:
+                raise
+            return
+        if outcome is not None:
+            self._deliver(lease, outcome)
+
+    async def _run(self, lease: Lease, started: float) -> Outcome | None:
+        """The handler's outcome; None when there is nothing left to write (the lease was
+        lost, or a transactional run already wrote it). A transactional run whose transaction
+        the database failed runs again under the same lease, each time within
+        ``run_timeout``, once the database is back and its row shows nothing committed: the
+        attempt is not spent (max_attempts=1 loses no plan) and no effect is doubled."""
+        while True:
+            try:
+                return await self._attempt(lease, started)
+            except TransactionUnavailable as exc:
+                if not await self._may_run_again(lease, exc):
+                    return None
+            started = time.monotonic()
+
+    async def _attempt(self, lease: Lease, started: float) -> Outcome | None:
+        job, run = lease.job, lease.run
+        deadline = asyncio.timeout(job.run_timeout.total_seconds())
+        try:
+            async with deadline:
+                if job.transactional:
+                    self._committed(lease, await self._transactional(lease, started))
+                    return None
+                value = await (job.handler(run) if job.is_async else in_thread(job.handler, run))
+        except TimeoutError as exc:
+            if deadline.expired():
+                why = f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout})"
+                return failed(job, run, started, "run_timeout", why)
+            return failed(job, run, started, "handler_error", describe_error(exc))
+        except LeaseLost:
+            self._leases.lose(lease, "handler raised LeaseLost")
+            return None
+        except TransactionUnavailable:
+            raise
+        except InvalidResult as exc:  # a transactional run's result, refused before commit
+            return failed(job, run, started, "invalid_result", describe_error(exc))
+        except Exception as exc:
+            error = describe_error(exc)
+            self._recorder.handler_raised(lease, error, exc)
+            return failed(job, run, started, "handler_error", error)
+        try:
+            return succeeded(started, value)
+        except Exception as exc:  # InvalidResult, or anything odd a custom object raises
+            return failed(job, run, started, "invalid_result", describe_error(exc))
+
+    def _deliver(self, lease: Lease, outcome: Outcome) -> None:
+        if lease.abandoned:
+            return  # shutdown already wrote (or is writing) this lease's outcome
+        if lease.liveness.known_lost:  # a merely late renewal still tries: the token decides
+            self._leases.lose(lease, "lease lost before the outcome could be written")
+            return
+        self._submit(lease, outcome)
+
+    async def _transactional(self, lease: Lease, started: float) -> Written | None:
+        job, run = lease.job, lease.run
+        outcome = functools.partial(succeeded, started)
+        if job.is_async:
+            return await self._transactions.run_async(job, run, outcome)
+        sync = functools.partial(self._transactions.run_sync, job)
+        result: Written | None = await in_thread(lambda r: sync(r, outcome), run)
+        return result
+
+    async def _may_run_again(self, lease: Lease, exc: TransactionUnavailable) -> bool:
+        """After a transactional run's database failed it: wait until the row can be read,
+        then True when it is still RUNNING under this lease (nothing committed: run again).
+        A row found SUCCESS under this lease is the cut-off COMMIT that landed: recorded as
+        such, never run twice; any other row (the lease taken over, or gone) loses the lease."""
+        run = lease.run
+        run.log.warning(
+            "transactional_unavailable",
+            error=describe_error(exc.cause),
+            error_class=type(exc.cause).__name__,
+            commit_unknown=exc.outcome is not None,
+        )
+        backoff = Backoff()
+        while True:
+            await backoff.wait()
+            if lease.liveness.known_lost:
+                self._leases.lose(lease, "lease lost while the database was unavailable")
+                return False
+            try:
+                status = await self._transactions.lease_status(run)
+                break
+            except Exception as again:
+                if not unavailable(again):  # left RUNNING: taken over once its lease is stale
+                    self._leases.lose(lease, f"its row could not be read: {again}")
+                    return False
+        if status == "RUNNING":
+            run.log.info("transactional_rerun", attempt=run.attempt)
+            return True
+        if status == "SUCCESS" and exc.outcome is not None:
+            self._committed(lease, (exc.outcome, None))
+            return False
+        self._leases.lose(lease, f"the row is {status or 'held by another lease'} after the run")
+        return False
+
+    def _committed(self, lease: Lease, written: Written | None) -> None:
+        if written is None:
+            self._leases.lose(lease, "SUCCESS write matched no row holding this lease: rolled back")
+            return
+        outcome, next_retry_at = written
+        self._recorder.finished(lease, outcome, next_retry_at)
+        self._leases.release(lease)
+
+
+def in_thread(fn: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
+    """Run a sync handler in a daemon thread; abandoning the future abandons the thread (so a
+    handler abandoned at ``run_timeout`` cannot keep the process alive)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def deliver(ok: bool, value: Any) -> None:
+        if future.done():
+            return  # timed out or cancelled: the late result is discarded
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    def target() -> None:
+        try:
+            value, ok = context.run(fn, run), True
+        except Exception as exc:
+            value, ok = exc, False
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt: a failure of this run,
+            # not of the scheduler (asyncio futures must not carry them)
+            value, ok = RuntimeError(f"handler raised {type(exc).__name__}: {exc}"), False
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the scheduler has gone
+            loop.call_soon_threadsafe(deliver, ok, value)
+
+    threading.Thread(target=target, name=f"pgsched:{run.job}", daemon=True).start()
+    return future

@@ -1,0 +1,142 @@
+"""The replica's lease table: the executions it holds, the per-scope overlap chains, its free
+handler slots, and losses (each counted once). Owns that in-memory state only: it runs no SQL
+and no handler, and tells the engine through a callback when freed slots should be used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from datetime import UTC
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+from .._config import JobSpec
+from .._model import Scope
+from .._run import Liveness, Run, watch
+from .recorder import Recorder
+from .values import Claim, Lease
+
+if TYPE_CHECKING:
+    from structlog.typing import FilteringBoundLogger
+
+
+class LeaseTable:
+    """The leases of one replica, with at most ``max_concurrency`` held at once."""
+
+    def __init__(
+        self, max_concurrency: int, recorder: Recorder, on_slots_freed: Callable[[], None]
+    ) -> None:
+        self.max_concurrency = max_concurrency
+        self._recorder = recorder
+        self._leases: dict[UUID, Lease] = {}
+        # overlap="forbid": the newest lease of each (job, scope); a newer one waits for it.
+        self._tails: dict[tuple[str, Scope], Lease] = {}
+        self._backlog = False
+        self._on_slots_freed = on_slots_freed
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+    def __bool__(self) -> bool:
+        return bool(self._leases)
+
+    def all(self) -> list[Lease]:
+        return list(self._leases.values())
+
+    @property
+    def free(self) -> int:
+        return self.max_concurrency - len(self._leases)
+
+    def hold(self, lease: Lease) -> None:
+        """Take a slot for ``lease``; under ``overlap="forbid"`` it is chained after the
+        scope's previous lease held here, and starts when that one is done."""
+        self._leases[lease.execution_id] = lease
+        if lease.job.overlap == "forbid":
+            key = (lease.job.name, lease.run.scope)
+            lease.previous = self._tails.get(key)
+            self._tails[key] = lease
+
+    def note_backlog(self) -> None:
+        """Work was left unclaimed for want of slots (or blocked by overlap): claim again
+        once enough slots are free rather than at the next tick."""
+        self._backlog = True
+
+    def release(self, lease: Lease) -> None:
+        """Free ``lease``'s slot (its outcome is written, or it was lost)."""
+        self._leases.pop(lease.execution_id, None)
+        key = (lease.job.name, lease.run.scope)
+        if self._tails.get(key) is lease:
+            del self._tails[key]
+        lease.done.set()
+        if self._backlog and self._free_enough():
+            self._backlog = False
+            self._on_slots_freed()
+
+    def lose(self, lease: Lease, why: str, *, release: bool = True) -> None:
+        """The lease is gone (stolen, closed out): count and log it once, and free its slot
+        unless ``release`` is False (a heartbeat found it lost while the handler still runs;
+        the handler's outcome then releases it, writing nothing)."""
+        if lease.liveness.mark_lost():
+            self._recorder.lease_lost(lease, why)
+        if release:
+            self.release(lease)
+
+    def _free_enough(self) -> bool:
+        """A claim costs about the same for one row as for thousands, so a large replica
+        waits for a quarter of its slots (or the next tick) rather than claiming a row per
+        finished run."""
+        return not self._leases or self.free >= max(1, self.max_concurrency // 4)
+
+    def due_for_heartbeat(self, now: float) -> list[Lease]:
+        return [
+            lease
+            for lease in self._leases.values()
+            if now >= lease.next_beat and not lease.abandoned and not lease.liveness.known_lost
+        ]
+
+    async def wait_idle(self) -> None:
+        """Return when every lease is released."""
+        while self._leases:
+            await asyncio.gather(*(lease.done.wait() for lease in list(self._leases.values())))
+
+
+def open_lease(job: JobSpec, claim: Claim, runner_id: str, log: FilteringBoundLogger) -> Lease:
+    """The lease (and the handler's :class:`Run`) of a claim just won; ``log`` is the
+    replica's logger, bound here to the run's fields."""
+    plan_time = claim.plan_time.astimezone(UTC)
+    run = Run(
+        job=job.name,
+        scope=claim.scope,
+        plan_time=plan_time,
+        attempt=claim.attempt,
+        max_attempts=claim.max_attempts,
+        execution_id=claim.execution_id,
+        lease_token=claim.lease_token,
+        fencing_token=claim.fencing_token,
+        runner_id=runner_id,
+        trigger=claim.trigger,
+        payload=claim.payload or {},
+        log=log.bind(
+            job=job.name,
+            scope=str(claim.scope),
+            plan_time=plan_time.isoformat(),
+            attempt=claim.attempt,
+            execution_id=str(claim.execution_id),
+        ),
+    )
+    liveness = Liveness(job.stale_timeout.total_seconds())
+    watch(run, liveness)
+    lease = Lease(
+        job,
+        run,
+        liveness,
+        next_beat=time.monotonic() + job.heartbeat_interval.total_seconds(),
+        kind=claim.kind,
+        started_at=claim.started_at,
+    )
+    if claim.kind == "won" and claim.trigger == "schedule" and claim.started_at is not None:
+        # The claim's database time less the due time; the executor adds any local wait.
+        lease.claim_lag = (claim.started_at - plan_time - job.schedule_delay).total_seconds()
+    return lease

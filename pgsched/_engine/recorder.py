@@ -1,0 +1,129 @@
+"""What a replica did, recorded once: every event of the engine goes through :class:`Recorder`,
+which counts it in the :class:`TickReport`, the Prometheus metrics and the structured log.
+Owns no I/O beyond logging; never decides anything.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from .._logging import bound_logger
+from .._metrics import Metrics
+from .._records import Server
+from .values import ClaimKind, Lease, Outcome, TickReport
+
+_REPORT_FIELD = {"won": "claimed", "stole": "stolen", "retry": "retried"}
+
+
+class Recorder:
+    """The engine's one event sink: report counters, metrics and log lines."""
+
+    def __init__(self, metrics: Metrics, runner_id: str) -> None:
+        self.report = TickReport()
+        self.metrics = metrics
+        self.log = bound_logger(runner_id=runner_id)
+
+    # -- claims -----------------------------------------------------------------------------
+
+    def claimed(self, lease: Lease, kind: ClaimKind, previous_runner: str | None) -> None:
+        counter = _REPORT_FIELD[kind]
+        setattr(self.report, counter, getattr(self.report, counter) + 1)
+        self.metrics.claims(lease.job.name, kind, 1)
+        run = lease.run
+        extra = {"previous_runner": previous_runner} if kind == "stole" else {}
+        run.log.info(
+            "claimed", outcome=kind, trigger=run.trigger, fencing_token=run.fencing_token, **extra
+        )
+
+    def conflicts(self, job: str, count: int) -> None:
+        self.report.conflicts += count
+        self.metrics.claims(job, "conflict", count)
+
+    def lock_busy(self, job: str) -> None:
+        """A ``max_running`` job was skipped this tick: another replica held its claim lock."""
+        self.report.lock_busy += 1
+        self.metrics.claim_lock_busy(job)
+
+    def claim_blocked(self, job: str, waited_s: float) -> None:
+        """``job``'s claim waited ``waited_s`` for rows another replica's unfinished claim
+        holds, and was given up for this tick."""
+        self.log.warning("claim_blocked", job=job, waited_s=waited_s)
+
+    def skipped(self, job: str, reason: str, count: int) -> None:
+        self.report.skipped += count
+        self.metrics.plans_skipped(job, reason, count)
+
+    def stale_closed(self, job: str, row: dict[str, Any]) -> None:
+        self.report.closed_stale += 1
+        self.log.warning(
+            "stale_closed",
+            job=job,
+            scope=f"{row['scope_kind']}:{row['scope_id']}",
+            plan_time=iso(row["plan_time"]),
+            attempt=row["attempt"],
+            execution_id=str(row["id"]),
+            previous_runner=row["runner_id"],
+        )
+
+    # -- executions -------------------------------------------------------------------------
+
+    def started(self, lease: Lease, lag_s: float) -> None:
+        """A first attempt of a scheduled plan started ``lag_s`` after it fell due."""
+        self.metrics.started_late(lease.job.name, lag_s)
+
+    def handler_raised(self, lease: Lease, error: str, exc: BaseException) -> None:
+        lease.run.log.warning("handler_raised", error=error, exc_info=exc)
+
+    def lease_lost(self, lease: Lease, why: str) -> None:
+        self.report.leases_lost += 1
+        self.metrics.lease_lost(lease.job.name)
+        lease.run.log.warning("lease_lost", reason=why)
+
+    def finished(self, lease: Lease, outcome: Outcome, next_retry_at: datetime | None) -> None:
+        """The outcome of ``lease`` was written (its lease held)."""
+        if outcome.status == "SUCCESS":
+            self.report.succeeded += 1
+            lease.run.log.info(
+                "run_succeeded",
+                duration_ms=outcome.duration_ms,
+                rows_affected=outcome.rows_affected,
+            )
+        else:
+            self.report.failed += 1
+            lease.run.log.warning(
+                "run_failed",
+                error_code=outcome.error_code,
+                error=outcome.error_msg,
+                duration_ms=outcome.duration_ms,
+                next_retry_at=None if next_retry_at is None else iso(next_retry_at),
+            )
+        self.metrics.run_finished(lease.job.name, outcome.status, outcome.duration_ms / 1000)
+
+    def unstorable(self, lease: Lease, error: str) -> None:
+        lease.run.log.error("outcome_unstorable", error=error)
+
+    # -- the engine -------------------------------------------------------------------------
+
+    def tick(self, seconds: float) -> None:
+        self.metrics.tick(seconds)
+
+    def database_server(self, previous: Server | None, server: Server) -> None:
+        """The replica writes to ``server`` from now on: the first it met, or (after
+        ``previous``) another one, a failover or switchover, said once."""
+        self.metrics.database_server(previous, server)
+        if previous is None:
+            self.log.info("database_server", server=server.describe())
+        else:
+            self.log.warning(
+                "database_changed", previous=previous.describe(), server=server.describe()
+            )
+
+    def error(self, event: str, **fields: Any) -> None:
+        """A tick (or one job's part of it) failed; the engine carries on."""
+        self.report.errors += 1
+        self.log.error(event, **fields)
+
+
+def iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat()

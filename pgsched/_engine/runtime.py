@@ -1,0 +1,393 @@
+"""The replica's engine: an orchestrator over small collaborators. Every tick reads
+
+    offer (``offers``) -> claim (``claims``) -> start (``execution``) -> outcome
+    -> write (``writer``) -> release (``leases``)
+
+and every event goes to one ``Recorder``. This module owns only the loop: when to tick, the
+probe, which jobs to visit in which order, wake-ups (NOTIFY, freed slots, a plan falling due)
+and shutdown. It runs no SQL itself beyond calling the store's probe and registration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from .._config import JobSpec
+from .._metrics import Metrics
+from .._records import Probe
+from .._results import describe_error
+from .._storage.answering import ENGINE_ANSWER_TIMEOUT_S
+from .._storage.connection import (
+    Backoff,
+    WritablePool,
+    pool_hosts,
+    pooled,
+    require_writable,
+    synchronous_protection,
+    unavailable,
+)
+from .._storage.servers import ServerWatch
+from .._storage.store import Conn, Store
+from .claims import Claimer, superseded_pairs
+from .execution import Executor
+from .leases import LeaseTable, open_lease
+from .offers import OfferPlanner
+from .recorder import Recorder
+from .transaction import Transactions
+from .values import ClaimBatch, TickReport
+from .writer import LeaseWriter
+
+# A replica ticks this long after a plan falls due (database clock), not up to a tick later.
+_DUE_MARGIN_S = 0.005
+_REGISTER_EVERY = 60.0
+_LISTEN_CHECK_S = 5.0
+
+
+@dataclass(frozen=True)
+class ReplicaSettings:
+    """How one replica runs (from its ``Scheduler``)."""
+
+    schema: str
+    runner_id: str
+    max_concurrency: int
+    tick_interval: timedelta
+    shutdown_grace: timedelta
+    conninfo: str
+    app_name: str
+    # Behind a transaction-pooling PgBouncer: no LISTEN (the tick wakes the replica), no
+    # prepared statements, no session settings outside a transaction (docs/pgbouncer.md).
+    transaction_pooling: bool = False
+    # /healthz answers 503 once the tick loop or the writer has not succeeded for this long:
+    # under 30 s, so a replica that has scheduled nothing for that long never looks healthy.
+    health_timeout: timedelta = timedelta(seconds=20)
+    # Claims and terminal writes wait for a synchronous standby (synchronous_commit = on).
+    synchronous_claims: bool = False
+    # The engine's statements get no longer than this for an answer (the pool's bound).
+    answer_timeout: timedelta = timedelta(seconds=ENGINE_ANSWER_TIMEOUT_S)
+    # An operator's statement (this replica's HTTP API) may run this long on the server.
+    statement_timeout: timedelta = timedelta(seconds=30)
+
+
+class Runtime:
+    """Runs the jobs a scheduler has registered, against one pool, until stopped."""
+
+    def __init__(
+        self,
+        jobs: Callable[[], Mapping[str, JobSpec]],
+        pool: AsyncConnectionPool[Any],
+        metrics: Metrics,
+        settings: ReplicaSettings,
+    ) -> None:
+        store = Store(settings.schema)
+        self.jobs, self.pool, self.settings = jobs, pool, settings
+        self._store = store
+        runner_id, max_concurrency = settings.runner_id, settings.max_concurrency
+        self.runner_id = runner_id
+        self.tick_interval = settings.tick_interval.total_seconds()
+        # The server this replica writes to; on a change, what it lacks is put back first.
+        self.watch = pool.watch if isinstance(pool, WritablePool) else ServerWatch()
+        transactions = Transactions(
+            settings.conninfo,
+            settings.app_name,
+            store,
+            transaction_pooling=settings.transaction_pooling,
+            watch=self.watch,
+            synchronous=settings.synchronous_claims,
+            answer_timeout=settings.answer_timeout.total_seconds(),
+        )
+        self.last_tick_ok: float | None = None
+        self.last_tick_at: float | None = None  # any tick, failed or not: the loop is alive
+        self.recorder = Recorder(metrics, runner_id)
+        self.leases = LeaseTable(max_concurrency, self.recorder, self.wake)
+        self.offers = OfferPlanner(self.recorder, runner_id)
+        self.claimer = Claimer(
+            store, runner_id, self.recorder, synchronous=settings.synchronous_claims
+        )
+        self.writer = LeaseWriter(
+            store=store,
+            pool=pool,
+            leases=self.leases,
+            recorder=self.recorder,
+            synchronous=settings.synchronous_claims,
+        )
+        self.executor = Executor(self.leases, self.recorder, transactions, self.writer.submit)
+        self.watch.on_adopting(self.writer.reapply)
+        self.watch.on_adopted(self.recorder.database_server)
+        self._wake = asyncio.Event()
+        self._next_due: float | None = None  # monotonic time the next plan falls due
+        self._stopping = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+        self._registered: list[tuple[str, str]] = []
+        self._registered_at = 0.0
+        # The last tick the database served to its end (a job's own claim error aside: one
+        # bad job must not get the replica restarted); /healthz.
+        self.started_at = time.monotonic()
+        self._last_served = self.started_at
+        self._hosts = pool_hosts(pool)
+        self._tick_backoff = Backoff()
+        # With synchronous claims, the first tick served says whether the server can honour
+        # them (once: a replica start, not every tick).
+        self._standbys_checked = not settings.synchronous_claims
+
+    @property
+    def report(self) -> TickReport:
+        return self.recorder.report
+
+    def failing(self) -> dict[str, float]:
+        """The loops that have not succeeded for longer than the health timeout (task name:
+        monotonic time since when): the tick loop since the database last served a whole tick
+        (or the start), the writer since its first failed attempt at the write it is
+        retrying, and any loop that has ended (which must not happen)."""
+        now, bound = time.monotonic(), self.settings.health_timeout.total_seconds()
+        since = {"tick": self._last_served, "writer": self.writer.failing_since}
+        out = {task: t for task, t in since.items() if t is not None and now - t > bound}
+        out.update({t.get_name(): now for t in self._loops if t.done()})
+        return out
+
+    def not_writable(self) -> str | None:
+        """Why the pool refused its last connection (a read-only server), None when the last
+        one it checked could take writes."""
+        return self.pool.refused if isinstance(self.pool, WritablePool) else None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start_background(self, *, listen: bool) -> None:
+        """Start the heartbeat and writer loops and, with ``listen``, the NOTIFY listener
+        (the tick loop is driven by the caller)."""
+        self._loops = [
+            asyncio.create_task(
+                self.writer.heartbeat_loop(min(1.0, self.tick_interval)), name="pgsched-heartbeat"
+            ),
+            asyncio.create_task(self.writer.write_loop(), name="pgsched-writer"),
+        ]
+        if listen:
+            self._loops.append(asyncio.create_task(self._listen_loop(), name="pgsched-listen"))
+
+    async def run_forever(self) -> None:
+        """Tick every ``tick_interval`` until :meth:`request_stop`; never dies on DB errors."""
+        failures = 0
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            # Cleared before the tick: a wake-up (NOTIFY, freed slot) arriving during the
+            # tick must start the next one at once, not be forgotten.
+            self._wake.clear()
+            ok = await self.tick()
+            if ok and failures:
+                self.recorder.log.info("tick_recovered", failed_ticks=failures)
+            failures = 0 if ok else failures + 1
+            await self._pause(ok, started)
+
+    async def _pause(self, ok: bool, started: float) -> None:
+        """Wait for the next tick: a tick after the last one, or sooner when a plan falls due
+        or something wakes the loop (after a failed tick, the backoff's delay: 0.5 s doubling
+        to 5 s, while the pool reconnects)."""
+        delay = max(0.0, self.tick_interval - (time.monotonic() - started))
+        if ok:
+            self._tick_backoff.reset()
+        else:
+            delay = self._tick_backoff.delay()
+        if ok and self._next_due is not None:
+            delay = min(delay, max(0.0, self._next_due - time.monotonic()))
+        waits = [asyncio.ensure_future(self._stopping.wait())]
+        if ok:
+            waits.append(asyncio.ensure_future(self._wake.wait()))
+        _, pending = await asyncio.wait(waits, timeout=delay, return_when="FIRST_COMPLETED")
+        for p in pending:
+            p.cancel()
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    def wake(self) -> None:
+        """Tick now rather than at the next interval (slots freed while work remains)."""
+        if not self._stopping.is_set():
+            self._wake.set()
+
+    async def wait_idle(self) -> None:
+        """Return when every claimed execution has finished and its outcome is written."""
+        await self.leases.wait_idle()
+
+    async def shutdown(self, grace: timedelta) -> None:
+        """Stop claiming; give running handlers ``grace`` to finish, then fail the rest."""
+        self._stopping.set()
+        if self.leases:
+            self.recorder.log.info(
+                "shutdown_waiting", running=len(self.leases), grace_s=grace.total_seconds()
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wait_idle(), grace.total_seconds())
+        why = f"Shutdown: replica {self.runner_id} stopped before the handler finished"
+        for lease in self.leases.all():
+            # An outcome already queued (the writer may be waiting out the database) stands.
+            if not (lease.abandoned or lease.submitted or lease.done.is_set()):
+                self.executor.abandon(lease, why)
+        try:
+            await asyncio.wait_for(self.wait_idle(), max(5.0, self.tick_interval * 5))
+        except TimeoutError:
+            self.recorder.log.warning("shutdown_unwritten", leases=len(self.leases))
+        for task in self._loops:
+            task.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+
+    # -- the tick -------------------------------------------------------------------------
+
+    async def tick(self) -> bool:
+        """One tick: probe, then claim per job in priority order. False if it failed."""
+        started = time.monotonic()
+        try:
+            ok = await self._tick()
+            self._last_served = time.monotonic()
+        except Exception as exc:
+            self.recorder.error(
+                "tick_error",
+                error=describe_error(exc),
+                error_class=type(exc).__name__,
+                host=self._hosts,
+            )
+            ok = False
+        finally:
+            self.last_tick_at = time.monotonic()
+            self.recorder.tick(self.last_tick_at - started)
+        if ok:
+            self.last_tick_ok = self.last_tick_at
+        return ok
+
+    async def _tick(self) -> bool:
+        jobs = self.jobs()
+        if not jobs:
+            return True
+        ok = True
+        async with pooled(self.pool) as conn:
+            dynamic = [name for name, job in jobs.items() if job.dynamic]
+            probe = await self._store.tick_probe(conn, list(jobs), dynamic)
+            probed_at = time.monotonic()
+            if not self._standbys_checked:
+                await self._check_standbys(conn)
+            await self._register(conn, jobs)
+            for job in sorted(jobs.values(), key=lambda j: (-j.priority, j.name)):
+                if job.name in probe.paused or self._stopping.is_set():
+                    continue
+                ok = await self._tick_job(conn, job, probe) and ok
+        soonest = _sooner(self.offers.next_due(jobs, probe.now), _dynamic_due(jobs, probe))
+        self._next_due = (
+            None if soonest is None else probed_at + soonest.total_seconds() + _DUE_MARGIN_S
+        )
+        return ok
+
+    async def _tick_job(self, conn: Conn, job: JobSpec, probe: Probe) -> bool:
+        """Claim and start ``job``'s work; a large fan-out takes several transactions, one
+        batch each, so replicas take turns and the first handlers start early. False when
+        the job's claim failed (the other jobs still get theirs)."""
+        first = True
+        while not self._stopping.is_set():
+            try:
+                batch = await self._claim(conn, job, probe, first)
+            except Exception as exc:
+                self.offers.forget(job.name)  # its claims may have been rolled back
+                if conn.broken or unavailable(exc):  # the whole tick fails: no use going on
+                    raise
+                self.recorder.error("tick_error", job=job.name, error=describe_error(exc))
+                return False
+            self._start(job, batch)
+            if not batch.again:
+                break
+            first = False
+        return True
+
+    async def _claim(self, conn: Conn, job: JobSpec, probe: Probe, first: bool) -> ClaimBatch:
+        free = self.leases.free
+        offer = await self.offers.offer(job, probe.now) if free > 0 else None
+        batch = await self.claimer.claim(conn, job, probe, offer, free, first)
+        if offer is not None and batch.unsettled is not None:
+            self.offers.settled(job, offer, batch.unsettled)
+        if job.catch_up == "latest_only":
+            self.offers.count_superseded(job, superseded_pairs(batch.claims))
+        if batch.backlog:
+            self.leases.note_backlog()
+        return batch
+
+    def _start(self, job: JobSpec, batch: ClaimBatch) -> None:
+        """Start right after the commit: the next job (or batch) sees the slots taken, and no
+        later failure can orphan these claims. Oldest plan first, so chained plans of one
+        scope run in plan order."""
+        for claim in sorted(batch.claims, key=lambda c: c.plan_time):
+            lease = open_lease(job, claim, self.runner_id, self.recorder.log)
+            self.leases.hold(lease)
+            self.recorder.claimed(lease, claim.kind, claim.previous_runner)
+            self.executor.start(lease)
+
+    async def _check_standbys(self, conn: Conn) -> None:
+        """Warn once when the server cannot make commits wait for a synchronous standby."""
+        try:
+            found = await synchronous_protection(self._store, conn)
+        except Exception as exc:
+            if conn.broken or unavailable(exc):
+                raise  # the tick fails; checked again at the next one
+            self.recorder.log.warning("synchronous_claims_unchecked", error=describe_error(exc))
+            found = None
+        self._standbys_checked = True
+        if found is not None:
+            event, why = found
+            self.recorder.log.warning(event, reason=why, host=self._hosts)
+
+    async def _register(self, conn: Conn, jobs: Mapping[str, JobSpec]) -> None:
+        """Record this replica's jobs in job_state when they change, and once a minute."""
+        entries = sorted((name, spec.schedule.describe()) for name, spec in jobs.items())
+        now = time.monotonic()
+        if entries == self._registered and now - self._registered_at < _REGISTER_EVERY:
+            return
+        await self._store.register_jobs(conn, entries, self.runner_id)
+        self._registered, self._registered_at = entries, now
+
+    async def _listen_loop(self) -> None:
+        """Wake the tick loop on NOTIFY (trigger, pause, resume, backfill); the tick stays
+        the fallback for a notification missed while reconnecting. Every few seconds the
+        listening connection's server is checked: one that stopped taking writes (a
+        switchover) hears no NOTIFY from the new primary, so the loop reconnects."""
+        backoff = Backoff()
+        while True:
+            try:
+                async with pooled(self.pool) as conn:
+                    await self._store.listen(conn)
+                    if backoff.failures:  # a NOTIFY may have been missed meanwhile
+                        self.wake()
+                    backoff.reset()
+                    while True:
+                        async for _ in conn.notifies(timeout=_LISTEN_CHECK_S):
+                            self.wake()
+                        await require_writable(self._store, conn, self.watch)
+            except Exception as exc:
+                delay = backoff.delay()
+                self.recorder.log.warning(
+                    "listen_error",
+                    error=describe_error(exc),
+                    error_class=type(exc).__name__,
+                    host=self._hosts,
+                    retry_in_s=delay,
+                )
+                await asyncio.sleep(delay)
+
+
+def _dynamic_due(jobs: Mapping[str, JobSpec], probe: Probe) -> timedelta | None:
+    """How long after the probe the earliest stored schedule of a dynamic job falls due."""
+    waits = [
+        nxt + jobs[name].schedule_delay - probe.now
+        for name, nxt in probe.dynamic_next.items()
+        if nxt is not None and name not in probe.paused
+    ]
+    future = [w for w in waits if w > timedelta(0)]
+    return min(future) if future else None
+
+
+def _sooner(a: timedelta | None, b: timedelta | None) -> timedelta | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return min(a, b)

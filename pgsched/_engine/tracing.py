@@ -1,0 +1,69 @@
+"""OpenTelemetry spans (docs/embedding.md), only with the ``otel`` extra installed: each
+execution is a span ``pgsched.run`` on the globally set tracer provider, current while the
+handler runs (its own spans nest under it), with error status when the run fails. Without the
+extra nothing is imported and :func:`run_span` does nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from .._run import Run
+from .values import Outcome
+
+try:
+    from opentelemetry import trace as _trace
+except ImportError:  # the otel extra is not installed
+    _trace = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    Record = Callable[[Outcome | None], None]
+
+# A proxy: it follows a tracer provider the application sets after importing pgsched.
+_TRACER: Any = _trace.get_tracer("pgsched") if _trace is not None else None
+
+
+def _nothing(outcome: Outcome | None) -> None:
+    return None
+
+
+@contextmanager
+def run_span(run: Run, claim: str) -> Iterator[Record]:
+    """A span around one execution; the caller records the outcome through the yielded
+    function (None: nothing was written by this replica, e.g. the lease was lost)."""
+    if _TRACER is None or isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider):
+        # No provider set yet: every span would be a non-recording one, at a cost per run.
+        yield _nothing
+        return
+    attributes = {
+        "pgsched.job": run.job,
+        "pgsched.scope": str(run.scope),
+        "pgsched.plan_time": run.plan_time.isoformat(),
+        "pgsched.attempt": run.attempt,
+        "pgsched.execution_id": str(run.execution_id),
+        "pgsched.trigger": run.trigger,
+        "pgsched.claim": claim,
+        "pgsched.runner_id": run.runner_id,
+    }
+    with _TRACER.start_as_current_span(
+        "pgsched.run",
+        kind=_trace.SpanKind.CONSUMER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+
+        def record(outcome: Outcome | None) -> None:
+            if outcome is None:  # written in the handler's transaction, or the lease was lost
+                return
+            span.set_attribute("pgsched.status", outcome.status)
+            if outcome.status == "FAILED":
+                span.set_attribute("pgsched.error_code", outcome.error_code or "")
+                status = _trace.Status(_trace.StatusCode.ERROR, outcome.error_msg or "")
+                span.set_status(status)
+            else:
+                span.set_status(_trace.Status(_trace.StatusCode.OK))
+
+        yield record

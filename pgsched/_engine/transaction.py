@@ -1,0 +1,191 @@
+"""Transactional runs: the handler's writes through ``run.conn`` and the SUCCESS row commit in
+one transaction, guarded by the lease token, so they commit if and only if the lease holds.
+Owns the run's own connection; the engine's pool is never lent to a handler. A transaction
+that failed because the database was unavailable (a failover, a restart, a read-only server)
+is reported as :class:`TransactionUnavailable`, not as the handler's failure: nothing of it
+committed (or, a COMMIT cut off, all of it did), so the plan is not spent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from .._config import JobSpec
+from .._run import Run
+from .._storage.answering import (
+    ANSWER_GRACE_S,
+    ENGINE_ANSWER_TIMEOUT_S,
+    BoundedAsyncConnection,
+    BoundedConnection,
+)
+from .._storage.connection import (
+    connect_options,
+    not_writable,
+    require_writable,
+    require_writable_sync,
+    unavailable,
+)
+from .._storage.servers import ServerWatch
+from .._storage.store import Store
+from .values import Outcome
+
+Written = tuple[Outcome, datetime | None]
+ToOutcome = Callable[[object], Outcome]
+# An idle transaction may last as long as the handler may run, and a little more.
+_IDLE_MARGIN = timedelta(seconds=10)
+
+
+class TransactionUnavailable(Exception):
+    """A transactional run's transaction failed for want of a database. ``outcome`` is what it
+    was committing when the connection was lost during its COMMIT (which may have landed),
+    else None: then nothing committed."""
+
+    def __init__(self, cause: BaseException, outcome: Outcome | None) -> None:
+        super().__init__(str(cause))
+        self.cause, self.outcome = cause, outcome
+
+
+def _lost_database(conn: psycopg.BaseConnection[Any], exc: BaseException) -> bool:
+    """The run's transaction failed because of the database, not of the handler: its
+    connection broke (a dropped server, a failover), or the server would not take writes."""
+    return unavailable(exc) and (conn.broken or conn.closed or not_writable(exc))
+
+
+class Transactions:
+    """Opens a connection per transactional run (``conninfo``, named ``app_name``)."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        app_name: str,
+        store: Store,
+        *,
+        transaction_pooling: bool,
+        synchronous: bool = False,
+        watch: ServerWatch | None = None,
+        answer_timeout: float = ENGINE_ANSWER_TIMEOUT_S,
+    ) -> None:
+        self._conninfo, self._app_name, self._store = conninfo, app_name, store
+        # The replica's: a run commits only on the server the replica writes to.
+        self._watch = watch if watch is not None else ServerWatch()
+        # Behind a transaction-pooling PgBouncer no statement may be prepared and settings
+        # are made inside the run's transaction only (docs/pgbouncer.md).
+        self._local = transaction_pooling
+        # The SUCCESS row is a terminal write: with synchronous claims it waits for a
+        # synchronous standby (set just before it, so a handler's own setting does not win).
+        self._synchronous = synchronous
+        # pgsched's own statements on the run's connection are bounded as the engine's are;
+        # the handler's, by its run_timeout (the server's statement_timeout) and a grace.
+        self._answer_timeout = answer_timeout
+
+    def _connect_options(self) -> dict[str, Any]:
+        return connect_options(self._conninfo, self._app_name, transaction_pooling=self._local)
+
+    async def lease_status(self, run: Run) -> str | None:
+        """The status of ``run``'s row while its lease token still holds it, else None (on a
+        connection of its own: the engine's pool is never involved in a run)."""
+        try:
+            conn = await self._open_async()
+        except TransactionUnavailable as exc:
+            raise exc.cause from None  # the caller retries what the database failed
+        async with conn:
+            return await self._store.lease_status(conn, run.execution_id, run.lease_token)
+
+    async def _open_async(self) -> BoundedAsyncConnection:
+        """A connection to the server the replica writes to (steered past a refused host; a
+        standby, a read-only or a demoted server refused): else :class:`TransactionUnavailable`
+        when the database is unavailable."""
+        conn: BoundedAsyncConnection | None = None
+        try:
+            conninfo = self._watch.steer(self._conninfo)
+            conn = await BoundedAsyncConnection.connect(conninfo, **self._connect_options())
+            conn.answer_timeout = self._answer_timeout
+            await require_writable(self._store, conn, self._watch)
+            return conn
+        except Exception as exc:
+            if conn is not None and not conn.closed:
+                await conn.close()
+            if unavailable(exc):
+                raise TransactionUnavailable(exc, None) from exc
+            raise
+
+    def _open_sync(self) -> BoundedConnection:
+        """:meth:`_open_async` for a worker thread: the server is checked, never adopted (the
+        replica's pool adopts a new one)."""
+        conn: BoundedConnection | None = None
+        try:
+            conninfo = self._watch.steer(self._conninfo)
+            conn = BoundedConnection.connect(conninfo, **self._connect_options())
+            conn.answer_timeout = self._answer_timeout
+            require_writable_sync(self._store, conn, self._watch)
+            return conn
+        except Exception as exc:
+            if conn is not None and not conn.closed:
+                conn.close()
+            if unavailable(exc):
+                raise TransactionUnavailable(exc, None) from exc
+            raise
+
+    async def run_async(self, job: JobSpec, run: Run, outcome: ToOutcome) -> Written | None:
+        """Run an ``async def`` handler in a transaction; None when the lease was lost (rolled
+        back). Exceptions (the handler's, or ``outcome`` refusing the result) roll back too;
+        a database that failed the transaction raises :class:`TransactionUnavailable`."""
+        timeout = job.run_timeout
+        conn = await self._open_async()
+        committing: Outcome | None = None  # set once the COMMIT is under way
+        async with conn:
+            try:
+                await conn.set_autocommit(False)
+                await self._store.configure_session(
+                    conn, timeout, timeout + _IDLE_MARGIN, local=self._local
+                )
+                run.conn = conn
+                conn.answer_timeout = timeout.total_seconds() + ANSWER_GRACE_S
+                done = outcome(await job.handler(run))
+                conn.answer_timeout = self._answer_timeout
+                if self._synchronous:
+                    await self._store.synchronous_commit(conn)
+                written = await self._store.finish(conn, [done.finish(run)])
+                held = run.execution_id in written
+                committing = done if held else None
+                await (conn.commit() if held else conn.rollback())
+                return (done, written[run.execution_id]) if held else None
+            except Exception as exc:
+                if _lost_database(conn, exc):
+                    raise TransactionUnavailable(exc, committing) from exc
+                raise
+            finally:
+                run.conn = None
+
+    def run_sync(self, job: JobSpec, run: Run, outcome: ToOutcome) -> Written | None:
+        """:meth:`run_async` for a ``def`` handler, in its worker thread, on a sync connection."""
+        timeout = job.run_timeout
+        conn = self._open_sync()
+        committing: Outcome | None = None  # set once the COMMIT is under way
+        with conn:
+            try:
+                conn.autocommit = False
+                self._store.configure_session_sync(
+                    conn, timeout, timeout + _IDLE_MARGIN, local=self._local
+                )
+                run.conn = conn
+                conn.answer_timeout = timeout.total_seconds() + ANSWER_GRACE_S
+                done = outcome(job.handler(run))
+                conn.answer_timeout = self._answer_timeout
+                if self._synchronous:
+                    self._store.synchronous_commit_sync(conn)
+                written = self._store.finish_sync(conn, [done.finish(run)])
+                held = run.execution_id in written
+                committing = done if held else None
+                conn.commit() if held else conn.rollback()
+                return (done, written[run.execution_id]) if held else None
+            except Exception as exc:
+                if _lost_database(conn, exc):
+                    raise TransactionUnavailable(exc, committing) from exc
+                raise
+            finally:
+                run.conn = None

@@ -1,0 +1,142 @@
+"""The engine's value types, in one module so that its collaborators import each other's
+values without importing each other: an offer (what to claim), a claim (what was won), a
+lease (what this replica holds), an outcome (how a run ended) and the tick report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from .._config import JobSpec
+from .._model import Scope, Trigger
+from .._records import Finish
+from .._run import Liveness, Run
+
+ClaimKind = Literal["won", "stole", "retry"]
+
+
+@dataclass(frozen=True, eq=False)
+class Offer:
+    """What to offer the claim statement for new plans of one job: ``plans`` (oldest first)
+    for ``scopes``, looked at ``chunk`` scopes at a time starting at each of ``chunks``."""
+
+    plans: list[datetime]
+    scopes: Sequence[Scope]  # in the job's order
+    chunks: list[int]
+    chunk: int
+    settle: bool  # every scope is past its jitter: once every chunk is settled, so is the plan
+    walk_from: int = 0  # this replica's starting point: chunks, and scopes within a chunk
+
+    def parts(self) -> Iterable[tuple[int, Sequence[Scope]]]:
+        for start in self.chunks:
+            yield start, self.scopes[start : start + self.chunk]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A row this replica now holds with a fresh lease."""
+
+    kind: ClaimKind
+    execution_id: UUID
+    scope: Scope
+    plan_time: datetime
+    trigger: Trigger
+    attempt: int
+    max_attempts: int
+    lease_token: UUID
+    fencing_token: int
+    started_at: datetime | None
+    previous_runner: str | None = None
+    previous_plan: datetime | None = None  # new claims: the scope's scheduled plan before it
+    payload: dict[str, Any] | None = None  # the schedule's payload (dynamic jobs)
+
+
+@dataclass
+class ClaimBatch:
+    """What one claim transaction got."""
+
+    claims: list[Claim] = field(default_factory=list)
+    unsettled: list[int] | None = None  # chunks of the offer that may still lack rows
+    again: bool = False  # a fan-out batch was full: claim again at once
+    backlog: bool = False  # work was left for want of slots
+
+
+@dataclass(eq=False)
+class Lease:
+    """One execution this replica claimed, from its claim until its outcome is written."""
+
+    job: JobSpec
+    run: Run
+    liveness: Liveness
+    next_beat: float
+    claim_lag: float | None = None  # seconds late at claim, for first scheduled attempts
+    started_at: datetime | None = None  # the claim's database time (re-applied after a failover)
+    kind: str = "won"  # how it was claimed: won, stole, retry
+    claimed_at: float = field(default_factory=time.monotonic)
+    abandoned: bool = False  # shutdown wrote (or is writing) its outcome
+    submitted: bool = False  # its outcome is queued for (or being retried by) the writer
+    previous: Lease | None = None  # overlap="forbid": the scope's earlier plan, still running here
+    task: asyncio.Future[Any] | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def execution_id(self) -> UUID:
+        return self.run.execution_id
+
+
+Status = Literal["SUCCESS", "FAILED"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The terminal write of one execution (before its lease token guards it)."""
+
+    status: Status
+    duration_ms: int
+    error_code: str | None = None
+    error_msg: str | None = None
+    rows_affected: int | None = None
+    result_json: str | None = None
+    retry_delay_s: float | None = None  # FAILED: the delay before the next attempt, if any
+
+    def finish(self, run: Run) -> Finish:
+        """The row write for ``run``, guarded by its lease token."""
+        return Finish(
+            run.execution_id,
+            run.lease_token,
+            self.status,
+            self.error_code,
+            self.error_msg,
+            self.rows_affected,
+            self.result_json,
+            self.duration_ms,
+            self.retry_delay_s,
+        )
+
+
+@dataclass
+class TickReport:
+    """Counts of what a replica did; ``run_once()`` returns one for its tick."""
+
+    claimed: int = 0
+    stolen: int = 0
+    retried: int = 0
+    conflicts: int = 0
+    closed_stale: int = 0
+    skipped: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    leases_lost: int = 0
+    lock_busy: int = 0
+    errors: int = 0
+
+    @property
+    def started(self) -> int:
+        """Executions this replica started (new claims, steals and retries)."""
+        return self.claimed + self.stolen + self.retried

@@ -1,0 +1,312 @@
+"""The lease writer: batched terminal writes and heartbeats of the replica's leases, each one
+statement for many rows, guarded by lease tokens. The two share one lock and the pool, so a
+heartbeat never races a terminal write of the same rows. Owns the outbox; decides nothing
+about what to run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import deque
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from psycopg_pool import AsyncConnectionPool
+
+from .._records import Finish, Restore, Server
+from .._results import describe_error
+from .._storage.connection import Backoff, pool_hosts, pooled, unavailable
+from .._storage.store import Conn, Store
+from .leases import LeaseTable
+from .recorder import Recorder
+from .values import Lease, Outcome
+
+_FINISH_BATCH = 2_000
+# Terminal writes kept to put back after a failover: an asynchronous standby lags by seconds
+# at most in a healthy cluster; ten minutes covers a lagging one with room to spare.
+_REMEMBER_S = 600.0
+_REMEMBER_MAX = 50_000
+# With other leases still running, the writer waits up to this long for more outcomes.
+_FINISH_LINGER_S = 0.05
+
+
+class LeaseWriter:
+    """Writes outcomes (:meth:`submit`) and renews leases, in batches, until cancelled."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        pool: AsyncConnectionPool[Any],
+        leases: LeaseTable,
+        recorder: Recorder,
+        synchronous: bool = False,
+    ) -> None:
+        self._store, self._pool = store, pool
+        # Terminal writes wait for a synchronous standby (synchronous_claims). Heartbeats do
+        # not: one lost in a failover only brings the lease's expiry back by an interval (the
+        # next renews it again, and the lease token guards a steal), while waiting for a
+        # lagging standby would let leases go stale.
+        self._synchronous = synchronous
+        self._leases, self._recorder = leases, recorder
+        self._hosts = pool_hosts(pool)
+        # Since when (monotonic) a write has kept failing for want of a database: /healthz.
+        self.failing_since: float | None = None
+        self._outbox: asyncio.Queue[tuple[Lease, Outcome]] = asyncio.Queue()
+        self._lock = asyncio.Lock()
+        self.memory = WriteMemory()
+        self._landed: dict[UUID, Finish] = {}  # the row each landed write stored, until settled
+
+    def submit(self, lease: Lease, outcome: Outcome) -> None:
+        """Queue ``lease``'s terminal write; its slot is freed once it is written."""
+        lease.submitted = True
+        self._outbox.put_nowait((lease, outcome))
+
+    # -- terminal writes ----------------------------------------------------------------------
+
+    async def write_loop(self) -> None:
+        while True:
+            batch = await self._next_batch()
+            try:
+                self._settle(batch, await self._write(batch))
+            except Exception as exc:  # not the database's (that is retried): a bug of ours
+                self._recorder.log.error("writer_error", error=describe_error(exc))
+                for lease, _ in batch:  # a slot must never stay held for good
+                    self._leases.release(lease)
+
+    def _settle(
+        self, batch: list[tuple[Lease, Outcome]], written: dict[UUID, datetime | None]
+    ) -> None:
+        for lease, outcome in batch:
+            if lease.execution_id not in written:
+                self._leases.lose(lease, "terminal write matched no row holding this lease")
+                continue
+            self._recorder.finished(lease, outcome, written[lease.execution_id])
+            stored = self._landed.pop(lease.execution_id, None)
+            if stored is not None:
+                self.memory.remember(lease, stored, written[lease.execution_id])
+            self._leases.release(lease)
+        for lease, _ in batch:
+            self._landed.pop(lease.execution_id, None)
+
+    async def _next_batch(self) -> list[tuple[Lease, Outcome]]:
+        """The next outcome, and those that follow it closely: while other leases may still
+        finish, one statement for many rows is far cheaper than many for a few (and a
+        terminal write delays no start)."""
+        batch = [await self._outbox.get()]
+        linger_until = time.monotonic() + _FINISH_LINGER_S
+        while len(batch) < _FINISH_BATCH:
+            if not self._outbox.empty():
+                batch.append(self._outbox.get_nowait())
+            elif len(self._leases) > len(batch) and time.monotonic() < linger_until:
+                await asyncio.sleep(_FINISH_LINGER_S / 10)
+            else:
+                break
+        return batch
+
+    async def _write(self, batch: list[tuple[Lease, Outcome]]) -> dict[UUID, datetime | None]:
+        """Write a batch; while the database is unavailable it is retried (the lease tokens
+        decide, once it is back, whether the rows still count); when the batch itself is
+        refused, row by row."""
+        rows = [outcome.finish(lease.run) for lease, outcome in batch]
+        try:
+            return await self._finish_retrying(rows)
+        except Exception as exc:  # a statement error: something in the batch is unstorable
+            if len(batch) > 1:
+                self._recorder.log.warning(
+                    "writer_batch_refused", error=describe_error(exc), pending=len(batch)
+                )
+        written: dict[UUID, datetime | None] = {}
+        for (lease, _), row in zip(batch, rows, strict=True):
+            written.update(await self._write_one(lease, row))
+        return written
+
+    async def _write_one(self, lease: Lease, row: Finish) -> dict[UUID, datetime | None]:
+        """One row; refused, it is written as FAILED ``invalid_result`` without the value it
+        could not store; refused again, it is given up: its slot is freed and the row, left
+        RUNNING, is closed out or taken over by a replica once its lease goes stale."""
+        try:
+            return await self._finish_retrying([row])
+        except Exception as exc:
+            self._recorder.unstorable(lease, describe_error(exc))
+            try:
+                return await self._finish_retrying([_unstorable(row, exc)])
+            except Exception as again:
+                lease.run.log.error("outcome_dropped", error=describe_error(again))
+                self._leases.lose(lease, "terminal write refused twice: given up")
+                return {}
+
+    async def _finish_retrying(self, rows: list[Finish]) -> dict[UUID, datetime | None]:
+        """:meth:`_finish`, tried again with backoff for as long as the database is
+        unavailable; an error of the statement itself is raised."""
+        backoff = Backoff()
+        while True:
+            attempted = time.monotonic()
+            try:
+                written = await self._finish(rows)
+            except Exception as exc:
+                if not unavailable(exc):
+                    self.failing_since = None  # the database answered
+                    raise
+                if self.failing_since is None:
+                    self.failing_since = attempted
+                delay = backoff.delay()
+                self._recorder.log.warning(
+                    "writer_retry",
+                    error=describe_error(exc),
+                    error_class=type(exc).__name__,
+                    host=self._hosts,
+                    pending=len(rows),
+                    attempt=backoff.failures,
+                    retry_in_s=delay,
+                )
+                await asyncio.sleep(delay)
+                continue
+            self.failing_since = None
+            return written
+
+    async def _finish(self, rows: list[Finish]) -> dict[UUID, datetime | None]:
+        async with self._lock, pooled(self._pool) as conn:
+            if not self._synchronous:
+                written = await self._store.finish(conn, rows)
+            else:
+                async with conn.transaction():  # SET LOCAL needs one (also behind PgBouncer)
+                    await self._store.synchronous_commit(conn)
+                    written = await self._store.finish(conn, rows)
+        self._landed.update((row.id, row) for row in rows if row.id in written)
+        return written
+
+    # -- after a failover -----------------------------------------------------------------
+
+    async def reapply(self, previous: Server | None, server: Server, conn: Conn) -> None:
+        """Put back on ``server`` (the new one, through ``conn``) what this replica wrote to
+        ``previous`` lately and the new server may lack: its recent terminal writes and the
+        claims of the leases it holds. A statement error is logged, not raised: the switch to
+        the new server must not wait on it."""
+        if previous is None:
+            return
+        held = [lease for lease in self._leases.all() if not lease.submitted]
+        rows = self.memory.rows(held)
+        if not rows:
+            return
+        try:
+            counts = await self._store.reapply(conn, rows)
+        except Exception as exc:
+            if unavailable(exc):
+                raise  # the new server is gone too: the switch is tried again
+            self._recorder.log.error("reapply_failed", error=describe_error(exc), rows=len(rows))
+            return
+        self._recorder.log.warning(
+            "writes_reapplied",
+            rows=len(rows),
+            brought=counts["brought"],
+            restored=counts["restored"],
+            server=server.describe(),
+        )
+
+    # -- heartbeats ---------------------------------------------------------------------------
+
+    async def heartbeat_loop(self, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            now = time.monotonic()
+            due = self._leases.due_for_heartbeat(now)
+            if not due:
+                continue
+            try:
+                held = await self._renew(due)
+            except Exception as exc:  # tried again at the next beat; the loop never ends
+                self._recorder.log.error(
+                    "heartbeat_error",
+                    error=describe_error(exc),
+                    error_class=type(exc).__name__,
+                    host=self._hosts,
+                    leases=len(due),
+                )
+                continue
+            for lease in due:
+                if lease.execution_id in held:
+                    lease.liveness.renewed()
+                    lease.next_beat = now + lease.job.heartbeat_interval.total_seconds()
+                else:  # the handler still runs; its outcome will release the slot
+                    self._leases.lose(
+                        lease, "heartbeat matched no row holding this lease", release=False
+                    )
+
+    async def _renew(self, due: list[Lease]) -> set[UUID]:
+        leases = [
+            (lease.execution_id, lease.run.lease_token, lease.job.stale_timeout.total_seconds())
+            for lease in due
+        ]
+        async with self._lock, pooled(self._pool) as conn:
+            return await self._store.heartbeat(conn, leases)
+
+
+class WriteMemory:
+    """What this replica wrote lately: each landed terminal write, kept for
+    :data:`_REMEMBER_S` (at most :data:`_REMEMBER_MAX`), to put back after a failover."""
+
+    def __init__(self) -> None:
+        self._writes: deque[tuple[float, Restore]] = deque()
+
+    def remember(self, lease: Lease, stored: Finish, next_retry_at: datetime | None) -> None:
+        if lease.job.transactional:
+            return  # see rows()
+        row = replace(
+            _claim_row(lease), status=stored.status, outcome=stored, next_retry_at=next_retry_at
+        )
+        self._writes.append((time.monotonic(), row))
+        cutoff = time.monotonic() - _REMEMBER_S
+        while self._writes and (self._writes[0][0] < cutoff or len(self._writes) > _REMEMBER_MAX):
+            self._writes.popleft()
+
+    def rows(self, held: list[Lease]) -> list[Restore]:
+        """The recent writes and the claims of the leases ``held``, one row per execution
+        (its latest write). Never a transactional job's: its effect and its rows commit or
+        vanish together, so a plan the new server lacks is run again, not marked done; and a
+        later plan's row put back would hide the lost ones from every_plan catch-up, which
+        resumes after a scope's latest plan."""
+        cutoff = time.monotonic() - _REMEMBER_S
+        latest = {row.id: row for at, row in self._writes if at >= cutoff}
+        for lease in held:
+            if not lease.job.transactional:
+                latest.setdefault(lease.execution_id, _claim_row(lease))
+        return list(latest.values())
+
+
+def _claim_row(lease: Lease) -> Restore:
+    """``lease``'s execution as claimed (RUNNING, under this replica's lease)."""
+    run, job = lease.run, lease.job
+    return Restore(
+        id=run.execution_id,
+        job=run.job,
+        scope_kind=run.scope.kind,
+        scope_id=run.scope.id,
+        plan_time=run.plan_time,
+        trigger=run.trigger,
+        attempt=run.attempt,
+        max_attempts=run.max_attempts,
+        runner_id=run.runner_id,
+        token=run.lease_token,
+        fencing_token=run.fencing_token,
+        exclusive=job.overlap == "forbid",
+        payload_json=json.dumps(run.payload),
+        started_at=lease.started_at,
+        stale_timeout_s=job.stale_timeout.total_seconds(),
+    )
+
+
+def _unstorable(row: Finish, exc: Exception) -> Finish:
+    """``row`` as a FAILED ``invalid_result`` without the value that could not be stored."""
+    return replace(
+        row,
+        status="FAILED",
+        error_code="invalid_result",
+        rows_affected=None,
+        result_json=None,
+        error_msg=describe_error(exc)[:200] + " (while storing the outcome)",
+    )

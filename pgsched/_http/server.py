@@ -1,0 +1,273 @@
+"""The replica's HTTP server: metrics, probes, the status page and the JSON API.
+
+The README's "HTTP and metrics" lists the paths, the metrics and what each answers.
+
+A facade: it translates requests into calls of the operations core (``_operations``) on the
+replica's pool and the core's typed values into JSON or HTML. Write endpoints need
+``Authorization: Bearer $PGSCHED_HTTP_TOKEN`` and are refused (403) when no token is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol, TypeVar
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from structlog.typing import FilteringBoundLogger
+
+from .._errors import ConfigError, NotFoundError, PgschedError
+from .._metrics import Metrics
+from .._model import GLOBAL, Scope
+from .._operations.core import MAX_LIMIT, DriverError, Operations
+from .._results import describe_error
+from .._times import parse_time
+from .page import render_status_page
+from .schedules import ScheduleRoutes
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_T = TypeVar("_T")
+_DB_TIMEOUT = 5.0
+_REFUSED_WAIT = 1.0
+
+
+class Health(Protocol):
+    """What the probes read of the engine."""
+
+    runner_id: str
+    tick_interval: float
+    last_tick_at: float | None
+    started_at: float
+
+    def failing(self) -> dict[str, float]: ...
+
+    def not_writable(self) -> str | None: ...
+
+
+class HttpServer:
+    """Serves one replica's endpoints until :meth:`stop`."""
+
+    def __init__(
+        self, *, ops: Operations, health: Health, metrics: Metrics, log: FilteringBoundLogger
+    ) -> None:
+        self._ops, self._health = ops, health
+        self._metrics, self._log = metrics, log
+        self._runner: web.AppRunner | None = None
+        app = web.Application(middlewares=[self._errors])
+        app.add_routes(
+            [
+                web.get("/metrics", self.metrics),
+                web.get("/healthz", self.healthz),
+                web.get("/readyz", self.readyz),
+                web.get("/", self.page),
+                web.get("/api/jobs", self.api_jobs),
+                web.get("/api/runs", self.api_runs),
+                web.post("/api/jobs/{job}/trigger", self.api_trigger),
+                web.post("/api/jobs/{job}/pause", self.api_pause),
+                web.post("/api/jobs/{job}/resume", self.api_resume),
+                web.post("/api/runs/{id}/cancel", self.api_cancel),
+            ]
+        )
+        schedules = ScheduleRoutes(
+            ops, db=self._db, authorise=self._authorise, body=_body, reply=_json
+        )
+        app.add_routes(schedules.routes())
+        self.app = app
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host:port`` (0 picks a free port); returns the bound port."""
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+        # The listening socket tells the port when 0 was asked for.
+        addresses = self._runner.addresses
+        return int(addresses[0][1]) if addresses else port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _db(self, action: Awaitable[_T]) -> _T:
+        """``action`` (an operation of the core), bounded so a slow database cannot pile up
+        requests."""
+        async with asyncio.timeout(_DB_TIMEOUT):
+            return await action
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException:
+            raise
+        except NotFoundError as exc:
+            return _json({"error": str(exc)}, 404)
+        except ConfigError as exc:
+            return _json({"error": str(exc)}, 400)
+        except PgschedError as exc:
+            return _json({"error": str(exc)}, 409)
+        except (DriverError, TimeoutError) as exc:
+            return _json({"error": f"database unavailable: {describe_error(exc)}"}, 503)
+
+    # -- metrics and probes -------------------------------------------------------------
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        # The database gauges come from the registry's collector (cached for a few seconds,
+        # so N scrapes a second are not N queries); here the scrape waits for a due refresh.
+        await self._metrics.cluster.refresh()
+        body = generate_latest(self._metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """200 while the tick loop is alive (it ticked, successfully or not, recently) and
+        neither it nor the writer has kept failing for longer than the health timeout (a
+        restart may then help: a replica stuck on a server that is gone, say)."""
+        now = time.monotonic()
+        last = self._health.last_tick_at
+        allowed = max(3 * self._health.tick_interval, 10.0)
+        age = None if last is None else now - last
+        # Before its first tick has ended, the loop counts from the replica's start.
+        ticking = now - (last or self._health.started_at) <= allowed + _DB_TIMEOUT * 2
+        failing = [
+            {
+                "task": task,
+                "failing_since": _wall(since, now),
+                "failing_for_s": round(now - since, 1),
+            }
+            for task, since in sorted(self._health.failing().items())
+        ]
+        alive = ticking and not failing
+        body = {
+            "alive": alive,
+            "last_tick_age_s": None if age is None else round(age, 3),
+            "failing": failing,
+        }
+        return _json(body, 200 if alive else 503)
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        """200 when the database answers, takes writes and the schema is migrated. After the
+        pool refused a read-only server, a probe waits briefly: a connection lent now has
+        passed the pool's check, so the server takes writes again."""
+        refused = self._health.not_writable()
+        try:
+            async with asyncio.timeout(_REFUSED_WAIT if refused else _DB_TIMEOUT):
+                migrated = await self._ops.is_migrated()
+        except (DriverError, TimeoutError) as exc:
+            why = f"database not writable: {refused}" if refused else describe_error(exc)
+            return _json({"ready": False, "reason": why}, 503)
+        if not migrated:
+            return _json(
+                {"ready": False, "reason": "schema not migrated: run pgsched migrate"}, 503
+            )
+        return _json({"ready": True}, 200)
+
+    # -- read-only views ----------------------------------------------------------------
+
+    async def page(self, request: web.Request) -> web.Response:
+        ops = self._ops
+
+        async def gather() -> tuple[Any, ...]:
+            running = await ops.runs(status="RUNNING", limit=200)
+            return (
+                await ops.status(),
+                await ops.runs(limit=50),
+                await ops.runs(status="FAILED", limit=20),
+                [r for r in running if r.stale],
+            )
+
+        summary, recent, failed, stale_leases = await self._db(gather())
+        html = render_status_page(
+            jobs=summary,
+            recent=recent,
+            failures=failed,
+            stale_leases=stale_leases,
+            runner_id=self._health.runner_id,
+        )
+        return web.Response(text=html, content_type="text/html")
+
+    async def api_jobs(self, request: web.Request) -> web.Response:
+        summary = await self._db(self._ops.status())
+        return _json({"jobs": [j.to_json() for j in summary]}, 200)
+
+    async def api_runs(self, request: web.Request) -> web.Response:
+        query = request.query
+        try:
+            limit = int(query.get("limit", "50"))
+        except ValueError:
+            raise ConfigError(
+                f"limit={query.get('limit')!r} must be an integer between 1 and {MAX_LIMIT}"
+            ) from None
+        runs = await self._db(self._ops.runs(query.get("job"), query.get("status"), limit))
+        return _json({"runs": [r.to_json() for r in runs]}, 200)
+
+    # -- write API ----------------------------------------------------------------------
+
+    def _authorise(self, request: web.Request) -> None:
+        token = os.environ.get("PGSCHED_HTTP_TOKEN")
+        if not token:
+            raise web.HTTPForbidden(
+                text=json.dumps({"error": "the write API is off: set PGSCHED_HTTP_TOKEN"}),
+                content_type="application/json",
+            )
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            raise web.HTTPUnauthorized(
+                text=json.dumps({"error": "missing or wrong bearer token"}),
+                content_type="application/json",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    async def api_trigger(self, request: web.Request) -> web.Response:
+        self._authorise(request)
+        job = request.match_info["job"]
+        body = await _body(request)
+        scope = Scope.parse(str(body["scope"])) if body.get("scope") else GLOBAL
+        at = parse_time(str(body["at"]), "at") if body.get("at") else None
+        done = await self._db(self._ops.trigger(job, scope, at))
+        return _json({"id": str(done.id), "created": done.created}, 201 if done.created else 200)
+
+    async def api_pause(self, request: web.Request) -> web.Response:
+        self._authorise(request)
+        job = request.match_info["job"]
+        await self._db(self._ops.pause(job))
+        return _json({"job": job, "paused": True}, 200)
+
+    async def api_resume(self, request: web.Request) -> web.Response:
+        self._authorise(request)
+        job = request.match_info["job"]
+        await self._db(self._ops.resume(job))
+        return _json({"job": job, "paused": False}, 200)
+
+    async def api_cancel(self, request: web.Request) -> web.Response:
+        self._authorise(request)
+        ident = request.match_info["id"]
+        await self._db(self._ops.cancel(ident))
+        return _json({"id": ident, "status": "CANCELLED"}, 200)
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except ValueError:
+        raise ConfigError("the request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise ConfigError("the request body must be a JSON object")
+    return body
+
+
+def _wall(monotonic: float, now: float) -> str:
+    """The UTC wall-clock time of the monotonic instant ``monotonic`` (``now`` on that clock)."""
+    return datetime.fromtimestamp(time.time() - (now - monotonic), UTC).isoformat()
+
+
+def _json(body: Any, status: int) -> web.Response:
+    return web.Response(
+        text=json.dumps(body, default=str), status=status, content_type="application/json"
+    )

@@ -1,0 +1,222 @@
+"""The operations core: every operator action once, as a coroutine that validates its input,
+calls the store and wakes the replicas. ``Admin`` (sync), ``AsyncAdmin``, ``Scheduler``, the
+HTTP API and the command line are facades over :class:`Operations`; none of them validates or
+runs SQL on its own. Owns no connection: it borrows one per action from its connector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import datetime, timedelta
+from uuid import UUID
+
+import psycopg
+
+from .._config import JobSpec, evaluate_scopes
+from .._errors import ConfigError, NotFoundError, PgschedError
+from .._model import GLOBAL, Scope, check_job_name
+from .._storage.store import Conn, ScheduleStore, Store
+from .._times import Duration, aware, parse_duration
+from .._views import Execution, JobStatus, Triggered
+from .schedules import ScheduleOperations
+
+Connector = Callable[[], AbstractAsyncContextManager[Conn]]
+RUN_STATUSES = ("PENDING", "RUNNING", "SUCCESS", "FAILED", "CANCELLED")
+MAX_LIMIT = 1000
+PRUNE_BATCH = 1000
+# The driver's base error under the core's name, for the facades (which never import the
+# driver): an operation raises it for the database where its connector does not translate it
+# (the replica's pool, under the HTTP API).
+DriverError = psycopg.Error
+
+
+def no_jobs() -> Mapping[str, JobSpec]:
+    """The jobs of a caller that registers none in code (an Admin of its own)."""
+    return {}
+
+
+def check_schema(schema: object) -> str:
+    if not isinstance(schema, str) or not schema or len(schema) > 63:
+        raise ConfigError(f"schema={schema!r} must be a name of 1 to 63 characters")
+    return schema
+
+
+class Operations(ScheduleOperations):
+    """Operator actions on one schema. ``jobs`` gives the jobs the caller has registered in
+    code (a ``Scheduler``'s); other jobs are known from ``job_state``, where every replica
+    records the jobs it runs. The schedule operations of dynamic jobs are in
+    :class:`~pgsched._operations.schedules.ScheduleOperations`."""
+
+    def __init__(
+        self,
+        schema: str,
+        connect: Connector,
+        jobs: Callable[[], Mapping[str, JobSpec]] = no_jobs,
+    ) -> None:
+        self._store, self._connect, self._jobs = Store(schema), connect, jobs
+        self._schedules = ScheduleStore(schema)
+        self._knows_jobs = jobs is not no_jobs
+
+    @property
+    def schema(self) -> str:
+        return self._store.schema
+
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[Conn]:
+        async with self._connect() as conn:
+            try:
+                yield conn
+            except psycopg.errors.UndefinedTable:
+                raise PgschedError(
+                    f"schema {self.schema!r} is not migrated: run `pgsched migrate`"
+                ) from None
+
+    # -- schema -----------------------------------------------------------------------------
+
+    async def migrate(self) -> list[str]:
+        """Create or upgrade the schema; returns the migration versions applied now.
+
+        Safe when several replicas run it at once (an advisory lock serialises them)."""
+        async with self._connect() as conn:
+            return await self._store.migrate(conn)
+
+    async def is_migrated(self) -> bool:
+        """True when every migration this version ships has been applied."""
+        async with self._connect() as conn:
+            return await self._store.is_migrated(conn)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def status(self) -> list[JobStatus]:
+        """Per job: schedule, paused, last plan and status, last success, and how many of its
+        runs are running, stale, failed (no retry left) and pending."""
+        async with self._conn() as conn:
+            return await self._store.job_summary(conn)
+
+    async def runs(
+        self, job: str | None = None, status: str | None = None, limit: int = 20
+    ) -> list[Execution]:
+        """The most recent executions, newest first, of ``job`` and in ``status`` when given
+        (``limit`` between 1 and 1000)."""
+        if job is not None:
+            check_job_name(job)
+        state = _run_status(status)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+            raise ConfigError(f"limit={limit!r} must be an integer between 1 and {MAX_LIMIT}")
+        async with self._conn() as conn:
+            return await self._store.list_runs(conn, job=job, status=state, limit=limit)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    async def trigger(
+        self, job: str, scope: Scope = GLOBAL, at: datetime | None = None
+    ) -> Triggered:
+        """Insert a PENDING manual run (at the database's now, or at ``at``) and wake every
+        replica. While one is PENDING for the same job and scope, returns that one. Its
+        ``max_attempts`` is the job's when the caller registered the job; otherwise the
+        replica that claims it sets its own."""
+        check_job_name(job)
+        when = None if at is None else aware(at, "at")
+        if not isinstance(scope, Scope):
+            raise ConfigError(f"job {job!r}: scope={scope!r} must be a pgsched.Scope")
+        local = self._jobs().get(job)
+        async with self._conn() as conn:
+            if local is None:
+                await self._ensure_known(conn, job)
+            attempts = local.max_attempts if local is not None else 1
+            row = await self._store.trigger(conn, job, scope.kind, scope.id, when, attempts)
+            await self._notify(conn, "trigger", job)
+        return row
+
+    async def cancel(self, execution_id: UUID | str) -> None:
+        """Cancel a PENDING execution; :class:`NotFoundError` if there is none, and an error
+        naming its status if it is not PENDING."""
+        try:
+            ident = UUID(str(execution_id))
+        except ValueError:
+            raise ConfigError(f"execution id {execution_id!r} is not a UUID") from None
+        async with self._conn() as conn:
+            outcome = await self._store.cancel(conn, ident)
+        if outcome == "missing":
+            raise NotFoundError(f"execution {ident} does not exist")
+        if outcome != "cancelled":
+            raise PgschedError(
+                f"execution {ident} is {outcome}; only PENDING runs can be cancelled"
+            )
+
+    async def pause(self, job: str) -> None:
+        """Stop planning and claiming ``job`` on every replica within one tick (running
+        executions finish)."""
+        await self._set_paused(job, True)
+
+    async def resume(self, job: str) -> None:
+        """Undo :meth:`pause`; the job's catch-up mode decides which missed plans run."""
+        await self._set_paused(job, False)
+
+    async def _set_paused(self, job: str, paused: bool) -> None:
+        check_job_name(job)
+        async with self._conn() as conn:
+            if job not in self._jobs():
+                await self._ensure_known(conn, job)
+            await self._store.set_paused(conn, job, paused)
+            await self._notify(conn, "pause" if paused else "resume", job)
+
+    async def backfill(
+        self,
+        job: str,
+        start: datetime,
+        end: datetime,
+        scopes: Iterable[Scope] | None = None,
+    ) -> int:
+        """Insert PENDING backfill rows for every plan in ``[start, end]`` and scope (existing
+        plans are left alone); returns how many were inserted. ``scopes`` defaults to the
+        job's static scopes, or its ``scopes(now)`` answer at ``end``. Needs the job's code
+        (its schedule): the caller must have registered it."""
+        check_job_name(job)
+        spec = self._jobs().get(job)
+        if spec is None:
+            raise ConfigError(
+                f"job {job!r}: backfill needs the job's schedule; run it with the APP that "
+                "registers the job (pgsched backfill APP JOB ...)"
+            )
+        lo, hi = aware(start, "start"), aware(end, "end")
+        if hi < lo:
+            raise ConfigError(f"job {job!r}: backfill end {hi.isoformat()} is before start")
+        if spec.dynamic:
+            return await self._backfill_dynamic(spec, lo, hi, scopes)
+        plans = list(spec.schedule.plans_between(lo - timedelta(microseconds=1), hi))
+        chosen = list(scopes) if scopes is not None else list(await evaluate_scopes(spec, hi))
+        if any(not isinstance(s, Scope) for s in chosen):
+            raise ConfigError(f"job {job!r}: scopes must be pgsched.Scope values")
+        kinds, ids = [s.kind for s in chosen], [s.id for s in chosen]
+        async with self._conn() as conn:
+            count = await self._store.backfill(conn, job, kinds, ids, plans, spec.max_attempts)
+            await self._notify(conn, "backfill", job)
+        return count
+
+    async def prune(self, older_than: Duration) -> int:
+        """Delete finished runs older than ``older_than`` in small batches; returns how many.
+        Each scope's newest scheduled plan is kept, so a pruned scope never looks new."""
+        age = parse_duration(older_than, field="older_than", allow_zero=False)
+        total = 0
+        async with self._conn() as conn:
+            while True:
+                deleted = await self._store.prune_batch(conn, age, PRUNE_BATCH)
+                total += deleted
+                if deleted < PRUNE_BATCH:
+                    return total
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    async def _ensure_known(self, conn: Conn, job: str) -> None:
+        if not await self._store.job_exists(conn, job):
+            raise NotFoundError(f"unknown job {job!r}: no replica has registered it")
+
+
+def _run_status(status: str | None) -> str | None:
+    if status is None:
+        return None
+    if not isinstance(status, str) or status.upper() not in RUN_STATUSES:
+        raise ConfigError(f"status={status!r} is not one of {', '.join(RUN_STATUSES)}")
+    return status.upper()

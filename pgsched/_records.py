@@ -1,0 +1,158 @@
+"""The records the storage layer's statements take and give back: plain values, no I/O, so
+the pure layers (planning) and the engine build and read them without importing storage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    now: datetime
+    paused: frozenset[str]
+    stale_jobs: frozenset[str]  # jobs with a RUNNING row past its stale_after
+    retry: frozenset[str]
+    pending: frozenset[str]
+    # Dynamic jobs: the earliest next plan of their schedules (None: no schedule has one).
+    dynamic_next: dict[str, datetime | None] = field(default_factory=dict)
+
+    def schedules_due(self, job: str, delay: timedelta) -> bool:
+        """True when a schedule of the dynamic ``job`` has a plan due at the probe's now."""
+        nxt = self.dynamic_next.get(job)
+        return nxt is not None and nxt + delay <= self.now
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimTerms:
+    """What every claim of one job by one replica shares."""
+
+    job: str
+    runner: str
+    stale_timeout: timedelta
+    reentry: bool  # allow_stale_reentry
+    forbid: bool  # overlap="forbid"
+    max_attempts: int
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "runner": self.runner,
+            "stale_timeout": self.stale_timeout,
+            "reentry": self.reentry,
+            "forbid": self.forbid,
+            "max_attempts": self.max_attempts,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NewPlans:
+    """The plans and scopes one claim statement offers."""
+
+    kinds: list[str]
+    ids: list[str]
+    plans: list[datetime]
+    per_scope: int  # at most this many plans per scope (max_plans_per_tick)
+    after_latest: bool  # every_plan: only plans after the scope's latest scheduled one
+    shift: int = 0  # within one plan, start at the scope at this position (then wrap around)
+
+
+@dataclass(frozen=True, slots=True)
+class NewClaims:
+    remaining: int
+    picked: int
+    rows: list[Row]
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """A terminal write for one lease."""
+
+    id: UUID
+    token: UUID
+    status: str
+    error_code: str | None
+    error_msg: str | None
+    rows_affected: int | None
+    result_json: str | None
+    duration_ms: int
+    retry_delay_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Restore:
+    """One execution as this replica last wrote it (claimed, renewed or finished), to put
+    back on a server that lacks it after a failover. ``status`` RUNNING: a lease still held."""
+
+    id: UUID
+    job: str
+    scope_kind: str
+    scope_id: str
+    plan_time: datetime
+    trigger: str
+    attempt: int
+    max_attempts: int
+    runner_id: str
+    token: UUID
+    fencing_token: int
+    exclusive: bool
+    payload_json: str
+    started_at: datetime | None
+    stale_timeout_s: float
+    status: str = "RUNNING"
+    outcome: Finish | None = None
+    next_retry_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRows:
+    """Validated schedules of one job, column by column, for one bulk upsert."""
+
+    kinds: list[str]
+    ids: list[str]
+    every_us: list[int | None]
+    crons: list[str | None]
+    tzs: list[str]
+    payloads: list[str]
+    starts: list[datetime | None]
+    ends: list[datetime | None]
+    paused: list[bool]
+    nexts: list[datetime | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleMove:
+    """One due schedule's claim: the plan to run (None: none now) and its next plan after."""
+
+    kind: str
+    id: str
+    plan: datetime | None
+    next_plan: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    """One server as met through a connection: its identity and where it was reached."""
+
+    system_identifier: str
+    timeline: int
+    address: str  # host:port, as libpq reached it
+
+    def same(self, other: Server) -> bool:
+        return (self.system_identifier, self.timeline) == (
+            other.system_identifier,
+            other.timeline,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """The fields a log event shows (never a password: the DSN is not among them)."""
+        return {
+            "system_identifier": self.system_identifier,
+            "timeline": self.timeline,
+            "address": self.address,
+        }

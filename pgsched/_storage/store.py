@@ -1,0 +1,474 @@
+"""The only module that runs SQL. Statements come from the packaged ``sql/queries.sql``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import fields
+from datetime import datetime, timedelta
+from functools import cache
+from importlib import resources
+from importlib.abc import Traversable
+from pathlib import Path
+from typing import Any, TypeVar, cast
+from uuid import UUID
+
+import psycopg
+from psycopg import AsyncConnection, sql
+from psycopg.rows import class_row, dict_row
+
+from .._records import (
+    ClaimTerms,
+    Finish,
+    NewClaims,
+    NewPlans,
+    Probe,
+    Restore,
+    Row,
+    ScheduleMove,
+    ScheduleRows,
+)
+from .._views import Execution, JobStatus, Triggered
+
+_V = TypeVar("_V")
+Conn = AsyncConnection[Any]
+
+# The claims are planned on every execution, never from a server-side prepared statement: a
+# generic plan chosen while the table was small (psycopg prepares a statement on its fifth
+# use) stays in the session and can turn a claim's index probes into scans of a table that
+# has since grown, seconds per claim. Planning them costs well under a millisecond.
+_PLAN_EACH_TIME = False
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
+
+
+def sql_dir() -> Traversable:
+    """The packaged ``sql/`` directory (inside the wheel), or the source checkout's."""
+    packaged = resources.files("pgsched").joinpath("sql")
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "sql"
+
+
+@cache
+def _query_texts() -> dict[str, str]:
+    text = sql_dir().joinpath("queries.sql").read_text(encoding="utf-8")
+    parts = _NAME.split(text)
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def migration_files() -> list[tuple[str, str, str]]:
+    """``(version, name, text)`` of every migration, in order."""
+    out = []
+    for entry in sql_dir().joinpath("migrations").iterdir():
+        match = _MIGRATION.match(entry.name)
+        if match:
+            out.append((match[1], match[2], entry.read_text(encoding="utf-8")))
+    return sorted(out)
+
+
+class _Statements:
+    """The named statements of one schema, and how to run them."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        ident = sql.Identifier(schema)
+        self._q = {
+            name: sql.SQL(text).format(schema=ident) for name, text in _query_texts().items()
+        }
+
+    async def _rows(
+        self,
+        conn: Conn,
+        name: str,
+        params: dict[str, Any] | None = None,
+        *,
+        prepare: bool | None = None,
+    ) -> list[Row]:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(self._q[name], params, prepare=prepare)
+            return await cur.fetchall() if cur.description else []
+
+    async def _typed(
+        self, conn: Conn, name: str, cls: type[_V], params: dict[str, Any] | None = None
+    ) -> list[_V]:
+        async with conn.cursor(row_factory=class_row(cls)) as cur:
+            await cur.execute(self._q[name], params)
+            return await cur.fetchall()
+
+    async def _rowcount(self, conn: Conn, name: str, params: dict[str, Any]) -> int:
+        async with conn.cursor() as cur:
+            await cur.execute(self._q[name], params)
+            return cur.rowcount
+
+    async def _one(self, conn: Conn, name: str, params: dict[str, Any] | None = None) -> Row:
+        rows = await self._rows(conn, name, params)
+        return rows[0]
+
+
+class Store(_Statements):
+    """Statements against one schema; every method takes the connection to use."""
+
+    # -- schema -------------------------------------------------------------------------
+
+    async def migrate(self, conn: Conn) -> list[str]:
+        """Apply the migrations not yet applied; returns their versions. Safe concurrently."""
+        applied_now = []
+        async with conn.transaction():
+            await self._rows(conn, "migrate_lock", {"key": f"pgsched.migrate:{self.schema}"})
+            quoted = sql.Identifier(self.schema).as_string(conn)
+            if not (await self._one(conn, "schema_exists", {"schema": quoted}))["present"]:
+                await conn.execute(self._q["create_schema"])
+            await conn.execute(self._q["migrate_bootstrap"])
+            done = {r["version"] for r in await self._rows(conn, "applied_migrations")}
+            for version, name, text in migration_files():
+                if version in done:
+                    continue
+                body = sql.SQL(text).format(schema=sql.Identifier(self.schema))
+                await conn.execute(body)
+                await self._rows(conn, "record_migration", {"version": version, "name": name})
+                applied_now.append(version)
+        return applied_now
+
+    async def is_migrated(self, conn: Conn) -> bool:
+        """True when every migration this version ships has been applied."""
+        table = sql.Identifier(self.schema, "schema_migrations").as_string(conn)
+        present = await self._one(conn, "has_migrations_table", {"table": table})
+        if not present["present"]:
+            return False
+        done = {r["version"] for r in await self._rows(conn, "applied_migrations")}
+        return all(version in done for version, _, _ in migration_files())
+
+    # -- the tick -----------------------------------------------------------------------
+
+    async def tick_probe(
+        self, conn: Conn, jobs: Sequence[str], dynamic: Sequence[str] = ()
+    ) -> Probe:
+        """The tick's one read; ``dynamic`` are the jobs whose earliest next plan to read."""
+        params = {"jobs": list(jobs), "dynamic": list(dynamic)}
+        row = await self._one(conn, "tick_probe", params)
+        return Probe(
+            now=row["now"],
+            paused=frozenset(row["paused"]),
+            stale_jobs=frozenset(row["stale_jobs"]),
+            retry=frozenset(row["retry"]),
+            pending=frozenset(row["pending"]),
+            dynamic_next=dict(zip(dynamic, row["dynamic_next"], strict=True)),
+        )
+
+    async def claim_begin(
+        self, conn: Conn, idle: timedelta, lock: timedelta, *, synchronous: bool = False
+    ) -> None:
+        """Open a claim transaction: the server ends it if it sits idle for ``idle``, and
+        fails a statement of it that waits ``lock`` for a lock; with ``synchronous``, it
+        commits only once a synchronous standby has it (one statement either way)."""
+        name = "claim_begin_synchronous" if synchronous else "claim_begin"
+        params = {"idle_ms": _ms(idle), "lock_ms": _ms(lock)}
+        await self._rows(conn, name, params)
+
+    async def synchronous_commit(self, conn: Conn) -> None:
+        """The current transaction commits only once a synchronous standby has it."""
+        await self._rows(conn, "synchronous_commit")
+
+    def synchronous_commit_sync(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(self._q["synchronous_commit"])
+
+    async def synchronous_standbys(self, conn: Conn) -> Row:
+        """``names`` (synchronous_standby_names), ``synchronous`` (connected sync or quorum
+        standbys) and ``hidden`` (walsenders whose state this role may not read)."""
+        return await self._one(conn, "synchronous_standbys")
+
+    async def try_lock_job(self, conn: Conn, job: str) -> bool:
+        """Take the job's claim lock for this transaction if it is free (max_running jobs)."""
+        key = f"pgsched.claim:{self.schema}:{job}"
+        return bool((await self._one(conn, "try_lock_job", {"key": key}))["locked"])
+
+    async def running_count(self, conn: Conn, job: str) -> int:
+        return int((await self._one(conn, "running_count", {"job": job}))["running"])
+
+    async def close_stale(self, conn: Conn, job: str, *, reentry: bool) -> list[Row]:
+        return await self._rows(conn, "close_stale", {"job": job, "reentry": reentry})
+
+    async def claim_existing(self, conn: Conn, terms: ClaimTerms, limit: int) -> list[Row]:
+        """Take over stale (steal), retryable and due PENDING rows, oldest plan first."""
+        params = {**terms.params(), "limit": limit}
+        return await self._rows(conn, "claim_existing", prepare=_PLAN_EACH_TIME, params=params)
+
+    async def claim_new(
+        self, conn: Conn, terms: ClaimTerms, offer: NewPlans, limit: int
+    ) -> NewClaims:
+        """Insert RUNNING rows for ``offer``'s plans and scopes (ON CONFLICT DO NOTHING)."""
+        params = {
+            **terms.params(),
+            "kinds": offer.kinds,
+            "ids": offer.ids,
+            "plans": offer.plans,
+            "newest": max(offer.plans),
+            "limit": limit,
+            "per_scope": offer.per_scope,
+            "after_latest": offer.after_latest,
+            "shift": offer.shift,
+        }
+        rows = await self._rows(conn, "claim_new", prepare=_PLAN_EACH_TIME, params=params)
+        won = [r for r in rows if r["id"] is not None]
+        return NewClaims(remaining=rows[0]["remaining"], picked=rows[0]["picked"], rows=won)
+
+    async def heartbeat(self, conn: Conn, leases: Sequence[tuple[UUID, UUID, float]]) -> set[UUID]:
+        """Renew ``(id, token, stale_timeout_s)`` leases; returns the ids still held."""
+        ordered = sorted(leases)  # one lock order for every batch: no deadlock between them
+        rows = await self._rows(
+            conn,
+            "heartbeat",
+            {
+                "ids": [lease[0] for lease in ordered],
+                "tokens": [lease[1] for lease in ordered],
+                "stale_timeouts": [lease[2] for lease in ordered],
+            },
+        )
+        return {r["id"] for r in rows}
+
+    async def finish(self, conn: Conn, batch: Sequence[Finish]) -> dict[UUID, datetime | None]:
+        """Write terminal rows; returns ``{id: next_retry_at}`` for the writes that held."""
+        rows = await self._rows(conn, "finish", _finish_params(batch))
+        return {r["id"]: r["next_retry_at"] for r in rows}
+
+    async def lease_status(self, conn: Conn, execution_id: UUID, token: UUID) -> str | None:
+        """The execution's status while ``token`` holds its lease, else None."""
+        params = {"id": execution_id, "token": token}
+        rows = await self._rows(conn, "lease_status", params)
+        return str(rows[0]["status"]) if rows else None
+
+    def finish_sync(
+        self, conn: psycopg.Connection[Any], batch: Sequence[Finish]
+    ) -> dict[UUID, datetime | None]:
+        """:meth:`finish` on a sync connection (a sync handler's transactional ``run.conn``)."""
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(self._q["finish"], _finish_params(batch))
+            return {r["id"]: r["next_retry_at"] for r in cur.fetchall()}
+
+    async def reapply(self, conn: Conn, rows: Sequence[Restore]) -> Row:
+        """Put ``rows`` back where the server lacks them (``brought``: rows found in an
+        earlier state; ``restored``: rows inserted)."""
+        return await self._one(conn, "reapply", _restore_params(rows))
+
+    async def configure_session(
+        self, conn: Conn, statement: timedelta, idle: timedelta, *, local: bool = False
+    ) -> None:
+        """Statement and idle-in-transaction timeouts for the session (or, ``local``, for
+        the current transaction only)."""
+        await self._rows(conn, "configure_session", _session_params(statement, idle, local))
+
+    async def server_state(self, conn: Conn) -> Row:
+        """Whether the server ``conn`` reaches takes writes (``in_recovery``, ``read_only``)
+        and which it is (``system_identifier``; ``timeline``, None on a standby)."""
+        return await self._one(conn, "server_state")
+
+    def server_state_sync(self, conn: psycopg.Connection[Any]) -> Row:
+        """:meth:`server_state` on a sync connection."""
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(self._q["server_state"])
+            row = cur.fetchone()
+        assert row is not None
+        return row
+
+    def configure_session_sync(
+        self,
+        conn: psycopg.Connection[Any],
+        statement: timedelta,
+        idle: timedelta,
+        *,
+        local: bool = False,
+    ) -> None:
+        conn.execute(self._q["configure_session"], _session_params(statement, idle, local))
+
+    # -- operations ---------------------------------------------------------------------
+
+    async def now(self, conn: Conn) -> datetime:
+        return cast(datetime, (await self._one(conn, "now"))["now"])
+
+    async def trigger(
+        self, conn: Conn, job: str, kind: str, scope_id: str, at: datetime | None, max_attempts: int
+    ) -> Triggered:
+        params = {"job": job, "kind": kind, "id": scope_id, "at": at, "max_attempts": max_attempts}
+        for _ in range(3):  # a concurrent trigger may commit between our insert and our read
+            rows = await self._typed(conn, "trigger", Triggered, params)
+            if rows:
+                return rows[0]
+        raise RuntimeError(f"job {job!r}: could not insert or find the triggered run")
+
+    async def backfill(
+        self,
+        conn: Conn,
+        job: str,
+        kinds: list[str],
+        ids: list[str],
+        plans: list[datetime],
+        max_attempts: int,
+        *,
+        pairs: bool = False,
+    ) -> int:
+        """PENDING rows for every plan of every scope, or with ``pairs`` for the scope and
+        plan at each position of the three lists."""
+        params: dict[str, Any] = {"job": job, "kinds": kinds, "ids": ids, "plans": plans}
+        params.update(max_attempts=max_attempts, pairs=pairs)
+        return len(await self._rows(conn, "backfill", params))
+
+    async def cancel(self, conn: Conn, execution_id: UUID) -> str:
+        """Cancel a PENDING row; returns ``"cancelled"``, the row's status, or ``"missing"``."""
+        if await self._rows(conn, "cancel", {"id": execution_id}):
+            return "cancelled"
+        rows = await self._rows(conn, "execution_status", {"id": execution_id})
+        return str(rows[0]["status"]) if rows else "missing"
+
+    async def set_paused(self, conn: Conn, job: str, paused: bool) -> None:
+        await self._rows(conn, "set_paused", {"job": job, "paused": paused})
+
+    async def register_jobs(self, conn: Conn, jobs: Sequence[tuple[str, str]], runner: str) -> None:
+        """Record ``(name, schedule)`` of the jobs this replica runs."""
+        await self._rows(
+            conn,
+            "register_jobs",
+            {"jobs": [j[0] for j in jobs], "schedules": [j[1] for j in jobs], "runner": runner},
+        )
+
+    async def job_schedule(self, conn: Conn, job: str) -> str | None:
+        """The schedule replicas registered for ``job`` (``"dynamic"`` for a dynamic job),
+        ``""`` when it has none on record, None when no replica registered the job."""
+        rows = await self._rows(conn, "job_schedule", {"job": job})
+        return None if not rows else str(rows[0]["schedule"] or "")
+
+    async def job_exists(self, conn: Conn, job: str) -> bool:
+        return bool((await self._one(conn, "job_exists", {"job": job}))["known"])
+
+    async def job_summary(self, conn: Conn) -> list[JobStatus]:
+        return await self._typed(conn, "job_summary", JobStatus)
+
+    async def list_runs(
+        self, conn: Conn, *, job: str | None, status: str | None, limit: int
+    ) -> list[Execution]:
+        params = {"job": job, "status": status, "limit": limit}
+        return await self._typed(conn, "list_runs", Execution, params)
+
+    async def prune_batch(self, conn: Conn, older_than: timedelta, batch: int) -> int:
+        return await self._rowcount(conn, "prune_batch", {"older_than": older_than, "batch": batch})
+
+    @property
+    def channel(self) -> str:
+        """The LISTEN/NOTIFY channel of this schema (identifiers stop at 63 bytes)."""
+        return f"pgsched:{self.schema}"[:63]
+
+    async def notify(self, conn: Conn, payload: str) -> None:
+        await self._rows(conn, "notify", {"channel": self.channel, "payload": payload})
+
+    async def listen(self, conn: Conn) -> None:
+        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+
+
+def _ms(duration: timedelta) -> str:
+    """``duration`` as a setting's value in milliseconds."""
+    return str(int(duration.total_seconds() * 1000))
+
+
+def _restore_params(rows: Sequence[Restore]) -> dict[str, Any]:
+    ordered = sorted(rows, key=lambda r: r.id)  # one lock order, as the finish takes
+    outcomes = [r.outcome for r in ordered]
+    return {
+        "ids": [r.id for r in ordered],
+        "jobs": [r.job for r in ordered],
+        "kinds": [r.scope_kind for r in ordered],
+        "scope_ids": [r.scope_id for r in ordered],
+        "plans": [r.plan_time for r in ordered],
+        "triggers": [r.trigger for r in ordered],
+        "statuses": [r.status for r in ordered],
+        "attempts": [r.attempt for r in ordered],
+        "max_attempts": [r.max_attempts for r in ordered],
+        "runners": [r.runner_id for r in ordered],
+        "tokens": [r.token for r in ordered],
+        "fencing": [r.fencing_token for r in ordered],
+        "exclusive": [r.exclusive for r in ordered],
+        "payloads": [r.payload_json for r in ordered],
+        "started": [r.started_at for r in ordered],
+        "stale_timeouts": [r.stale_timeout_s for r in ordered],
+        "error_codes": [o.error_code if o else None for o in outcomes],
+        "error_msgs": [o.error_msg if o else None for o in outcomes],
+        "rows": [o.rows_affected if o else None for o in outcomes],
+        "results": [o.result_json if o else None for o in outcomes],
+        "durations": [o.duration_ms if o else None for o in outcomes],
+        "retry_at": [r.next_retry_at for r in ordered],
+    }
+
+
+def _finish_params(batch: Sequence[Finish]) -> dict[str, Any]:
+    ordered = sorted(batch, key=lambda f: f.id)  # one lock order for every batch
+    return {
+        "ids": [f.id for f in ordered],
+        "tokens": [f.token for f in ordered],
+        "statuses": [f.status for f in ordered],
+        "error_codes": [f.error_code for f in ordered],
+        "error_msgs": [f.error_msg for f in ordered],
+        "rows": [f.rows_affected for f in ordered],
+        "results": [f.result_json for f in ordered],
+        "durations": [f.duration_ms for f in ordered],
+        "retry_delays": [f.retry_delay_s for f in ordered],
+    }
+
+
+def _session_params(statement: timedelta, idle: timedelta, local: bool) -> dict[str, Any]:
+    return {
+        "statement_ms": str(int(statement.total_seconds() * 1000)),
+        "idle_ms": str(int(idle.total_seconds() * 1000)),
+        "local": local,
+    }
+
+
+class ScheduleStore(_Statements):
+    """Statements on the ``schedules`` table of dynamic jobs (docs/schedules.md)."""
+
+    async def put_schedules(self, conn: Conn, job: str, rows: ScheduleRows) -> int:
+        """Upsert ``rows``; returns how many were written (identical ones are not)."""
+        params: dict[str, Any] = {"job": job}
+        params.update((f.name, getattr(rows, f.name)) for f in fields(rows))
+        return await self._rowcount(conn, "put_schedules", params)
+
+    async def get_schedule(self, conn: Conn, job: str, kind: str, ident: str) -> Row | None:
+        rows = await self._rows(conn, "get_schedule", {"job": job, "kind": kind, "id": ident})
+        return rows[0] if rows else None
+
+    async def list_schedules(
+        self, conn: Conn, job: str, after: tuple[str, str] | None, limit: int
+    ) -> list[Row]:
+        kind, ident = after if after is not None else (None, None)
+        params = {"job": job, "kind": kind, "id": ident, "limit": limit}
+        return await self._rows(conn, "list_schedules", params)
+
+    async def delete_schedule(self, conn: Conn, job: str, kind: str, ident: str) -> bool:
+        params = {"job": job, "kind": kind, "id": ident}
+        return bool(await self._rows(conn, "delete_schedule", params))
+
+    async def set_schedule_paused(
+        self, conn: Conn, job: str, kind: str, ident: str, paused: bool
+    ) -> bool:
+        params = {"job": job, "kind": kind, "id": ident, "paused": paused}
+        return bool(await self._rows(conn, "set_schedule_paused", params))
+
+    async def due_schedules(
+        self, conn: Conn, terms: ClaimTerms, delay: timedelta, limit: int
+    ) -> list[Row]:
+        """Lock up to ``limit`` due schedules of the job (SKIP LOCKED), oldest next plan first."""
+        params = {"job": terms.job, "forbid": terms.forbid, "delay": delay, "limit": limit}
+        return await self._rows(conn, "due_schedules", params, prepare=_PLAN_EACH_TIME)
+
+    async def claim_schedules(
+        self, conn: Conn, terms: ClaimTerms, moves: Sequence[ScheduleMove]
+    ) -> list[Row]:
+        """Insert RUNNING rows for the moves with a plan, and move each schedule's next plan
+        on; returns the rows this replica won."""
+        params = {
+            **terms.params(),
+            "kinds": [m.kind for m in moves],
+            "ids": [m.id for m in moves],
+            "plans": [m.plan for m in moves],
+            "nexts": [m.next_plan for m in moves],
+        }
+        rows = await self._rows(conn, "claim_schedules", params, prepare=_PLAN_EACH_TIME)
+        return [r for r in rows if r["id"] is not None]
