@@ -82,6 +82,7 @@ class Finish:
     result_json: str | None
     duration_ms: int
     retry_delay_s: float | None
+    traceback: str | None = None  # a FAILED attempt's, kept in its attempt history
 
 
 @dataclass(frozen=True, slots=True)

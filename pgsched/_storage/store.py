@@ -410,6 +410,7 @@ def _finish_params(batch: Sequence[Finish]) -> dict[str, Any]:
         "results": [f.result_json for f in ordered],
         "durations": [f.duration_ms for f in ordered],
         "retry_delays": [f.retry_delay_s for f in ordered],
+        "tracebacks": [f.traceback for f in ordered],
     }
 
 
