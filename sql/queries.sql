@@ -496,8 +496,37 @@ SELECT id, job_name AS job, scope_kind, scope_id, plan_time, trigger, status, at
 FROM {schema}.cron_executions
 WHERE (%(job)s::text IS NULL OR job_name = %(job)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(kind)s::text IS NULL OR (scope_kind = %(kind)s AND scope_id = %(id)s))
+  AND (%(since)s::timestamptz IS NULL OR plan_time >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR plan_time < %(until)s)
 ORDER BY created_at DESC, id
 LIMIT %(limit)s
+
+-- name: get_run
+SELECT id, job_name AS job, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
+       next_retry_at, runner_id, fencing_token, heartbeat_at, stale_after, started_at,
+       finished_at, duration_ms, rows_affected, result, error_code, error_msg, created_at,
+       (status = 'RUNNING' AND stale_after < clock_timestamp()) AS stale
+FROM {schema}.cron_executions
+WHERE id = %(id)s
+
+-- name: run_attempts
+-- Every attempt of one execution in order: those kept in cron_attempts, then the row's own
+-- latest attempt when it is not among them (running, succeeded, or ended before version 8).
+SELECT a.attempt, a.runner_id, a.fencing_token, a.started_at, a.finished_at,
+       'FAILED' AS status, a.error_code, a.error_msg, a.traceback
+FROM {schema}.cron_attempts a
+WHERE a.execution_id = %(id)s
+UNION ALL
+SELECT e.attempt, e.runner_id, e.fencing_token, e.started_at, e.finished_at,
+       CASE WHEN e.status = 'RUNNING' AND e.stale_after < clock_timestamp() THEN 'STALE'
+            ELSE e.status END,
+       e.error_code, e.error_msg, NULL
+FROM {schema}.cron_executions e
+WHERE e.id = %(id)s AND e.started_at IS NOT NULL AND e.status <> 'PENDING'
+  AND NOT EXISTS (SELECT 1 FROM {schema}.cron_attempts a
+                  WHERE a.execution_id = e.id AND a.fencing_token = e.fencing_token)
+ORDER BY 1, 5 NULLS LAST
 
 -- name: prune_batch
 -- Deletes one batch of finished rows older than the cutoff. A row goes only when a newer

@@ -25,10 +25,11 @@ from .._records import (
     Probe,
     Restore,
     Row,
+    RunFilter,
     ScheduleMove,
     ScheduleRows,
 )
-from .._views import Execution, JobStatus, Triggered
+from .._views import Attempt, Execution, JobStatus, RunHistory, Triggered
 
 _V = TypeVar("_V")
 Conn = AsyncConnection[Any]
@@ -343,11 +344,17 @@ class Store(_Statements):
     async def job_summary(self, conn: Conn) -> list[JobStatus]:
         return await self._typed(conn, "job_summary", JobStatus)
 
-    async def list_runs(
-        self, conn: Conn, *, job: str | None, status: str | None, limit: int
-    ) -> list[Execution]:
-        params = {"job": job, "status": status, "limit": limit}
+    async def list_runs(self, conn: Conn, chosen: RunFilter, limit: int) -> list[Execution]:
+        params = {**chosen.params(), "limit": limit}
         return await self._typed(conn, "list_runs", Execution, params)
+
+    async def get_run(self, conn: Conn, execution_id: UUID) -> RunHistory | None:
+        """The execution and its attempts (``get_run``, ``run_attempts``); None if unknown."""
+        found = await self._typed(conn, "get_run", Execution, {"id": execution_id})
+        if not found:
+            return None
+        attempts = await self._typed(conn, "run_attempts", Attempt, {"id": execution_id})
+        return RunHistory(found[0], tuple(attempts))
 
     async def prune_batch(self, conn: Conn, older_than: timedelta, batch: int) -> int:
         return await self._rowcount(conn, "prune_batch", {"older_than": older_than, "batch": batch})
