@@ -118,7 +118,7 @@ def _attempt_row(a: Attempt) -> list[Any]:
         a.fencing_token,
         utc_text(a.started_at),
         utc_text(a.finished_at),
-        error_text(a.error_code, a.error_msg, 200),
+        error_text(a.error_code, a.error_msg, 200) or "-",
     ]
 
 
