@@ -20,7 +20,7 @@ from ._planning.recurrence import Planner
 from ._planning.schedules import Schedule, ScheduleSpec
 from ._run import Run
 from ._scheduler import Scheduler
-from ._views import Attempt, Execution, JobStatus, RunHistory, Triggered
+from ._views import Attempt, Execution, FailedAttempt, JobStatus, RunHistory, Triggered
 
 try:
     __version__ = version("pgsched")
@@ -36,6 +36,7 @@ __all__ = [
     "ConfigError",
     "DatabaseError",
     "Execution",
+    "FailedAttempt",
     "JobSpec",
     "JobStatus",
     "LeaseLost",

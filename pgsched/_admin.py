@@ -21,7 +21,7 @@ from ._operations.core import Operations, check_schema, no_jobs
 from ._planning.schedules import Schedule, ScheduleSpec
 from ._portal import PORTAL
 from ._times import Duration, parse_duration
-from ._views import Execution, JobStatus, RunHistory
+from ._views import Execution, FailedAttempt, JobStatus, RunHistory
 
 _T = TypeVar("_T")
 
@@ -189,6 +189,10 @@ class Admin(ScheduleMethods):
     def run(self, execution_id: UUID | str) -> RunHistory:
         """One execution and every attempt of it, in order (runner, times, error, traceback)."""
         return PORTAL.call(self._ops.run(execution_id))
+
+    def failed_attempts(self, limit: int = 20) -> list[FailedAttempt]:
+        """The newest failed attempts across jobs, those of runs later retried included."""
+        return PORTAL.call(self._ops.failed_attempts(limit))
 
     def cancel(self, execution_id: UUID | str) -> None:
         """Cancel a PENDING execution."""

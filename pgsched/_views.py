@@ -120,6 +120,34 @@ class Attempt(_JsonView):
     traceback: str | None
 
 
+@dataclass(frozen=True)
+class FailedAttempt(_JsonView):
+    """A failed attempt as the recent failures list it, with its execution as it is now:
+    ``latest`` when it is the execution's latest attempt (then ``next_retry_at`` is its
+    retry, if any), else the execution went on (``execution_status`` at
+    ``execution_attempt``)."""
+
+    execution_id: UUID
+    job: str
+    scope_kind: InitVar[str]
+    scope_id: InitVar[str]
+    plan_time: datetime
+    attempt: int
+    max_attempts: int
+    runner_id: str | None
+    finished_at: datetime | None
+    error_code: str | None
+    error_msg: str | None
+    execution_status: str
+    execution_attempt: int
+    next_retry_at: datetime | None
+    latest: bool
+    scope: Scope = field(init=False)
+
+    def __post_init__(self, scope_kind: str, scope_id: str) -> None:
+        object.__setattr__(self, "scope", trusted_scope(scope_kind, scope_id))
+
+
 @dataclass(frozen=True, slots=True)
 class RunHistory:
     """One execution as ``run(id)`` reports it: its row and every attempt, in order."""

@@ -528,6 +528,34 @@ WHERE e.id = %(id)s AND e.started_at IS NOT NULL AND e.status <> 'PENDING'
                   WHERE a.execution_id = e.id AND a.fencing_token = e.fencing_token)
 ORDER BY 1, 5 NULLS LAST
 
+-- name: failed_attempts
+-- The newest failed attempts across jobs (the status page's recent failures), those of
+-- executions that later succeeded included; a FAILED row with no kept attempt (written before
+-- version 8, or by an older replica) counts as its own.
+SELECT f.* FROM (
+    (SELECT a.execution_id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time,
+            a.attempt, e.max_attempts, a.runner_id, a.finished_at, a.error_code, a.error_msg,
+            e.status AS execution_status, e.attempt AS execution_attempt,
+            CASE WHEN a.fencing_token = e.fencing_token THEN e.next_retry_at END AS next_retry_at,
+            a.fencing_token = e.fencing_token AS latest
+     FROM {schema}.cron_attempts a
+     JOIN {schema}.cron_executions e ON e.id = a.execution_id
+     ORDER BY a.finished_at DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT e.id, e.job_name, e.scope_kind, e.scope_id, e.plan_time, e.attempt, e.max_attempts,
+            e.runner_id, e.finished_at, e.error_code, e.error_msg, e.status, e.attempt,
+            e.next_retry_at, true
+     FROM {schema}.cron_executions e
+     WHERE e.status = 'FAILED' AND e.finished_at IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM {schema}.cron_attempts a
+                       WHERE a.execution_id = e.id AND a.fencing_token = e.fencing_token)
+     ORDER BY e.finished_at DESC
+     LIMIT %(limit)s)
+) AS f
+ORDER BY f.finished_at DESC, f.execution_id, f.attempt
+LIMIT %(limit)s
+
 -- name: prune_batch
 -- Deletes one batch of finished rows older than the cutoff. A row goes only when a newer
 -- *scheduled* plan of its scope exists: the newest scheduled row is what stops its plan from

@@ -177,7 +177,7 @@ class HttpServer:
             return (
                 await ops.status(),
                 await ops.runs(limit=50),
-                await ops.runs(status="FAILED", limit=20),
+                await ops.failed_attempts(limit=20),
                 [r for r in running if r.stale],
             )
 

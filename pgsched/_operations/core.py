@@ -19,7 +19,7 @@ from .._model import GLOBAL, Scope, check_job_name
 from .._records import RunFilter
 from .._storage.store import Conn, ScheduleStore, Store
 from .._times import Duration, aware, parse_duration
-from .._views import Execution, JobStatus, RunHistory, Triggered
+from .._views import Execution, FailedAttempt, JobStatus, RunHistory, Triggered
 from .schedules import ScheduleOperations
 
 Connector = Callable[[], AbstractAsyncContextManager[Conn]]
@@ -151,6 +151,14 @@ class Operations(ScheduleOperations):
             row = await self._store.trigger(conn, job, scope.kind, scope.id, when, attempts)
             await self._notify(conn, "trigger", job)
         return row
+
+    async def failed_attempts(self, limit: int = 20) -> list[FailedAttempt]:
+        """The newest failed attempts across jobs, newest first, those of executions that
+        were retried and later succeeded included (``limit`` between 1 and 1000)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+            raise ConfigError(f"limit={limit!r} must be an integer between 1 and {MAX_LIMIT}")
+        async with self._conn() as conn:
+            return await self._store.failed_attempts(conn, limit)
 
     async def run(self, execution_id: UUID | str) -> RunHistory:
         """One execution and every attempt of it, in order (runner, times, error, traceback);

@@ -29,7 +29,7 @@ from .._records import (
     ScheduleMove,
     ScheduleRows,
 )
-from .._views import Attempt, Execution, JobStatus, RunHistory, Triggered
+from .._views import Attempt, Execution, FailedAttempt, JobStatus, RunHistory, Triggered
 
 _V = TypeVar("_V")
 Conn = AsyncConnection[Any]
@@ -355,6 +355,9 @@ class Store(_Statements):
             return None
         attempts = await self._typed(conn, "run_attempts", Attempt, {"id": execution_id})
         return RunHistory(found[0], tuple(attempts))
+
+    async def failed_attempts(self, conn: Conn, limit: int) -> list[FailedAttempt]:
+        return await self._typed(conn, "failed_attempts", FailedAttempt, {"limit": limit})
 
     async def prune_batch(self, conn: Conn, older_than: timedelta, batch: int) -> int:
         return await self._rowcount(conn, "prune_batch", {"older_than": older_than, "batch": batch})

@@ -160,36 +160,74 @@ def test_async_admin_run(make_scheduler: Any, migrated: str, db: Any, runtime_ds
     assert [a.status for a in found.attempts] == ["FAILED", "FAILED", "SUCCESS"]
 
 
-def test_http_run_by_id(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_http_run_by_id_and_the_pages_recent_failures(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
     s = _third_time_lucky(make_scheduler, db)
     (row,) = rows(db, migrated)
 
-    def get(path: str) -> tuple[int, Any]:
+    def get(path: str) -> tuple[int, str]:
         try:
             with urlopen(f"http://127.0.0.1:{s.http_port}{path}", timeout=10) as resp:
-                return resp.status, json.loads(resp.read())
+                return resp.status, resp.read().decode()
         except HTTPError as exc:
-            return exc.code, json.loads(exc.read())
+            return exc.code, exc.read().decode()
 
-    async def serve_and_get() -> list[tuple[int, Any]]:
+    async def serve_and_get() -> list[tuple[int, str]]:
         server = asyncio.create_task(s.serve(http_port=0))
         async with asyncio.timeout(30):  # a deadline: a failure, not a hang
             while s.http_port is None:
                 await asyncio.sleep(0.02)
-        paths = [f"/api/runs/{row['id']}", f"/api/runs/{uuid.uuid4()}", "/api/runs/nope"]
+        paths = [f"/api/runs/{row['id']}", f"/api/runs/{uuid.uuid4()}", "/api/runs/nope", "/"]
         answers = [await asyncio.to_thread(get, p) for p in paths]
         s.stop()
         await asyncio.wait_for(server, 30)
         return answers
 
-    found, unknown, malformed = asyncio.run(serve_and_get())
+    found, unknown, malformed, page = asyncio.run(serve_and_get())
     assert found[0] == 200
-    assert found[1]["id"] == str(row["id"]) and found[1]["status"] == "SUCCESS"
-    attempts = found[1]["attempts"]
-    assert [a["status"] for a in attempts] == ["FAILED", "FAILED", "SUCCESS"]
-    assert "ValueError: attempt 1 failed" in attempts[0]["traceback"]
-    assert unknown[0] == 404 and "does not exist" in unknown[1]["error"]
-    assert malformed[0] == 400 and "'nope' is not a UUID" in malformed[1]["error"]
+    body = json.loads(found[1])
+    assert body["id"] == str(row["id"]) and body["status"] == "SUCCESS"
+    assert [a["status"] for a in body["attempts"]] == ["FAILED", "FAILED", "SUCCESS"]
+    assert "ValueError: attempt 1 failed" in body["attempts"][0]["traceback"]
+    assert unknown[0] == 404 and "does not exist" in json.loads(unknown[1])["error"]
+    assert malformed[0] == 400 and "'nope' is not a UUID" in json.loads(malformed[1])["error"]
+
+    # The execution succeeded, yet its two failed attempts stay under "Recent failures".
+    assert page[0] == 200
+    failures = page[1].split("Recent failures", 1)[1].split("Recent runs", 1)[0]
+    assert "ValueError: attempt 1 failed" in failures
+    assert "ValueError: attempt 2 failed" in failures
+    assert failures.count("retried:") == 2 and "on attempt 3" in failures
+
+
+def test_failed_attempts_lists_retried_and_final_failures(
+    make_scheduler: Any, migrated: str, db: Any, runtime_dsn: str
+) -> None:
+    _third_time_lucky(make_scheduler, db)
+    old = insert_row(  # a FAILED row with no kept attempt (written before version 8)
+        db,
+        migrated,
+        job_name="legacy",
+        plan_time=past_plan(db),
+        status="FAILED",
+        error_code="handler_error",
+        error_msg="old failure",
+        finished_at=db_now(db),
+    )
+
+    async def read() -> list[Any]:
+        async with pgsched.AsyncAdmin(runtime_dsn, schema=migrated) as admin:
+            return await admin.failed_attempts(limit=10)
+
+    got = asyncio.run(read())
+    assert [(f.job, f.attempt, f.latest) for f in got] == [
+        ("legacy", 1, True),
+        ("flaky", 2, False),
+        ("flaky", 1, False),
+    ]
+    assert got[0].execution_id == old["id"] and got[0].error_msg == "old failure"
+    assert {f.execution_status for f in got[1:]} == {"SUCCESS"}
 
 
 def test_runs_filters_scope_and_plan_times(admin: Admin, migrated: str, db: Any) -> None:
