@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -18,6 +19,7 @@ import pgsched
 from pgsched._admin import Admin
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import db_now, floor_to, insert_row, rows, seed_running, table
+from tests.support.threads import running
 
 DAY = timedelta(days=1)
 
@@ -139,6 +141,28 @@ def test_a_stale_lease_closed_out_is_kept_as_an_attempt(
     s.run_once()
     (only,) = admin.run(old["id"]).attempts
     assert (only.runner_id, only.status, only.error_code) == ("dead-one", "FAILED", "stale_timeout")
+
+
+def test_a_run_abandoned_at_shutdown_is_kept_as_an_attempt(
+    make_scheduler: Any, migrated: str, db: Any, admin: Admin
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    s = make_scheduler("stopping", shutdown_grace=0.5, tick_interval=0.2)
+
+    @s.job(every="1d", max_attempts=2, run_timeout="30s")
+    def long_haul(run: pgsched.Run) -> None:
+        started.set()
+        release.wait(20)
+
+    try:
+        with running(s):
+            assert started.wait(10)
+    finally:
+        release.set()
+    (row,) = rows(db, migrated)
+    (only,) = admin.run(row["id"]).attempts
+    assert (only.runner_id, only.status, only.error_code) == ("stopping", "FAILED", "shutdown")
+    assert only.fencing_token == row["fencing_token"] and only.traceback is None
 
 
 def test_run_of_an_unknown_or_malformed_id(admin: Admin) -> None:
