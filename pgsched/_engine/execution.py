@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import LeaseLost
-from .._results import InvalidResult, describe_error
+from .._results import InvalidResult, describe_error, describe_traceback
 from .._run import Run
 from .._storage.connection import Backoff, unavailable
 from .leases import LeaseTable
@@ -104,7 +104,14 @@ class Executor:
             if deadline.expired():
                 why = f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout})"
                 return failed(job, run, started, "run_timeout", why)
-            return failed(job, run, started, "handler_error", describe_error(exc))
+            return failed(
+                job,
+                run,
+                started,
+                "handler_error",
+                describe_error(exc),
+                traceback=describe_traceback(exc),
+            )
         except LeaseLost:
             self._leases.lose(lease, "handler raised LeaseLost")
             return None
@@ -115,7 +122,9 @@ class Executor:
         except Exception as exc:
             error = describe_error(exc)
             self._recorder.handler_raised(lease, error, exc)
-            return failed(job, run, started, "handler_error", error)
+            return failed(
+                job, run, started, "handler_error", error, traceback=describe_traceback(exc)
+            )
         try:
             return succeeded(started, value)
         except Exception as exc:  # InvalidResult, or anything odd a custom object raises
