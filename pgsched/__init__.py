@@ -20,7 +20,7 @@ from ._planning.recurrence import Planner
 from ._planning.schedules import Schedule, ScheduleSpec
 from ._run import Run
 from ._scheduler import Scheduler
-from ._views import Execution, JobStatus, Triggered
+from ._views import Execution, JobStatus, LiveReplica, Triggered
 
 try:
     __version__ = version("pgsched")
@@ -38,6 +38,7 @@ __all__ = [
     "JobSpec",
     "JobStatus",
     "LeaseLost",
+    "LiveReplica",
     "NotFoundError",
     "PgschedError",
     "Planner",

@@ -156,3 +156,15 @@ class Server:
             "timeline": self.timeline,
             "address": self.address,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaEntry:
+    """The row a running replica keeps in ``replicas``: refreshed with its job registration."""
+
+    runner_id: str
+    host: str
+    version: str
+    http_address: str | None
+    started_at: datetime
+    expiry: timedelta  # the row is removed once not refreshed for this long

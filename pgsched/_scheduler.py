@@ -56,7 +56,9 @@ class Scheduler(JobRegistry, ScheduleMethods):
     ``PGSCHED_HEALTH_TIMEOUT``, else 20 s). A server that leaves one of the engine's
     statements unanswered for ``answer_timeout`` (else ``PGSCHED_ANSWER_TIMEOUT``, else 5 s)
     and whose host then does not react to a probe within 2 s has its connection dropped and
-    the statement retried on another (docs/failover.md).
+    the statement retried on another (docs/failover.md). A replica's row in the list of live
+    replicas is removed once not refreshed for ``replica_expiry`` (else
+    ``PGSCHED_REPLICA_EXPIRY``, else 10 minutes): a replica that died without stopping.
     With ``synchronous_claims`` (else ``PGSCHED_SYNCHRONOUS_CLAIMS``) claims and terminal
     writes commit only once a synchronous standby has them, so a failover cannot undo them
     (docs/design.md). Operator actions on the jobs (``trigger``, ``pause``...) go through
@@ -78,6 +80,7 @@ class Scheduler(JobRegistry, ScheduleMethods):
         health_timeout: Duration | None = None,
         synchronous_claims: bool | None = None,
         answer_timeout: Duration | None = None,
+        replica_expiry: Duration | None = None,
     ) -> None:
         if (
             not isinstance(max_concurrency, int)
@@ -101,6 +104,11 @@ class Scheduler(JobRegistry, ScheduleMethods):
         self.answer_timeout = parse_duration(
             answer_timeout or os.environ.get("PGSCHED_ANSWER_TIMEOUT") or "5s",
             field="answer_timeout",
+            allow_zero=False,
+        )
+        self.replica_expiry = parse_duration(
+            replica_expiry or os.environ.get("PGSCHED_REPLICA_EXPIRY") or "10m",
+            field="replica_expiry",
             allow_zero=False,
         )
         self.max_concurrency = max_concurrency
@@ -312,6 +320,7 @@ class Scheduler(JobRegistry, ScheduleMethods):
             synchronous_claims=self.synchronous_claims,
             answer_timeout=self.answer_timeout,
             statement_timeout=self.statement_timeout,
+            replica_expiry=self.replica_expiry,
         )
         return Replica(Runtime(lambda: self.jobs, pool, self.metrics, settings))
 

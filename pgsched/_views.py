@@ -67,6 +67,20 @@ class JobStatus(_JsonView):
     next_due: datetime | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class LiveReplica(_JsonView):
+    """One running replica as ``replicas()`` reports it: who and where it is, the jobs it
+    runs, its HTTP address (None without HTTP) and when it started and last registered."""
+
+    runner_id: str
+    host: str
+    version: str
+    jobs: list[str]
+    http_address: str | None
+    started_at: datetime
+    seen_at: datetime
+
+
 @dataclass(frozen=True)
 class Execution(_JsonView):
     """One row of ``cron_executions`` as ``runs()`` reports it; ``stale`` is true for a

@@ -17,8 +17,10 @@ from .._logging import configure_logging
 from .._model import GLOBAL, Scope
 from .._operations.core import DriverError
 from .._times import parse_time
+from .._version import installed_version
 from .._views import Execution
 from .common import admin_from, print_table, utc_text
+from .replicas import add_replica_commands
 from .schedules import add_schedule_commands
 
 
@@ -90,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="pgsched", description="Periodic jobs across replicas, coordinated by PostgreSQL."
     )
+    parser.add_argument("--version", action="version", version=f"pgsched {installed_version()}")
     _connection_options(parser, os.environ.get("PGSCHED_SCHEMA"))
     # --dsn and --schema are accepted after the command too; there they default to "not
     # given", so a value given before the command is kept.
@@ -101,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     _replica_commands(sub)
     _operator_commands(sub)
     add_schedule_commands(sub, _Parser.with_parents(common))
+    add_replica_commands(sub)
     return parser
 
 

@@ -68,6 +68,7 @@ class HttpServer:
                 web.get("/", self.page),
                 web.get("/api/jobs", self.api_jobs),
                 web.get("/api/runs", self.api_runs),
+                web.get("/api/replicas", self.api_replicas),
                 web.post("/api/jobs/{job}/trigger", self.api_trigger),
                 web.post("/api/jobs/{job}/pause", self.api_pause),
                 web.post("/api/jobs/{job}/resume", self.api_resume),
@@ -193,6 +194,10 @@ class HttpServer:
     async def api_jobs(self, request: web.Request) -> web.Response:
         summary = await self._db(self._ops.status())
         return _json({"jobs": [j.to_json() for j in summary]}, 200)
+
+    async def api_replicas(self, request: web.Request) -> web.Response:
+        replicas = await self._db(self._ops.replicas())
+        return _json({"replicas": [r.to_json() for r in replicas]}, 200)
 
     async def api_runs(self, request: web.Request) -> web.Response:
         query = request.query
