@@ -65,6 +65,8 @@ class JobStatus(_JsonView):
     schedules: int | None = None
     schedules_paused: int | None = None
     next_due: datetime | None = None
+    # The next plan: from the schedule its replicas registered (a dynamic job: next_due).
+    next_plan: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -410,12 +410,15 @@ expired AS (
     WHERE p.expires_at < (SELECT t FROM now) AND p.runner_id <> %(runner)s
     RETURNING p.runner_id
 )
-INSERT INTO {schema}.job_state AS j (job_name, paused, schedule, seen_at, seen_by, updated_at)
-SELECT r.job_name, false, r.schedule, now.t, %(runner)s, now.t
-FROM unnest(%(jobs)s::text[], %(schedules)s::text[]) AS r(job_name, schedule), now
+INSERT INTO {schema}.job_state AS j
+    (job_name, paused, schedule, upcoming, seen_at, seen_by, updated_at)
+SELECT r.job_name, false, r.schedule, r.upcoming::timestamptz[], now.t, %(runner)s, now.t
+FROM unnest(%(jobs)s::text[], %(schedules)s::text[], %(upcoming)s::text[])
+     AS r(job_name, schedule, upcoming), now
 ORDER BY r.job_name
 ON CONFLICT (job_name) DO UPDATE
-SET schedule = EXCLUDED.schedule, seen_at = EXCLUDED.seen_at, seen_by = EXCLUDED.seen_by
+SET schedule = EXCLUDED.schedule, upcoming = EXCLUDED.upcoming, seen_at = EXCLUDED.seen_at,
+    seen_by = EXCLUDED.seen_by
 
 -- name: unregister_replica
 -- A replica that stops cleanly removes its row.
@@ -468,7 +471,12 @@ SELECT j.job_name AS job, j.paused, j.schedule, j.seen_at, j.seen_by,
        (SELECT count(*) FROM {schema}.cron_executions e
         WHERE e.job_name = j.job_name AND e.status = 'PENDING') AS pending,
        -- dynamic jobs: their schedules, how many are paused, the next plan due
-       dyn.schedules, dyn.schedules_paused, dyn.next_due
+       dyn.schedules, dyn.schedules_paused, dyn.next_due,
+       -- the next plan: a dynamic job's earliest schedule's, else the first of the plans its
+       -- replicas registered still ahead (none once no replica has planned it for a while)
+       CASE WHEN j.schedule = 'dynamic' THEN dyn.next_due
+            ELSE (SELECT min(u.p) FROM unnest(j.upcoming) AS u(p) WHERE u.p > (SELECT t FROM now))
+       END AS next_plan
 FROM {schema}.job_state j
 LEFT JOIN LATERAL (
     SELECT count(*) AS schedules, count(*) FILTER (WHERE s.paused) AS schedules_paused,

@@ -260,13 +260,14 @@ def _status(args: argparse.Namespace) -> int:
     if not summary:
         print("no jobs registered yet (replicas register their jobs when they start)")
         return 0
-    headers = ["JOB", "SCHEDULE", "PAUSED", "LAST PLAN", "LAST STATUS", "LAST SUCCESS"]
-    headers += ["RUNNING", "STALE", "FAILED", "PENDING"]
+    headers = ["JOB", "SCHEDULE", "PAUSED", "NEXT PLAN", "LAST PLAN", "LAST STATUS"]
+    headers += ["LAST SUCCESS", "RUNNING", "STALE", "FAILED", "PENDING"]
     rows = [
         [
             j.job,
             j.schedule or "-",
             "yes" if j.paused else "no",
+            utc_text(j.next_plan),
             utc_text(j.last_plan),
             j.last_status or "-",
             utc_text(j.last_success),

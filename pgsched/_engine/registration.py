@@ -23,6 +23,10 @@ from .recorder import Recorder
 # At most one registration statement per this many seconds on an idle tick; a short expiry
 # (tests) refreshes at least three times within it.
 _REGISTER_EVERY = 10.0
+# Each registration records the plans of this window ahead (at most _MOST_UPCOMING), so the
+# next plan operators see stays right until the next registration.
+_UPCOMING_WINDOW = timedelta(seconds=30)
+_MOST_UPCOMING = 200  # a 100 ms cadence's 20 s: past the next registration
 
 
 class Registration:
@@ -44,14 +48,16 @@ class Registration:
         self._started_at = datetime.now(UTC)
         self.http_address: str | None = None  # set by the replica once its HTTP listens
 
-    async def register(self, conn: Conn, jobs: Mapping[str, JobSpec]) -> None:
-        """Record the jobs and the row when the jobs changed or the last time is 10 s old."""
+    async def register(self, conn: Conn, jobs: Mapping[str, JobSpec], now: datetime) -> None:
+        """Record the jobs (with their plans after the database's ``now``) and the row when
+        the jobs changed or the last time is 10 s old."""
         entries = sorted((name, spec.schedule.describe()) for name, spec in jobs.items())
-        now = time.monotonic()
-        if entries == self._registered and now - self._registered_at < self._every:
+        clock = time.monotonic()
+        if entries == self._registered and clock - self._registered_at < self._every:
             return
-        await self._store.register_jobs(conn, entries, self._entry())
-        self._registered, self._registered_at = entries, now
+        upcoming = [upcoming_plans(jobs[name], now) for name, _ in entries]
+        await self._store.register_jobs(conn, entries, upcoming, self._entry())
+        self._registered, self._registered_at = entries, clock
 
     def _entry(self) -> ReplicaEntry:
         return ReplicaEntry(
@@ -72,3 +78,21 @@ class Registration:
                 await self._store.unregister_replica(conn, self._runner_id)
         except Exception as exc:
             self._recorder.log.warning("unregister_error", error=describe_error(exc))
+
+
+def upcoming_plans(job: JobSpec, now: datetime) -> list[datetime]:
+    """The plans of ``job`` after ``now`` within the next 30 s, and always the first one
+    (none for a dynamic job, whose schedules have their own). A planner hook that fails
+    here only leaves the next plan unknown; the claim reports its error."""
+    if job.dynamic:
+        return []
+    try:
+        plans = job.schedule.upcoming(now, 2)
+        if len(plans) == 2 and plans[1] - plans[0] < _UPCOMING_WINDOW:
+            step = max((plans[1] - plans[0]).total_seconds(), 1e-3)
+            wanted = min(_MOST_UPCOMING, int(_UPCOMING_WINDOW.total_seconds() / step) + 2)
+            plans = job.schedule.upcoming(now, wanted)
+    except Exception:
+        return []
+    horizon = now + _UPCOMING_WINDOW
+    return plans[:1] + [p for p in plans[1:] if p <= horizon]

@@ -276,7 +276,7 @@ class Runtime:
             probed_at = time.monotonic()
             if not self._standbys_checked:
                 await self._check_standbys(conn)
-            await self.registration.register(conn, jobs)
+            await self.registration.register(conn, jobs, probe.now)
             for job in sorted(jobs.values(), key=lambda j: (-j.priority, j.name)):
                 if job.name in probe.paused or self._stopping.is_set():
                     continue

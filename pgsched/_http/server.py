@@ -179,15 +179,17 @@ class HttpServer:
                 await ops.runs(limit=50),
                 await ops.runs(status="FAILED", limit=20),
                 [r for r in running if r.stale],
+                await ops.replicas(),
             )
 
-        summary, recent, failed, stale_leases = await self._db(gather())
+        summary, recent, failed, stale_leases, replicas = await self._db(gather())
         html = render_status_page(
             jobs=summary,
             recent=recent,
             failures=failed,
             stale_leases=stale_leases,
             runner_id=self._health.runner_id,
+            replicas=replicas,
         )
         return web.Response(text=html, content_type="text/html")
 

@@ -325,13 +325,19 @@ class Store(_Statements):
         await self._rows(conn, "set_paused", {"job": job, "paused": paused})
 
     async def register_jobs(
-        self, conn: Conn, jobs: Sequence[tuple[str, str]], replica: ReplicaEntry
+        self,
+        conn: Conn,
+        jobs: Sequence[tuple[str, str]],
+        upcoming: Sequence[Sequence[datetime]],
+        replica: ReplicaEntry,
     ) -> None:
-        """Record ``(name, schedule)`` of the jobs this replica runs, refresh the replica's
-        row and remove those of replicas past their expiry."""
+        """Record ``(name, schedule)`` of the jobs this replica runs with each one's upcoming
+        plans, refresh the replica's row and remove those of replicas past their expiry."""
         params = {
             "jobs": [j[0] for j in jobs],
             "schedules": [j[1] for j in jobs],
+            # One array literal per job: unnest() would flatten a two-dimensional array.
+            "upcoming": ["{" + ",".join(f'"{p.isoformat()}"' for p in u) + "}" for u in upcoming],
             "runner": replica.runner_id,
             "host": replica.host,
             "version": replica.version,

@@ -13,3 +13,7 @@ CREATE TABLE IF NOT EXISTS {schema}.replicas (
     seen_at      timestamptz NOT NULL,
     expires_at   timestamptz NOT NULL
 );
+
+-- The plans of the next 30 s of each job (at least its next one), as the replica that
+-- registered it last computed them: `status` shows the first still ahead as its next plan.
+ALTER TABLE {schema}.job_state ADD COLUMN IF NOT EXISTS upcoming timestamptz[];

@@ -15,6 +15,7 @@ import pgsched
 from pgsched._admin import Admin
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import rows, table
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -141,3 +142,32 @@ def test_a_scope_that_leaves_the_jobs_scopes_is_no_longer_planned(
     s.run_once()
     got = sorted((r["scope_id"], r["plan_time"]) for r in rows(db, migrated, "fan"))
     assert got == [("a", first), ("a", second), ("b", first)]
+
+
+def test_status_shows_each_jobs_next_plan(
+    make_scheduler: Any, migrated: str, runtime_dsn: str, db: Any
+) -> None:
+    """A job's next plan is the first plan its replica registered that is still ahead; a
+    dynamic job's is its schedules' earliest; none once every registered plan has passed
+    (no replica planned it since)."""
+    ahead = past_plan(db, -timedelta(days=1))
+    soon = past_plan(db, -timedelta(seconds=2))
+    s = make_scheduler("replica")
+    s.register(_ok, name="fixed", planner=FixedPlans(soon, ahead))
+    s.register(_ok, name="passing", planner=FixedPlans(soon))
+    s.register(_ok, name="tenants", dynamic=True)
+    s.put_schedule("tenants", pgsched.Scope("t", "a"), every="1d")
+    s.run_once()
+    admin = Admin(dsn=runtime_dsn, schema=migrated)
+    jobs = {j.job: j for j in admin.status()}
+    assert jobs["fixed"].next_plan == soon
+    assert jobs["passing"].next_plan == soon
+    assert jobs["tenants"].next_plan == jobs["tenants"].next_due is not None
+    wait_until(lambda: past_plan(db, timedelta(0)) > soon, 10, "the soon plan to pass")
+    # No replica has registered since: the plans it registered are all past.
+    assert [j.next_plan for j in admin.status() if j.job != "tenants"] == [None, None]
+    s.run_once()  # a running replica registers again every 10 s
+    jobs = {j.job: j for j in admin.status()}
+    assert jobs["fixed"].next_plan == ahead
+    assert jobs["passing"].next_plan is None
+    assert jobs["fixed"].to_json()["next_plan"] == ahead.isoformat()

@@ -10,14 +10,15 @@ import signal
 import socket
 import textwrap
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from importlib.metadata import version
 from typing import Any
 
 import pytest
 
-from tests.acceptance.operator_cli.ops import Ops, assert_one_line_error, parse_table
+from tests.acceptance.operator_cli.ops import Ops, assert_one_line_error, fmt, parse_table
 from tests.support.replica import Replica
-from tests.support.rows import rows
+from tests.support.rows import db_now, rows
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
@@ -37,19 +38,46 @@ def app(*jobs: str) -> str:
         )
         for job in jobs
     )
-    return 'import pgsched\n\nscheduler = pgsched.Scheduler(tick_interval="0.5s")\n' + body
+    return _HEAD + body
+
+
+# `far` has one plan, the instant the test puts in FAR_PLAN: its next plan whenever it runs.
+_HEAD = textwrap.dedent(
+    """
+    import os
+    from datetime import datetime
+    import pgsched
+
+    scheduler = pgsched.Scheduler(tick_interval="0.5s")
+
+    class FarPlan:
+        def plans_between(self, start, end):
+            plan = datetime.fromisoformat(os.environ["FAR_PLAN"])
+            return [plan] if start < plan <= end else []
+
+    @scheduler.job(planner=FarPlan())
+    def far(run):
+        return 1
+    """
+)
 
 
 ReplicaFactory = Callable[[str, str], Replica]
 
 
 @pytest.fixture
-def start(bare_ops: Ops) -> Iterator[ReplicaFactory]:
+def far_plan(bare_ops: Ops) -> datetime:
+    """A day after the database's now, in whole seconds."""
+    return db_now(bare_ops.db).replace(microsecond=0) + timedelta(days=1)
+
+
+@pytest.fixture
+def start(bare_ops: Ops, far_plan: datetime) -> Iterator[ReplicaFactory]:
     started: list[Replica] = []
 
     def run(runner_id: str, app_text: str) -> Replica:
         (bare_ops.workdir / f"{runner_id}.py").write_text(app_text)
-        env = bare_ops.env(PGSCHED_REPLICA_EXPIRY=EXPIRY)
+        env = bare_ops.env(PGSCHED_REPLICA_EXPIRY=EXPIRY, FAR_PLAN=far_plan.isoformat())
         replica = Replica.run(f"{runner_id}.py", runner_id, cwd=bare_ops.workdir, env=env)
         replica.http_port()
         started.append(replica)
@@ -66,13 +94,13 @@ def listed(ops: Ops) -> dict[str, dict[str, Any]]:
 
 
 def test_replicas_lists_each_live_replica_and_drops_stopped_and_killed_ones(
-    bare_ops: Ops, start: ReplicaFactory
+    bare_ops: Ops, start: ReplicaFactory, far_plan: datetime
 ) -> None:
     first = start("first", app("alpha"))
     second = start("second", app("alpha", "beta"))
     both = wait_until(lambda: len(found := listed(bare_ops)) == 2 and found, 30, "two replicas")
-    assert both["first"]["jobs"] == ["alpha"]
-    assert both["second"]["jobs"] == ["alpha", "beta"]
+    assert both["first"]["jobs"] == ["alpha", "far"]
+    assert both["second"]["jobs"] == ["alpha", "beta", "far"]
     for replica in (first, second):
         row = both[replica.name]
         assert row["http_address"] == f"http://127.0.0.1:{replica.port}/"
@@ -81,13 +109,25 @@ def test_replicas_lists_each_live_replica_and_drops_stopped_and_killed_ones(
         assert row["started_at"] <= row["seen_at"]
 
     table = {r["RUNNER"]: r for r in parse_table(bare_ops.ok("replicas"))}
-    assert table["second"]["JOBS"] == "alpha, beta"
+    assert table["second"]["JOBS"] == "alpha, beta, far"
     assert table["first"]["HTTP"] == f"http://127.0.0.1:{first.port}/"
     assert table["first"]["VERSION"] == version("pgsched")
 
     api = second.get("/api/replicas")
     assert api.status == 200
     assert [r["runner_id"] for r in api.json()["replicas"]] == ["first", "second"]
+    page = second.get("/").text
+    listing = page[page.index("<h2>Replicas") : page.index("<h2>Stale leases")]
+    assert "2 live" in listing
+    for replica in (first, second):
+        assert f"<strong>{replica.name}</strong>" in listing
+        assert f"http://127.0.0.1:{replica.port}/" in listing
+    assert "alpha, beta" in listing
+
+    status = {r["JOB"]: r for r in parse_table(bare_ops.ok("status"))}
+    assert status["far"]["NEXT PLAN"] == fmt(far_plan)
+    jobs = {j["job"]: j for j in second.get("/api/jobs").json()["jobs"]}
+    assert datetime.fromisoformat(jobs["far"]["next_plan"]) == far_plan
 
     first.signal(signal.SIGTERM)
     assert first.stop() == 0
@@ -118,8 +158,8 @@ def test_forget_removes_a_job_no_live_replica_runs_and_keeps_its_history(
     assert 'job="goes"' in new.get("/metrics").text
 
     assert bare_ops.ok("forget", "goes") == "forgot goes (its history stays)\n"
-    assert [r["JOB"] for r in parse_table(bare_ops.ok("status"))] == ["stays"]
-    assert [j["job"] for j in new.get("/api/jobs").json()["jobs"]] == ["stays"]
+    assert [r["JOB"] for r in parse_table(bare_ops.ok("status"))] == ["far", "stays"]
+    assert [j["job"] for j in new.get("/api/jobs").json()["jobs"]] == ["far", "stays"]
     wait_until(lambda: 'job="goes"' not in new.get("/metrics").text, 30, "goes to leave the gauges")
     assert [r["status"] for r in rows(bare_ops.db, bare_ops.schema, "goes")] == ["SUCCESS"]
     assert_one_line_error(bare_ops("forget", "goes"), "unknown job 'goes'")
