@@ -405,9 +405,14 @@ seen AS (
         seen_at = EXCLUDED.seen_at, expires_at = EXCLUDED.expires_at
     RETURNING p.runner_id
 ),
+-- SKIP LOCKED: a row another replica is deleting is left to it, so two registrations never
+-- wait for each other (nor deadlock against their job_state rows).
 expired AS (
     DELETE FROM {schema}.replicas p
-    WHERE p.expires_at < (SELECT t FROM now) AND p.runner_id <> %(runner)s
+    WHERE p.runner_id IN (
+        SELECT x.runner_id FROM {schema}.replicas x
+        WHERE x.expires_at < (SELECT t FROM now) AND x.runner_id <> %(runner)s
+        FOR UPDATE SKIP LOCKED)
     RETURNING p.runner_id
 )
 INSERT INTO {schema}.job_state AS j
