@@ -7,6 +7,7 @@ from itertools import pairwise
 
 import pytest
 
+from pgsched import ConfigError, Scheduler
 from pgsched._config import build_job
 from pgsched._engine.registration import upcoming_plans
 
@@ -46,3 +47,16 @@ class _Broken:
 def test_a_failing_planner_or_a_dynamic_job_registers_no_plans() -> None:
     assert upcoming_plans(build_job(_ok, name="hook", planner=_Broken()), NOW) == []
     assert upcoming_plans(build_job(_ok, name="dyn", dynamic=True), NOW) == []
+
+
+def test_replica_expiry_comes_from_the_argument_the_environment_or_ten_minutes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PGSCHED_REPLICA_EXPIRY", raising=False)
+    assert Scheduler().replica_expiry == timedelta(minutes=10)
+    monkeypatch.setenv("PGSCHED_REPLICA_EXPIRY", "7s")
+    assert Scheduler().replica_expiry == timedelta(seconds=7)
+    assert Scheduler(replica_expiry="5s").replica_expiry == timedelta(seconds=5)
+    monkeypatch.setenv("PGSCHED_REPLICA_EXPIRY", "soon")
+    with pytest.raises(ConfigError, match="replica_expiry='soon' is not a duration"):
+        Scheduler()
