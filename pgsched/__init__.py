@@ -20,7 +20,7 @@ from ._planning.recurrence import Planner
 from ._planning.schedules import Schedule, ScheduleSpec
 from ._run import Run
 from ._scheduler import Scheduler
-from ._views import Attempt, Execution, FailedAttempt, JobStatus, RunHistory, Triggered
+from ._views import Attempt, Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory, Triggered
 
 try:
     __version__ = version("pgsched")
@@ -40,6 +40,7 @@ __all__ = [
     "JobSpec",
     "JobStatus",
     "LeaseLost",
+    "LiveReplica",
     "NotFoundError",
     "PgschedError",
     "Planner",

@@ -21,7 +21,7 @@ from ._operations.core import Operations, check_schema, no_jobs
 from ._planning.schedules import Schedule, ScheduleSpec
 from ._portal import PORTAL
 from ._times import Duration, parse_duration
-from ._views import Execution, FailedAttempt, JobStatus, RunHistory
+from ._views import Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory
 
 _T = TypeVar("_T")
 
@@ -180,6 +180,15 @@ class Admin(ScheduleMethods):
         return PORTAL.call(
             self._ops.runs(job, status, limit, scope=scope, since=since, until=until)
         )
+
+    def replicas(self) -> list[LiveReplica]:
+        """The live replicas: runner id, host, version, start, last seen, jobs, HTTP address."""
+        return PORTAL.call(self._ops.replicas())
+
+    def forget(self, job: str) -> None:
+        """Remove ``job``, which no live replica registers any more, from ``status``, the
+        gauges and the status page (its history rows stay)."""
+        PORTAL.call(self._ops.forget(job))
 
     def trigger(self, job: str, scope: Scope = GLOBAL, at: datetime | None = None) -> UUID:
         """Queue a manual run of ``job`` now (or at ``at``) and wake every replica; returns its

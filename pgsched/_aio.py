@@ -16,9 +16,9 @@ from ._times import Duration, parse_duration
 
 
 class AsyncAdmin(Operations):
-    """Operator actions as coroutines: ``status``, ``runs``, ``run``, ``trigger``, ``cancel``,
-    ``pause``, ``resume``, ``backfill``, ``prune``, ``migrate`` (and the schedule operations
-    of dynamic jobs).
+    """Operator actions as coroutines: ``status``, ``replicas``, ``runs``, ``run``,
+    ``trigger``, ``cancel``, ``pause``, ``resume``, ``forget``, ``backfill``, ``prune``,
+    ``migrate`` (and the schedule operations of dynamic jobs).
 
     Use it as ``async with pgsched.AsyncAdmin(dsn) as admin:``; the pool (at most
     ``max_connections``) opens on entry, or on first use, and closes on exit or

@@ -180,3 +180,15 @@ class RunFilter:
             "since": self.since,
             "until": self.until,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaEntry:
+    """The row a running replica keeps in ``replicas``: refreshed with its job registration."""
+
+    runner_id: str
+    host: str
+    version: str
+    http_address: str | None
+    started_at: datetime
+    expiry: timedelta  # the row is removed once not refreshed for this long

@@ -97,6 +97,7 @@ class Replica:
         bound = await server.start(host, port)
         on_listening(bound)
         url = f"http://{host}:{bound}/"
+        self.runtime.registration.http_address = url
         self.runtime.recorder.log.info(
             "http_listening", status_page=url, metrics=f"{url}metrics", host=host, port=bound
         )

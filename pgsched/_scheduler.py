@@ -36,6 +36,14 @@ from ._times import Duration, parse_duration
 from ._views import Execution, JobStatus
 
 _F = TypeVar("_F", bound=Handler)
+
+
+def _setting(value: Duration | None, field: str, default: str) -> timedelta:
+    """A duration option: ``value``, else ``PGSCHED_<FIELD>``, else ``default``."""
+    given = value or os.environ.get(f"PGSCHED_{field.upper()}") or default
+    return parse_duration(given, field=field, allow_zero=False)
+
+
 PRUNE_JOB = "pgsched.prune"
 
 
@@ -56,7 +64,8 @@ class Scheduler(JobRegistry, ScheduleMethods):
     ``PGSCHED_HEALTH_TIMEOUT``, else 20 s). A server that leaves one of the engine's
     statements unanswered for ``answer_timeout`` (else ``PGSCHED_ANSWER_TIMEOUT``, else 5 s)
     and whose host then does not react to a probe within 2 s has its connection dropped and
-    the statement retried on another (docs/failover.md).
+    the statement retried on another (docs/failover.md). A replica that died leaves the live
+    replicas after ``replica_expiry`` (else ``PGSCHED_REPLICA_EXPIRY``, else 10 minutes).
     With ``synchronous_claims`` (else ``PGSCHED_SYNCHRONOUS_CLAIMS``) claims and terminal
     writes commit only once a synchronous standby has them, so a failover cannot undo them
     (docs/design.md). Operator actions on the jobs (``trigger``, ``pause``...) go through
@@ -78,6 +87,7 @@ class Scheduler(JobRegistry, ScheduleMethods):
         health_timeout: Duration | None = None,
         synchronous_claims: bool | None = None,
         answer_timeout: Duration | None = None,
+        replica_expiry: Duration | None = None,
     ) -> None:
         if (
             not isinstance(max_concurrency, int)
@@ -93,16 +103,9 @@ class Scheduler(JobRegistry, ScheduleMethods):
         self.statement_timeout = parse_duration(
             statement_timeout, field="statement_timeout", allow_zero=False
         )
-        self.health_timeout = parse_duration(
-            health_timeout or os.environ.get("PGSCHED_HEALTH_TIMEOUT") or "20s",
-            field="health_timeout",
-            allow_zero=False,
-        )
-        self.answer_timeout = parse_duration(
-            answer_timeout or os.environ.get("PGSCHED_ANSWER_TIMEOUT") or "5s",
-            field="answer_timeout",
-            allow_zero=False,
-        )
+        self.health_timeout = _setting(health_timeout, "health_timeout", "20s")
+        self.answer_timeout = _setting(answer_timeout, "answer_timeout", "5s")
+        self.replica_expiry = _setting(replica_expiry, "replica_expiry", "10m")
         self.max_concurrency = max_concurrency
         self.metrics = Metrics(registry)
         self.http_port: int | None = None  # the bound port while the replica serves HTTP
@@ -312,6 +315,7 @@ class Scheduler(JobRegistry, ScheduleMethods):
             synchronous_claims=self.synchronous_claims,
             answer_timeout=self.answer_timeout,
             statement_timeout=self.statement_timeout,
+            replica_expiry=self.replica_expiry,
         )
         return Replica(Runtime(lambda: self.jobs, pool, self.metrics, settings))
 

@@ -67,6 +67,22 @@ class JobStatus(_JsonView):
     schedules: int | None = None
     schedules_paused: int | None = None
     next_due: datetime | None = None
+    # The next plan: from the schedule its replicas registered (a dynamic job: next_due).
+    next_plan: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LiveReplica(_JsonView):
+    """One running replica as ``replicas()`` reports it: who and where it is, the jobs it
+    runs, its HTTP address (None without HTTP) and when it started and last registered."""
+
+    runner_id: str
+    host: str
+    version: str
+    jobs: list[str]
+    http_address: str | None
+    started_at: datetime
+    seen_at: datetime
 
 
 @dataclass(frozen=True)

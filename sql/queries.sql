@@ -438,13 +438,66 @@ INSERT INTO {schema}.schema_migrations (version, name) VALUES (%(version)s, %(na
 SELECT to_regclass(%(table)s) IS NOT NULL AS present
 
 -- name: register_jobs
--- Records the jobs a replica runs; never touches the pause flag.
-INSERT INTO {schema}.job_state AS j (job_name, paused, schedule, seen_at, seen_by, updated_at)
-SELECT r.job_name, false, r.schedule, clock_timestamp(), %(runner)s, clock_timestamp()
-FROM unnest(%(jobs)s::text[], %(schedules)s::text[]) AS r(job_name, schedule)
+-- Records the jobs a replica runs (never touching the pause flag) and, in the same statement,
+-- refreshes the replica's own row and removes the rows of replicas past their expiry.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+seen AS (
+    INSERT INTO {schema}.replicas AS p
+        (runner_id, host, version, jobs, http_address, started_at, seen_at, expires_at)
+    SELECT %(runner)s, %(host)s, %(version)s, %(jobs)s::text[], %(http_address)s,
+           %(started_at)s, now.t, now.t + %(expiry)s
+    FROM now
+    ON CONFLICT (runner_id) DO UPDATE
+    SET host = EXCLUDED.host, version = EXCLUDED.version, jobs = EXCLUDED.jobs,
+        http_address = EXCLUDED.http_address, started_at = EXCLUDED.started_at,
+        seen_at = EXCLUDED.seen_at, expires_at = EXCLUDED.expires_at
+    RETURNING p.runner_id
+),
+-- SKIP LOCKED: a row another replica is deleting is left to it, so two registrations never
+-- wait for each other (nor deadlock against their job_state rows).
+expired AS (
+    DELETE FROM {schema}.replicas p
+    WHERE p.runner_id IN (
+        SELECT x.runner_id FROM {schema}.replicas x
+        WHERE x.expires_at < (SELECT t FROM now) AND x.runner_id <> %(runner)s
+        FOR UPDATE SKIP LOCKED)
+    RETURNING p.runner_id
+)
+INSERT INTO {schema}.job_state AS j
+    (job_name, paused, schedule, upcoming, seen_at, seen_by, updated_at)
+SELECT r.job_name, false, r.schedule, r.upcoming::timestamptz[], now.t, %(runner)s, now.t
+FROM unnest(%(jobs)s::text[], %(schedules)s::text[], %(upcoming)s::text[])
+     AS r(job_name, schedule, upcoming), now
 ORDER BY r.job_name
 ON CONFLICT (job_name) DO UPDATE
-SET schedule = EXCLUDED.schedule, seen_at = EXCLUDED.seen_at, seen_by = EXCLUDED.seen_by
+SET schedule = EXCLUDED.schedule, upcoming = EXCLUDED.upcoming, seen_at = EXCLUDED.seen_at,
+    seen_by = EXCLUDED.seen_by
+
+-- name: unregister_replica
+-- A replica that stops cleanly removes its row.
+DELETE FROM {schema}.replicas WHERE runner_id = %(runner)s
+
+-- name: list_replicas
+-- The live replicas: rows not yet past their expiry, by runner id.
+SELECT runner_id, host, version, jobs, http_address, started_at, seen_at
+FROM {schema}.replicas
+WHERE expires_at >= clock_timestamp()
+ORDER BY runner_id
+
+-- name: forget_job
+-- Removes a job no live replica registers from job_state (its history rows stay); returns
+-- the live replicas that still register it instead when there are any (then nothing changes).
+WITH live AS (
+    SELECT p.runner_id FROM {schema}.replicas p
+    WHERE p.expires_at >= clock_timestamp() AND %(job)s = ANY (p.jobs)
+),
+gone AS (
+    DELETE FROM {schema}.job_state j
+    WHERE j.job_name = %(job)s AND NOT EXISTS (SELECT 1 FROM live)
+    RETURNING j.job_name
+)
+SELECT (SELECT count(*) FROM gone) AS forgotten,
+       (SELECT coalesce(array_agg(runner_id ORDER BY runner_id), '{{}}') FROM live) AS live
 
 -- name: job_schedule
 SELECT schedule FROM {schema}.job_state WHERE job_name = %(job)s
@@ -471,7 +524,12 @@ SELECT j.job_name AS job, j.paused, j.schedule, j.seen_at, j.seen_by,
        (SELECT count(*) FROM {schema}.cron_executions e
         WHERE e.job_name = j.job_name AND e.status = 'PENDING') AS pending,
        -- dynamic jobs: their schedules, how many are paused, the next plan due
-       dyn.schedules, dyn.schedules_paused, dyn.next_due
+       dyn.schedules, dyn.schedules_paused, dyn.next_due,
+       -- the next plan: a dynamic job's earliest schedule's, else the first of the plans its
+       -- replicas registered still ahead (none once no replica has planned it for a while)
+       CASE WHEN j.schedule = 'dynamic' THEN dyn.next_due
+            ELSE (SELECT min(u.p) FROM unnest(j.upcoming) AS u(p) WHERE u.p > (SELECT t FROM now))
+       END AS next_plan
 FROM {schema}.job_state j
 LEFT JOIN LATERAL (
     SELECT count(*) AS schedules, count(*) FILTER (WHERE s.paused) AS schedules_paused,

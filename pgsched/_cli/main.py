@@ -17,7 +17,9 @@ from .._logging import configure_logging
 from .._model import GLOBAL, Scope
 from .._operations.core import DriverError
 from .._times import parse_time
+from .._version import installed_version
 from .common import admin_from, print_table, utc_text
+from .replicas import add_replica_commands
 from .runs import add_runs_command
 from .schedules import add_schedule_commands
 
@@ -90,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="pgsched", description="Periodic jobs across replicas, coordinated by PostgreSQL."
     )
+    parser.add_argument("--version", action="version", version=f"pgsched {installed_version()}")
     _connection_options(parser, os.environ.get("PGSCHED_SCHEMA"))
     # --dsn and --schema are accepted after the command too; there they default to "not
     # given", so a value given before the command is kept.
@@ -101,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     _replica_commands(sub)
     _operator_commands(sub, _Parser.with_parents(common))
     add_schedule_commands(sub, _Parser.with_parents(common))
+    add_replica_commands(sub)
     return parser
 
 
@@ -251,13 +255,14 @@ def _status(args: argparse.Namespace) -> int:
     if not summary:
         print("no jobs registered yet (replicas register their jobs when they start)")
         return 0
-    headers = ["JOB", "SCHEDULE", "PAUSED", "LAST PLAN", "LAST STATUS", "LAST SUCCESS"]
-    headers += ["RUNNING", "STALE", "FAILED", "PENDING"]
+    headers = ["JOB", "SCHEDULE", "PAUSED", "NEXT PLAN", "LAST PLAN", "LAST STATUS"]
+    headers += ["LAST SUCCESS", "RUNNING", "STALE", "FAILED", "PENDING"]
     rows = [
         [
             j.job,
             j.schedule or "-",
             "yes" if j.paused else "no",
+            utc_text(j.next_plan),
             utc_text(j.last_plan),
             j.last_status or "-",
             utc_text(j.last_success),

@@ -41,13 +41,13 @@ from .execution import Executor
 from .leases import LeaseTable, open_lease
 from .offers import OfferPlanner
 from .recorder import Recorder
+from .registration import Registration
 from .transaction import Transactions
 from .values import ClaimBatch, TickReport
 from .writer import LeaseWriter
 
 # A replica ticks this long after a plan falls due (database clock), not up to a tick later.
 _DUE_MARGIN_S = 0.005
-_REGISTER_EVERY = 60.0
 _LISTEN_CHECK_S = 5.0
 
 
@@ -74,6 +74,9 @@ class ReplicaSettings:
     answer_timeout: timedelta = timedelta(seconds=ENGINE_ANSWER_TIMEOUT_S)
     # An operator's statement (this replica's HTTP API) may run this long on the server.
     statement_timeout: timedelta = timedelta(seconds=30)
+    # The replica's row in `replicas` is removed once not refreshed for this long (a replica
+    # that died); short only in tests.
+    replica_expiry: timedelta = timedelta(minutes=10)
 
 
 class Runtime:
@@ -125,8 +128,9 @@ class Runtime:
         self._next_due: float | None = None  # monotonic time the next plan falls due
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
-        self._registered: list[tuple[str, str]] = []
-        self._registered_at = 0.0
+        self.registration = Registration(
+            store, pool, self.recorder, runner_id, settings.replica_expiry
+        )
         # The last tick the database served to its end (a job's own claim error aside: one
         # bad job must not get the replica restarted); /healthz.
         self.started_at = time.monotonic()
@@ -233,6 +237,7 @@ class Runtime:
             await asyncio.wait_for(self.wait_idle(), max(5.0, self.tick_interval * 5))
         except TimeoutError:
             self.recorder.log.warning("shutdown_unwritten", leases=len(self.leases))
+        await self.registration.unregister()
         for task in self._loops:
             task.cancel()
         await asyncio.gather(*self._loops, return_exceptions=True)
@@ -271,7 +276,7 @@ class Runtime:
             probed_at = time.monotonic()
             if not self._standbys_checked:
                 await self._check_standbys(conn)
-            await self._register(conn, jobs)
+            await self.registration.register(conn, jobs, probe.now)
             for job in sorted(jobs.values(), key=lambda j: (-j.priority, j.name)):
                 if job.name in probe.paused or self._stopping.is_set():
                     continue
@@ -337,15 +342,6 @@ class Runtime:
         if found is not None:
             event, why = found
             self.recorder.log.warning(event, reason=why, host=self._hosts)
-
-    async def _register(self, conn: Conn, jobs: Mapping[str, JobSpec]) -> None:
-        """Record this replica's jobs in job_state when they change, and once a minute."""
-        entries = sorted((name, spec.schedule.describe()) for name, spec in jobs.items())
-        now = time.monotonic()
-        if entries == self._registered and now - self._registered_at < _REGISTER_EVERY:
-            return
-        await self._store.register_jobs(conn, entries, self.runner_id)
-        self._registered, self._registered_at = entries, now
 
     async def _listen_loop(self) -> None:
         """Wake the tick loop on NOTIFY (trigger, pause, resume, backfill); the tick stays

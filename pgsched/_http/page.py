@@ -1,4 +1,5 @@
-"""The read-only HTML status page: jobs, stale leases, recent failures and recent runs."""
+"""The read-only HTML status page: jobs, live replicas, stale leases, recent failures and
+recent runs."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
-from .._views import Execution, FailedAttempt, JobStatus
+from .._views import Execution, FailedAttempt, JobStatus, LiveReplica
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;
@@ -40,10 +41,12 @@ def render_status_page(
     failures: Sequence[FailedAttempt],
     stale_leases: Sequence[Execution],
     runner_id: str,
+    replicas: Sequence[LiveReplica] = (),
 ) -> str:
     """The whole page as HTML; every value from the database is escaped."""
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    sections = [_jobs(jobs), _stale_leases(stale_leases), _failures(failures), _recent(recent)]
+    sections = [_jobs(jobs), _replicas(replicas), _stale_leases(stale_leases)]
+    sections += [_failures(failures), _recent(recent)]
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta http-equiv="refresh" content="10">'
@@ -56,13 +59,14 @@ def render_status_page(
 
 
 def _jobs(jobs: Sequence[JobStatus]) -> str:
-    headers = ["job", "schedule", "state", "last plan", "last status", "last success"]
-    headers += ["running", "stale", "failed", "pending"]
+    headers = ["job", "schedule", "state", "next plan", "last plan", "last status"]
+    headers += ["last success", "running", "stale", "failed", "pending"]
     rows = [
         [
             _b(r.job),
             _t(r.schedule or "—") + _dynamic_counts(r),
             '<span class="pill paused">paused</span>' if r.paused else "active",
+            _time(r.next_plan),
             _time(r.last_plan),
             _status(r.last_status),
             _time(r.last_success),
@@ -73,7 +77,24 @@ def _jobs(jobs: Sequence[JobStatus]) -> str:
         ]
         for r in jobs
     ]
-    return _section("Jobs", f"{len(jobs)} registered", headers, rows, numeric={6, 7, 8, 9})
+    return _section("Jobs", f"{len(jobs)} registered", headers, rows, numeric={7, 8, 9, 10})
+
+
+def _replicas(replicas: Sequence[LiveReplica]) -> str:
+    headers = ["runner", "host", "version", "started", "last seen", "HTTP", "jobs"]
+    rows = [
+        [
+            _b(r.runner_id),
+            _t(r.host),
+            _t(r.version),
+            _time(r.started_at),
+            _time(r.seen_at),
+            _t(r.http_address or "—"),
+            f'<td class="err">{escape(", ".join(r.jobs))}</td>',
+        ]
+        for r in replicas
+    ]
+    return _section("Replicas", f"{len(replicas)} live", headers, rows)
 
 
 def _dynamic_counts(job: JobStatus) -> str:

@@ -69,6 +69,7 @@ class HttpServer:
                 web.get("/api/jobs", self.api_jobs),
                 web.get("/api/runs", self.api_runs),
                 web.get("/api/runs/{id}", self.api_run),
+                web.get("/api/replicas", self.api_replicas),
                 web.post("/api/jobs/{job}/trigger", self.api_trigger),
                 web.post("/api/jobs/{job}/pause", self.api_pause),
                 web.post("/api/jobs/{job}/resume", self.api_resume),
@@ -179,21 +180,27 @@ class HttpServer:
                 await ops.runs(limit=50),
                 await ops.failed_attempts(limit=20),
                 [r for r in running if r.stale],
+                await ops.replicas(),
             )
 
-        summary, recent, failed, stale_leases = await self._db(gather())
+        summary, recent, failed, stale_leases, replicas = await self._db(gather())
         html = render_status_page(
             jobs=summary,
             recent=recent,
             failures=failed,
             stale_leases=stale_leases,
             runner_id=self._health.runner_id,
+            replicas=replicas,
         )
         return web.Response(text=html, content_type="text/html")
 
     async def api_jobs(self, request: web.Request) -> web.Response:
         summary = await self._db(self._ops.status())
         return _json({"jobs": [j.to_json() for j in summary]}, 200)
+
+    async def api_replicas(self, request: web.Request) -> web.Response:
+        replicas = await self._db(self._ops.replicas())
+        return _json({"replicas": [r.to_json() for r in replicas]}, 200)
 
     async def api_runs(self, request: web.Request) -> web.Response:
         query = request.query

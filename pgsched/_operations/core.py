@@ -19,7 +19,7 @@ from .._model import GLOBAL, Scope, check_job_name
 from .._records import RunFilter
 from .._storage.store import Conn, ScheduleStore, Store
 from .._times import Duration, aware, parse_duration
-from .._views import Execution, FailedAttempt, JobStatus, RunHistory, Triggered
+from .._views import Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory, Triggered
 from .schedules import ScheduleOperations
 
 Connector = Callable[[], AbstractAsyncContextManager[Conn]]
@@ -130,7 +130,28 @@ class Operations(ScheduleOperations):
         async with self._conn() as conn:
             return await self._store.list_runs(conn, chosen, limit)
 
+    async def replicas(self) -> list[LiveReplica]:
+        """The live replicas: runner id, host, version, start, last registration, the jobs
+        each runs and its HTTP address (None when it serves no HTTP)."""
+        async with self._conn() as conn:
+            return await self._store.list_replicas(conn)
+
     # -- writes -----------------------------------------------------------------------------
+
+    async def forget(self, job: str) -> None:
+        """Remove ``job``, which no live replica registers any more, from ``status``, the
+        gauges and the status page; its history rows stay. Refused while a live replica
+        registers it (it would come back at that replica's next registration)."""
+        check_job_name(job)
+        async with self._conn() as conn:
+            forgotten, live = await self._store.forget_job(conn, job)
+        if live:
+            raise PgschedError(
+                f"job {job!r} is still registered by live replica(s) {', '.join(live)}:"
+                " remove it from their APP and restart them first"
+            )
+        if not forgotten:
+            raise NotFoundError(f"unknown job {job!r}: no replica has registered it")
 
     async def trigger(
         self, job: str, scope: Scope = GLOBAL, at: datetime | None = None

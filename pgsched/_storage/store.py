@@ -23,13 +23,22 @@ from .._records import (
     NewClaims,
     NewPlans,
     Probe,
+    ReplicaEntry,
     Restore,
     Row,
     RunFilter,
     ScheduleMove,
     ScheduleRows,
 )
-from .._views import Attempt, Execution, FailedAttempt, JobStatus, RunHistory, Triggered
+from .._views import (
+    Attempt,
+    Execution,
+    FailedAttempt,
+    JobStatus,
+    LiveReplica,
+    RunHistory,
+    Triggered,
+)
 
 _V = TypeVar("_V")
 Conn = AsyncConnection[Any]
@@ -324,13 +333,40 @@ class Store(_Statements):
     async def set_paused(self, conn: Conn, job: str, paused: bool) -> None:
         await self._rows(conn, "set_paused", {"job": job, "paused": paused})
 
-    async def register_jobs(self, conn: Conn, jobs: Sequence[tuple[str, str]], runner: str) -> None:
-        """Record ``(name, schedule)`` of the jobs this replica runs."""
-        await self._rows(
-            conn,
-            "register_jobs",
-            {"jobs": [j[0] for j in jobs], "schedules": [j[1] for j in jobs], "runner": runner},
-        )
+    async def register_jobs(
+        self,
+        conn: Conn,
+        jobs: Sequence[tuple[str, str]],
+        upcoming: Sequence[Sequence[datetime]],
+        replica: ReplicaEntry,
+    ) -> None:
+        """Record ``(name, schedule)`` of the jobs this replica runs with each one's upcoming
+        plans, refresh the replica's row and remove those of replicas past their expiry."""
+        params = {
+            "jobs": [j[0] for j in jobs],
+            "schedules": [j[1] for j in jobs],
+            # One array literal per job: unnest() would flatten a two-dimensional array.
+            "upcoming": ["{" + ",".join(f'"{p.isoformat()}"' for p in u) + "}" for u in upcoming],
+            "runner": replica.runner_id,
+            "host": replica.host,
+            "version": replica.version,
+            "http_address": replica.http_address,
+            "started_at": replica.started_at,
+            "expiry": replica.expiry,
+        }
+        await self._rows(conn, "register_jobs", params)
+
+    async def unregister_replica(self, conn: Conn, runner: str) -> None:
+        await self._rows(conn, "unregister_replica", {"runner": runner})
+
+    async def list_replicas(self, conn: Conn) -> list[LiveReplica]:
+        return await self._typed(conn, "list_replicas", LiveReplica)
+
+    async def forget_job(self, conn: Conn, job: str) -> tuple[bool, list[str]]:
+        """Remove ``job`` from job_state unless a live replica registers it: (whether it was
+        removed, the live replicas registering it)."""
+        row = await self._one(conn, "forget_job", {"job": job})
+        return bool(row["forgotten"]), list(row["live"])
 
     async def job_schedule(self, conn: Conn, job: str) -> str | None:
         """The schedule replicas registered for ``job`` (``"dynamic"`` for a dynamic job),

@@ -310,3 +310,12 @@ def test_run_synchronous_claims_warns_once_without_a_synchronous_standby(
     assert code == 0
     events = [e["event"] for e in replica.events()]
     assert events.count("synchronous_claims_unprotected") == 1
+
+
+def test_version_prints_the_installed_distribution_version() -> None:
+    from importlib.metadata import version
+
+    result = pgsched("--version", cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"pgsched {version('pgsched')}"
+    assert result.stderr == ""

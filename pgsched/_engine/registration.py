@@ -1,0 +1,98 @@
+"""A replica's registration: the jobs it runs (job_state) and its own row (replicas), both
+written by one statement when the jobs change and every 10 s, and the row removed on a clean
+stop. Decides nothing about what runs."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from .._config import JobSpec
+from .._records import ReplicaEntry
+from .._results import describe_error
+from .._storage.connection import pooled
+from .._storage.store import Conn, Store
+from .._version import installed_version
+from .recorder import Recorder
+
+# At most one registration statement per this many seconds on an idle tick; a short expiry
+# (tests) refreshes at least three times within it.
+_REGISTER_EVERY = 10.0
+# Each registration records the plans of this window ahead (at most _MOST_UPCOMING), so the
+# next plan operators see stays right until the next registration.
+_UPCOMING_WINDOW = timedelta(seconds=30)
+_MOST_UPCOMING = 200  # a 100 ms cadence's 20 s: past the next registration
+
+
+class Registration:
+    """Keeps this replica's jobs and row fresh in the database."""
+
+    def __init__(
+        self,
+        store: Store,
+        pool: AsyncConnectionPool[Any],
+        recorder: Recorder,
+        runner_id: str,
+        expiry: timedelta,
+    ) -> None:
+        self._store, self._pool, self._recorder = store, pool, recorder
+        self._runner_id, self._expiry = runner_id, expiry
+        self._every = min(_REGISTER_EVERY, self._expiry.total_seconds() / 3)
+        self._registered: list[tuple[str, str]] = []
+        self._registered_at = 0.0
+        self._started_at = datetime.now(UTC)
+        self.http_address: str | None = None  # set by the replica once its HTTP listens
+
+    async def register(self, conn: Conn, jobs: Mapping[str, JobSpec], now: datetime) -> None:
+        """Record the jobs (with their plans after the database's ``now``) and the row when
+        the jobs changed or the last time is 10 s old."""
+        entries = sorted((name, spec.schedule.describe()) for name, spec in jobs.items())
+        clock = time.monotonic()
+        if entries == self._registered and clock - self._registered_at < self._every:
+            return
+        upcoming = [upcoming_plans(jobs[name], now) for name, _ in entries]
+        await self._store.register_jobs(conn, entries, upcoming, self._entry())
+        self._registered, self._registered_at = entries, clock
+
+    def _entry(self) -> ReplicaEntry:
+        return ReplicaEntry(
+            runner_id=self._runner_id,
+            host=socket.gethostname(),
+            version=installed_version(),
+            http_address=self.http_address,
+            started_at=self._started_at,
+            expiry=self._expiry,
+        )
+
+    async def unregister(self) -> None:
+        """Remove this replica's row on a clean stop (after a failure it expires instead)."""
+        if not self._registered_at:
+            return
+        try:
+            async with pooled(self._pool) as conn:
+                await self._store.unregister_replica(conn, self._runner_id)
+        except Exception as exc:
+            self._recorder.log.warning("unregister_error", error=describe_error(exc))
+
+
+def upcoming_plans(job: JobSpec, now: datetime) -> list[datetime]:
+    """The plans of ``job`` after ``now`` within the next 30 s, and always the first one
+    (none for a dynamic job, whose schedules have their own). A planner hook that fails
+    here only leaves the next plan unknown; the claim reports its error."""
+    if job.dynamic:
+        return []
+    try:
+        plans = job.schedule.upcoming(now, 2)
+        if len(plans) == 2 and plans[1] - plans[0] < _UPCOMING_WINDOW:
+            step = max((plans[1] - plans[0]).total_seconds(), 1e-3)
+            wanted = min(_MOST_UPCOMING, int(_UPCOMING_WINDOW.total_seconds() / step) + 2)
+            plans = job.schedule.upcoming(now, wanted)
+    except Exception:
+        return []
+    horizon = now + _UPCOMING_WINDOW
+    return plans[:1] + [p for p in plans[1:] if p <= horizon]
