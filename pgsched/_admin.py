@@ -10,18 +10,18 @@ import asyncio
 import concurrent.futures
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 from uuid import UUID
 
 from ._config import JobSpec
 from ._dsn import resolve_dsn, resolve_transaction_pooling
-from ._model import GLOBAL, Scope
+from ._model import Scope
 from ._operations.connectors import KeptConnections
 from ._operations.core import Operations, check_schema, no_jobs
 from ._planning.schedules import Schedule, ScheduleSpec
 from ._portal import PORTAL
 from ._times import Duration, parse_duration
-from ._views import Execution, JobStatus
+from ._views import Execution, JobStatus, Triggered
 
 _T = TypeVar("_T")
 
@@ -170,10 +170,40 @@ class Admin(ScheduleMethods):
         """The most recent executions, newest first (``limit`` between 1 and 1000)."""
         return PORTAL.call(self._ops.runs(job, status, limit))
 
-    def trigger(self, job: str, scope: Scope = GLOBAL, at: datetime | None = None) -> UUID:
-        """Queue a manual run of ``job`` now (or at ``at``) and wake every replica; returns its
-        execution id (the already PENDING one, if there is one for the job and scope)."""
-        return PORTAL.call(self._ops.trigger(job, scope, at)).id
+    @overload
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: Literal[False] = False,
+    ) -> Triggered: ...
+
+    @overload
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: Literal[True],
+    ) -> list[Triggered]: ...
+
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: bool = False,
+    ) -> Triggered | list[Triggered]:
+        """Queue a manual run of ``job`` now (or a one-off at a future ``at``) and wake every
+        replica; ``created`` says whether this call inserted it (docs/reference.md,
+        "Triggers"). A scoped job needs ``scope`` or ``all_scopes=True`` (a list)."""
+        if all_scopes is True:
+            return PORTAL.call(self._ops.trigger(job, scope, at, all_scopes=True))
+        return PORTAL.call(self._ops.trigger(job, scope, at, all_scopes=all_scopes))
 
     def cancel(self, execution_id: UUID | str) -> None:
         """Cancel a PENDING execution."""

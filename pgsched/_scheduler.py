@@ -11,7 +11,7 @@ import socket
 import threading
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 from uuid import UUID
 
 from prometheus_client import CollectorRegistry
@@ -25,7 +25,7 @@ from ._engine.values import TickReport
 from ._errors import ConfigError, PgschedError
 from ._logging import bound_logger
 from ._metrics import Metrics
-from ._model import GLOBAL, Scope
+from ._model import Scope
 from ._operations.core import Operations
 from ._registry import JobRegistry
 from ._replica import Replica
@@ -33,7 +33,7 @@ from ._run import Run
 from ._storage.connection import WritablePool, make_pool
 from ._storage.store import Store
 from ._times import Duration, parse_duration
-from ._views import Execution, JobStatus
+from ._views import Execution, JobStatus, Triggered
 
 _F = TypeVar("_F", bound=Handler)
 PRUNE_JOB = "pgsched.prune"
@@ -193,11 +193,39 @@ class Scheduler(JobRegistry, ScheduleMethods):
         """The most recent executions, newest first."""
         return self.admin.runs(job, status, limit)
 
-    def trigger(self, job: str, scope: Scope = GLOBAL, at: datetime | None = None) -> UUID:
-        """Queue a manual run (now, or at ``at``) with the job's ``max_attempts``; while one
-        is PENDING for the same job and scope, returns that one."""
+    @overload
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: Literal[False] = False,
+    ) -> Triggered: ...
+
+    @overload
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: Literal[True],
+    ) -> list[Triggered]: ...
+
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: bool = False,
+    ) -> Triggered | list[Triggered]:
+        """``self.admin.trigger``, for a job of this scheduler (with its ``max_attempts``)."""
         self._job(job)
-        return self.admin.trigger(job, scope, at)
+        if all_scopes is True:
+            return self.admin.trigger(job, scope, at, all_scopes=True)
+        return self.admin.trigger(job, scope, at, all_scopes=all_scopes)
 
     def cancel(self, execution_id: UUID | str) -> None:
         """Cancel a PENDING execution."""

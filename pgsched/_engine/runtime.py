@@ -20,7 +20,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from .._config import JobSpec
+from .._config import JobSpec, scopes_mode
 from .._metrics import Metrics
 from .._records import Probe
 from .._results import describe_error
@@ -125,7 +125,7 @@ class Runtime:
         self._next_due: float | None = None  # monotonic time the next plan falls due
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
-        self._registered: list[tuple[str, str]] = []
+        self._registered: list[tuple[str, str, str]] = []
         self._registered_at = 0.0
         # The last tick the database served to its end (a job's own claim error aside: one
         # bad job must not get the replica restarted); /healthz.
@@ -340,7 +340,9 @@ class Runtime:
 
     async def _register(self, conn: Conn, jobs: Mapping[str, JobSpec]) -> None:
         """Record this replica's jobs in job_state when they change, and once a minute."""
-        entries = sorted((name, spec.schedule.describe()) for name, spec in jobs.items())
+        entries = sorted(
+            (name, spec.schedule.describe(), scopes_mode(spec)) for name, spec in jobs.items()
+        )
         now = time.monotonic()
         if entries == self._registered and now - self._registered_at < _REGISTER_EVERY:
             return

@@ -17,6 +17,7 @@ import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.rows import class_row, dict_row
 
+from .._model import Scope
 from .._records import (
     ClaimTerms,
     Finish,
@@ -28,7 +29,7 @@ from .._records import (
     ScheduleMove,
     ScheduleRows,
 )
-from .._views import Execution, JobStatus, Triggered
+from .._views import Execution, JobStatus, Triggered, trusted_scope
 
 _V = TypeVar("_V")
 Conn = AsyncConnection[Any]
@@ -323,13 +324,37 @@ class Store(_Statements):
     async def set_paused(self, conn: Conn, job: str, paused: bool) -> None:
         await self._rows(conn, "set_paused", {"job": job, "paused": paused})
 
-    async def register_jobs(self, conn: Conn, jobs: Sequence[tuple[str, str]], runner: str) -> None:
-        """Record ``(name, schedule)`` of the jobs this replica runs."""
-        await self._rows(
-            conn,
-            "register_jobs",
-            {"jobs": [j[0] for j in jobs], "schedules": [j[1] for j in jobs], "runner": runner},
-        )
+    async def register_jobs(
+        self, conn: Conn, jobs: Sequence[tuple[str, str, str]], runner: str
+    ) -> None:
+        """Record ``(name, schedule, scopes mode)`` of the jobs this replica runs."""
+        params = {
+            "jobs": [j[0] for j in jobs],
+            "schedules": [j[1] for j in jobs],
+            "scopes": [j[2] for j in jobs],
+            "runner": runner,
+        }
+        await self._rows(conn, "register_jobs", params)
+
+    async def job_scopes_mode(self, conn: Conn, job: str) -> str | None:
+        """What replicas recorded ``job`` runs for (``global``, ``static``, ``callable``,
+        ``dynamic``), None when no replica of this version registered it."""
+        rows = await self._rows(conn, "job_scopes_mode", {"job": job})
+        return None if not rows or rows[0]["scopes"] is None else str(rows[0]["scopes"])
+
+    async def known_scopes(
+        self, conn: Conn, job: str, *, dynamic: bool, only: Scope | None = None
+    ) -> list[Scope]:
+        """The scopes ``job`` has now as the database knows them: a dynamic job's schedules,
+        else the scopes of its latest scheduled plan; with ``only``, that scope if it is one."""
+        params = {
+            "job": job,
+            "kind": None if only is None else only.kind,
+            "id": None if only is None else only.id,
+        }
+        name = "schedule_scopes" if dynamic else "planned_scopes"
+        rows = await self._rows(conn, name, params)
+        return [trusted_scope(r["scope_kind"], r["scope_id"]) for r in rows]
 
     async def job_schedule(self, conn: Conn, job: str) -> str | None:
         """The schedule replicas registered for ``job`` (``"dynamic"`` for a dynamic job),
