@@ -415,12 +415,15 @@ SET schedule = EXCLUDED.schedule, scopes = EXCLUDED.scopes, seen_at = EXCLUDED.s
 SELECT scopes FROM {schema}.job_state WHERE job_name = %(job)s
 
 -- name: planned_scopes
--- The scopes of the job's latest scheduled plan: what a job whose scopes are computed in
--- code ran for when its replicas last planned it. With `kind`, only that scope, if it is one.
-SELECT e.scope_kind, e.scope_id FROM {schema}.cron_executions e
+-- The scopes a job whose scopes are listed or computed in code ran for as its replicas
+-- planned it: those with a scheduled plan in the day up to the job's latest one (a plan's
+-- scopes may be claimed over several ticks, so one plan alone can miss some). With `kind`,
+-- only that scope, if it is one.
+SELECT DISTINCT e.scope_kind, e.scope_id FROM {schema}.cron_executions e
 WHERE e.job_name = %(job)s AND e.trigger = 'schedule'
-  AND e.plan_time = (SELECT max(l.plan_time) FROM {schema}.cron_executions l
+  AND e.plan_time > (SELECT max(l.plan_time) FROM {schema}.cron_executions l
                      WHERE l.job_name = %(job)s AND l.trigger = 'schedule')
+                    - interval '1 day'
   AND (%(kind)s::text IS NULL OR (e.scope_kind = %(kind)s AND e.scope_id = %(id)s))
 ORDER BY e.scope_kind, e.scope_id
 

@@ -1,7 +1,8 @@
 """Manual runs: the scopes a trigger may name, and what a plan that already exists means for
 it. A job's scopes come from its code when the caller registered the job, else from what its
-replicas recorded (``job_state.scopes``, the scopes of its latest scheduled plan, a dynamic
-job's schedules): an operator without the APP is checked against what the replicas run.
+replicas recorded (``job_state.scopes``, the scopes planned in the day up to its latest
+scheduled plan, a dynamic job's schedules): an operator without the APP is checked against
+what the replicas run.
 """
 
 from __future__ import annotations
@@ -104,8 +105,8 @@ _DESCRIBED = {
 }
 _WHY = {
     "global": "",
-    "static": "; checked against the scopes its replicas last planned",
-    "callable": "; checked against the scopes its replicas last planned",
+    "static": "; checked against the scopes its replicas planned in the last day",
+    "callable": "; checked against the scopes its replicas planned in the last day",
     "dynamic": ": no schedule for it",
 }
 _NONE = {
