@@ -159,6 +159,10 @@ class Admin(ScheduleMethods):
         several replicas run it at once)."""
         return PORTAL.call(self._ops.migrate())
 
+    def is_migrated(self) -> bool:
+        """True when every migration this version ships has been applied."""
+        return PORTAL.call(self._ops.is_migrated())
+
     def status(self) -> list[JobStatus]:
         """Per job: schedule, paused, last plan and status, last success, and its running,
         stale, failed (no retry left) and pending counts."""
