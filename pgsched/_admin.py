@@ -232,6 +232,95 @@ class Admin(ScheduleMethods):
         return PORTAL.call(self._ops.prune(older_than))
 
 
+class AdminShortcuts(ScheduleMethods):
+    """``Admin``'s operator actions on a ``Scheduler``: documented shortcuts for
+    ``scheduler.admin.<method>``, with the same parameters and return types. The actions on
+    one job first check that the scheduler registered it (``NotFoundError``)."""
+
+    admin: Admin
+
+    def _job(self, name: str) -> JobSpec:
+        """The registered job ``name`` (the registry's), else ``NotFoundError``."""
+        raise NotImplementedError
+
+    def _schedule_operations(self) -> Operations:
+        return self.admin.operations
+
+    def migrate(self) -> list[str]:
+        """Create or upgrade the schema; returns the migration versions applied now."""
+        return self.admin.migrate()
+
+    def status(self) -> list[JobStatus]:
+        """Per job: schedule, paused, last plan and status, last success, counts."""
+        return self.admin.status()
+
+    def runs(
+        self, job: str | None = None, status: str | None = None, limit: int = 20
+    ) -> list[Execution]:
+        """The most recent executions, newest first."""
+        return self.admin.runs(job, status, limit)
+
+    @overload
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: Literal[False] = False,
+    ) -> Triggered: ...
+
+    @overload
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: Literal[True],
+    ) -> list[Triggered]: ...
+
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: bool = False,
+    ) -> Triggered | list[Triggered]:
+        """``self.admin.trigger``, for a job of this scheduler (with its ``max_attempts``)."""
+        self._job(job)
+        if all_scopes is True:
+            return self.admin.trigger(job, scope, at, all_scopes=True)
+        return self.admin.trigger(job, scope, at, all_scopes=all_scopes)
+
+    def cancel(self, execution_id: UUID | str) -> None:
+        """Cancel a PENDING execution."""
+        self.admin.cancel(execution_id)
+
+    def pause(self, job: str) -> None:
+        """Stop planning and claiming ``job`` on every replica within one tick."""
+        self._job(job)
+        self.admin.pause(job)
+
+    def resume(self, job: str) -> None:
+        """Undo :meth:`pause`."""
+        self._job(job)
+        self.admin.resume(job)
+
+    def backfill(
+        self, job: str, start: datetime, end: datetime, scopes: Iterable[Scope] | None = None
+    ) -> int:
+        """Insert PENDING backfill rows for every plan in ``[start, end]`` and scope; existing
+        plans are left alone. ``scopes`` defaults to the job's scopes (at ``end``)."""
+        self._job(job)
+        return self.admin.backfill(job, start, end, scopes)
+
+    def prune(self, older_than: Duration) -> int:
+        """Delete finished runs older than ``older_than``; each scope's newest plan stays."""
+        return self.admin.prune(older_than)
+
+
 def blocking(coro: Coroutine[Any, Any, _T]) -> _T:
     """Run ``coro`` to completion from sync code, even if this thread already runs a loop."""
     try:
