@@ -60,11 +60,15 @@ async def jobs() -> list[dict[str, Any]]:
 
 
 @app.post("/jobs/{job}/trigger")
-async def trigger(job: str) -> dict[str, Any]:
+async def trigger(job: str, scope: str | None = None) -> dict[str, Any]:
+    """``?scope=KIND:ID``: a scoped job (tenant_report) needs one of its scopes."""
     try:
-        triggered = await scheduler.aio.trigger(job)
+        chosen = pgsched.Scope.parse(scope) if scope else None
+        triggered = await scheduler.aio.trigger(job, chosen)
     except pgsched.NotFoundError as exc:
         raise HTTPException(404, str(exc)) from exc
+    except pgsched.ConfigError as exc:
+        raise HTTPException(400, str(exc)) from exc
     return triggered.to_json()
 
 

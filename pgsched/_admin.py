@@ -10,18 +10,25 @@ import asyncio
 import concurrent.futures
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 from uuid import UUID
 
 from ._config import JobSpec
 from ._dsn import resolve_dsn, resolve_transaction_pooling
-from ._model import GLOBAL, Scope
+from ._model import Scope
 from ._operations.connectors import KeptConnections
 from ._operations.core import Operations, check_schema, no_jobs
 from ._planning.schedules import Schedule, ScheduleSpec
 from ._portal import PORTAL
 from ._times import Duration, parse_duration
-from ._views import Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory
+from ._views import (
+    Execution,
+    FailedAttempt,
+    JobStatus,
+    LiveReplica,
+    RunHistory,
+    Triggered,
+)
 
 _T = TypeVar("_T")
 
@@ -159,6 +166,10 @@ class Admin(ScheduleMethods):
         several replicas run it at once)."""
         return PORTAL.call(self._ops.migrate())
 
+    def is_migrated(self) -> bool:
+        """True when every migration this version ships has been applied."""
+        return PORTAL.call(self._ops.is_migrated())
+
     def status(self) -> list[JobStatus]:
         """Per job: schedule, paused, last plan and status, last success, and its running,
         stale, failed (no retry left) and pending counts."""
@@ -190,10 +201,40 @@ class Admin(ScheduleMethods):
         gauges and the status page (its history rows stay)."""
         PORTAL.call(self._ops.forget(job))
 
-    def trigger(self, job: str, scope: Scope = GLOBAL, at: datetime | None = None) -> UUID:
-        """Queue a manual run of ``job`` now (or at ``at``) and wake every replica; returns its
-        execution id (the already PENDING one, if there is one for the job and scope)."""
-        return PORTAL.call(self._ops.trigger(job, scope, at)).id
+    @overload
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: Literal[False] = False,
+    ) -> Triggered: ...
+
+    @overload
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: Literal[True],
+    ) -> list[Triggered]: ...
+
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: bool = False,
+    ) -> Triggered | list[Triggered]:
+        """Queue a manual run of ``job`` now (or a one-off at a future ``at``) and wake every
+        replica; ``created`` says whether this call inserted it (docs/reference.md,
+        "Triggers"). A scoped job needs ``scope`` or ``all_scopes=True`` (a list)."""
+        if all_scopes is True:
+            return PORTAL.call(self._ops.trigger(job, scope, at, all_scopes=True))
+        return PORTAL.call(self._ops.trigger(job, scope, at, all_scopes=all_scopes))
 
     def run(self, execution_id: UUID | str) -> RunHistory:
         """One execution and every attempt of it, in order (runner, times, error, traceback)."""
@@ -224,6 +265,95 @@ class Admin(ScheduleMethods):
     def prune(self, older_than: Duration) -> int:
         """Delete finished runs older than ``older_than``; each scope's newest plan stays."""
         return PORTAL.call(self._ops.prune(older_than))
+
+
+class AdminShortcuts(ScheduleMethods):
+    """``Admin``'s operator actions on a ``Scheduler``: documented shortcuts for
+    ``scheduler.admin.<method>``, with the same parameters and return types. The actions on
+    one job first check that the scheduler registered it (``NotFoundError``)."""
+
+    admin: Admin
+
+    def _job(self, name: str) -> JobSpec:
+        """The registered job ``name`` (the registry's), else ``NotFoundError``."""
+        raise NotImplementedError
+
+    def _schedule_operations(self) -> Operations:
+        return self.admin.operations
+
+    def migrate(self) -> list[str]:
+        """Create or upgrade the schema; returns the migration versions applied now."""
+        return self.admin.migrate()
+
+    def status(self) -> list[JobStatus]:
+        """Per job: schedule, paused, last plan and status, last success, counts."""
+        return self.admin.status()
+
+    def runs(
+        self, job: str | None = None, status: str | None = None, limit: int = 20
+    ) -> list[Execution]:
+        """The most recent executions, newest first."""
+        return self.admin.runs(job, status, limit)
+
+    @overload
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: Literal[False] = False,
+    ) -> Triggered: ...
+
+    @overload
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: Literal[True],
+    ) -> list[Triggered]: ...
+
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: bool = False,
+    ) -> Triggered | list[Triggered]:
+        """``self.admin.trigger``, for a job of this scheduler (with its ``max_attempts``)."""
+        self._job(job)
+        if all_scopes is True:
+            return self.admin.trigger(job, scope, at, all_scopes=True)
+        return self.admin.trigger(job, scope, at, all_scopes=all_scopes)
+
+    def cancel(self, execution_id: UUID | str) -> None:
+        """Cancel a PENDING execution."""
+        self.admin.cancel(execution_id)
+
+    def pause(self, job: str) -> None:
+        """Stop planning and claiming ``job`` on every replica within one tick."""
+        self._job(job)
+        self.admin.pause(job)
+
+    def resume(self, job: str) -> None:
+        """Undo :meth:`pause`."""
+        self._job(job)
+        self.admin.resume(job)
+
+    def backfill(
+        self, job: str, start: datetime, end: datetime, scopes: Iterable[Scope] | None = None
+    ) -> int:
+        """Insert PENDING backfill rows for every plan in ``[start, end]`` and scope; existing
+        plans are left alone. ``scopes`` defaults to the job's scopes (at ``end``)."""
+        self._job(job)
+        return self.admin.backfill(job, start, end, scopes)
+
+    def prune(self, older_than: Duration) -> int:
+        """Delete finished runs older than ``older_than``; each scope's newest plan stays."""
+        return self.admin.prune(older_than)
 
 
 def blocking(coro: Coroutine[Any, Any, _T]) -> _T:

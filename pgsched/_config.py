@@ -312,3 +312,14 @@ async def evaluate_scopes(spec: JobSpec, now: datetime) -> tuple[Scope, ...] | l
             raise ConfigError(f"job {spec.name!r}: scopes returned {item!r}, not a pgsched.Scope")
         out.append(item)
     return unique_in_order(out)
+
+
+def scopes_mode(spec: JobSpec) -> str:
+    """What the job runs for, as replicas record it for operators without the APP:
+    ``global`` (GLOBAL only), ``static`` (other scopes listed in code), ``callable`` (scopes
+    computed in code) or ``dynamic`` (one per stored schedule)."""
+    if spec.dynamic:
+        return "dynamic"
+    if spec.static_scopes is None:
+        return "callable"
+    return "global" if spec.static_scopes == (GLOBAL,) else "static"

@@ -9,14 +9,12 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, TypeVar
-from uuid import UUID
 
 from prometheus_client import CollectorRegistry
 
-from ._admin import Admin, ScheduleMethods, blocking
+from ._admin import Admin, AdminShortcuts, blocking
 from ._aio import AsyncAdmin
 from ._config import Handler
 from ._dsn import require_dsn, resolve_synchronous_claims, resolve_transaction_pooling
@@ -25,15 +23,12 @@ from ._engine.values import TickReport
 from ._errors import ConfigError, PgschedError
 from ._logging import bound_logger
 from ._metrics import Metrics
-from ._model import GLOBAL, Scope
-from ._operations.core import Operations
 from ._registry import JobRegistry
 from ._replica import Replica
 from ._run import Run
 from ._storage.connection import WritablePool, make_pool
 from ._storage.store import Store
 from ._times import Duration, parse_duration
-from ._views import Execution, JobStatus
 
 _F = TypeVar("_F", bound=Handler)
 
@@ -47,7 +42,7 @@ def _setting(value: Duration | None, field: str, default: str) -> timedelta:
 PRUNE_JOB = "pgsched.prune"
 
 
-class Scheduler(JobRegistry, ScheduleMethods):
+class Scheduler(JobRegistry, AdminShortcuts):
     """Registers jobs and runs them on this replica, coordinated through PostgreSQL.
 
     The DSN is ``dsn``, else ``PGSCHED_DSN``, else ``DATABASE_URL``, read when first needed
@@ -176,57 +171,6 @@ class Scheduler(JobRegistry, ScheduleMethods):
             return deleted
 
         self.register(prune, name=PRUNE_JOB, every="1h", run_timeout="30m", stale_timeout="35m")
-
-    # -- operator actions on this scheduler's database (see Admin) --------------------------
-
-    def _schedule_operations(self) -> Operations:
-        return self.admin.operations
-
-    def migrate(self) -> list[str]:
-        """Create or upgrade the schema; returns the migration versions applied now."""
-        return self.admin.migrate()
-
-    def status(self) -> list[JobStatus]:
-        """Per job: schedule, paused, last plan and status, last success, counts."""
-        return self.admin.status()
-
-    def runs(
-        self, job: str | None = None, status: str | None = None, limit: int = 20
-    ) -> list[Execution]:
-        """The most recent executions, newest first."""
-        return self.admin.runs(job, status, limit)
-
-    def trigger(self, job: str, scope: Scope = GLOBAL, at: datetime | None = None) -> UUID:
-        """Queue a manual run (now, or at ``at``) with the job's ``max_attempts``; while one
-        is PENDING for the same job and scope, returns that one."""
-        self._job(job)
-        return self.admin.trigger(job, scope, at)
-
-    def cancel(self, execution_id: UUID | str) -> None:
-        """Cancel a PENDING execution."""
-        self.admin.cancel(execution_id)
-
-    def pause(self, job: str) -> None:
-        """Stop planning and claiming ``job`` on every replica within one tick."""
-        self._job(job)
-        self.admin.pause(job)
-
-    def resume(self, job: str) -> None:
-        """Undo :meth:`pause`."""
-        self._job(job)
-        self.admin.resume(job)
-
-    def backfill(
-        self, job: str, start: datetime, end: datetime, scopes: Iterable[Scope] | None = None
-    ) -> int:
-        """Insert PENDING backfill rows for every plan in ``[start, end]`` and scope; existing
-        plans are left alone. ``scopes`` defaults to the job's scopes (at ``end``)."""
-        self._job(job)
-        return self.admin.backfill(job, start, end, scopes)
-
-    def prune(self, older_than: Duration) -> int:
-        """Delete finished runs older than ``older_than``; each scope's newest plan stays."""
-        return self.admin.prune(older_than)
 
     # -- running ----------------------------------------------------------------------------
 

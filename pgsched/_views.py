@@ -176,12 +176,19 @@ class RunHistory:
         return {**self.execution.to_json(), "attempts": [a.to_json() for a in self.attempts]}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Triggered(_JsonView):
-    """A manual run: its execution id and plan time, and whether this call created it
-    (False: one was already PENDING for the job and scope, and that one is returned)."""
+    """A manual run: its execution id, plan time, status and scope, and whether this call
+    created it (False: the row that already holds the plan, or the scope's PENDING run-now,
+    is returned)."""
 
     id: UUID
     plan_time: datetime
     status: str
     created: bool
+    scope_kind: InitVar[str]
+    scope_id: InitVar[str]
+    scope: Scope = field(init=False)
+
+    def __post_init__(self, scope_kind: str, scope_id: str) -> None:
+        object.__setattr__(self, "scope", trusted_scope(scope_kind, scope_id))

@@ -347,6 +347,10 @@ SELECT (SELECT count(*) FROM brought) AS brought, (SELECT count(*) FROM restored
 SELECT status FROM {schema}.cron_executions WHERE id = %(id)s AND lease_token = %(token)s
 
 -- name: trigger
+-- A run-now (`at` NULL or not in the future, planned at the database's clock or at `at`), or
+-- a one-off at a future instant. The plan key keeps one row per (job, scope, plan_time) and
+-- the run-now index (migration 0007) one PENDING run-now per (job, scope): when either holds
+-- the insert back, the row that holds it is returned with created = false.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 ins AS (
     INSERT INTO {schema}.cron_executions AS x
@@ -359,16 +363,19 @@ ins AS (
             WHERE s.job_name = %(job)s AND s.scope_kind = %(kind)s AND s.scope_id = %(id)s)
     FROM now
     ON CONFLICT DO NOTHING
-    RETURNING x.id, x.plan_time, x.status, true AS created
+    RETURNING x.id, x.plan_time, x.status, true AS created, x.scope_kind, x.scope_id
 )
-SELECT id, plan_time, status, created FROM ins
+SELECT id, plan_time, status, created, scope_kind, scope_id FROM ins
 UNION ALL
-(SELECT e.id, e.plan_time, e.status, false FROM {schema}.cron_executions e, now
+(SELECT e.id, e.plan_time, e.status, false, e.scope_kind, e.scope_id
+ FROM {schema}.cron_executions e, now
  WHERE NOT EXISTS (SELECT 1 FROM ins)
    AND e.job_name = %(job)s AND e.scope_kind = %(kind)s AND e.scope_id = %(id)s
-   AND ((e.status = 'PENDING' AND e.trigger = 'manual')
-        OR e.plan_time = coalesce(%(at)s, now.t))
- ORDER BY e.status = 'PENDING' DESC
+   AND (e.plan_time = coalesce(%(at)s, now.t)
+        OR (coalesce(%(at)s, now.t) <= now.t AND e.status = 'PENDING'
+            AND e.trigger = 'manual' AND e.plan_time <= e.created_at))
+ -- the row at the very plan first: an explicit `at` is about that plan
+ ORDER BY e.plan_time = coalesce(%(at)s, now.t) DESC
  LIMIT 1)
 
 -- name: backfill
@@ -464,13 +471,14 @@ expired AS (
     RETURNING p.runner_id
 )
 INSERT INTO {schema}.job_state AS j
-    (job_name, paused, schedule, upcoming, seen_at, seen_by, updated_at)
-SELECT r.job_name, false, r.schedule, r.upcoming::timestamptz[], now.t, %(runner)s, now.t
-FROM unnest(%(jobs)s::text[], %(schedules)s::text[], %(upcoming)s::text[])
-     AS r(job_name, schedule, upcoming), now
+    (job_name, paused, schedule, scopes, upcoming, seen_at, seen_by, updated_at)
+SELECT r.job_name, false, r.schedule, r.scopes, r.upcoming::timestamptz[], now.t, %(runner)s, now.t
+FROM unnest(%(jobs)s::text[], %(schedules)s::text[], %(scopes)s::text[], %(upcoming)s::text[])
+     AS r(job_name, schedule, scopes, upcoming), now
 ORDER BY r.job_name
 ON CONFLICT (job_name) DO UPDATE
-SET schedule = EXCLUDED.schedule, upcoming = EXCLUDED.upcoming, seen_at = EXCLUDED.seen_at,
+SET schedule = EXCLUDED.schedule, scopes = EXCLUDED.scopes, upcoming = EXCLUDED.upcoming,
+    seen_at = EXCLUDED.seen_at,
     seen_by = EXCLUDED.seen_by
 
 -- name: unregister_replica
@@ -498,6 +506,31 @@ gone AS (
 )
 SELECT (SELECT count(*) FROM gone) AS forgotten,
        (SELECT coalesce(array_agg(runner_id ORDER BY runner_id), '{{}}') FROM live) AS live
+
+-- name: job_scopes_mode
+-- What replicas recorded the job runs for (scopes_mode in pgsched/_config.py); no row when
+-- no replica registered the job, NULL when none of this version did.
+SELECT scopes FROM {schema}.job_state WHERE job_name = %(job)s
+
+-- name: planned_scopes
+-- The scopes a job whose scopes are listed or computed in code ran for as its replicas
+-- planned it: those with a scheduled plan in the day up to the job's latest one (a plan's
+-- scopes may be claimed over several ticks, so one plan alone can miss some). With `kind`,
+-- only that scope, if it is one.
+SELECT DISTINCT e.scope_kind, e.scope_id FROM {schema}.cron_executions e
+WHERE e.job_name = %(job)s AND e.trigger = 'schedule'
+  AND e.plan_time > (SELECT max(l.plan_time) FROM {schema}.cron_executions l
+                     WHERE l.job_name = %(job)s AND l.trigger = 'schedule')
+                    - interval '1 day'
+  AND (%(kind)s::text IS NULL OR (e.scope_kind = %(kind)s AND e.scope_id = %(id)s))
+ORDER BY e.scope_kind, e.scope_id
+
+-- name: schedule_scopes
+-- The scopes of a dynamic job: one per stored schedule. With `kind`, only that one.
+SELECT s.scope_kind, s.scope_id FROM {schema}.schedules s
+WHERE s.job_name = %(job)s
+  AND (%(kind)s::text IS NULL OR (s.scope_kind = %(kind)s AND s.scope_id = %(id)s))
+ORDER BY s.scope_kind, s.scope_id
 
 -- name: job_schedule
 SELECT schedule FROM {schema}.job_state WHERE job_name = %(job)s
@@ -541,8 +574,11 @@ LEFT JOIN LATERAL (
     HAVING j.schedule = 'dynamic'
 ) AS dyn ON true
 LEFT JOIN LATERAL (
+    -- scheduled or started: a manual row still ahead (a future or cancelled trigger) is not
+    -- the job's last plan
     SELECT e.plan_time, e.status FROM {schema}.cron_executions e
-    WHERE e.job_name = j.job_name ORDER BY e.plan_time DESC LIMIT 1
+    WHERE e.job_name = j.job_name AND (e.trigger = 'schedule' OR e.started_at IS NOT NULL)
+    ORDER BY e.plan_time DESC LIMIT 1
 ) AS last ON true
 ORDER BY j.job_name
 

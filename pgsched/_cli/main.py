@@ -14,10 +14,11 @@ from .._app import load_scheduler
 from .._dsn import redact, remember_secrets
 from .._errors import PgschedError
 from .._logging import configure_logging
-from .._model import GLOBAL, Scope
+from .._model import Scope
 from .._operations.core import DriverError
 from .._times import parse_time
 from .._version import installed_version
+from .._views import Triggered
 from .common import admin_from, print_table, utc_text
 from .replicas import add_replica_commands
 from .runs import add_runs_command
@@ -162,9 +163,11 @@ def _operator_commands(sub: Subparsers, parser_class: type[argparse.ArgumentPars
 
     add_runs_command(sub, parser_class)
 
-    p = sub.add_parser("trigger", help="run JOB now (or --at a time) on some replica")
+    p = sub.add_parser("trigger", help="run JOB now (or once --at a time) on some replica")
     p.add_argument("job", metavar="JOB")
-    p.add_argument("--scope", metavar="KIND:ID", help="default global:global")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--scope", metavar="KIND:ID", help="needed when JOB runs for scopes")
+    which.add_argument("--all-scopes", action="store_true", help="one run per scope JOB has")
     p.add_argument("--at", metavar="TIME", help="ISO 8601; without an offset, UTC")
     p.set_defaults(command=_trigger)
 
@@ -278,11 +281,28 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _trigger(args: argparse.Namespace) -> int:
-    scope = Scope.parse(args.scope) if args.scope else GLOBAL
+    scope = Scope.parse(args.scope) if args.scope else None
     at = parse_time(args.at, "--at") if args.at else None
-    execution_id = admin_from(args).trigger(args.job, scope, at)
-    print(execution_id)
+    admin = admin_from(args)
+    if args.all_scopes:
+        done = admin.trigger(args.job, None, at, all_scopes=True)
+    else:
+        done = [admin.trigger(args.job, scope, at)]
+    for row in done:
+        print(_triggered_line(row, with_scope=args.all_scopes))
     return 0
+
+
+def _triggered_line(row: Triggered, *, with_scope: bool) -> str:
+    """The execution id (alone for a run this call queued, as scripts read it); for a run it
+    did not queue, which execution already holds that plan or run-now, and its status."""
+    line = f"{row.id}  {row.scope}" if with_scope else str(row.id)
+    if row.created:
+        return line
+    return (
+        f"{line}  not created: execution {row.id} already holds scope {row.scope} plan "
+        f"{utc_text(row.plan_time)} and is {row.status}"
+    )
 
 
 def _cancel(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from .._config import JobSpec
+from .._config import JobSpec, scopes_mode
 from .._records import ReplicaEntry
 from .._results import describe_error
 from .._storage.connection import pooled
@@ -43,7 +43,7 @@ class Registration:
         self._store, self._pool, self._recorder = store, pool, recorder
         self._runner_id, self._expiry = runner_id, expiry
         self._every = min(_REGISTER_EVERY, self._expiry.total_seconds() / 3)
-        self._registered: list[tuple[str, str]] = []
+        self._registered: list[tuple[str, str, str]] = []
         self._registered_at = 0.0
         self._started_at = datetime.now(UTC)
         self.http_address: str | None = None  # set by the replica once its HTTP listens
@@ -51,11 +51,13 @@ class Registration:
     async def register(self, conn: Conn, jobs: Mapping[str, JobSpec], now: datetime) -> None:
         """Record the jobs (with their plans after the database's ``now``) and the row when
         the jobs changed or the last time is 10 s old."""
-        entries = sorted((name, spec.schedule.describe()) for name, spec in jobs.items())
+        entries = sorted(
+            (name, spec.schedule.describe(), scopes_mode(spec)) for name, spec in jobs.items()
+        )
         clock = time.monotonic()
         if entries == self._registered and clock - self._registered_at < self._every:
             return
-        upcoming = [upcoming_plans(jobs[name], now) for name, _ in entries]
+        upcoming = [upcoming_plans(jobs[name], now) for name, _, _ in entries]
         await self._store.register_jobs(conn, entries, upcoming, self._entry())
         self._registered, self._registered_at = entries, clock
 

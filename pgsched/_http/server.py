@@ -24,7 +24,7 @@ from structlog.typing import FilteringBoundLogger
 
 from .._errors import ConfigError, NotFoundError, PgschedError
 from .._metrics import Metrics
-from .._model import GLOBAL, Scope
+from .._model import Scope
 from .._operations.core import MAX_LIMIT, DriverError, Operations
 from .._results import describe_error
 from .._times import parse_time
@@ -244,10 +244,20 @@ class HttpServer:
         self._authorise(request)
         job = request.match_info["job"]
         body = await _body(request)
-        scope = Scope.parse(str(body["scope"])) if body.get("scope") else GLOBAL
+        unknown = sorted(set(body) - set(_TRIGGER_FIELDS))
+        if unknown:
+            raise ConfigError(f"job {job!r}: unknown field {unknown[0]!r}")
+        scope = Scope.parse(str(body["scope"])) if body.get("scope") else None
         at = parse_time(str(body["at"]), "at") if body.get("at") else None
+        every = body.get("all_scopes", False)
+        if not isinstance(every, bool):
+            raise ConfigError(f"job {job!r}: all_scopes={every!r} must be true or false")
+        if every:
+            rows = await self._db(self._ops.trigger(job, scope, at, all_scopes=True))
+            created = any(r.created for r in rows)
+            return _json({"runs": [r.to_json() for r in rows]}, 201 if created else 200)
         done = await self._db(self._ops.trigger(job, scope, at))
-        return _json({"id": str(done.id), "created": done.created}, 201 if done.created else 200)
+        return _json(done.to_json(), 201 if done.created else 200)
 
     async def api_pause(self, request: web.Request) -> web.Response:
         self._authorise(request)
@@ -275,6 +285,9 @@ def _scope_param(text: str | None) -> Scope | None:
     if not sep or not kind or not ident:
         raise ConfigError(f"scope={text!r} is not of the form KIND:ID")
     return Scope(kind, ident)
+
+
+_TRIGGER_FIELDS = ("scope", "at", "all_scopes")
 
 
 async def _body(request: web.Request) -> dict[str, Any]:

@@ -9,18 +9,20 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
+from typing import Literal, overload
 from uuid import UUID
 
 import psycopg
 
 from .._config import JobSpec, evaluate_scopes
 from .._errors import ConfigError, NotFoundError, PgschedError
-from .._model import GLOBAL, Scope, check_job_name
+from .._model import Scope, check_job_name
 from .._records import RunFilter
 from .._storage.store import Conn, ScheduleStore, Store
 from .._times import Duration, aware, parse_duration
 from .._views import Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory, Triggered
 from .schedules import ScheduleOperations
+from .triggers import TriggerScopes, check_not_ended
 
 Connector = Callable[[], AbstractAsyncContextManager[Conn]]
 RUN_STATUSES = ("PENDING", "RUNNING", "SUCCESS", "FAILED", "CANCELLED")
@@ -153,25 +155,55 @@ class Operations(ScheduleOperations):
         if not forgotten:
             raise NotFoundError(f"unknown job {job!r}: no replica has registered it")
 
+    @overload
     async def trigger(
-        self, job: str, scope: Scope = GLOBAL, at: datetime | None = None
-    ) -> Triggered:
-        """Insert a PENDING manual run (at the database's now, or at ``at``) and wake every
-        replica. While one is PENDING for the same job and scope, returns that one. Its
-        ``max_attempts`` is the job's when the caller registered the job; otherwise the
-        replica that claims it sets its own."""
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: Literal[False] = False,
+    ) -> Triggered: ...
+
+    @overload
+    async def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: Literal[True],
+    ) -> list[Triggered]: ...
+
+    async def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: bool = False,
+    ) -> Triggered | list[Triggered]:
+        """Queue a PENDING manual run of ``job`` and wake every replica. Without ``at`` (or
+        with ``at`` not in the future) a run-now: while one of the job and scope is PENDING,
+        that one is returned. A future ``at`` is a one-off at that instant, next to any
+        run-now; a second trigger for the same instant returns the first, and one whose plan
+        already ended is an error. A job with scopes other than GLOBAL needs ``scope`` or
+        ``all_scopes=True`` (one run per scope it has now: a list); a scope it does not have
+        is refused. ``created`` says whether this call inserted the row."""
         check_job_name(job)
         when = None if at is None else aware(at, "at")
-        if not isinstance(scope, Scope):
-            raise ConfigError(f"job {job!r}: scope={scope!r} must be a pgsched.Scope")
         local = self._jobs().get(job)
-        async with self._conn() as conn:
+        async with self._conn() as conn, conn.transaction():
             if local is None:
                 await self._ensure_known(conn, job)
+            chosen = await TriggerScopes(self._store, conn, job, local).resolve(scope, all_scopes)
             attempts = local.max_attempts if local is not None else 1
-            row = await self._store.trigger(conn, job, scope.kind, scope.id, when, attempts)
+            rows = [
+                await self._store.trigger(conn, job, s.kind, s.id, when, attempts) for s in chosen
+            ]
+            check_not_ended(job, when, rows)  # raising rolls every row of this call back
             await self._notify(conn, "trigger", job)
-        return row
+        return rows if all_scopes else rows[0]
 
     async def failed_attempts(self, limit: int = 20) -> list[FailedAttempt]:
         """The newest failed attempts across jobs, newest first, those of executions that

@@ -17,6 +17,7 @@ import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.rows import class_row, dict_row
 
+from .._model import Scope
 from .._records import (
     ClaimTerms,
     Finish,
@@ -38,6 +39,7 @@ from .._views import (
     LiveReplica,
     RunHistory,
     Triggered,
+    trusted_scope,
 )
 
 _V = TypeVar("_V")
@@ -116,7 +118,77 @@ class _Statements:
         return rows[0]
 
 
-class Store(_Statements):
+class _JobStatements(_Statements):
+    """The jobs and replicas as replicas register them: what they run, with which scopes."""
+
+    async def register_jobs(
+        self,
+        conn: Conn,
+        jobs: Sequence[tuple[str, str, str]],
+        upcoming: Sequence[Sequence[datetime]],
+        replica: ReplicaEntry,
+    ) -> None:
+        """Record ``(name, schedule, scopes mode)`` of the jobs this replica runs with each
+        one's upcoming plans, refresh the replica's row and remove those of replicas past their
+        expiry."""
+        params = {
+            "jobs": [j[0] for j in jobs],
+            "schedules": [j[1] for j in jobs],
+            "scopes": [j[2] for j in jobs],
+            # One array literal per job: unnest() would flatten a two-dimensional array.
+            "upcoming": ["{" + ",".join(f'"{p.isoformat()}"' for p in u) + "}" for u in upcoming],
+            "runner": replica.runner_id,
+            "host": replica.host,
+            "version": replica.version,
+            "http_address": replica.http_address,
+            "started_at": replica.started_at,
+            "expiry": replica.expiry,
+        }
+        await self._rows(conn, "register_jobs", params)
+
+    async def unregister_replica(self, conn: Conn, runner: str) -> None:
+        await self._rows(conn, "unregister_replica", {"runner": runner})
+
+    async def list_replicas(self, conn: Conn) -> list[LiveReplica]:
+        return await self._typed(conn, "list_replicas", LiveReplica)
+
+    async def forget_job(self, conn: Conn, job: str) -> tuple[bool, list[str]]:
+        """Remove ``job`` from job_state unless a live replica registers it: (whether it was
+        removed, the live replicas registering it)."""
+        row = await self._one(conn, "forget_job", {"job": job})
+        return bool(row["forgotten"]), list(row["live"])
+
+    async def job_scopes_mode(self, conn: Conn, job: str) -> str | None:
+        """What replicas recorded ``job`` runs for (``global``, ``static``, ``callable``,
+        ``dynamic``), None when no replica of this version registered it."""
+        rows = await self._rows(conn, "job_scopes_mode", {"job": job})
+        return None if not rows or rows[0]["scopes"] is None else str(rows[0]["scopes"])
+
+    async def known_scopes(
+        self, conn: Conn, job: str, *, dynamic: bool, only: Scope | None = None
+    ) -> list[Scope]:
+        """The scopes ``job`` has now as the database knows them: a dynamic job's schedules,
+        else the scopes of its latest scheduled plan; with ``only``, that scope if it is one."""
+        params = {
+            "job": job,
+            "kind": None if only is None else only.kind,
+            "id": None if only is None else only.id,
+        }
+        name = "schedule_scopes" if dynamic else "planned_scopes"
+        rows = await self._rows(conn, name, params)
+        return [trusted_scope(r["scope_kind"], r["scope_id"]) for r in rows]
+
+    async def job_schedule(self, conn: Conn, job: str) -> str | None:
+        """The schedule replicas registered for ``job`` (``"dynamic"`` for a dynamic job),
+        ``""`` when it has none on record, None when no replica registered the job."""
+        rows = await self._rows(conn, "job_schedule", {"job": job})
+        return None if not rows else str(rows[0]["schedule"] or "")
+
+    async def job_exists(self, conn: Conn, job: str) -> bool:
+        return bool((await self._one(conn, "job_exists", {"job": job}))["known"])
+
+
+class Store(_JobStatements):
     """Statements against one schema; every method takes the connection to use."""
 
     # -- schema -------------------------------------------------------------------------
@@ -332,50 +404,6 @@ class Store(_Statements):
 
     async def set_paused(self, conn: Conn, job: str, paused: bool) -> None:
         await self._rows(conn, "set_paused", {"job": job, "paused": paused})
-
-    async def register_jobs(
-        self,
-        conn: Conn,
-        jobs: Sequence[tuple[str, str]],
-        upcoming: Sequence[Sequence[datetime]],
-        replica: ReplicaEntry,
-    ) -> None:
-        """Record ``(name, schedule)`` of the jobs this replica runs with each one's upcoming
-        plans, refresh the replica's row and remove those of replicas past their expiry."""
-        params = {
-            "jobs": [j[0] for j in jobs],
-            "schedules": [j[1] for j in jobs],
-            # One array literal per job: unnest() would flatten a two-dimensional array.
-            "upcoming": ["{" + ",".join(f'"{p.isoformat()}"' for p in u) + "}" for u in upcoming],
-            "runner": replica.runner_id,
-            "host": replica.host,
-            "version": replica.version,
-            "http_address": replica.http_address,
-            "started_at": replica.started_at,
-            "expiry": replica.expiry,
-        }
-        await self._rows(conn, "register_jobs", params)
-
-    async def unregister_replica(self, conn: Conn, runner: str) -> None:
-        await self._rows(conn, "unregister_replica", {"runner": runner})
-
-    async def list_replicas(self, conn: Conn) -> list[LiveReplica]:
-        return await self._typed(conn, "list_replicas", LiveReplica)
-
-    async def forget_job(self, conn: Conn, job: str) -> tuple[bool, list[str]]:
-        """Remove ``job`` from job_state unless a live replica registers it: (whether it was
-        removed, the live replicas registering it)."""
-        row = await self._one(conn, "forget_job", {"job": job})
-        return bool(row["forgotten"]), list(row["live"])
-
-    async def job_schedule(self, conn: Conn, job: str) -> str | None:
-        """The schedule replicas registered for ``job`` (``"dynamic"`` for a dynamic job),
-        ``""`` when it has none on record, None when no replica registered the job."""
-        rows = await self._rows(conn, "job_schedule", {"job": job})
-        return None if not rows else str(rows[0]["schedule"] or "")
-
-    async def job_exists(self, conn: Conn, job: str) -> bool:
-        return bool((await self._one(conn, "job_exists", {"job": job}))["known"])
 
     async def job_summary(self, conn: Conn) -> list[JobStatus]:
         return await self._typed(conn, "job_summary", JobStatus)

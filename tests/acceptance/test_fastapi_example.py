@@ -73,7 +73,10 @@ def test_fastapi_app_serves_the_scheduler_in_its_lifespan(
         )
 
         status, body = _call(base, "POST", "/jobs/tenant_report/trigger")
+        assert status == 400 and "tenant_report" in body["detail"], body  # needs a scope
+        status, body = _call(base, "POST", "/jobs/tenant_report/trigger?scope=tenant:acme")
         assert status == 200 and body["created"] is True, body
+        assert body["scope"] == {"kind": "tenant", "id": "acme"}, body
         wait_until(
             lambda: _count(db, schema, "trigger = 'manual' AND status = 'SUCCESS'") == 1,
             20,

@@ -215,7 +215,7 @@ def test_no_output_of_a_whole_run_contains_the_password(
     assert "cannot reach postgresql://" in leaky_runs and "***" in leaky_runs  # redacted
     manual = run("trigger", "trigger", "fine").strip()
     later = (datetime.now(UTC) + timedelta(days=2)).isoformat()
-    pending = run("trigger --at", "trigger", "fine", "--at", later, "--scope", "x:y").strip()
+    pending = run("trigger --at", "trigger", "fine", "--at", later).strip()
     run("cancel", "cancel", pending)
     run("pause", "pause", "fine")
     run("resume", "resume", "fine", dsn=secret.kv)

@@ -152,7 +152,8 @@ def test_replicas_and_commands_through_a_transaction_pooling_pgbouncer(
         group.members.pop(holder).kill()
 
         # Operator commands through the pooler, while the replicas run.
-        for args in (["pause", "fast"], ["resume", "fast"], ["trigger", "fast"]):
+        trigger = ["trigger", "fast", "--scope", "shard:0"]  # fast runs for shards
+        for args in (["pause", "fast"], ["resume", "fast"], trigger):
             done = _cli(pooled_dsn, schema, *args)
             assert done.returncode == 0, (args, done.stdout, done.stderr)
         status = _cli(pooled_dsn, schema, "status", "--json")

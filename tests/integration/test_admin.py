@@ -138,19 +138,21 @@ def test_trigger_and_cancel(
     admin: Admin, registered: pgsched.Scheduler, migrated: str, db: Any
 ) -> None:
     before = db_now(db)
-    ident = admin.trigger("alpha")
+    first = admin.trigger("alpha")
     after = db_now(db)
-    assert isinstance(ident, uuid.UUID)
+    assert isinstance(first, pgsched.Triggered) and first.created
+    ident = first.id
     row = row_by_id(db, migrated, ident)
     assert (row["status"], row["trigger"], row["scope_id"]) == ("PENDING", "manual", "global")
     assert before <= row["plan_time"] <= after
-    assert admin.trigger("alpha") == ident, "a second trigger returns the pending one"
+    second = admin.trigger("alpha")
+    assert (second.id, second.created) == (ident, False), "a second trigger returns the first"
     assert count(db, migrated, "status = 'PENDING'") == 1
 
     at = datetime(2031, 5, 6, 7, tzinfo=UTC)
-    later = admin.trigger("beta", pgsched.Scope("t", "2"), at=at)
+    later = admin.trigger("beta", pgsched.Scope("t", "1"), at=at).id
     row = row_by_id(db, migrated, later)
-    assert (row["scope_kind"], row["scope_id"], row["plan_time"]) == ("t", "2", at)
+    assert (row["scope_kind"], row["scope_id"], row["plan_time"]) == ("t", "1", at)
 
     with pytest.raises(pgsched.NotFoundError, match="'ghost'"):
         admin.trigger("ghost")
@@ -185,7 +187,7 @@ def test_pause_and_resume(
     admin.pause("alpha")
     assert paused(db, migrated, "alpha") is True
     assert paused(db, migrated, "beta") is False
-    pending = admin.trigger("alpha")
+    pending = admin.trigger("alpha").id
     assert registered.run_once().started == 0, "a paused job is not claimed"
     assert row_by_id(db, migrated, pending)["status"] == "PENDING"
 

@@ -389,7 +389,7 @@ def test_cr_lf_and_right_to_left_override_are_stored_verbatim(
     )
     # The operator API takes and shows them verbatim too.
     admin = Admin(dsn=runtime_dsn, schema=migrated)
-    ident = admin.trigger(ODD_JOB, ODD_SCOPES[0], datetime.now(UTC) + timedelta(days=1))
+    ident = admin.trigger(ODD_JOB, ODD_SCOPES[0], datetime.now(UTC) + timedelta(days=1)).id
     listed = {r.id: r for r in admin.runs(job=ODD_JOB, limit=50)}
     assert listed[ident].scope == ODD_SCOPES[0]
     assert ODD_JOB in {r.job for r in admin.status()}

@@ -55,7 +55,7 @@ def test_pause_on_one_replica_stops_claims_on_another(
     assert rows(db, migrated) == []
 
     # PENDING rows of a paused job are not claimed either
-    manual = s1.trigger("pausable")
+    manual = s1.trigger("pausable").id
     assert s2.run_once().started == 0
     assert row_by_id(db, migrated, manual)["status"] == "PENDING"
 
@@ -73,18 +73,27 @@ def test_pause_stops_a_running_replica(make_scheduler: Any, migrated: str, db: A
     recorder = Recorder()
     runner, operator = make_scheduler("runner", tick_interval=0.2), make_scheduler("operator")
     for s in (runner, operator):
-        s.register(recorder.enter, name="ticking", every="1d", scopes=[pgsched.Scope("t", "1")])
+        s.register(
+            recorder.enter,
+            name="ticking",
+            every="1d",
+            scopes=[pgsched.Scope("t", "1"), pgsched.Scope("t", "2")],
+        )
 
     operator.pause("ticking")
     with running(runner):
-        # a manual run for another scope, made while paused: must stay PENDING
-        manual = operator.trigger("ticking", scope=pgsched.Scope("t", "2"))
+        # a manual run for one scope, made while paused: must stay PENDING
+        manual = operator.trigger("ticking", scope=pgsched.Scope("t", "2")).id
         wait_for_fresh_tick(runner)
         assert len(recorder) == 0
         assert row_by_id(db, migrated, manual)["status"] == "PENDING"
         operator.resume("ticking")
-        wait_until(lambda: count(db, migrated, "status = 'SUCCESS'") == 2, 10, "2 successes")
-    assert sorted(r.scope.id for r in recorder.runs) == ["1", "2"]
+        wait_until(lambda: count(db, migrated, "status = 'SUCCESS'") == 3, 10, "3 successes")
+    assert sorted((r.scope.id, r.trigger) for r in recorder.runs) == [
+        ("1", "schedule"),
+        ("2", "manual"),
+        ("2", "schedule"),
+    ]
 
 
 def test_trigger_inserts_a_pending_manual_run(make_scheduler: Any, migrated: str, db: Any) -> None:
@@ -94,13 +103,13 @@ def test_trigger_inserts_a_pending_manual_run(make_scheduler: Any, migrated: str
     assert s.run_once().claimed == 1  # the scheduled plan, out of the way
 
     before = db_now(db)
-    ident = s.trigger("manual")
+    ident = s.trigger("manual").id
     after = db_now(db)
     row = row_by_id(db, migrated, ident)
     assert (row["status"], row["trigger"], row["attempt"]) == ("PENDING", "manual", 1)
     assert (row["scope_kind"], row["scope_id"]) == ("global", "global")
     assert before <= row["plan_time"] <= after, "trigger uses the database's now"
-    assert s.trigger("manual") == ident, "a second trigger returns the pending one"
+    assert s.trigger("manual").id == ident, "a second trigger returns the pending one"
     assert count(db, migrated) == 2
 
     report = s.run_once()
@@ -112,12 +121,11 @@ def test_trigger_inserts_a_pending_manual_run(make_scheduler: Any, migrated: str
     done = row_by_id(db, migrated, ident)
     assert (done["status"], done["trigger"], done["runner_id"]) == ("SUCCESS", "manual", "r1")
 
-    # once it ran, a new trigger is a new run; a scope can be given
-    scoped = s.trigger("manual", scope=pgsched.Scope("tenant", "7"))
-    assert scoped != ident
+    # once it ran, a new trigger is a new run
+    again = s.trigger("manual")
+    assert again.created and again.id != ident
     s.run_once()
-    assert recorder.runs[-1].scope == pgsched.Scope("tenant", "7")
-    assert row_by_id(db, migrated, scoped)["status"] == "SUCCESS"
+    assert row_by_id(db, migrated, again.id)["status"] == "SUCCESS"
 
 
 def test_trigger_in_the_future_waits_and_cancel(
@@ -130,17 +138,19 @@ def test_trigger_in_the_future_waits_and_cancel(
     ran = len(recorder)
 
     at = db_now(db) + HOUR
-    ident = s.trigger("later", at=at)
+    ident = s.trigger("later", at=at).id
     row = row_by_id(db, migrated, ident)
     assert (row["status"], row["trigger"], row["plan_time"]) == ("PENDING", "manual", at)
     assert s.run_once().started == 0
     assert len(recorder) == ran
-    assert s.trigger("later") == ident, "while one is PENDING, trigger returns it"
+    now_run = s.trigger("later")
+    assert now_run.created and now_run.id != ident, "a future trigger never holds a run-now"
 
     s.cancel(ident)
     cancelled = row_by_id(db, migrated, ident)
     assert cancelled["status"] == "CANCELLED"
-    assert s.run_once().started == 0
+    assert s.run_once().started == 1, "the run-now only"
+    assert row_by_id(db, migrated, now_run.id)["status"] == "SUCCESS"
     with pytest.raises(pgsched.PgschedError):
         s.cancel(ident)
     assert row_by_id(db, migrated, ident)["status"] == "CANCELLED"
@@ -301,19 +311,22 @@ def test_concurrent_triggers_make_one_pending_run(
     schedulers = [make_scheduler(f"op{i}") for i in range(8)]
     for s in schedulers:
         s.register(lambda run: None, name="button", every="1d")
-    ids = run_together([lambda s=s: s.trigger("button") for s in schedulers])
-    assert len(set(ids)) == 1, ids
+    done = run_together([lambda s=s: s.trigger("button") for s in schedulers])
+    ids = {t.id for t in done}
+    assert len(ids) == 1, ids
+    assert sum(t.created for t in done) == 1, "one call created it, the others were told"
     assert count(db, migrated, "status = 'PENDING'") == 1
 
 
 def test_cancel_racing_a_claim_is_consistent(make_scheduler: Any, migrated: str, db: Any) -> None:
     recorder = Recorder()
     s = make_scheduler()
-    s.register(recorder.enter, name="racy", every="1d")
-    s.run_once()  # the scheduled plan, out of the way
+    rounds = [pgsched.Scope("round", str(i)) for i in range(5)]
+    s.register(recorder.enter, name="racy", every="1d", scopes=rounds)
+    s.run_once()  # the scheduled plans, out of the way
     for i in range(5):
-        scope = pgsched.Scope("round", str(i))
-        ident = s.trigger("racy", scope=scope)
+        scope = rounds[i]
+        ident = s.trigger("racy", scope=scope).id
 
         def cancel(ident: uuid.UUID = ident) -> str:
             try:
@@ -323,7 +336,7 @@ def test_cancel_racing_a_claim_is_consistent(make_scheduler: Any, migrated: str,
                 return "refused"
 
         outcome, report = run_together([cancel, s.run_once])
-        ran = [r for r in recorder.runs if r.scope == scope]
+        ran = [r for r in recorder.runs if r.scope == scope and r.trigger == "manual"]
         status = row_by_id(db, migrated, ident)["status"]
         if outcome == "cancelled":
             assert (status, len(ran), report.started) == ("CANCELLED", 0, 0)

@@ -266,7 +266,7 @@ def test_scope_ids_are_data(make_scheduler: Any, migrated: str, db: Any) -> None
     assert s.run_once().started == 0, "each plan once, even for odd ids"
 
     # a manual trigger with an odd scope
-    ident = s.trigger("odd", scope=pgsched.Scope("k'ind %", ODD_IDS[2]))
+    ident = s.trigger("odd", scope=pgsched.Scope("k'ind %", ODD_IDS[2])).id
     s.run_once()
     assert recorder.runs[-1].scope.id == ODD_IDS[2]
     assert row_by_id(db, migrated, ident)["scope_id"] == ODD_IDS[2]

@@ -1,0 +1,79 @@
+"""``pgsched trigger`` as the user of issue 22 met it (real ``python -m pgsched``
+subprocesses, no APP): a future ``--at`` never swallows a run-now, a second trigger says
+which execution already holds the plan, an ended plan is refused, a scoped job needs
+``--scope`` (one it has) or ``--all-scopes``, and ``pgsched status`` shows the job's last
+scheduled or started plan, not a cancelled trigger ahead of it."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.acceptance.operator_cli.ops import Ops, assert_one_line_error, current_plan, trigger
+from tests.support.rows import count, row_by_id
+
+pytestmark = pytest.mark.acceptance
+
+FAR = datetime(2031, 1, 1, tzinfo=UTC)
+
+
+def test_future_at_never_swallows_a_run_now(ops: Ops) -> None:
+    db, schema = ops.db, ops.schema
+    later = trigger(ops, "hourly", "--at", "2031-01-01T00:00:00")
+    now = trigger(ops, "hourly")
+    assert now != later, "the run-now is queued next to the one-off of 2031"
+    assert row_by_id(db, schema, now)["plan_time"] < FAR
+
+    again = ops.ok("trigger", "hourly", "--at", "2031-01-01T00:00:00")
+    assert again.startswith(str(later)), again
+    assert "not created" in again and "PENDING" in again and "2031-01-01 00:00:00" in again
+    held = ops.ok("trigger", "hourly")
+    assert held.startswith(str(now)) and "not created" in held, held
+    assert count(db, schema, "job_name = 'hourly' AND trigger = 'manual'") == 2
+
+    ops.ok("cancel", str(later))
+    line = assert_one_line_error(
+        ops("trigger", "hourly", "--at", "2031-01-01T00:00:00"), "already ended", "CANCELLED"
+    )
+    assert str(later) in line
+    assert count(db, schema, "job_name = 'hourly' AND trigger = 'manual'") == 2
+
+
+def test_status_shows_the_last_scheduled_plan_not_a_cancelled_trigger(ops: Ops) -> None:
+    scheduled = current_plan(ops)
+    later = trigger(ops, "hourly", "--at", "2031-01-01T00:00:00")
+    ops.ok("cancel", str(later))
+    jobs = {j["job"]: j for j in json.loads(ops.ok("status", "--json"))["jobs"]}
+    hourly = jobs["hourly"]
+    assert datetime.fromisoformat(hourly["last_plan"]) == scheduled["plan_time"], hourly
+    assert hourly["last_status"] == "SUCCESS", hourly
+    table = ops.ok("status")
+    assert "2031" not in table and "CANCELLED" not in table, table
+
+
+def test_a_scoped_job_needs_a_scope_it_has(ops: Ops) -> None:
+    db, schema = ops.db, ops.schema
+    before = count(db, schema)
+    assert_one_line_error(ops("trigger", "per_tenant"), "'per_tenant'", "--all-scopes")
+    assert_one_line_error(
+        ops("trigger", "per_tenant", "--scope", "tenant:nobody"), "'per_tenant'", "tenant:nobody"
+    )
+    assert_one_line_error(ops("trigger", "hourly", "--scope", "tenant:a"), "'hourly'")
+    assert count(db, schema) == before, "a refused trigger queues nothing"
+    assert count(db, schema, "scope_kind = 'global' AND job_name = 'per_tenant'") == 0
+
+    out = ops.ok("trigger", "per_tenant", "--all-scopes").splitlines()
+    assert len(out) == 2, out
+    scopes = {}
+    for line in out:
+        ident, scope = line.split()[:2]
+        scopes[scope] = row_by_id(db, schema, uuid.UUID(ident))
+    assert set(scopes) == {"tenant:a", "tenant:b"}
+    for scope, row in scopes.items():
+        assert f"{row['scope_kind']}:{row['scope_id']}" == scope
+        assert (row["status"], row["trigger"]) == ("PENDING", "manual")
+    held = ops.ok("trigger", "per_tenant", "--scope", "tenant:a")
+    assert held.startswith(str(scopes["tenant:a"]["id"])) and "not created" in held, held
