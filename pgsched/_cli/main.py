@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -13,7 +14,7 @@ from typing import Any, NoReturn
 from .._app import load_scheduler
 from .._dsn import redact, remember_secrets
 from .._errors import PgschedError
-from .._logging import configure_logging
+from .._logging import bound_logger, configure_logging
 from .._model import GLOBAL, Scope
 from .._operations.core import DriverError
 from .._times import parse_time
@@ -191,7 +192,37 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Terminated(BaseException):
+    """SIGTERM or SIGINT arrived while ``run`` was still starting (a BaseException, so an
+    APP's ``except Exception`` around its imports cannot swallow it)."""
+
+
+class _StartGuard:
+    """``run``'s signal handling from its first line: before the scheduler is about to run, a
+    signal ends the start (exit 0); from then on it asks the scheduler to stop, until the
+    scheduler's loop installs handlers of its own."""
+
+    def __init__(self) -> None:
+        self.scheduler: Any = None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        bound_logger().info("shutdown_requested", signal=name, starting=True)
+        if self.scheduler is None:
+            raise _Terminated(name)
+        self.scheduler.stop()
+
+
 def _run(args: argparse.Namespace) -> int:
+    try:
+        return _start_and_run(args, _StartGuard())
+    except _Terminated:
+        return 0
+
+
+def _start_and_run(args: argparse.Namespace, guard: _StartGuard) -> int:
     scheduler = load_scheduler(args.app)
     scheduler.configure(
         dsn=args.dsn,
@@ -218,6 +249,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"pgsched: applied migrations {', '.join(applied)}", file=sys.stderr)
     if not scheduler.jobs:
         raise PgschedError(f"APP {args.app!r} registers no jobs")
+    guard.scheduler = scheduler
     scheduler.run(http_port=None if args.no_http else args.http_port, http_host=args.http_host)
     return 0
 
