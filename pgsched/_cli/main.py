@@ -19,7 +19,7 @@ from .._model import GLOBAL, Scope
 from .._operations.core import DriverError
 from .._times import parse_time
 from .._views import Execution
-from .common import admin_from, print_table, utc_text
+from .common import admin_from, configured_dsn, print_table, utc_text
 from .schedules import add_schedule_commands
 
 
@@ -208,17 +208,17 @@ class _StartGuard:
             signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        name = signal.Signals(signum).name
-        bound_logger().info("shutdown_requested", signal=name, starting=True)
+        # Nothing is logged here: the interrupted code may hold the log's write lock.
         if self.scheduler is None:
-            raise _Terminated(name)
+            raise _Terminated(signal.Signals(signum).name)
         self.scheduler.stop()
 
 
 def _run(args: argparse.Namespace) -> int:
     try:
         return _start_and_run(args, _StartGuard())
-    except _Terminated:
+    except _Terminated as stopped:
+        bound_logger().info("shutdown_requested", signal=str(stopped), starting=True)
         return 0
 
 
@@ -243,6 +243,8 @@ def _start_and_run(args: argparse.Namespace, guard: _StartGuard) -> int:
             "(set PGSCHED_DSN to use your own database)",
             file=sys.stderr,
         )
+    # Where other tools (psql, pgsched status elsewhere) reach this replica's database.
+    bound_logger(runner_id=scheduler.runner_id).info("database_dsn", dsn=str(scheduler.dsn))
     if migrate:
         applied = scheduler.migrate()
         if applied:
@@ -361,6 +363,8 @@ def _backfill(args: argparse.Namespace) -> int:
     scheduler.configure(
         dsn=args.dsn, schema=args.schema, transaction_pooling=args.transaction_pooling or None
     )
+    if not scheduler.dsn:
+        scheduler.configure(dsn=configured_dsn(None))
     scopes = [Scope.parse(args.scope)] if args.scope else None
     count = scheduler.backfill(
         args.job, parse_time(args.start, "--from"), parse_time(args.end, "--to"), scopes
