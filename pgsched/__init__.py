@@ -20,7 +20,7 @@ from ._planning.recurrence import Planner
 from ._planning.schedules import Schedule, ScheduleSpec
 from ._run import Run
 from ._scheduler import Scheduler
-from ._views import Execution, JobStatus, Triggered
+from ._views import Attempt, Execution, FailedAttempt, JobStatus, RunHistory, Triggered
 
 try:
     __version__ = version("pgsched")
@@ -32,9 +32,11 @@ __all__ = [
     "Admin",
     "AppLoadError",
     "AsyncAdmin",
+    "Attempt",
     "ConfigError",
     "DatabaseError",
     "Execution",
+    "FailedAttempt",
     "JobSpec",
     "JobStatus",
     "LeaseLost",
@@ -43,6 +45,7 @@ __all__ = [
     "Planner",
     "Result",
     "Run",
+    "RunHistory",
     "Schedule",
     "ScheduleSpec",
     "Scheduler",

@@ -21,7 +21,7 @@ from ._operations.core import Operations, check_schema, no_jobs
 from ._planning.schedules import Schedule, ScheduleSpec
 from ._portal import PORTAL
 from ._times import Duration, parse_duration
-from ._views import Execution, JobStatus
+from ._views import Execution, FailedAttempt, JobStatus, RunHistory
 
 _T = TypeVar("_T")
 
@@ -165,15 +165,34 @@ class Admin(ScheduleMethods):
         return PORTAL.call(self._ops.status())
 
     def runs(
-        self, job: str | None = None, status: str | None = None, limit: int = 20
+        self,
+        job: str | None = None,
+        status: str | None = None,
+        limit: int = 20,
+        *,
+        scope: Scope | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[Execution]:
-        """The most recent executions, newest first (``limit`` between 1 and 1000)."""
-        return PORTAL.call(self._ops.runs(job, status, limit))
+        """The most recent executions, newest first (``limit`` between 1 and 1000), of
+        ``job``, in ``status`` and of ``scope`` when given, with plans at or after ``since``
+        and before ``until``."""
+        return PORTAL.call(
+            self._ops.runs(job, status, limit, scope=scope, since=since, until=until)
+        )
 
     def trigger(self, job: str, scope: Scope = GLOBAL, at: datetime | None = None) -> UUID:
         """Queue a manual run of ``job`` now (or at ``at``) and wake every replica; returns its
         execution id (the already PENDING one, if there is one for the job and scope)."""
         return PORTAL.call(self._ops.trigger(job, scope, at)).id
+
+    def run(self, execution_id: UUID | str) -> RunHistory:
+        """One execution and every attempt of it, in order (runner, times, error, traceback)."""
+        return PORTAL.call(self._ops.run(execution_id))
+
+    def failed_attempts(self, limit: int = 20) -> list[FailedAttempt]:
+        """The newest failed attempts across jobs, those of runs later retried included."""
+        return PORTAL.call(self._ops.failed_attempts(limit))
 
     def cancel(self, execution_id: UUID | str) -> None:
         """Cancel a PENDING execution."""

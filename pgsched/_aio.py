@@ -16,7 +16,7 @@ from ._times import Duration, parse_duration
 
 
 class AsyncAdmin(Operations):
-    """Operator actions as coroutines: ``status``, ``runs``, ``trigger``, ``cancel``,
+    """Operator actions as coroutines: ``status``, ``runs``, ``run``, ``trigger``, ``cancel``,
     ``pause``, ``resume``, ``backfill``, ``prune``, ``migrate`` (and the schedule operations
     of dynamic jobs).
 

@@ -82,6 +82,7 @@ class Finish:
     result_json: str | None
     duration_ms: int
     retry_delay_s: float | None
+    traceback: str | None = None  # a FAILED attempt's, kept in its attempt history
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,4 +156,27 @@ class Server:
             "system_identifier": self.system_identifier,
             "timeline": self.timeline,
             "address": self.address,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RunFilter:
+    """Which executions a list of runs shows: all of them where a field is None; plans at or
+    after ``since`` and before ``until``."""
+
+    job: str | None = None
+    status: str | None = None
+    scope_kind: str | None = None
+    scope_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def params(self) -> dict[str, object]:
+        return {
+            "job": self.job,
+            "status": self.status,
+            "kind": self.scope_kind,
+            "id": self.scope_id,
+            "since": self.since,
+            "until": self.until,
         }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import traceback
 from dataclasses import dataclass
 
 from ._dsn import redact
@@ -14,6 +15,8 @@ MAX_RESULT_BYTES = 16 * 1024
 # backslash itself was escaped, i.e. the text "\u0000", which is harmless).
 _ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 MAX_ERROR_CHARS = 4000
+MAX_TRACEBACK_BYTES = 16 * 1024
+_CUT = "... (traceback cut to its last 16 KiB)\n"
 
 
 class InvalidResult(Exception):
@@ -76,3 +79,14 @@ def describe_error(exc: BaseException) -> str:
     # Lone surrogates (from undecodable file names, say) cannot be sent as UTF-8.
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text[:MAX_ERROR_CHARS]
+
+
+def describe_traceback(exc: BaseException) -> str:
+    """The formatted traceback of ``exc``, DSN passwords redacted, cut to its last 16 KiB
+    (the end names the frame that raised and the error, the part an operator reads first)."""
+    text = redact("".join(traceback.format_exception(exc))).replace("\x00", "\\0")
+    data = text.encode("utf-8", "backslashreplace")
+    if len(data) <= MAX_TRACEBACK_BYTES:
+        return data.decode("utf-8")
+    keep = MAX_TRACEBACK_BYTES - len(_CUT.encode())
+    return _CUT + data[-keep:].decode("utf-8", "ignore")

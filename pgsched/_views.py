@@ -21,6 +21,8 @@ def _jsonable(value: Any) -> Any:
         return str(value)
     if isinstance(value, Scope):
         return {"kind": value.kind, "id": value.id}
+    if isinstance(value, tuple):
+        return [v.to_json() if isinstance(v, _JsonView) else _jsonable(v) for v in value]
     return value
 
 
@@ -99,6 +101,63 @@ class Execution(_JsonView):
 
     def __post_init__(self, scope_kind: str, scope_id: str) -> None:
         object.__setattr__(self, "scope", trusted_scope(scope_kind, scope_id))
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt(_JsonView):
+    """One attempt of an execution: the runner that held its lease (``fencing_token``), when
+    it started and ended, and how (``status`` FAILED for every attempt but the latest; a
+    lease taken over is ``stale_timeout``), with the handler's ``traceback`` if it raised."""
+
+    attempt: int
+    runner_id: str | None
+    fencing_token: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    status: str
+    error_code: str | None
+    error_msg: str | None
+    traceback: str | None
+
+
+@dataclass(frozen=True)
+class FailedAttempt(_JsonView):
+    """A failed attempt as the recent failures list it, with its execution as it is now:
+    ``latest`` when it is the execution's latest attempt (then ``next_retry_at`` is its
+    retry, if any), else the execution went on (``execution_status`` at
+    ``execution_attempt``)."""
+
+    execution_id: UUID
+    job: str
+    scope_kind: InitVar[str]
+    scope_id: InitVar[str]
+    plan_time: datetime
+    attempt: int
+    max_attempts: int
+    runner_id: str | None
+    finished_at: datetime | None
+    error_code: str | None
+    error_msg: str | None
+    execution_status: str
+    execution_attempt: int
+    next_retry_at: datetime | None
+    latest: bool
+    scope: Scope = field(init=False)
+
+    def __post_init__(self, scope_kind: str, scope_id: str) -> None:
+        object.__setattr__(self, "scope", trusted_scope(scope_kind, scope_id))
+
+
+@dataclass(frozen=True, slots=True)
+class RunHistory:
+    """One execution as ``run(id)`` reports it: its row and every attempt, in order."""
+
+    execution: Execution
+    attempts: tuple[Attempt, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The execution's JSON with ``attempts``: a list of each attempt's JSON."""
+        return {**self.execution.to_json(), "attempts": [a.to_json() for a in self.attempts]}
 
 
 @dataclass(frozen=True, slots=True)

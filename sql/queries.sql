@@ -64,19 +64,33 @@ SELECT count(*) AS running FROM {schema}.cron_executions
 WHERE job_name = %(job)s AND status = 'RUNNING' AND stale_after >= clock_timestamp()
 
 -- name: close_stale
--- Stale leases that must not be re-entered (or have no attempt left) become FAILED.
-WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
-UPDATE {schema}.cron_executions e
-SET status = 'FAILED', error_code = 'stale_timeout',
-    error_msg = left('lease of runner ' || coalesce(e.runner_id, '?')
-                     || ' went stale: no heartbeat since ' || coalesce(e.heartbeat_at::text, '?'),
-                     4000),
-    next_retry_at = NULL, finished_at = now.t, updated_at = now.t,
-    duration_ms = LEAST(extract(epoch FROM now.t - e.started_at) * 1000, 2147483647)::integer
-FROM now
-WHERE e.job_name = %(job)s AND e.status = 'RUNNING' AND e.stale_after < now.t
-  AND (NOT %(reentry)s OR e.attempt >= e.max_attempts)
-RETURNING e.id, e.scope_kind, e.scope_id, e.plan_time, e.attempt, e.runner_id
+-- Stale leases that must not be re-entered (or have no attempt left) become FAILED; the
+-- attempt is kept in cron_attempts.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+closed AS (
+    UPDATE {schema}.cron_executions e
+    SET status = 'FAILED', error_code = 'stale_timeout',
+        error_msg = left('lease of runner ' || coalesce(e.runner_id, '?')
+                         || ' went stale: no heartbeat since '
+                         || coalesce(e.heartbeat_at::text, '?'), 4000),
+        next_retry_at = NULL, finished_at = now.t, updated_at = now.t,
+        duration_ms = LEAST(extract(epoch FROM now.t - e.started_at) * 1000, 2147483647)::integer
+    FROM now
+    WHERE e.job_name = %(job)s AND e.status = 'RUNNING' AND e.stale_after < now.t
+      AND (NOT %(reentry)s OR e.attempt >= e.max_attempts)
+    RETURNING e.id, e.scope_kind, e.scope_id, e.plan_time, e.attempt, e.runner_id,
+              e.fencing_token, e.started_at, e.finished_at, e.error_code, e.error_msg
+),
+kept AS (
+    INSERT INTO {schema}.cron_attempts
+        (execution_id, fencing_token, attempt, runner_id, started_at, finished_at, error_code,
+         error_msg)
+    SELECT c.id, c.fencing_token, c.attempt, c.runner_id, c.started_at, c.finished_at,
+           c.error_code, c.error_msg
+    FROM closed c
+    ON CONFLICT DO NOTHING
+)
+SELECT id, scope_kind, scope_id, plan_time, attempt, runner_id FROM closed
 
 -- name: claim_existing
 -- Takes over existing rows on the same row, oldest plan first: stale leases (steal),
@@ -88,7 +102,9 @@ RETURNING e.id, e.scope_kind, e.scope_id, e.plan_time, e.attempt, e.runner_id
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 locked AS (
     SELECT c.id, c.status AS previous_status, c.runner_id AS previous_runner,
-           c.scope_kind, c.scope_id, c.plan_time
+           c.scope_kind, c.scope_id, c.plan_time, c.attempt AS previous_attempt,
+           c.fencing_token AS previous_fencing, c.started_at AS previous_started,
+           c.heartbeat_at AS previous_heartbeat
     FROM {schema}.cron_executions c
     WHERE c.job_name = %(job)s
       AND (   (%(reentry)s AND c.status = 'RUNNING' AND c.stale_after < (SELECT t FROM now)
@@ -111,23 +127,40 @@ picked AS (
                    PARTITION BY l.scope_kind, l.scope_id ORDER BY l.plan_time, l.id) AS nth
         FROM locked l) AS l
     WHERE NOT %(forbid)s OR l.nth = 1
+),
+taken AS (
+    UPDATE {schema}.cron_executions e
+    SET status = 'RUNNING',
+        attempt = e.attempt + CASE WHEN e.status = 'PENDING' THEN 0 ELSE 1 END,
+        max_attempts = CASE WHEN e.status = 'PENDING' THEN %(max_attempts)s ELSE e.max_attempts END,
+        exclusive = %(forbid)s,
+        lease_token = gen_random_uuid(),
+        fencing_token = {schema}.next_fencing_token(),
+        runner_id = %(runner)s,
+        heartbeat_at = now.t, stale_after = now.t + %(stale_timeout)s, started_at = now.t,
+        finished_at = NULL, duration_ms = NULL, next_retry_at = NULL, error_code = NULL,
+        error_msg = NULL, rows_affected = NULL, result = '{{}}', updated_at = now.t
+    FROM picked, now
+    WHERE e.id = picked.id
+    RETURNING e.id, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.attempt, e.max_attempts,
+              e.lease_token, e.fencing_token, e.started_at, e.payload, picked.previous_status,
+              picked.previous_runner
+),
+-- A stolen lease's attempt ends here: kept in cron_attempts with the runner that lost it.
+kept AS (
+    INSERT INTO {schema}.cron_attempts
+        (execution_id, fencing_token, attempt, runner_id, started_at, finished_at, error_code,
+         error_msg)
+    SELECT p.id, p.previous_fencing, p.previous_attempt, p.previous_runner, p.previous_started,
+           (SELECT t FROM now), 'stale_timeout',
+           left('lease of runner ' || coalesce(p.previous_runner, '?')
+                || ' went stale: no heartbeat since '
+                || coalesce(p.previous_heartbeat::text, '?') || '; taken over', 4000)
+    FROM picked p
+    WHERE p.previous_status = 'RUNNING' AND p.id IN (SELECT id FROM taken)
+    ON CONFLICT DO NOTHING
 )
-UPDATE {schema}.cron_executions e
-SET status = 'RUNNING',
-    attempt = e.attempt + CASE WHEN e.status = 'PENDING' THEN 0 ELSE 1 END,
-    max_attempts = CASE WHEN e.status = 'PENDING' THEN %(max_attempts)s ELSE e.max_attempts END,
-    exclusive = %(forbid)s,
-    lease_token = gen_random_uuid(),
-    fencing_token = {schema}.next_fencing_token(),
-    runner_id = %(runner)s,
-    heartbeat_at = now.t, stale_after = now.t + %(stale_timeout)s, started_at = now.t,
-    finished_at = NULL, duration_ms = NULL, next_retry_at = NULL, error_code = NULL,
-    error_msg = NULL, rows_affected = NULL, result = '{{}}', updated_at = now.t
-FROM picked, now
-WHERE e.id = picked.id
-RETURNING e.id, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.attempt, e.max_attempts,
-          e.lease_token, e.fencing_token, e.started_at, e.payload, picked.previous_status,
-          picked.previous_runner
+SELECT * FROM taken
 
 -- name: claim_new
 -- The claim: INSERT ... ON CONFLICT DO NOTHING of RUNNING rows for the due plans of the
@@ -217,23 +250,38 @@ RETURNING e.id
 
 -- name: finish
 -- Terminal writes of a batch, each guarded by its lease token; ids missing from the
--- result lost their lease and wrote nothing.
-WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
-UPDATE {schema}.cron_executions e
-SET status = b.status, finished_at = now.t, updated_at = now.t,
-    duration_ms = b.duration_ms, rows_affected = b.rows_affected,
-    result = coalesce(b.result::jsonb, '{{}}'), error_code = b.error_code,
-    error_msg = left(b.error_msg, 4000),
-    next_retry_at = CASE WHEN b.status = 'FAILED' AND e.attempt < e.max_attempts
-                         THEN now.t + make_interval(secs => b.retry_delay) END
-FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(statuses)b::text[],
-            %(error_codes)b::text[], %(error_msgs)b::text[], %(rows)b::bigint[],
-            %(results)b::text[], %(durations)b::integer[], %(retry_delays)b::float8[])
-     AS b(id, token, status, error_code, error_msg, rows_affected, result, duration_ms,
-          retry_delay),
-     now
-WHERE e.id = b.id AND e.lease_token = b.token AND e.status = 'RUNNING'
-RETURNING e.id, e.next_retry_at
+-- result lost their lease and wrote nothing. A FAILED attempt (retried or final) is kept in
+-- cron_attempts by the same statement, with its traceback.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+done AS (
+    UPDATE {schema}.cron_executions e
+    SET status = b.status, finished_at = now.t, updated_at = now.t,
+        duration_ms = b.duration_ms, rows_affected = b.rows_affected,
+        result = coalesce(b.result::jsonb, '{{}}'), error_code = b.error_code,
+        error_msg = left(b.error_msg, 4000),
+        next_retry_at = CASE WHEN b.status = 'FAILED' AND e.attempt < e.max_attempts
+                             THEN now.t + make_interval(secs => b.retry_delay) END
+    FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(statuses)b::text[],
+                %(error_codes)b::text[], %(error_msgs)b::text[], %(rows)b::bigint[],
+                %(results)b::text[], %(durations)b::integer[], %(retry_delays)b::float8[],
+                %(tracebacks)b::text[])
+         AS b(id, token, status, error_code, error_msg, rows_affected, result, duration_ms,
+              retry_delay, traceback),
+         now
+    WHERE e.id = b.id AND e.lease_token = b.token AND e.status = 'RUNNING'
+    RETURNING e.id, e.next_retry_at, e.status, e.fencing_token, e.attempt, e.runner_id,
+              e.started_at, e.finished_at, e.error_code, e.error_msg, b.traceback
+),
+kept AS (
+    INSERT INTO {schema}.cron_attempts
+        (execution_id, fencing_token, attempt, runner_id, started_at, finished_at, error_code,
+         error_msg, traceback)
+    SELECT d.id, d.fencing_token, d.attempt, d.runner_id, d.started_at, d.finished_at,
+           d.error_code, d.error_msg, d.traceback
+    FROM done d WHERE d.status = 'FAILED'
+    ON CONFLICT DO NOTHING
+)
+SELECT id, next_retry_at FROM done
 
 -- name: reapply
 -- After a failover, what this replica wrote to the previous server that the new one lacks (an
@@ -448,7 +496,64 @@ SELECT id, job_name AS job, scope_kind, scope_id, plan_time, trigger, status, at
 FROM {schema}.cron_executions
 WHERE (%(job)s::text IS NULL OR job_name = %(job)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(kind)s::text IS NULL OR (scope_kind = %(kind)s AND scope_id = %(id)s))
+  AND (%(since)s::timestamptz IS NULL OR plan_time >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR plan_time < %(until)s)
 ORDER BY created_at DESC, id
+LIMIT %(limit)s
+
+-- name: get_run
+SELECT id, job_name AS job, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
+       next_retry_at, runner_id, fencing_token, heartbeat_at, stale_after, started_at,
+       finished_at, duration_ms, rows_affected, result, error_code, error_msg, created_at,
+       (status = 'RUNNING' AND stale_after < clock_timestamp()) AS stale
+FROM {schema}.cron_executions
+WHERE id = %(id)s
+
+-- name: run_attempts
+-- Every attempt of one execution in order: those kept in cron_attempts, then the row's own
+-- latest attempt when it is not among them (running, succeeded, or ended before version 8).
+SELECT a.attempt, a.runner_id, a.fencing_token, a.started_at, a.finished_at,
+       'FAILED' AS status, a.error_code, a.error_msg, a.traceback
+FROM {schema}.cron_attempts a
+WHERE a.execution_id = %(id)s
+UNION ALL
+SELECT e.attempt, e.runner_id, e.fencing_token, e.started_at, e.finished_at,
+       CASE WHEN e.status = 'RUNNING' AND e.stale_after < clock_timestamp() THEN 'STALE'
+            ELSE e.status END,
+       e.error_code, e.error_msg, NULL
+FROM {schema}.cron_executions e
+WHERE e.id = %(id)s AND e.started_at IS NOT NULL AND e.status <> 'PENDING'
+  AND NOT EXISTS (SELECT 1 FROM {schema}.cron_attempts a
+                  WHERE a.execution_id = e.id AND a.fencing_token = e.fencing_token)
+ORDER BY 1, 5 NULLS LAST
+
+-- name: failed_attempts
+-- The newest failed attempts across jobs (the status page's recent failures), those of
+-- executions that later succeeded included; a FAILED row with no kept attempt (written before
+-- version 8, or by an older replica) counts as its own.
+SELECT f.* FROM (
+    (SELECT a.execution_id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time,
+            a.attempt, e.max_attempts, a.runner_id, a.finished_at, a.error_code, a.error_msg,
+            e.status AS execution_status, e.attempt AS execution_attempt,
+            CASE WHEN a.fencing_token = e.fencing_token THEN e.next_retry_at END AS next_retry_at,
+            a.fencing_token = e.fencing_token AS latest
+     FROM {schema}.cron_attempts a
+     JOIN {schema}.cron_executions e ON e.id = a.execution_id
+     ORDER BY a.finished_at DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT e.id, e.job_name, e.scope_kind, e.scope_id, e.plan_time, e.attempt, e.max_attempts,
+            e.runner_id, e.finished_at, e.error_code, e.error_msg, e.status, e.attempt,
+            e.next_retry_at, true
+     FROM {schema}.cron_executions e
+     WHERE e.status = 'FAILED' AND e.finished_at IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM {schema}.cron_attempts a
+                       WHERE a.execution_id = e.id AND a.fencing_token = e.fencing_token)
+     ORDER BY e.finished_at DESC
+     LIMIT %(limit)s)
+) AS f
+ORDER BY f.finished_at DESC, f.execution_id, f.attempt
 LIMIT %(limit)s
 
 -- name: prune_batch

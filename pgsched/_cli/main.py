@@ -18,8 +18,8 @@ from .._logging import bound_logger, configure_logging
 from .._model import GLOBAL, Scope
 from .._operations.core import DriverError
 from .._times import parse_time
-from .._views import Execution
 from .common import admin_from, configured_dsn, print_table, utc_text
+from .runs import add_runs_command
 from .schedules import add_schedule_commands
 
 
@@ -100,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
         required=True, metavar="COMMAND", parser_class=_Parser.with_parents(common)
     )
     _replica_commands(sub)
-    _operator_commands(sub)
+    _operator_commands(sub, _Parser.with_parents(common))
     add_schedule_commands(sub, _Parser.with_parents(common))
     return parser
 
@@ -151,18 +151,13 @@ def _replica_commands(sub: Subparsers) -> None:
     p.set_defaults(command=_backfill)
 
 
-def _operator_commands(sub: Subparsers) -> None:
+def _operator_commands(sub: Subparsers, parser_class: type[argparse.ArgumentParser]) -> None:
     """status, runs, trigger, cancel, pause, resume, prune: no APP needed."""
     p = sub.add_parser("status", help="per job: last plan, status, success, running, stale...")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(command=_status)
 
-    p = sub.add_parser("runs", help="recent executions, newest first")
-    p.add_argument("--job")
-    p.add_argument("--status", help="PENDING, RUNNING, SUCCESS, FAILED or CANCELLED")
-    p.add_argument("--limit", type=int, default=20)
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(command=_runs)
+    add_runs_command(sub, parser_class)
 
     p = sub.add_parser("trigger", help="run JOB now (or --at a time) on some replica")
     p.add_argument("job", metavar="JOB")
@@ -311,32 +306,6 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _runs(args: argparse.Namespace) -> int:
-    runs = admin_from(args).runs(job=args.job, status=args.status, limit=args.limit)
-    if args.json:
-        print(json.dumps({"runs": [r.to_json() for r in runs]}, indent=2))
-        return 0
-    headers = ["ID", "JOB", "SCOPE", "PLAN TIME", "TRIGGER", "STATUS", "ATTEMPT", "RUNNER"]
-    headers += ["MS", "ERROR"]
-    rows = [
-        [
-            str(r.id),
-            r.job,
-            str(r.scope)[:40],
-            utc_text(r.plan_time),
-            r.trigger,
-            "STALE" if r.stale else r.status,
-            f"{r.attempt}/{r.max_attempts}",
-            r.runner_id or "-",
-            "-" if r.duration_ms is None else r.duration_ms,
-            _error(r),
-        ]
-        for r in runs
-    ]
-    print_table(headers, rows)
-    return 0
-
-
 def _trigger(args: argparse.Namespace) -> int:
     scope = Scope.parse(args.scope) if args.scope else GLOBAL
     at = parse_time(args.at, "--at") if args.at else None
@@ -377,9 +346,3 @@ def _prune(args: argparse.Namespace) -> int:
     deleted = admin_from(args).prune(args.older_than)
     print(f"deleted {deleted} finished run(s) older than {args.older_than}")
     return 0
-
-
-def _error(run: Execution) -> str:
-    if not run.error_code:
-        return ""
-    return f"{run.error_code}: {' '.join(str(run.error_msg or '').split())}"[:60]

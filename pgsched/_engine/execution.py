@@ -16,7 +16,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from .._errors import LeaseLost
-from .._results import InvalidResult, describe_error
+from .._results import InvalidResult, describe_error, describe_traceback
 from .._run import Run
 from .._storage.connection import Backoff, unavailable
 from .leases import LeaseTable
@@ -107,7 +107,14 @@ class Executor:
             if deadline.expired():
                 why = f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout})"
                 return failed(job, run, started, "run_timeout", why)
-            return failed(job, run, started, "handler_error", describe_error(exc))
+            return failed(
+                job,
+                run,
+                started,
+                "handler_error",
+                describe_error(exc),
+                traceback=describe_traceback(exc),
+            )
         except LeaseLost:
             self._leases.lose(lease, "handler raised LeaseLost")
             return None
@@ -118,7 +125,9 @@ class Executor:
         except Exception as exc:
             error = describe_error(exc)
             self._recorder.handler_raised(lease, error, exc)
-            return failed(job, run, started, "handler_error", error)
+            return failed(
+                job, run, started, "handler_error", error, traceback=describe_traceback(exc)
+            )
         overran = time.monotonic() - started - job.run_timeout.total_seconds()
         if overran > 0:  # it blocked the loop past its deadline: asyncio could not cancel it
             why = (

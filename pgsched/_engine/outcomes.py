@@ -30,10 +30,18 @@ def succeeded(started: float, value: object) -> Outcome:
 
 
 def failed(
-    job: JobSpec, run: Run, started: float, code: str, message: str, *, retry_now: bool = False
+    job: JobSpec,
+    run: Run,
+    started: float,
+    code: str,
+    message: str,
+    *,
+    retry_now: bool = False,
+    traceback: str | None = None,
 ) -> Outcome:
-    """FAILED with ``code``; the job's backoff decides when it is retried (``retry_now``: at
-    once, for a run abandoned at shutdown), None when no attempt is left."""
+    """FAILED with ``code`` (and the handler's ``traceback``, if it raised); the job's backoff
+    decides when it is retried (``retry_now``: at once, for a run abandoned at shutdown), None
+    when no attempt is left."""
     delay = job.retry_delay(run.attempt, run.max_attempts)
     return Outcome(
         "FAILED",
@@ -41,4 +49,5 @@ def failed(
         error_code=code,
         error_msg=message,
         retry_delay_s=None if delay is None else 0.0 if retry_now else delay.total_seconds(),
+        traceback=traceback,
     )

@@ -104,6 +104,7 @@ class Outcome:
     rows_affected: int | None = None
     result_json: str | None = None
     retry_delay_s: float | None = None  # FAILED: the delay before the next attempt, if any
+    traceback: str | None = None  # FAILED by an exception: the handler's, at most 16 KiB
 
     def finish(self, run: Run) -> Finish:
         """The row write for ``run``, guarded by its lease token."""
@@ -117,6 +118,7 @@ class Outcome:
             self.result_json,
             self.duration_ms,
             self.retry_delay_s,
+            self.traceback,
         )
 
 

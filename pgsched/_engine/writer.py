@@ -85,8 +85,10 @@ class LeaseWriter:
             if lease.execution_id not in written:
                 self._leases.lose(lease, "terminal write matched no row holding this lease")
                 continue
-            self._recorder.finished(lease, outcome, written[lease.execution_id])
             stored = self._landed.pop(lease.execution_id, None)
+            if stored is not None and stored.status != outcome.status:
+                outcome = _as_stored(outcome, stored)  # the outcome could not be stored as is
+            self._recorder.finished(lease, outcome, written[lease.execution_id])
             if stored is not None:
                 self.memory.remember(lease, stored, written[lease.execution_id])
             self._leases.release(lease)
@@ -297,6 +299,20 @@ def _claim_row(lease: Lease) -> Restore:
         payload_json=json.dumps(run.payload),
         started_at=lease.started_at,
         stale_timeout_s=job.stale_timeout.total_seconds(),
+    )
+
+
+def _as_stored(outcome: Outcome, stored: Finish) -> Outcome:
+    """``outcome`` as the row it landed as (a SUCCESS whose value was refused: FAILED
+    ``invalid_result``), so logs, metrics and the tick report say what the ledger says."""
+    return replace(
+        outcome,
+        status="FAILED",
+        error_code=stored.error_code,
+        error_msg=stored.error_msg,
+        rows_affected=stored.rows_affected,
+        result_json=stored.result_json,
+        retry_delay_s=stored.retry_delay_s,
     )
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any
 
-from .._views import Execution, JobStatus
+from .._views import Execution, FailedAttempt, JobStatus
 
 _STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;
@@ -37,7 +37,7 @@ def render_status_page(
     *,
     jobs: Sequence[JobStatus],
     recent: Sequence[Execution],
-    failures: Sequence[Execution],
+    failures: Sequence[FailedAttempt],
     stale_leases: Sequence[Execution],
     runner_id: str,
 ) -> str:
@@ -101,19 +101,28 @@ def _stale_leases(runs: Sequence[Execution]) -> str:
     return _section("Stale leases", note, headers, rows)
 
 
-def _failures(failures: Sequence[Execution]) -> str:
-    headers = ["job", "scope", "plan time", "attempt", "error", "message", "retry at"]
+def _failures(failures: Sequence[FailedAttempt]) -> str:
+    headers = ["job", "scope", "plan time", "attempt", "runner", "error", "message", "then"]
     rows = [
         [
             *_where(r),
             f"{r.attempt}/{r.max_attempts}",
+            _t(r.runner_id or ""),
             _t(r.error_code or ""),
             f'<td class="err">{escape(str(r.error_msg or ""))}</td>',
-            _time(r.next_retry_at) if r.next_retry_at else "no retry left",
+            _then(r),
         ]
         for r in failures
     ]
-    return _section("Recent failures", "newest first", headers, rows)
+    note = "newest first; failed attempts of runs that were retried included"
+    return _section("Recent failures", note, headers, rows)
+
+
+def _then(r: FailedAttempt) -> str:
+    """What came of a failed attempt: its retry, none, or how its execution went on."""
+    if r.latest:
+        return _time(r.next_retry_at) if r.next_retry_at else "no retry left"
+    return f"retried: {_status(r.execution_status)} on attempt {r.execution_attempt}"
 
 
 def _recent(recent: Sequence[Execution]) -> str:
@@ -169,12 +178,12 @@ def _b(value: Any) -> str:
     return f"<strong>{escape(str(value))}</strong>"
 
 
-def _where(row: Execution) -> list[str]:
+def _where(row: Execution | FailedAttempt) -> list[str]:
     """The job, scope and plan time cells of an execution."""
     return [_t(row.job), _scope(row), _time(row.plan_time)]
 
 
-def _scope(row: Execution) -> str:
+def _scope(row: Execution | FailedAttempt) -> str:
     return escape(str(row.scope)[:120])
 
 

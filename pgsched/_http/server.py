@@ -69,6 +69,7 @@ class HttpServer:
                 web.get("/", self.page),
                 web.get("/api/jobs", self.api_jobs),
                 web.get("/api/runs", self.api_runs),
+                web.get("/api/runs/{id}", self.api_run),
                 web.post("/api/jobs/{job}/trigger", self.api_trigger),
                 web.post("/api/jobs/{job}/pause", self.api_pause),
                 web.post("/api/jobs/{job}/resume", self.api_resume),
@@ -186,7 +187,7 @@ class HttpServer:
             return (
                 await ops.status(),
                 await ops.runs(limit=50),
-                await ops.runs(status="FAILED", limit=20),
+                await ops.failed_attempts(limit=20),
                 [r for r in running if r.stale],
             )
 
@@ -212,8 +213,18 @@ class HttpServer:
             raise ConfigError(
                 f"limit={query.get('limit')!r} must be an integer between 1 and {MAX_LIMIT}"
             ) from None
-        runs = await self._db(self._ops.runs(query.get("job"), query.get("status"), limit))
+        scope = _scope_param(query.get("scope"))
+        since = parse_time(query["since"], "since") if query.get("since") else None
+        until = parse_time(query["until"], "until") if query.get("until") else None
+        action = self._ops.runs(
+            query.get("job"), query.get("status"), limit, scope=scope, since=since, until=until
+        )
+        runs = await self._db(action)
         return _json({"runs": [r.to_json() for r in runs]}, 200)
+
+    async def api_run(self, request: web.Request) -> web.Response:
+        found = await self._db(self._ops.run(request.match_info["id"]))
+        return _json(found.to_json(), 200)
 
     # -- write API ----------------------------------------------------------------------
 
@@ -258,6 +269,15 @@ class HttpServer:
         ident = request.match_info["id"]
         await self._db(self._ops.cancel(ident))
         return _json({"id": ident, "status": "CANCELLED"}, 200)
+
+
+def _scope_param(text: str | None) -> Scope | None:
+    if not text:
+        return None
+    kind, sep, ident = text.partition(":")
+    if not sep or not kind or not ident:
+        raise ConfigError(f"scope={text!r} is not of the form KIND:ID")
+    return Scope(kind, ident)
 
 
 async def _body(request: web.Request) -> dict[str, Any]:

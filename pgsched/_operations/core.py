@@ -17,9 +17,10 @@ from .._config import JobSpec, evaluate_scopes
 from .._errors import ConfigError, NotFoundError, PgschedError
 from .._model import GLOBAL, Scope, check_job_name
 from .._planning.schedules import recurrence_plans
+from .._records import RunFilter
 from .._storage.store import Conn, ScheduleStore, Store
 from .._times import Duration, aware, parse_duration
-from .._views import Execution, JobStatus, Triggered
+from .._views import Execution, FailedAttempt, JobStatus, RunHistory, Triggered
 from .schedules import ScheduleOperations
 
 Connector = Callable[[], AbstractAsyncContextManager[Conn]]
@@ -96,17 +97,39 @@ class Operations(ScheduleOperations):
             return await self._store.job_summary(conn)
 
     async def runs(
-        self, job: str | None = None, status: str | None = None, limit: int = 20
+        self,
+        job: str | None = None,
+        status: str | None = None,
+        limit: int = 20,
+        *,
+        scope: Scope | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[Execution]:
-        """The most recent executions, newest first, of ``job`` and in ``status`` when given
+        """The most recent executions, newest first, of ``job``, in ``status`` and of
+        ``scope`` when given, with plans at or after ``since`` and before ``until``
         (``limit`` between 1 and 1000)."""
         if job is not None:
             check_job_name(job)
         state = _run_status(status)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
             raise ConfigError(f"limit={limit!r} must be an integer between 1 and {MAX_LIMIT}")
+        if scope is not None and not isinstance(scope, Scope):
+            raise ConfigError(f"scope={scope!r} must be a pgsched.Scope")
+        start = None if since is None else aware(since, "since")
+        end = None if until is None else aware(until, "until")
+        if start is not None and end is not None and start >= end:
+            raise ConfigError(f"since={start.isoformat()} must come before until={end.isoformat()}")
+        chosen = RunFilter(
+            job,
+            state,
+            None if scope is None else scope.kind,
+            None if scope is None else scope.id,
+            start,
+            end,
+        )
         async with self._conn() as conn:
-            return await self._store.list_runs(conn, job=job, status=state, limit=limit)
+            return await self._store.list_runs(conn, chosen, limit)
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -130,13 +153,28 @@ class Operations(ScheduleOperations):
             await self._notify(conn, "trigger", job)
         return row
 
+    async def failed_attempts(self, limit: int = 20) -> list[FailedAttempt]:
+        """The newest failed attempts across jobs, newest first, those of executions that
+        were retried and later succeeded included (``limit`` between 1 and 1000)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+            raise ConfigError(f"limit={limit!r} must be an integer between 1 and {MAX_LIMIT}")
+        async with self._conn() as conn:
+            return await self._store.failed_attempts(conn, limit)
+
+    async def run(self, execution_id: UUID | str) -> RunHistory:
+        """One execution and every attempt of it, in order (runner, times, error, traceback);
+        :class:`NotFoundError` if there is none."""
+        ident = _execution_id(execution_id)
+        async with self._conn() as conn:
+            found = await self._store.get_run(conn, ident)
+        if found is None:
+            raise NotFoundError(f"execution {ident} does not exist")
+        return found
+
     async def cancel(self, execution_id: UUID | str) -> None:
         """Cancel a PENDING execution; :class:`NotFoundError` if there is none, and an error
         naming its status if it is not PENDING."""
-        try:
-            ident = UUID(str(execution_id))
-        except ValueError:
-            raise ConfigError(f"execution id {execution_id!r} is not a UUID") from None
+        ident = _execution_id(execution_id)
         async with self._conn() as conn:
             outcome = await self._store.cancel(conn, ident)
         if outcome == "missing":
@@ -224,6 +262,13 @@ def _run_status(status: str | None) -> str | None:
     if not isinstance(status, str) or status.upper() not in RUN_STATUSES:
         raise ConfigError(f"status={status!r} is not one of {', '.join(RUN_STATUSES)}")
     return status.upper()
+
+
+def _execution_id(execution_id: UUID | str) -> UUID:
+    try:
+        return UUID(str(execution_id))
+    except ValueError:
+        raise ConfigError(f"execution id {execution_id!r} is not a UUID") from None
 
 
 MAX_BACKFILL = 100_000  # rows one backfill may insert: more would outlast a statement timeout

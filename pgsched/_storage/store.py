@@ -25,10 +25,11 @@ from .._records import (
     Probe,
     Restore,
     Row,
+    RunFilter,
     ScheduleMove,
     ScheduleRows,
 )
-from .._views import Execution, JobStatus, Triggered
+from .._views import Attempt, Execution, FailedAttempt, JobStatus, RunHistory, Triggered
 
 _V = TypeVar("_V")
 Conn = AsyncConnection[Any]
@@ -343,11 +344,20 @@ class Store(_Statements):
     async def job_summary(self, conn: Conn) -> list[JobStatus]:
         return await self._typed(conn, "job_summary", JobStatus)
 
-    async def list_runs(
-        self, conn: Conn, *, job: str | None, status: str | None, limit: int
-    ) -> list[Execution]:
-        params = {"job": job, "status": status, "limit": limit}
+    async def list_runs(self, conn: Conn, chosen: RunFilter, limit: int) -> list[Execution]:
+        params = {**chosen.params(), "limit": limit}
         return await self._typed(conn, "list_runs", Execution, params)
+
+    async def get_run(self, conn: Conn, execution_id: UUID) -> RunHistory | None:
+        """The execution and its attempts (``get_run``, ``run_attempts``); None if unknown."""
+        found = await self._typed(conn, "get_run", Execution, {"id": execution_id})
+        if not found:
+            return None
+        attempts = await self._typed(conn, "run_attempts", Attempt, {"id": execution_id})
+        return RunHistory(found[0], tuple(attempts))
+
+    async def failed_attempts(self, conn: Conn, limit: int) -> list[FailedAttempt]:
+        return await self._typed(conn, "failed_attempts", FailedAttempt, {"limit": limit})
 
     async def prune_batch(self, conn: Conn, older_than: timedelta, batch: int) -> int:
         return await self._rowcount(conn, "prune_batch", {"older_than": older_than, "batch": batch})
@@ -410,6 +420,7 @@ def _finish_params(batch: Sequence[Finish]) -> dict[str, Any]:
         "results": [f.result_json for f in ordered],
         "durations": [f.duration_ms for f in ordered],
         "retry_delays": [f.retry_delay_s for f in ordered],
+        "tracebacks": [f.traceback for f in ordered],
     }
 
 

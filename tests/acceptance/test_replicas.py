@@ -133,6 +133,9 @@ def test_rolling_update_runs_no_plan_twice_and_loses_none(replicas: Replicas, db
     def plans_seen() -> int:
         return in_schema(db, schema, "SELECT count(DISTINCT plan_time) FROM {s}.ledger")[0][0]
 
+    def ran() -> set[str]:
+        return {r[0] for r in in_schema(db, schema, "SELECT DISTINCT runner_id FROM {s}.ledger")}
+
     for i in range(3):
         replicas.start(f"old-{i}", app="rolling.py")
     wait_until(lambda: plans_seen() >= 3, 30, "the first plans")
@@ -156,6 +159,9 @@ def test_rolling_update_runs_no_plan_twice_and_loses_none(replicas: Replicas, db
         replicas.start(f"new-{i}", app="rolling.py")
         seen = plans_seen()
         wait_until(lambda seen=seen: plans_seen() >= seen + 2, 30, "plans go on")
+        # The next pod goes only once this one works (a Deployment waits for its readiness):
+        # else, on a loaded machine, the last replacement may be stopped before it started.
+        wait_until(lambda i=i: f"new-{i}" in ran(), 30, f"new-{i} to run a plan")
         print(f"old-{i}: {in_flight} run(s) in flight at SIGTERM")
     assert set(replicas.terminate_all().values()) == {0}
 
@@ -178,5 +184,4 @@ def test_rolling_update_runs_no_plan_twice_and_loses_none(replicas: Replicas, db
         db, schema, "SELECT count(*) FROM {s}.cron_executions WHERE error_code IS NOT NULL"
     )
     assert shutdown[0][0] == 0
-    runners = {r[0] for r in in_schema(db, schema, "SELECT DISTINCT runner_id FROM {s}.ledger")}
-    assert {"new-0", "new-1", "new-2"} <= runners
+    assert {"new-0", "new-1", "new-2"} <= ran()

@@ -5,7 +5,6 @@ registry whenever it is scraped."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import time
 from datetime import UTC, datetime
@@ -22,17 +21,26 @@ from tests.support.threads import running
 from tests.support.waiting import wait_until
 
 
-class _SlowCallbacks(logging.Handler):
-    """The loop's own reports of a callback that blocked it (debug mode)."""
+class _CallbackCpu:
+    """The CPU time of the longest callback the loop's thread ran: what a callback that
+    computes too long costs, which a loaded machine does not stretch (the wall-clock time of
+    asyncio's debug mode counts the process waiting for a core too)."""
 
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.found: list[str] = []
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.loop_thread: int | None = None
+        self.worst = 0.0
+        original = asyncio.Handle._run
 
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if message.startswith("Executing") and " took " in message:
-            self.found.append(message)
+        def timed(handle: asyncio.Handle) -> None:
+            if threading.get_ident() != self.loop_thread:
+                return original(handle)
+            before = time.thread_time()
+            try:
+                return original(handle)
+            finally:
+                self.worst = max(self.worst, time.thread_time() - before)
+
+        monkeypatch.setattr(asyncio.Handle, "_run", timed)
 
 
 class _BlockingCalls:
@@ -82,10 +90,11 @@ def test_serve_and_async_admin_never_stall_the_loop(
         done.append(run)
 
     blocking = _BlockingCalls(monkeypatch)
+    cpu = _CallbackCpu(monkeypatch)
 
     async def app() -> list[float]:
         blocking.loop_thread = threading.get_ident()
-        asyncio.get_running_loop().slow_callback_duration = 1.0
+        cpu.loop_thread = threading.get_ident()
         stop, gaps = asyncio.Event(), []
         watcher = asyncio.create_task(_watch_loop(stop, gaps))
         server = asyncio.create_task(s.serve())
@@ -110,22 +119,12 @@ def test_serve_and_async_admin_never_stall_the_loop(
         await watcher
         return gaps
 
-    # asyncio's debug mode logs every callback that ran over slow_callback_duration. It times
-    # them by the wall clock, which a loaded machine stretches (a process waiting for a core),
-    # so that is a guard against a gross stall; a blocking call itself, however short, is
-    # found by _BlockingCalls.
-    slow = _SlowCallbacks()
-    asyncio_log = logging.getLogger("asyncio")
-    asyncio_log.addHandler(slow)
-    try:
-        gaps = asyncio.run(app(), debug=True)
-    finally:
-        asyncio_log.removeHandler(slow)
+    gaps = asyncio.run(app())
     assert len(gaps) > 50
     assert blocking.found == [], blocking.found
     # Guard against an order-of-magnitude regression (callbacks normally take well under a
-    # millisecond), not a performance claim: those live in bench/.
-    assert slow.found == [], slow.found
+    # millisecond of CPU), not a performance claim: those live in bench/.
+    assert cpu.worst < 0.25, f"a callback computed for {cpu.worst:.3f} s"
     assert len(done) >= 40
 
 

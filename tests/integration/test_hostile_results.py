@@ -196,11 +196,10 @@ def test_a_sync_handler_raising_system_exit_fails_as_a_handler_error(
 
     s = make_scheduler()
     s.register(exits, name="exits", every="1h", run_timeout="2s", stale_timeout="5s")
-    started = time.monotonic()
     s.run_once()
     (row,) = rows(db, migrated, "exits")
     assert (row["status"], row["error_code"]) == ("FAILED", "handler_error"), row["error_msg"]
     assert "SystemExit" in row["error_msg"]
-    # Not left to the 2 s run_timeout: a guard against that regression (the tick normally takes
-    # a fraction of a second), not a performance claim: those live in bench/.
-    assert time.monotonic() - started < 1.5
+    # Not left to the 2 s run_timeout: the run's own duration, which the replica measured (a
+    # wall-clock bound around run_once also counted a loaded machine's waits).
+    assert row["duration_ms"] < 2000, row["duration_ms"]

@@ -10,9 +10,11 @@ import pgsched
 from pgsched._results import (
     MAX_ERROR_CHARS,
     MAX_RESULT_BYTES,
+    MAX_TRACEBACK_BYTES,
     Encoded,
     InvalidResult,
     describe_error,
+    describe_traceback,
     encode_result,
 )
 
@@ -133,3 +135,25 @@ def test_describe_error() -> None:
     assert len(long) == MAX_ERROR_CHARS
     assert long.startswith("RuntimeError: xxx")
     assert "\x00" not in describe_error(ValueError("a\x00b"))
+
+
+def _raised(message: str) -> BaseException:
+    try:
+        raise ValueError(message)
+    except ValueError as exc:
+        return exc
+
+
+def test_traceback_is_formatted_with_the_raising_frame_and_error() -> None:
+    text = describe_traceback(_raised("postgresql://u:hunter2@db/x failed"))
+    assert text.startswith("Traceback (most recent call last):")
+    assert "in _raised" in text
+    assert text.rstrip().endswith("failed")
+    assert "hunter2" not in text, "a DSN password in the message is redacted"
+
+
+def test_traceback_is_cut_to_its_last_16_kib() -> None:
+    text = describe_traceback(_raised("é" * 20_000 + " the end"))
+    assert len(text.encode("utf-8")) <= MAX_TRACEBACK_BYTES
+    assert text.startswith("... (traceback cut to its last 16 KiB)")
+    assert text.rstrip().endswith(" the end"), "the end names the error: it is kept"

@@ -191,6 +191,8 @@ def test_a_refused_batch_is_written_row_by_row_and_an_unstorable_value_as_invali
     assert stored.error_msg is not None and "while storing the outcome" in stored.error_msg
     assert stored.retry_delay_s is None, "a terminal write rewritten, not a retry asked for"
     assert len(r.leases) == 0 and r.rec.report.leases_lost == 0
+    # The report (and so the logs and metrics) says what the ledger holds.
+    assert (r.rec.report.succeeded, r.rec.report.failed) == (1, 1)
 
 
 def test_a_row_refused_twice_is_given_up_and_its_slot_freed() -> None:
