@@ -41,6 +41,7 @@ class Replica:
         # Why the database has not been reached yet (None once it answered): until then the
         # pool stays closed and HTTP (/readyz, the API) says why.
         self.unreached: str | None = "connecting to the database"
+        self._retry_in = 0.0  # the delay before the next attempt to reach the database
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[Conn]:
@@ -90,9 +91,13 @@ class Replica:
             lambda exc: log.warning("metrics_db_error", error=describe_error(exc)),
         )
         try:
+            backoff = Backoff()
+            # The first attempt before HTTP listens: with the database up, the API answers
+            # from its first request; with it down, /readyz says so while we retry.
+            first = await self._attempt(backoff)
             if http_port is not None:
                 server = await self._start_http(http_host, http_port, on_listening)
-            if not await self.connect():
+            if not first and not await self.connect(backoff):
                 log.info("scheduler_stopped", **vars(runtime.report))
                 return
             log.info(
@@ -113,41 +118,48 @@ class Replica:
             if server is not None:
                 await server.stop()
 
-    async def connect(self) -> bool:
-        """Wait until the database answers (one log line per failed attempt, 0.5 s doubling
-        to 5 s between them), then open the pool; False when stopped first. A pool opened on
-        a database that is down would log its own retries and time out every borrow."""
-        settings, log, backoff = self._settings, self.runtime.recorder.log, Backoff()
-        where = pool_hosts(self._pool)
+    async def connect(self, backoff: Backoff) -> bool:
+        """Retry until the database answers (0.5 s doubling to 5 s between attempts, one log
+        line each), the pool then open; False when stopped first."""
         while not self._stopping.is_set():
-            try:
-                await first_answer(
-                    settings.conninfo,
-                    store=Store(settings.schema),
-                    app_name=settings.app_name,
-                    transaction_pooling=settings.transaction_pooling,
-                )
-            except Exception as exc:
-                if not unavailable(exc):
-                    raise database_error(exc, settings.conninfo) from exc
-                self.unreached = f"database unavailable on {where}: {describe_error(exc)}"
-                delay = backoff.delay()
-                log.warning(
-                    "database_unavailable",
-                    host=where,
-                    attempt=backoff.failures,
-                    error=describe_error(exc),
-                    retry_in_s=delay,
-                )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), delay)
-                continue
-            if backoff.failures:
-                log.info("database_available", host=where, attempts=backoff.failures + 1)
-            await self._pool.open()
-            self.unreached = None
-            return True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._retry_in)
+            if not self._stopping.is_set() and await self._attempt(backoff):
+                return True
         return False
+
+    async def _attempt(self, backoff: Backoff) -> bool:
+        """One attempt to reach the database: True (the pool opened) when it answered; else
+        one ``database_unavailable`` line. A pool opened on a database that is down would
+        log its own retries and time out every borrow."""
+        settings, log = self._settings, self.runtime.recorder.log
+        where = pool_hosts(self._pool)
+        try:
+            await first_answer(
+                settings.conninfo,
+                store=Store(settings.schema),
+                app_name=settings.app_name,
+                transaction_pooling=settings.transaction_pooling,
+            )
+        except Exception as exc:
+            if not unavailable(exc):
+                raise database_error(exc, settings.conninfo) from exc
+            self.unreached = f"database unavailable on {where}: {describe_error(exc)}"
+            delay = backoff.delay()
+            log.warning(
+                "database_unavailable",
+                host=where,
+                attempt=backoff.failures,
+                error=describe_error(exc),
+                retry_in_s=delay,
+            )
+            self._retry_in = delay
+            return False
+        if backoff.failures:
+            log.info("database_available", host=where, attempts=backoff.failures + 1)
+        await self._pool.open()
+        self.unreached = None
+        return True
 
     async def _start_http(self, host: str, port: int, on_listening: Callable[[int], None]) -> Any:
         from ._http.server import HttpServer
