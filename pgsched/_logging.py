@@ -84,6 +84,9 @@ def configure_logging(fmt: str | None = None, level: int | str | None = None) ->
     )
     root = logging.getLogger()
     root.handlers = [handler]
+    # psycopg_pool logs a warning for every connection attempt it retries; pgsched logs
+    # one line of its own per failed attempt or tick (database_unavailable, tick_error).
+    logging.getLogger("psycopg.pool").setLevel(max(level, logging.ERROR))
     root.setLevel(max(level, logging.WARNING))
 
 

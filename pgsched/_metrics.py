@@ -38,6 +38,10 @@ class Metrics:
             "reason",
         )
         self.leases_lost = counter("pgsched_leases_lost", "Leases this replica lost while running.")
+        self.loop_blocked_counter = counter(
+            "pgsched_event_loop_blocked",
+            "Times an async handler held the replica's event loop for more than a second.",
+        )
         self.claim_lock_busy_counter = counter(
             "pgsched_claim_lock_busy",
             "Ticks that skipped a max_running job: another replica held its claim lock.",
@@ -104,6 +108,9 @@ class Metrics:
 
     def claim_lock_busy(self, job: str) -> None:
         self.claim_lock_busy_counter.labels(job).inc()
+
+    def loop_blocked(self, job: str) -> None:
+        self.loop_blocked_counter.labels(job).inc()
 
     def lease_lost(self, job: str) -> None:
         self.leases_lost.labels(job).inc()

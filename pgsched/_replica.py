@@ -17,8 +17,16 @@ from ._engine.values import TickReport
 from ._operations.core import Operations
 from ._results import describe_error
 from ._storage.answering import ANSWER_GRACE_S
-from ._storage.connection import pooled
-from ._storage.store import Conn
+from ._storage.connection import (
+    Backoff,
+    NotConnected,
+    database_error,
+    first_answer,
+    pool_hosts,
+    pooled,
+    unavailable,
+)
+from ._storage.store import Conn, Store
 
 
 class Replica:
@@ -29,10 +37,17 @@ class Replica:
         self._pool, self._jobs, self._settings = runtime.pool, runtime.jobs, runtime.settings
         self._metrics = runtime.recorder.metrics
         self._loop = asyncio.get_running_loop()  # made on the loop it runs on
+        self._stopping = asyncio.Event()
+        # Why the database has not been reached yet (None once it answered): until then the
+        # pool stays closed and HTTP (/readyz, the API) says why.
+        self.unreached: str | None = "connecting to the database"
+        self._retry_in = 0.0  # the delay before the next attempt to reach the database
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[Conn]:
         # An operator's statement may run until the server's statement_timeout ends it.
+        if self.unreached is not None:
+            raise NotConnected(self.unreached)
         bound = self._settings.statement_timeout.total_seconds() + ANSWER_GRACE_S
         async with pooled(self._pool, bound) as conn:  # a read-only server's: dropped
             yield conn
@@ -44,7 +59,18 @@ class Replica:
     async def once(self) -> TickReport | None:
         """One tick, its handlers run to completion and their outcomes written; None when the
         tick failed."""
-        runtime = self.runtime
+        runtime, settings = self.runtime, self._settings
+        try:
+            await first_answer(
+                settings.conninfo,
+                store=Store(settings.schema),
+                app_name=settings.app_name,
+                transaction_pooling=settings.transaction_pooling,
+            )
+        except Exception as exc:
+            raise database_error(exc, settings.conninfo) from exc
+        await self._pool.open()
+        self.unreached = None
         runtime.start_background(listen=False)
         ok = await runtime.tick()
         if ok:
@@ -65,8 +91,15 @@ class Replica:
             lambda exc: log.warning("metrics_db_error", error=describe_error(exc)),
         )
         try:
+            backoff = Backoff()
+            # The first attempt before HTTP listens: with the database up, the API answers
+            # from its first request; with it down, /readyz says so while we retry.
+            first = await self._attempt(backoff)
             if http_port is not None:
                 server = await self._start_http(http_host, http_port, on_listening)
+            if not first and not await self.connect(backoff):
+                log.info("scheduler_stopped", **vars(runtime.report))
+                return
             log.info(
                 "scheduler_started",
                 jobs=sorted(self._jobs()),
@@ -84,6 +117,49 @@ class Replica:
             self._metrics.cluster.detach()
             if server is not None:
                 await server.stop()
+
+    async def connect(self, backoff: Backoff) -> bool:
+        """Retry until the database answers (0.5 s doubling to 5 s between attempts, one log
+        line each), the pool then open; False when stopped first."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._retry_in)
+            if not self._stopping.is_set() and await self._attempt(backoff):
+                return True
+        return False
+
+    async def _attempt(self, backoff: Backoff) -> bool:
+        """One attempt to reach the database: True (the pool opened) when it answered; else
+        one ``database_unavailable`` line. A pool opened on a database that is down would
+        log its own retries and time out every borrow."""
+        settings, log = self._settings, self.runtime.recorder.log
+        where = pool_hosts(self._pool)
+        try:
+            await first_answer(
+                settings.conninfo,
+                store=Store(settings.schema),
+                app_name=settings.app_name,
+                transaction_pooling=settings.transaction_pooling,
+            )
+        except Exception as exc:
+            if not unavailable(exc):
+                raise database_error(exc, settings.conninfo) from exc
+            self.unreached = f"database unavailable on {where}: {describe_error(exc)}"
+            delay = backoff.delay()
+            log.warning(
+                "database_unavailable",
+                host=where,
+                attempt=backoff.failures,
+                error=describe_error(exc),
+                retry_in_s=delay,
+            )
+            self._retry_in = delay
+            return False
+        if backoff.failures:
+            log.info("database_available", host=where, attempts=backoff.failures + 1)
+        await self._pool.open()
+        self.unreached = None
+        return True
 
     async def _start_http(self, host: str, port: int, on_listening: Callable[[int], None]) -> Any:
         from ._http.server import HttpServer
@@ -104,11 +180,12 @@ class Replica:
         return server
 
     def stop(self) -> None:
+        self._stopping.set()
         self.runtime.request_stop()
 
     def stop_threadsafe(self) -> None:
         with contextlib.suppress(RuntimeError):  # the loop has closed: it has stopped anyway
-            self._loop.call_soon_threadsafe(self.runtime.request_stop)
+            self._loop.call_soon_threadsafe(self.stop)
 
 
 async def _until_cancelled(work: Any) -> bool:

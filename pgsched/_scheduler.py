@@ -179,9 +179,11 @@ class Scheduler(JobRegistry, AdminShortcuts):
         return blocking(self._run_once())
 
     async def _run_once(self) -> TickReport:
-        async with self._pool() as pool:
-            replica = self._new_replica(pool)
-            report = await replica.once()
+        pool = self._pool()  # the replica opens it once the database answers
+        try:
+            report = await self._new_replica(pool).once()
+        finally:
+            await pool.close()
         if report is None:
             raise PgschedError("the tick failed; see the tick_error log event")
         return report
@@ -214,14 +216,15 @@ class Scheduler(JobRegistry, AdminShortcuts):
         rest retryably. Installs no signal handlers. With ``http_port`` (0 picks a free one,
         kept in ``self.http_port``) it serves ``/metrics``, ``/healthz``, ``/readyz``, ``/``
         and ``/api/`` on ``http_host``."""
+        pool = self._pool()  # the replica opens it once the database answers
         try:
-            async with self._pool() as pool:
-                replica = self._new_replica(pool)
-                self._replica = replica
-                if self._stop_requested.is_set():
-                    replica.stop()
-                await replica.serve(http_port, http_host, self._on_listening)
+            replica = self._new_replica(pool)
+            self._replica = replica
+            if self._stop_requested.is_set():
+                replica.stop()
+            await replica.serve(http_port, http_host, self._on_listening)
         finally:
+            await pool.close()
             self._replica = None
             self.http_port = None
             self._stop_requested.clear()  # a stop() before serve() began counted for it

@@ -8,12 +8,28 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._admin import Admin
+from .._dsn import resolve_dsn
+from .._embedded import default_data_dir, running_embedded
+from .._errors import ConfigError
+
+
+def configured_dsn(explicit: str | None) -> str:
+    """``explicit`` (``--dsn``), else ``PGSCHED_DSN`` or ``DATABASE_URL``, else the embedded
+    PostgreSQL that ``pgsched run`` started (and still runs) in the default data directory."""
+    dsn = resolve_dsn(explicit) or running_embedded()
+    if dsn is None:
+        raise ConfigError(
+            "no database configured: pass --dsn, or set PGSCHED_DSN or DATABASE_URL (no"
+            f" embedded PostgreSQL started by 'pgsched run' is running in {default_data_dir()})"
+        )
+    return dsn
 
 
 def admin_from(args: argparse.Namespace) -> Admin:
-    """The ``Admin`` of ``--dsn``, ``--schema`` and ``--transaction-pooling``."""
+    """The ``Admin`` of ``--dsn`` (see :func:`configured_dsn`), ``--schema`` and
+    ``--transaction-pooling``."""
     return Admin(
-        dsn=args.dsn,
+        dsn=configured_dsn(args.dsn),
         schema=args.schema or "pgsched",
         transaction_pooling=args.transaction_pooling or None,
     )

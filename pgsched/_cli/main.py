@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -13,13 +14,13 @@ from typing import Any, NoReturn
 from .._app import load_scheduler
 from .._dsn import redact, remember_secrets
 from .._errors import PgschedError
-from .._logging import configure_logging
+from .._logging import bound_logger, configure_logging
 from .._model import Scope
 from .._operations.core import DriverError
 from .._times import parse_time
 from .._version import installed_version
 from .._views import Triggered
-from .common import admin_from, print_table, utc_text
+from .common import admin_from, configured_dsn, print_table, utc_text
 from .replicas import add_replica_commands
 from .runs import add_runs_command
 from .schedules import add_schedule_commands
@@ -193,7 +194,37 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Terminated(BaseException):
+    """SIGTERM or SIGINT arrived while ``run`` was still starting (a BaseException, so an
+    APP's ``except Exception`` around its imports cannot swallow it)."""
+
+
+class _StartGuard:
+    """``run``'s signal handling from its first line: before the scheduler is about to run, a
+    signal ends the start (exit 0); from then on it asks the scheduler to stop, until the
+    scheduler's loop installs handlers of its own."""
+
+    def __init__(self) -> None:
+        self.scheduler: Any = None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        # Nothing is logged here: the interrupted code may hold the log's write lock.
+        if self.scheduler is None:
+            raise _Terminated(signal.Signals(signum).name)
+        self.scheduler.stop()
+
+
 def _run(args: argparse.Namespace) -> int:
+    try:
+        return _start_and_run(args, _StartGuard())
+    except _Terminated as stopped:
+        bound_logger().info("shutdown_requested", signal=str(stopped), starting=True)
+        return 0
+
+
+def _start_and_run(args: argparse.Namespace, guard: _StartGuard) -> int:
     scheduler = load_scheduler(args.app)
     scheduler.configure(
         dsn=args.dsn,
@@ -214,12 +245,15 @@ def _run(args: argparse.Namespace) -> int:
             "(set PGSCHED_DSN to use your own database)",
             file=sys.stderr,
         )
+    # Where other tools (psql, pgsched status elsewhere) reach this replica's database.
+    bound_logger(runner_id=scheduler.runner_id).info("database_dsn", dsn=str(scheduler.dsn))
     if migrate:
         applied = scheduler.migrate()
         if applied:
             print(f"pgsched: applied migrations {', '.join(applied)}", file=sys.stderr)
     if not scheduler.jobs:
         raise PgschedError(f"APP {args.app!r} registers no jobs")
+    guard.scheduler = scheduler
     scheduler.run(http_port=None if args.no_http else args.http_port, http_host=args.http_host)
     return 0
 
@@ -323,6 +357,8 @@ def _backfill(args: argparse.Namespace) -> int:
     scheduler.configure(
         dsn=args.dsn, schema=args.schema, transaction_pooling=args.transaction_pooling or None
     )
+    if not scheduler.dsn:
+        scheduler.configure(dsn=configured_dsn(None))
     scopes = [Scope.parse(args.scope)] if args.scope else None
     count = scheduler.backfill(
         args.job, parse_time(args.start, "--from"), parse_time(args.end, "--to"), scopes

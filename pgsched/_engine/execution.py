@@ -12,7 +12,7 @@ import contextvars
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 from .._errors import LeaseLost
@@ -99,7 +99,10 @@ class Executor:
                 if job.transactional:
                     self._committed(lease, await self._transactional(lease, started))
                     return None
-                value = await (job.handler(run) if job.is_async else in_thread(job.handler, run))
+                if job.is_async:
+                    value = await _StepTimed(job.handler(run), lambda s: self._blocked(lease, s))
+                else:
+                    value = await in_thread(job.handler, run)
         except TimeoutError as exc:
             if deadline.expired():
                 why = f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout})"
@@ -125,10 +128,21 @@ class Executor:
             return failed(
                 job, run, started, "handler_error", error, traceback=describe_traceback(exc)
             )
+        overran = time.monotonic() - started - job.run_timeout.total_seconds()
+        if overran > 0:  # it blocked the loop past its deadline: asyncio could not cancel it
+            why = (
+                f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout}) and"
+                " could not be interrupted: it blocked the event loop"
+            )
+            return failed(job, run, started, "run_timeout", why)
         try:
             return succeeded(started, value)
         except Exception as exc:  # InvalidResult, or anything odd a custom object raises
             return failed(job, run, started, "invalid_result", describe_error(exc))
+
+    def _blocked(self, lease: Lease, seconds: float) -> None:
+        if seconds >= LOOP_BLOCKED_S:
+            self._recorder.loop_blocked(lease, seconds)
 
     def _deliver(self, lease: Lease, outcome: Outcome) -> None:
         if lease.abandoned:
@@ -218,3 +232,33 @@ def in_thread(fn: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
 
     threading.Thread(target=target, name=f"pgsched:{run.job}", daemon=True).start()
     return future
+
+
+LOOP_BLOCKED_S = 1.0  # an async handler's step longer than this stalled every other job
+
+
+class _StepTimed:
+    """Awaits ``coro``, timing each of its steps (the code between two awaits, run with the
+    event loop held): ``on_step(seconds)`` after each, so the handler that blocked the loop is
+    named (a thread watching the loop could only say that it was blocked)."""
+
+    def __init__(self, coro: Any, on_step: Callable[[float], None]) -> None:
+        self._coro, self._on_step = coro, on_step
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        steps = self._coro.__await__()
+        sent: Any = None
+        thrown: BaseException | None = None
+        while True:
+            began = time.monotonic()
+            try:
+                pending = steps.throw(thrown) if thrown is not None else steps.send(sent)
+            except StopIteration as done:
+                return done.value
+            finally:
+                thrown = None
+                self._on_step(time.monotonic() - began)
+            try:
+                sent = yield pending
+            except BaseException as exc:  # a cancellation (run_timeout, shutdown) goes in
+                sent, thrown = None, exc

@@ -75,6 +75,16 @@ class Recorder:
     def handler_raised(self, lease: Lease, error: str, exc: BaseException) -> None:
         lease.run.log.warning("handler_raised", error=error, exc_info=exc)
 
+    def loop_blocked(self, lease: Lease, seconds: float) -> None:
+        """An async handler held the event loop for ``seconds``: every other job, the
+        heartbeats and HTTP stalled meanwhile."""
+        self.metrics.loop_blocked(lease.job.name)
+        lease.run.log.warning(
+            "event_loop_blocked",
+            blocked_s=round(seconds, 3),
+            hint="an async handler must not block: await, or make it a def (run in a thread)",
+        )
+
     def lease_lost(self, lease: Lease, why: str) -> None:
         self.report.leases_lost += 1
         self.metrics.lease_lost(lease.job.name)

@@ -10,6 +10,7 @@ replica's pool and the core's typed values into JSON or HTML. Write endpoints ne
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import json
 import os
@@ -86,7 +87,16 @@ class HttpServer:
         """Listen on ``host:port`` (0 picks a free port); returns the bound port."""
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
+        try:
+            await web.TCPSite(self._runner, host, port).start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            if exc.errno != errno.EADDRINUSE:
+                raise PgschedError(f"cannot serve HTTP on {host}:{port}: {exc.strerror}") from exc
+            raise PgschedError(
+                f"HTTP port {port} on {host} is already in use (another pgsched run?): choose"
+                " another with --http-port (0 picks a free one) or serve none with --no-http"
+            ) from None
         # The listening socket tells the port when 0 was asked for.
         addresses = self._runner.addresses
         return int(addresses[0][1]) if addresses else port

@@ -23,6 +23,7 @@ from .._storage.connection import (
     WritablePool,
     connect_options,
     database_error,
+    first_answer,
     make_pool,
     not_writable,
     pooled,
@@ -184,8 +185,18 @@ class PooledConnections:
     async def open(self) -> None:
         if self._pool is not None:
             return
+        dsn = require_dsn(resolve_dsn(self._dsn))
+        try:  # a database that is down: its own error now, not the pool's timeout later
+            await first_answer(
+                dsn,
+                store=self._store,
+                app_name=self._app_name,
+                transaction_pooling=self._transaction_pooling,
+            )
+        except psycopg.Error as exc:
+            raise database_error(exc, dsn) from exc
         pool = make_pool(
-            require_dsn(resolve_dsn(self._dsn)),
+            dsn,
             store=self._store,
             app_name=self._app_name,
             transaction_pooling=self._transaction_pooling,

@@ -17,6 +17,7 @@ import psycopg
 from .._config import JobSpec, evaluate_scopes
 from .._errors import ConfigError, NotFoundError, PgschedError
 from .._model import Scope, check_job_name
+from .._planning.schedules import recurrence_plans
 from .._records import RunFilter
 from .._storage.store import Conn, ScheduleStore, Store
 from .._times import Duration, aware, parse_duration
@@ -276,10 +277,13 @@ class Operations(ScheduleOperations):
             raise ConfigError(f"job {job!r}: backfill end {hi.isoformat()} is before start")
         if spec.dynamic:
             return await self._backfill_dynamic(spec, lo, hi, scopes)
-        plans = list(spec.schedule.plans_between(lo - timedelta(microseconds=1), hi))
         chosen = list(scopes) if scopes is not None else list(await evaluate_scopes(spec, hi))
         if any(not isinstance(s, Scope) for s in chosen):
             raise ConfigError(f"job {job!r}: scopes must be pgsched.Scope values")
+        after = lo - timedelta(microseconds=1)
+        bound = MAX_BACKFILL // max(1, len(chosen))  # plans, counted no further than needed
+        _refuse_large_backfill(job, recurrence_plans(spec.schedule, after, hi, bound), chosen)
+        plans = list(spec.schedule.plans_between(after, hi))
         kinds, ids = [s.kind for s in chosen], [s.id for s in chosen]
         async with self._conn() as conn:
             count = await self._store.backfill(conn, job, kinds, ids, plans, spec.max_attempts)
@@ -318,3 +322,25 @@ def _execution_id(execution_id: UUID | str) -> UUID:
         return UUID(str(execution_id))
     except ValueError:
         raise ConfigError(f"execution id {execution_id!r} is not a UUID") from None
+
+
+MAX_BACKFILL = 100_000  # rows one backfill may insert: more would outlast a statement timeout
+
+
+def _refuse_large_backfill(job: str, plans: tuple[int, bool], scopes: list[Scope]) -> None:
+    """Refuse a backfill of more than :data:`MAX_BACKFILL` runs before anything is written."""
+    count, exact = plans
+    total = count * len(scopes)
+    if total <= MAX_BACKFILL and exact:
+        return
+    plural = "scope" if len(scopes) == 1 else "scopes"
+    if exact:
+        what = f"{total:,} runs ({count:,} plans x {len(scopes)} {plural})"
+    else:  # counted only up to one plan past the bound
+        what = (
+            f"more than {MAX_BACKFILL:,} runs (over {count - 1:,} plans x {len(scopes)} {plural})"
+        )
+    raise ConfigError(
+        f"job {job!r}: backfill of {what} refused: at most {MAX_BACKFILL:,} runs per"
+        " backfill; split the range"
+    )

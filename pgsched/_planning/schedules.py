@@ -260,6 +260,21 @@ def plans_between(
     return _chunked_plans(recurrence, lo, hi, limit)
 
 
+def recurrence_plans(
+    recurrence: Recurrence, after: datetime, until: datetime, limit: int
+) -> tuple[int, bool]:
+    """How many plans ``recurrence`` has in ``(after, until]``, and whether that is exact:
+    computed for a cadence (without listing them), else counted up to ``limit + 1`` (a
+    range of millions costs about ``limit`` plans; past it the count is a lower bound)."""
+    if isinstance(recurrence, CadenceRecurrence):
+        first = recurrence.next_after(after)
+        if first is None or first > until:
+            return 0, True
+        return (until - first) // recurrence.every + 1, True
+    count = len(_chunked_plans(recurrence, after, until, limit + 1))
+    return count, count <= limit
+
+
 def stored_schedule(job: str, row: Row) -> ValidSchedule:
     """The schedule a row of ``schedules`` holds (trusted: it was checked when put)."""
     every = None if row["every_us"] is None else _US * row["every_us"]

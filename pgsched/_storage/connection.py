@@ -162,6 +162,28 @@ async def synchronous_protection(store: Store, conn: Conn) -> tuple[str, str] | 
     return None
 
 
+class NotConnected(psycopg.OperationalError):
+    """The replica has not reached its database yet (it is still waiting for an answer)."""
+
+
+FIRST_ANSWER_TIMEOUT_S = 5.0  # how long one start-up attempt waits for the server's answer
+
+
+async def first_answer(
+    conninfo: str, *, store: Store, app_name: str, transaction_pooling: bool
+) -> None:
+    """Connect once to ``conninfo`` and check that its server takes writes; the driver's
+    error when it cannot. A replica waits for this before it opens its pool, so a database
+    that is down costs one line per attempt, not the pool's retries and timeouts."""
+    options = connect_options(conninfo, app_name, transaction_pooling=transaction_pooling)
+    conn = await BoundedAsyncConnection.connect(conninfo, **options)
+    try:
+        conn.answer_timeout = FIRST_ANSWER_TIMEOUT_S
+        await require_writable(store, conn)
+    finally:
+        await conn.close()
+
+
 class WritablePool(AsyncConnectionPool[Conn]):
     """A pool that lends only connections to a server taking writes and, through ``watch``,
     only to the server its owner has switched to (see :func:`make_pool`); ``refused`` says

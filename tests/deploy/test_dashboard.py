@@ -67,6 +67,7 @@ def _exported_metric_names() -> set[str]:
     metrics.claims("job", "won", 1)
     metrics.plans_skipped("job", "superseded", 1)
     metrics.lease_lost("job")
+    metrics.loop_blocked("job")
     metrics.claim_lock_busy("job")
     metrics.run_finished("job", "SUCCESS", 1.0)
     metrics.run_finished("job", "FAILED", 1.0)
