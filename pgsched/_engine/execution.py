@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -237,6 +238,37 @@ def in_thread(fn: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
 LOOP_BLOCKED_S = 1.0  # an async handler's step longer than this stalled every other job
 
 
+class _CoreWait:
+    """Seconds the current thread has spent runnable but waiting for a core (Linux's
+    schedstat): a step's wall time less this is what the step itself took, so a loaded
+    machine that leaves the loop's thread waiting for a core is not blamed on the handler
+    (which a sleeping handler, off the run queue, still is). 0 where schedstat is missing."""
+
+    _local = threading.local()
+
+    def __init__(self) -> None:
+        try:
+            path = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+            self._fd: int | None = os.open(path, os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    @classmethod
+    def of_this_thread(cls) -> _CoreWait:
+        found: _CoreWait | None = getattr(cls._local, "core_wait", None)
+        if found is None:
+            found = cls._local.core_wait = cls()
+        return found
+
+    def seconds(self) -> float:
+        if self._fd is None:
+            return 0.0
+        try:
+            return int(os.pread(self._fd, 128, 0).split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+
 class _StepTimed:
     """Awaits ``coro``, timing each of its steps (the code between two awaits, run with the
     event loop held): ``on_step(seconds)`` after each, so the handler that blocked the loop is
@@ -249,15 +281,16 @@ class _StepTimed:
         steps = self._coro.__await__()
         sent: Any = None
         thrown: BaseException | None = None
+        core = _CoreWait.of_this_thread()
         while True:
-            began = time.monotonic()
+            began, waited = time.monotonic(), core.seconds()
             try:
                 pending = steps.throw(thrown) if thrown is not None else steps.send(sent)
             except StopIteration as done:
                 return done.value
             finally:
                 thrown = None
-                self._on_step(time.monotonic() - began)
+                self._on_step(time.monotonic() - began - (core.seconds() - waited))
             try:
                 sent = yield pending
             except BaseException as exc:  # a cancellation (run_timeout, shutdown) goes in
