@@ -234,7 +234,9 @@ class LeaseWriter:
                 if lease.execution_id in held:
                     lease.liveness.renewed()
                     lease.next_beat = now + lease.job.heartbeat_interval.total_seconds()
-                else:  # the handler still runs; its outcome will release the slot
+                elif not lease.submitted:  # the handler still runs; its outcome frees the slot
+                    # (A submitted lease's outcome may have landed while the beat waited for
+                    # the lock: no row RUNNING is then no loss; its write settles the lease.)
                     self._leases.lose(
                         lease, "heartbeat matched no row holding this lease", release=False
                     )

@@ -301,3 +301,27 @@ def test_after_a_failover_recent_writes_and_held_claims_are_put_back() -> None:
     )
     assert transactional.execution_id not in by_id, "its effect and rows vanish together"
     assert failed_transactional.execution_id not in by_id
+
+
+def test_a_lease_whose_outcome_landed_while_its_beat_waited_is_not_lost() -> None:
+    """The beat picks a lease, then waits for the lock the lease's own terminal write holds;
+    by the time it runs, the row is no longer RUNNING: that is the write landing, not a loss."""
+    r = rig()
+    (done,) = r.held(1)
+    r.store.gate = asyncio.Event()
+
+    async def scenario() -> None:
+        assert r.store.gate is not None
+        r.writer.submit(done, ok())
+        while not r.store.batches:
+            await asyncio.sleep(0.001)
+        done.next_beat = 0.0  # due while its own write holds the lock
+        await asyncio.sleep(0.05)
+        r.store.gate.set()  # the write lands (the row no longer RUNNING), then the beat runs
+        while not r.store.beats:
+            await asyncio.sleep(0.001)
+        await idle(r.leases)
+
+    run(r, scenario)
+    assert r.store.finished[done.execution_id].status == "SUCCESS"
+    assert not done.liveness.known_lost and r.rec.report.leases_lost == 0
