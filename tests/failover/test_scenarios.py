@@ -142,8 +142,8 @@ def test_lagging_async_standby_loses_the_last_commits(
 def test_read_only_switchover(tmp_path: Path, side: tuple[str, str]) -> None:
     """4. A switchover: the primary made read-only, the standby caught up and, once a tick
     has failed for want of a writable server, promoted; the old primary stays up, read-only.
-    Nothing may be lost or run twice (the outage is shorter than stale_timeout), and no run
-    of before it is left RUNNING."""
+    Nothing may be lost or take effect twice (the outage is shorter than stale_timeout), and
+    no run of before it is left RUNNING."""
     # The outage outlasts the pool's 5 s borrow timeout: a stale_timeout longer than it keeps
     # the leases of the runs that finished meanwhile from going stale (and being run again).
     run = FailoverRun("switchover", tmp_path, side, stale_s=12)
@@ -162,7 +162,12 @@ def test_read_only_switchover(tmp_path: Path, side: tuple[str, str]) -> None:
         figures = measure(run, resumed)
     finally:
         run.close()
-    no_reruns = [Check("work_reruns", "==", 0), Check("tx_reinvoked", "==", 0)]
+    # A transactional run whose transaction began after the primary turned read-only rolls
+    # back and runs again under its lease once the standby is promoted: that is how it is
+    # kept from running twice, so its re-invocation (tx_reinvoked) is a figure, not a fault;
+    # whether one falls in that window depends on the machine's speed. What must not happen
+    # is an effect committed twice (tx_duplicates, in TODAY) or a plain run repeated.
+    no_reruns = [Check("work_reruns", "==", 0)]
     report(
         run, figures, [*TODAY, *CLEAN_STOP, RESUMES, *NOTHING_LOST, NO_STALE, *no_reruns, FENCED]
     )
