@@ -1,0 +1,230 @@
+"""``python -m bench.ledger``: what one execution costs the ledger, and what retention costs.
+
+Three figures, each on a private PostgreSQL the run starts itself (or ``--dsn``):
+
+- **WAL per execution**: one pgsched replica (``pgsched run``, a trivial handler that writes
+  nothing) runs a fan-out of ``--scopes`` every ``--every`` seconds. After a warm-up, a
+  ``CHECKPOINT`` and ``--settle`` seconds (so the full-page images a checkpoint causes are
+  past), ``pg_stat_wal`` is read before and after a window of ``--window`` seconds and
+  divided by the executions that finished in it: WAL bytes, WAL records and full-page
+  images per execution. Nothing else writes to the server.
+- **Bytes per row at rest**: ``--rows`` finished rows of history, shaped as pgsched writes
+  them (a SUCCESS row per plan and scope), inserted by SQL, then ``VACUUM ANALYZE``: the
+  table's heap and its indexes, each divided by the rows.
+- **Retention**: ``pgsched prune --older-than`` removing that history: seconds and WAL
+  bytes, the way it is done today (batched DELETEs).
+
+Results print as JSON and go to ``bench/results/ledger-<time>.json``. Figures depend on the
+server's settings (``full_page_writes`` on, as in production) and are read against each
+other in the same run, never against another machine's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from bench import REPO, pg
+
+RESULTS = REPO / "bench" / "results"
+SCHEMA = "pgsched"
+
+APP = textwrap.dedent(
+    """
+    import os
+    import pgsched
+
+    scheduler = pgsched.Scheduler(runner_id="ledger", tick_interval="1s",
+                                  max_concurrency=int(os.environ["LEDGER_SCOPES"]))
+
+    @scheduler.job(every=int(os.environ["LEDGER_EVERY"]), run_timeout="5m",
+                   scopes=[pgsched.Scope("tenant", str(i))
+                           for i in range(int(os.environ["LEDGER_SCOPES"]))])
+    async def ledger_cost(run: pgsched.Run) -> None:
+        return None
+    """
+)
+
+# History shaped as pgsched's finished rows: one per (scope, plan), a day of plans apart.
+FILL = """
+INSERT INTO {table} (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt,
+    max_attempts, runner_id, lease_token, fencing_token, heartbeat_at, stale_after, started_at,
+    finished_at, duration_ms, result, created_at, updated_at)
+SELECT 'history', 'tenant', (i %% %(scopes)s)::text,
+       %(start)s + make_interval(secs => (i / %(scopes)s) * 60), 'schedule', 'SUCCESS', 1, 1,
+       'ledger', gen_random_uuid(), i, t, t + interval '1 minute', t, t, 3, '{{}}', t, t
+FROM generate_series(0, %(rows)s - 1) AS i,
+     LATERAL (SELECT %(start)s + make_interval(secs => (i / %(scopes)s) * 60) AS t) AS s
+"""
+
+
+def wal(conn: psycopg.Connection[Any]) -> dict[str, float]:
+    row = conn.execute(
+        "SELECT wal_records, wal_fpi, wal_bytes, pg_current_wal_lsn() - '0/0'::pg_lsn"
+        " FROM pg_stat_wal"
+    ).fetchone()
+    assert row is not None
+    return {"records": row[0], "fpi": row[1], "bytes": float(row[2]), "lsn": float(row[3])}
+
+
+# The leaves of a partitioned table or index, or the relation itself when it is a plain one.
+LEAVES = (
+    "(SELECT relid FROM pg_partition_tree({0}) WHERE isleaf"
+    " UNION ALL SELECT ({0})::regclass WHERE NOT EXISTS"
+    " (SELECT 1 FROM pg_partition_tree({0}) WHERE isleaf AND relid <> ({0})::regclass)) l"
+)
+
+
+def one(conn: psycopg.Connection[Any], query: Any, params: Any = None) -> tuple[Any, ...]:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def finished(conn: psycopg.Connection[Any]) -> int:
+    q = sql.SQL("SELECT count(*) FROM {}.cron_executions WHERE finished_at IS NOT NULL")
+    row = conn.execute(q.format(sql.Identifier(SCHEMA))).fetchone()
+    return int(row[0]) if row else 0
+
+
+def live_wal(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
+    """WAL per execution of a live fan-out (the first figure)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        app = Path(tmp) / "ledger_app.py"
+        app.write_text(APP)
+        env = dict(
+            os.environ,
+            PGSCHED_DSN=dsn,
+            PGSCHED_SCHEMA=SCHEMA,
+            LEDGER_SCOPES=str(args.scopes),
+            LEDGER_EVERY=str(args.every),
+        )
+        replica = subprocess.Popen(
+            [sys.executable, "-m", "pgsched", "run", "--migrate", str(app)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                time.sleep(args.warmup)
+                conn.execute("CHECKPOINT")
+                time.sleep(args.settle)
+                before, done_before = wal(conn), finished(conn)
+                time.sleep(args.window)
+                after, done_after = wal(conn), finished(conn)
+        finally:
+            replica.terminate()
+            replica.wait(60)
+    runs = done_after - done_before
+    per = {k: (after[k] - before[k]) / runs if runs else None for k in before}
+    return {
+        "executions": runs,
+        "wal_bytes_per_execution": per["bytes"],
+        "wal_records_per_execution": per["records"],
+        "wal_fpi_per_execution": per["fpi"],
+        "window_s": args.window,
+    }
+
+
+def at_rest(conn: psycopg.Connection[Any], args: argparse.Namespace) -> dict[str, Any]:
+    """Bytes per finished row, heap and each index (the second figure)."""
+    table = sql.SQL("{}.cron_executions").format(sql.Identifier(SCHEMA))
+    start = datetime(2020, 1, 1, tzinfo=UTC)
+    conn.execute(
+        sql.SQL(FILL).format(table=table), {"scopes": 1000, "rows": args.rows, "start": start}
+    )
+    conn.execute(sql.SQL("VACUUM ANALYZE {}").format(table))
+    rows = one(conn, sql.SQL("SELECT count(*) FROM {}").format(table))[0]
+    # Summed over the partitions, should the table be partitioned (a plain table is its own
+    # only leaf); each index under its top-level name.
+    name = f"{SCHEMA}.cron_executions"
+    sizes = conn.execute(
+        f"SELECT c.relname, (SELECT sum(pg_relation_size(relid)) FROM {LEAVES.format('c.oid')})"
+        " FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+        " WHERE i.indrelid = %s::regclass ORDER BY 2 DESC",
+        (name,),
+    ).fetchall()
+    heap = one(
+        conn,
+        "SELECT sum(pg_relation_size(relid)), sum(pg_table_size(relid))"
+        f" FROM {LEAVES.format('%(t)s::regclass')}",
+        {"t": name},
+    )
+    indexes = {index: float(size) / rows for index, size in sizes}
+    return {
+        "rows": rows,
+        "heap_bytes_per_row": float(heap[0]) / rows,
+        "table_bytes_per_row": float(heap[1])
+        / rows,  # heap + TOAST + free space and visibility maps
+        "index_bytes_per_row": sum(indexes.values()),
+        "indexes": len(indexes),
+        "bytes_per_row_by_index": indexes,
+        "bytes_per_row": float(heap[1]) / rows + sum(indexes.values()),
+    }
+
+
+def retention(dsn: str, conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """``pgsched prune`` of the history (the third figure)."""
+    before, started = wal(conn), time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "pgsched", "prune", "--older-than", "1d"],
+        env=dict(os.environ, PGSCHED_DSN=dsn, PGSCHED_SCHEMA=SCHEMA),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    seconds = time.monotonic() - started
+    after = wal(conn)
+    return {
+        "command": "pgsched prune --older-than 1d",
+        "output": out.stdout.strip()[-200:],
+        "seconds": round(seconds, 2),
+        "wal_bytes": after["bytes"] - before["bytes"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.ledger", description=__doc__)
+    parser.add_argument("--dsn", help="a server to use (default: a private cluster)")
+    parser.add_argument("--scopes", type=int, default=2000)
+    parser.add_argument("--every", type=int, default=5)
+    parser.add_argument("--warmup", type=float, default=15.0)
+    parser.add_argument("--settle", type=float, default=40.0)
+    parser.add_argument("--window", type=float, default=30.0)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    args = parser.parse_args(argv)
+    server = pg.external(args.dsn) if args.dsn else pg.start_private()
+    try:
+        with psycopg.connect(server.admin_dsn, autocommit=True) as admin:
+            admin.execute("DROP DATABASE IF EXISTS ledger_cost")
+            admin.execute("CREATE DATABASE ledger_cost")
+        dsn = server.dsn("ledger_cost")
+        result: dict[str, Any] = {"when": datetime.now(UTC).isoformat(), "args": vars(args)}
+        result["live"] = live_wal(dsn, args)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            result["at_rest"] = at_rest(conn, args)
+            result["retention"] = retention(dsn, conn)
+    finally:
+        server.stop()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    name = RESULTS / f"ledger-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    name.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
