@@ -92,7 +92,13 @@ class Replicas:
         return replica
 
     def terminate_all(self, timeout: float = 20) -> dict[str, int | None]:
-        """SIGTERM every replica at once; their exit codes (None: killed after ``timeout``)."""
+        """SIGTERM every replica at once, once each live one handles it; their exit codes
+        (None: killed after ``timeout``)."""
+        # One restarted last may still be starting on a loaded machine: before it reaches
+        # pgsched's signal handling a SIGTERM kills it (-15), as it does any process.
+        for replica in self.members.values():
+            if replica.alive:
+                replica.wait_sigterm_handled()
         for replica in self.members.values():
             replica.signal(signal.SIGTERM)
         return {rid: replica.stop(timeout) for rid, replica in self.members.items()}

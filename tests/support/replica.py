@@ -114,6 +114,22 @@ class Replica:
             raise AssertionError(f"replica {self.name} exited with {self.proc.returncode}:\n{tail}")
         return True
 
+    def wait_sigterm_handled(self, timeout: float = 60) -> None:
+        """Wait until the process catches SIGTERM (Linux: its SigCgt mask), as ``pgsched run``
+        does from its first line on: before that, a SIGTERM kills it (-15) as it does any
+        process still starting."""
+        bit = 1 << (signal.SIGTERM - 1)
+
+        def caught() -> bool:
+            self.check_alive()
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                    if line.startswith("SigCgt:"):
+                        return bool(int(line.split()[1], 16) & bit)
+            return False
+
+        wait_until(caught, timeout, f"replica {self.name} to handle SIGTERM", interval=0.05)
+
     def wait_event(self, name: str, timeout: float = 30) -> dict[str, Any]:
         """The first log event ``name``, waited for while the replica runs."""
 
