@@ -24,6 +24,7 @@ from .common import admin_from, configured_dsn, print_table, utc_text
 from .replicas import add_replica_commands
 from .runs import add_runs_command
 from .schedules import add_schedule_commands
+from .web import add_web_command
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -107,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     _operator_commands(sub, _Parser.with_parents(common))
     add_schedule_commands(sub, _Parser.with_parents(common))
     add_replica_commands(sub)
+    add_web_command(sub)
     return parser
 
 
