@@ -257,7 +257,7 @@ def _back(req: WebRequest) -> str:
 def _safe_back(text: str) -> str:
     """``text`` when it is one of the dashboard's own pages (relative), else the overview."""
     parts = urlsplit(text)
-    if parts.scheme or parts.netloc or text.startswith(("/", "\\")):
+    if not text or parts.scheme or parts.netloc or text.startswith(("/", "\\")):
         return "./"
     name = parts.path.lstrip("./")
     return text if name in _PAGES else "./"
