@@ -825,9 +825,11 @@ LEFT JOIN ins ON true
 -- name: dash_recent_plans
 -- The dashboard: a job's latest distinct plan times before `before`, newest first, one index
 -- probe per plan (a loose index scan on (job_name, plan_time)), however many scopes each has.
+-- Plans still ahead (one-offs triggered for later) are the page's pending runs, not columns.
 WITH RECURSIVE plans(p, n) AS (
     (SELECT e.plan_time, 1 FROM {schema}.cron_executions e
-     WHERE e.job_name = %(job)s AND e.plan_time < %(before)s
+     WHERE e.job_name = %(job)s
+       AND e.plan_time < least(%(before)s, statement_timestamp() + interval '1 second')
      ORDER BY e.plan_time DESC LIMIT 1)
     UNION ALL
     SELECT (SELECT e.plan_time FROM {schema}.cron_executions e

@@ -28,7 +28,8 @@ h2{font-size:15px;margin:0;padding:9px 12px;border-bottom:1px solid var(--line)}
 h2 small,.note{color:var(--muted);font-weight:normal;font-size:13px}
 table{border-collapse:collapse;width:100%}
 th,td{text-align:left;padding:5px 10px;border-bottom:1px solid #eef0f4;vertical-align:top;
-overflow-wrap:anywhere}
+overflow-wrap:break-word}
+.mono{overflow-wrap:anywhere}time,.acts{white-space:nowrap}
 th{font-size:12px;color:var(--muted);font-weight:600;background:#fafbfc}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 .mono,td.err,pre{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px}
@@ -72,7 +73,13 @@ padding:10px}
 dl.kv{display:grid;grid-template-columns:max-content 1fr;gap:4px 14px;padding:10px 12px;
 margin:0}dl.kv dt{color:var(--muted)}dl.kv dd{margin:0;overflow-wrap:anywhere}
 .visually-hidden{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0)}
-@media (max-width:700px){main{padding:10px 8px}.wide{display:none}th,td{padding:4px 6px}}
+@media (max-width:700px){main{padding:10px 8px}header .who{margin-left:0}
+table:not(.grid),table:not(.grid) tbody,table:not(.grid) tr,table:not(.grid) td{display:block;
+width:100%}table:not(.grid) thead{display:none}
+table:not(.grid) tr{border-bottom:1px solid var(--line);padding:4px 0}
+table:not(.grid) td{display:flex;gap:10px;border:0;padding:2px 10px;text-align:left}
+table:not(.grid) td::before{content:attr(data-label);flex:0 0 34%;color:var(--muted);
+font-size:12px}table:not(.grid) td.wide{display:none}}
 """
 
 
@@ -138,8 +145,11 @@ def table(
         names = ("num " if i in numeric else "") + ("wide" if i in wide else "")
         return f' class="{names.strip()}"' if names.strip() else ""
 
+    labels = [f' data-label="{esc(h)}"' for h in headers]
     body = "".join(
-        "<tr>" + "".join(f"<td{cls(i)}>{cell}</td>" for i, cell in enumerate(row)) + "</tr>"
+        "<tr>"
+        + "".join(f"<td{cls(i)}{labels[i]}>{cell}</td>" for i, cell in enumerate(row))
+        + "</tr>"
         for row in rows
     )
     if not body:

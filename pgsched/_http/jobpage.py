@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from .._operations.dashboard import JobGrid, SchedulePage
 from .._views import ActionRecord, Execution, JobStatus, PlanSummary, UpcomingPlan
@@ -245,7 +245,7 @@ def _schedule_row(job: str, s: object, page: SchedulePage, back: str, can_act: b
     from .._planning.schedules import Schedule
 
     assert isinstance(s, Schedule)
-    spec = f"cron {s.cron}" if s.cron else f"every {s.every}"
+    spec = f"cron {s.cron}" if s.cron else f"every {_every(s.every)}"
     payload = json.dumps(s.payload, sort_keys=True)
     runs = page.runs.get(s.scope, [])
     squares = "".join(
@@ -273,7 +273,18 @@ def _schedule_row(job: str, s: object, page: SchedulePage, back: str, can_act: b
     box = (
         f'<input type="checkbox" name="target" value="{esc(name)}" aria-label="select {esc(name)}">'
     )
-    return [box, *row, buttons]
+    return [box, *row, f'<span class="acts">{buttons}</span>']
+
+
+def _every(value: timedelta | None) -> str:
+    """A cadence as written in a spec: ``90s``, ``15m``, ``1h``, ``2d``."""
+    if value is None:
+        return "—"
+    seconds = value.total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 def _put_form(job: str, back: str) -> str:

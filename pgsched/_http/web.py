@@ -121,8 +121,8 @@ class Dashboard:
             strips=strips,
             replicas=await self._db(ops.replicas()),
             stale=[r for r in running if r.stale],
-            failures=await self._db(ops.failed_attempts(limit=15)),
-            recent=await self._db(ops.runs(limit=30)),
+            failures=await self._db(ops.failed_attempts(limit=10)),
+            recent=await self._db(ops.runs(limit=20)),
             actions=await self._db(ops.actions(limit=15)),
             runner_id=self._runner_id,
         )

@@ -17,8 +17,8 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.acceptance
 
 
-def _shot(page: Any, site: Site, name: str) -> None:
-    page.screenshot(path=str(site.shots / f"{name}.png"), full_page=True)
+def _shot(page: Any, site: Site, name: str, *, full: bool = True) -> None:
+    page.screenshot(path=str(site.shots / f"{name}.png"), full_page=full)
 
 
 def _no_sideways_scroll(page: Any) -> None:
@@ -58,6 +58,10 @@ def test_overview_shows_jobs_strips_counts_and_replicas(page: Any, site: Site) -
     page.reload()
     _no_sideways_scroll(page)
     _shot(page, site, "overview-phone")
+    _shot(page, site, "overview-phone-top", full=False)
+    page.goto(site.replica + "job?name=tick")
+    _no_sideways_scroll(page)
+    _shot(page, site, "job-phone-top", full=False)
 
 
 def test_job_page_grid_charts_and_execution_page(page: Any, site: Site) -> None:
