@@ -248,6 +248,11 @@ class Admin(ScheduleMethods):
         """Cancel a PENDING execution."""
         PORTAL.call(self._ops.cancel(execution_id))
 
+    def retry_now(self, execution_id: UUID | str) -> str:
+        """Make a FAILED execution due for a retry now (one more attempt if it had none
+        left); returns its job."""
+        return PORTAL.call(self._ops.retry_now(execution_id))
+
     def pause(self, job: str) -> None:
         """Stop planning and claiming ``job`` on every replica within one tick."""
         PORTAL.call(self._ops.pause(job))

@@ -178,6 +178,10 @@ def _operator_commands(sub: Subparsers, parser_class: type[argparse.ArgumentPars
     p.add_argument("execution_id", metavar="EXECUTION_ID")
     p.set_defaults(command=_cancel)
 
+    p = sub.add_parser("retry", help="retry a FAILED execution now (one more attempt if needed)")
+    p.add_argument("execution_id", metavar="EXECUTION_ID")
+    p.set_defaults(command=_retry)
+
     for name, paused in (("pause", True), ("resume", False)):
         p = sub.add_parser(name, help=f"{name} JOB on every replica")
         p.add_argument("job", metavar="JOB")
@@ -344,6 +348,12 @@ def _triggered_line(row: Triggered, *, with_scope: bool) -> str:
 def _cancel(args: argparse.Namespace) -> int:
     admin_from(args).cancel(args.execution_id)
     print(f"cancelled {args.execution_id}")
+    return 0
+
+
+def _retry(args: argparse.Namespace) -> int:
+    job = admin_from(args).retry_now(args.execution_id)
+    print(f"{args.execution_id} ({job}) is due for a retry now")
     return 0
 
 

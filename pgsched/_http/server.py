@@ -74,6 +74,7 @@ class HttpServer:
                 web.post("/api/jobs/{job}/pause", self.api_pause),
                 web.post("/api/jobs/{job}/resume", self.api_resume),
                 web.post("/api/runs/{id}/cancel", self.api_cancel),
+                web.post("/api/runs/{id}/retry", self.api_retry),
             ]
         )
         schedules = ScheduleRoutes(
@@ -290,6 +291,13 @@ class HttpServer:
         ident = request.match_info["id"]
         await self._db(self._ops.act(actor, "cancel", None, ident, self._ops.cancel(ident)))
         return _json({"id": ident, "status": "CANCELLED"}, 200)
+
+    async def api_retry(self, request: web.Request) -> web.Response:
+        actor = self._authorise(request)
+        ident = request.match_info["id"]
+        work = self._ops.retry_now(ident)
+        job = await self._db(self._ops.act(actor, "retry", None, ident, work))
+        return _json({"id": ident, "job": job, "retry": "now"}, 200)
 
 
 def _headers(request: web.Request) -> dict[str, str]:

@@ -238,3 +238,30 @@ def test_viewer_token_guards_reading_and_pgsched_web_serves_alone(page: Any, sit
     page.goto(site.web + "job?name=fanout")
     assert page.locator("#grid table.grid tbody tr").count() == 50
     _shot(page, site, "web-viewer")
+
+
+def test_retry_now_through_the_api_and_the_command_line(site: Site) -> None:
+    import subprocess
+    import sys
+
+    from tests.support.replica import clean_env
+
+    failed = "SELECT id FROM {s}.cron_executions WHERE job_name = 'fanout' AND status = 'FAILED'"
+    first, second = (row[0] for row in site.q(failed + " ORDER BY scope_id LIMIT 2"))
+    url = site.replica + f"api/runs/{first}/retry"
+    assert http("POST", url).status == 401
+    done = http("POST", url, token=OPERATOR)
+    assert done.status == 200 and done.json()["job"] == "fanout"
+    env = clean_env({"PGSCHED_DSN": site.dsn, "PGSCHED_SCHEMA": site.schema})
+    cli = subprocess.run(
+        [sys.executable, "-m", "pgsched", "retry", str(second)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 0 and "due for a retry now" in cli.stdout, cli.stderr
+    due = "SELECT count(*) FROM {s}.cron_executions WHERE id IN (%s, %s) AND max_attempts = 2"
+    assert site.one(due, (first, second)) == 2
+    log = site.q("SELECT actor, action, target FROM {s}.actions WHERE target = %s", (str(first),))
+    assert log and log[0][1] == "retry" and log[0][0].startswith("operator #")
