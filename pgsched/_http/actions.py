@@ -48,7 +48,9 @@ class ActionForm:
         return await handler()
 
     async def _bulk(self, job: str | None, work: Callable[[str], Awaitable[object]]) -> str:
-        errors = await self._ops.act_many(self._actor, self.action, job, self.targets, work)
+        errors = await self._ops.action_log.act_many(
+            self._actor, self.action, job, self.targets, work
+        )
         failed = {t: e for t, e in errors.items() if e}
         text = f"{self.action}: {len(errors) - len(failed)} of {len(errors)} done"
         if failed:
@@ -57,7 +59,7 @@ class ActionForm:
         return text
 
     async def _act(self, job: str | None, target: str | None, work: Awaitable[Any]) -> Any:
-        return await self._ops.act(self._actor, self.action, job, target, work)
+        return await self._ops.action_log.act(self._actor, self.action, job, target, work)
 
     async def _trigger(self) -> str:
         job = self._job()

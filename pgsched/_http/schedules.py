@@ -82,14 +82,16 @@ class ScheduleRoutes:
             if isinstance(body.get(field), str):
                 body[field] = parse_time(body[field], field)
         work = self._ops.put_schedule(job, scope, **body)
-        put = await self._db(self._ops.act(actor, "schedule_put", job, str(scope), work))
+        put = await self._db(self._ops.action_log.act(actor, "schedule_put", job, str(scope), work))
         return self._reply(put.to_json(), 200)
 
     async def delete(self, request: web.Request) -> web.Response:
         actor = self._authorise(request)
         job, scope = _target(request)
         work = self._ops.delete_schedule(job, scope)
-        if not await self._db(self._ops.act(actor, "schedule_delete", job, str(scope), work)):
+        if not await self._db(
+            self._ops.action_log.act(actor, "schedule_delete", job, str(scope), work)
+        ):
             raise NotFoundError(f"job {job!r}, scope {scope}: no such schedule")
         return self._reply({"job": job, "scope": _scope_json(scope), "deleted": True}, 200)
 
@@ -104,7 +106,7 @@ class ScheduleRoutes:
         job, scope = _target(request)
         action = self._ops.pause_schedule if paused else self._ops.resume_schedule
         name = "schedule_pause" if paused else "schedule_resume"
-        await self._db(self._ops.act(actor, name, job, str(scope), action(job, scope)))
+        await self._db(self._ops.action_log.act(actor, name, job, str(scope), action(job, scope)))
         return self._reply({"job": job, "scope": _scope_json(scope), "paused": paused}, 200)
 
 

@@ -264,7 +264,7 @@ class HttpServer:
         every = body.get("all_scopes", False)
         if not isinstance(every, bool):
             raise ConfigError(f"job {job!r}: all_scopes={every!r} must be true or false")
-        act = self._ops.act
+        act = self._ops.action_log.act
         if every:
             every_scope = self._ops.trigger(job, scope, at, all_scopes=True)
             rows = await self._db(act(actor, "trigger", job, "all scopes", every_scope))
@@ -277,26 +277,28 @@ class HttpServer:
     async def api_pause(self, request: web.Request) -> web.Response:
         actor = self._authorise(request)
         job = request.match_info["job"]
-        await self._db(self._ops.act(actor, "pause", job, None, self._ops.pause(job)))
+        await self._db(self._ops.action_log.act(actor, "pause", job, None, self._ops.pause(job)))
         return _json({"job": job, "paused": True}, 200)
 
     async def api_resume(self, request: web.Request) -> web.Response:
         actor = self._authorise(request)
         job = request.match_info["job"]
-        await self._db(self._ops.act(actor, "resume", job, None, self._ops.resume(job)))
+        await self._db(self._ops.action_log.act(actor, "resume", job, None, self._ops.resume(job)))
         return _json({"job": job, "paused": False}, 200)
 
     async def api_cancel(self, request: web.Request) -> web.Response:
         actor = self._authorise(request)
         ident = request.match_info["id"]
-        await self._db(self._ops.act(actor, "cancel", None, ident, self._ops.cancel(ident)))
+        await self._db(
+            self._ops.action_log.act(actor, "cancel", None, ident, self._ops.cancel(ident))
+        )
         return _json({"id": ident, "status": "CANCELLED"}, 200)
 
     async def api_retry(self, request: web.Request) -> web.Response:
         actor = self._authorise(request)
         ident = request.match_info["id"]
         work = self._ops.retry_now(ident)
-        job = await self._db(self._ops.act(actor, "retry", None, ident, work))
+        job = await self._db(self._ops.action_log.act(actor, "retry", None, ident, work))
         return _json({"id": ident, "job": job, "retry": "now"}, 200)
 
 

@@ -212,6 +212,28 @@ class DashboardOperations:
 
     # -- the action log ---------------------------------------------------------------------
 
+    @property
+    def action_log(self) -> ActionLog:
+        """Where the HTTP API and the dashboard run and record their actions."""
+        return ActionLog(self._dash, self._conn)
+
+    async def actions(self, job: str | None = None, limit: int = 20) -> list[ActionRecord]:
+        """The latest recorded actions, newest first (of ``job`` when given)."""
+        if job is not None:
+            check_job_name(job)
+        _check_limit("limit", limit, MAX_ACTIONS)
+        async with self._conn() as conn:
+            return await self._dash.actions(conn, job, limit)
+
+
+class ActionLog:
+    """Runs an operator action and records it (who, what, which job and target, outcome)."""
+
+    def __init__(
+        self, dash: DashboardStore, connect: Callable[[], AbstractAsyncContextManager[Conn]]
+    ) -> None:
+        self._dash, self._conn = dash, connect
+
     async def act(
         self, actor: str, action: str, job: str | None, target: str | None, work: Awaitable[_T]
     ) -> _T:
@@ -264,14 +286,6 @@ class DashboardOperations:
         }
         async with self._conn() as conn:
             await self._dash.record_action(conn, entry)
-
-    async def actions(self, job: str | None = None, limit: int = 20) -> list[ActionRecord]:
-        """The latest recorded actions, newest first (of ``job`` when given)."""
-        if job is not None:
-            check_job_name(job)
-        _check_limit("limit", limit, MAX_ACTIONS)
-        async with self._conn() as conn:
-            return await self._dash.actions(conn, job, limit)
 
 
 def _check_limit(name: str, value: object, most: int) -> None:

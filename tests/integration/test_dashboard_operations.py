@@ -120,11 +120,11 @@ def test_actions_are_recorded_with_their_outcome(migrated: str, db: Any, runtime
     _seed_job(db, migrated, "logged")
 
     async def act(admin: pgsched.AsyncAdmin) -> Any:
-        await admin.act("ops #1234abcd", "pause", "logged", None, admin.pause("logged"))
+        await admin.action_log.act("ops #1234abcd", "pause", "logged", None, admin.pause("logged"))
         with pytest.raises(pgsched.NotFoundError):
-            await admin.act("ops #1234abcd", "pause", "nope", None, admin.pause("nope"))
+            await admin.action_log.act("ops #1234abcd", "pause", "nope", None, admin.pause("nope"))
         bad = "00000000-0000-0000-0000-000000000000"
-        errors = await admin.act_many(
+        errors = await admin.action_log.act_many(
             "ops #1234abcd", "cancel", None, [bad, "x"], lambda t: admin.cancel(t)
         )
         return errors, await admin.actions(limit=10), await admin.actions("logged")
