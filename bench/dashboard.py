@@ -86,6 +86,12 @@ def seed(dsn: str) -> dict[str, float]:
     return took
 
 
+def _seeded(dsn: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (SCHEMA,)).fetchone()
+    return found is not None
+
+
 PAGES = {
     "overview": ("/", {}),
     "job (100,000 scopes, first page)": ("/job", {"name": "fanout"}),
@@ -128,9 +134,12 @@ async def measure(dsn: str) -> dict[str, dict[str, float]]:
 
 
 def main(argv: list[str]) -> int:
+    """``DSN [--keep]``: ``--keep`` leaves the seeded schema (and reuses it when present)."""
+    keep = "--keep" in argv
+    argv = [a for a in argv if a != "--keep"]
     dsn = argv[0] if argv else "postgresql://postgres@127.0.0.1:5432/postgres"
     try:
-        seeded = seed(dsn)
+        seeded = {"seed total": 0.0} if keep and _seeded(dsn) else seed(dsn)
         print(json.dumps(seeded), flush=True)
         with psycopg.connect(dsn) as conn:
             rows = conn.execute(
@@ -139,8 +148,10 @@ def main(argv: list[str]) -> int:
             version = conn.execute("SHOW server_version").fetchone()
         pages = asyncio.run(measure(dsn))
     finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
+        if not keep:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                drop = sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA))
+                conn.execute(drop)
     report: dict[str, Any] = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "schedules": SCHEDULES,

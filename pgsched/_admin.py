@@ -252,6 +252,10 @@ class Admin(ScheduleMethods):
         """Cancel a PENDING execution."""
         PORTAL.call(self._ops.cancel(execution_id))
 
+    def job_overview(self) -> list[JobStatus]:
+        """``status()`` for the dashboard: at most 1000 jobs, each count stopping past 10,000."""
+        return PORTAL.call(self._ops.job_overview())
+
     def plan_history(
         self, job: str, *, limit: int = 30, before: datetime | None = None
     ) -> list[PlanSummary]:

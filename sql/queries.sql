@@ -1022,3 +1022,47 @@ FROM {schema}.actions
 WHERE job_name = %(job)s
 ORDER BY at DESC
 LIMIT %(limit)s
+
+-- name: dash_job_summary
+-- The overview's jobs: job_summary's columns, every count stopping at `cap` + 1 rows (the page
+-- shows "over cap"), so a job with a million schedules or failures costs what a small one does.
+WITH now AS MATERIALIZED (SELECT statement_timestamp() AS t)
+SELECT j.job_name AS job, j.paused, j.schedule, j.seen_at, j.seen_by,
+       last.plan_time AS last_plan, last.status AS last_status,
+       (SELECT max(e.finished_at) FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'SUCCESS') AS last_success,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'RUNNING'
+          AND e.stale_after >= (SELECT t FROM now) LIMIT %(cap)s + 1) AS c) AS running,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'RUNNING'
+          AND e.stale_after < (SELECT t FROM now) LIMIT %(cap)s + 1) AS c) AS stale,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'FAILED'
+          AND e.next_retry_at IS NULL LIMIT %(cap)s + 1) AS c) AS failed,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'PENDING' LIMIT %(cap)s + 1) AS c) AS pending,
+       CASE WHEN j.schedule = 'dynamic' THEN
+           (SELECT count(*) FROM (SELECT 1 FROM {schema}.schedules s
+            WHERE s.job_name = j.job_name LIMIT %(cap)s + 1) AS c) END AS schedules,
+       CASE WHEN j.schedule = 'dynamic' THEN
+           (SELECT count(*) FROM (SELECT 1 FROM {schema}.schedules s
+            WHERE s.job_name = j.job_name AND s.paused LIMIT %(cap)s + 1) AS c) END
+           AS schedules_paused,
+       next.due AS next_due,
+       CASE WHEN j.schedule = 'dynamic' THEN next.due
+            ELSE (SELECT min(u.p) FROM unnest(j.upcoming) AS u(p) WHERE u.p > (SELECT t FROM now))
+       END AS next_plan
+FROM {schema}.job_state j
+LEFT JOIN LATERAL (
+    SELECT min(n.next_plan_time) AS due FROM {schema}.schedules n
+    WHERE n.job_name = j.job_name AND NOT n.paused AND n.next_plan_time IS NOT NULL
+      AND j.schedule = 'dynamic'
+) AS next ON true
+LEFT JOIN LATERAL (
+    SELECT e.plan_time, e.status FROM {schema}.cron_executions e
+    WHERE e.job_name = j.job_name AND (e.trigger = 'schedule' OR e.started_at IS NOT NULL)
+    ORDER BY e.plan_time DESC LIMIT 1
+) AS last ON true
+ORDER BY j.job_name
+LIMIT 1000

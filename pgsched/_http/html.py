@@ -9,6 +9,8 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
+from .._operations.dashboard import COUNT_CAP
+
 STYLE = """
 :root{--ink:#1d2330;--muted:#5b6478;--line:#dfe3ea;--bg:#f5f6f8;--card:#fff;--link:#1d4fa3}
 *{box-sizing:border-box}
@@ -121,7 +123,8 @@ def duration(ms: int | None) -> str:
 def num(value: int | None, bad: bool = False) -> str:
     if value is None:
         return "—"
-    return f'<span class="bad">{value}</span>' if bad and value else str(value)
+    text = f"{COUNT_CAP:,}+" if value > COUNT_CAP else f"{value:,}"
+    return f'<span class="bad">{text}</span>' if bad and value else text
 
 
 def section(title: str, note: str, body: str, ident: str | None = None) -> str:

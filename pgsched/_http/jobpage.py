@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from .._operations.dashboard import JobGrid, SchedulePage
 from .._views import ActionRecord, Execution, JobStatus, PlanSummary, UpcomingPlan
 from .charts import line_chart
-from .html import button_form, esc, hidden, href, section, short_time, table, when
+from .html import button_form, esc, hidden, href, num, section, short_time, table, when
 from .pages import actions_log, run_link
 
 
@@ -39,13 +39,16 @@ def job_page(v: JobView, *, can_act: bool) -> str:
         ("next plan", when(j.next_plan)),
         (
             "running / stale / failed / pending",
-            f"{j.running} / {j.stale} / {j.failed} / {j.pending}",
+            " / ".join(num(n) for n in (j.running, j.stale, j.failed, j.pending)),
         ),
     ]
     if j.schedules is not None:
         link = href("schedules", name=j.job)
         facts.append(
-            ("schedules", f'<a href="{link}">{j.schedules} ({j.schedules_paused} paused)</a>')
+            (
+                "schedules",
+                f'<a href="{link}">{num(j.schedules)} ({num(j.schedules_paused)} paused)</a>',
+            )
         )
     dl = "".join(f"<dt>{esc(k)}</dt><dd>{val}</dd>" for k, val in facts)
     parts = [

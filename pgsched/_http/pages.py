@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .._operations.dashboard import COUNT_CAP
 from .._views import (
     ActionRecord,
     Execution,
@@ -65,7 +66,7 @@ def overview(data: Overview, *, can_act: bool) -> str:
     }
     tiles = "".join(
         f'<div class="tile"><b class="{"bad" if name in ("stale", "failed") and n else ""}">'
-        f"{n}</b><span>{esc(label)}</span></div>"
+        f"{_total(n, data.jobs, name)}</b><span>{esc(label)}</span></div>"
         for name, label, n in (
             ("jobs", "jobs", len(data.jobs)),
             ("running", "running", totals["running"]),
@@ -79,6 +80,14 @@ def overview(data: Overview, *, can_act: bool) -> str:
     parts += [_replicas(data.replicas), stale_leases(data.stale), failures(data.failures)]
     parts += [recent_runs(data.recent), actions_log(data.actions)]
     return "".join(parts)
+
+
+def _total(n: int, jobs: Sequence[JobStatus], name: str) -> str:
+    """A sum of per-job counts; "+" when one of them stopped at the cap."""
+    capped = name in ("running", "stale", "failed", "pending") and any(
+        getattr(j, name) > COUNT_CAP for j in jobs
+    )
+    return f"{n:,}+" if capped else f"{n:,}"
 
 
 def _jobs(data: Overview, can_act: bool) -> str:
@@ -115,9 +124,9 @@ def _jobs(data: Overview, can_act: bool) -> str:
 def _dynamic(j: JobStatus) -> str:
     if j.schedules is None:
         return ""
-    text = f"{j.schedules} schedules, {j.schedules_paused or 0} paused"
+    text = f"{num(j.schedules)} schedules, {num(j.schedules_paused or 0)} paused"
     link = href("schedules", name=j.job)
-    return f'<br><small class="schedules"><a href="{link}">{esc(text)}</a></small>'
+    return f'<br><small class="schedules"><a href="{link}">{text}</a></small>'
 
 
 def _replicas(replicas: Sequence[LiveReplica]) -> str:

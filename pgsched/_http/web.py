@@ -113,7 +113,7 @@ class Dashboard:
 
     async def _overview(self, can_act: bool) -> str:
         ops = self._ops
-        jobs = await self._db(ops.status())
+        jobs = await self._db(ops.job_overview())
         strips = {j.job: await self._db(ops.plan_history(j.job, limit=20)) for j in jobs}
         running = await self._db(ops.runs(status="RUNNING", limit=200))
         data = pages.Overview(
@@ -130,7 +130,7 @@ class Dashboard:
 
     async def _job(self, req: WebRequest, can_act: bool) -> str:
         ops, name, search = self._ops, one_q(req, "name"), req.query.get("q", "")
-        status = next((j for j in await self._db(ops.status()) if j.job == name), None)
+        status = next((j for j in await self._db(ops.job_overview()) if j.job == name), None)
         if status is None:
             raise NotFoundError(f"unknown job {name!r}")
         after = req.query.get("after")

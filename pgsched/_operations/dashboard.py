@@ -21,12 +21,13 @@ from .._records import Row
 from .._storage.dashboard import DashboardStore
 from .._storage.store import Conn, Store
 from .._times import aware
-from .._views import ActionRecord, Execution, PlanSummary, UpcomingPlan
+from .._views import ActionRecord, Execution, JobStatus, PlanSummary, UpcomingPlan
 
 _T = TypeVar("_T")
 MAX_GRID_PLANS = 60
 MAX_GRID_ROWS = 200
 MAX_ACTIONS = 200
+COUNT_CAP = 10_000  # the dashboard's counts stop here: "10,000+"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,12 @@ class DashboardOperations:
     _store: Store
     _dash: DashboardStore
     _conn: Callable[[], AbstractAsyncContextManager[Conn]]
+
+    async def job_overview(self) -> list[JobStatus]:
+        """What :meth:`status` gives, for at most 1000 jobs, each count stopping past
+        :data:`COUNT_CAP` (a count above it means "more than COUNT_CAP")."""
+        async with self._conn() as conn:
+            return await self._dash.job_summary(conn, COUNT_CAP)
 
     async def plan_history(
         self, job: str, *, limit: int = 30, before: datetime | None = None

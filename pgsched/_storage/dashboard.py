@@ -10,7 +10,14 @@ from uuid import UUID
 
 from .._model import Scope
 from .._records import Row
-from .._views import ActionRecord, Execution, PlanSummary, UpcomingPlan, trusted_scope
+from .._views import (
+    ActionRecord,
+    Execution,
+    JobStatus,
+    PlanSummary,
+    UpcomingPlan,
+    trusted_scope,
+)
 from .store import Conn, _Statements
 
 # Rows read per plan for its summary: a fan-out's colour and charts come from a sample.
@@ -20,6 +27,9 @@ _FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)  # "no bound" for plan times be
 
 class DashboardStore(_Statements):
     """Statements of the dashboard (``dash_*``, ``retry_now``, the action log)."""
+
+    async def job_summary(self, conn: Conn, cap: int) -> list[JobStatus]:
+        return await self._typed(conn, "dash_job_summary", JobStatus, {"cap": cap})
 
     async def recent_plans(
         self, conn: Conn, job: str, before: datetime | None, limit: int

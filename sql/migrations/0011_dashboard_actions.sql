@@ -17,3 +17,6 @@ CREATE INDEX IF NOT EXISTS actions_job_idx ON {schema}.actions (job_name, at DES
 -- A job page's failures, newest first, without walking the job's whole history.
 CREATE INDEX IF NOT EXISTS cron_executions_failed_job_idx
     ON {schema}.cron_executions (job_name, finished_at DESC) WHERE status = 'FAILED';
+-- A dynamic job's paused schedules, counted (up to a bound) without reading the others.
+CREATE INDEX IF NOT EXISTS schedules_paused_idx
+    ON {schema}.schedules (job_name, scope_kind, scope_id) WHERE paused;
