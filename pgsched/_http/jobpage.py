@@ -118,8 +118,24 @@ def _grid(v: JobView, can_act: bool) -> str:
         old = href("job", name=job, q=v.search, before=g.older_than.isoformat())
         pager.append(f'<a href="{old}">older plans →</a>')
     pager.append(f'<a href="{href("job", name=job)}">latest</a>')
-    note = f"{len(g.scopes)} scopes × {len(plans)} plans; each cell links to its run"
+    note = f"{_n(len(g.scopes), 'scope')} × {_n(len(plans), 'plan')}; each cell links to its run"
+    pager.append(_LEGEND)
     return section("Recent plans by scope", note, search + body + _bar(" ".join(pager)), "grid")
+
+
+_LEGEND = (
+    '<span class="legend" aria-hidden="true">'
+    + "".join(
+        f'<span class="sq {s}" style="display:inline-block;width:12px;height:12px"></span> '
+        f"{s.lower()} "
+        for s in ("SUCCESS", "FAILED", "RUNNING", "STALE", "PENDING", "CANCELLED")
+    )
+    + "</span>"
+)
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _grid_row(g: JobGrid, scope: object, plans: Sequence[PlanSummary], can_act: bool) -> str:
