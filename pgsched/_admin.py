@@ -253,7 +253,7 @@ class Admin(ScheduleMethods):
         PORTAL.call(self._ops.cancel(execution_id))
 
     def job_overview(self) -> list[JobStatus]:
-        """``status()`` for the dashboard: at most 1000 jobs, each count stopping past 10,000."""
+        """``status()`` for the dashboard: at most 1000 jobs, each count stopping past 1,000."""
         return PORTAL.call(self._ops.job_overview())
 
     def plan_history(

@@ -964,7 +964,7 @@ SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger
        e.rows_affected, e.result, e.error_code, e.error_msg, e.created_at, false AS stale
 FROM {schema}.cron_executions e
 WHERE e.job_name = %(job)s AND e.status = 'FAILED'
-ORDER BY e.finished_at DESC NULLS LAST
+ORDER BY e.finished_at DESC
 LIMIT %(limit)s
 
 -- name: dash_pending
@@ -1066,3 +1066,9 @@ LEFT JOIN LATERAL (
 ) AS last ON true
 ORDER BY j.job_name
 LIMIT 1000
+
+-- name: dash_no_jit
+-- For the rest of the transaction: the dashboard's bounded reads cost milliseconds, but their
+-- LIMITed subqueries over large tables are estimated high enough to trigger JIT compilation,
+-- which alone takes hundreds of milliseconds.
+SELECT set_config('jit', 'off', true)

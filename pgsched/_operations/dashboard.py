@@ -27,7 +27,7 @@ _T = TypeVar("_T")
 MAX_GRID_PLANS = 60
 MAX_GRID_ROWS = 200
 MAX_ACTIONS = 200
-COUNT_CAP = 10_000  # the dashboard's counts stop here: "10,000+"
+COUNT_CAP = 1_000  # the dashboard's counts stop here: "1,000+"
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,9 @@ class DashboardStore(_Statements):
     """Statements of the dashboard (``dash_*``, ``retry_now``, the action log)."""
 
     async def job_summary(self, conn: Conn, cap: int) -> list[JobStatus]:
-        return await self._typed(conn, "dash_job_summary", JobStatus, {"cap": cap})
+        async with conn.transaction():
+            await self._rows(conn, "dash_no_jit")
+            return await self._typed(conn, "dash_job_summary", JobStatus, {"cap": cap})
 
     async def recent_plans(
         self, conn: Conn, job: str, before: datetime | None, limit: int
@@ -41,7 +43,9 @@ class DashboardStore(_Statements):
         self, conn: Conn, job: str, plans: Sequence[datetime]
     ) -> list[PlanSummary]:
         params = {"job": job, "plans": list(plans), "sample": PLAN_SAMPLE}
-        return await self._typed(conn, "dash_plan_summaries", PlanSummary, params)
+        async with conn.transaction():
+            await self._rows(conn, "dash_no_jit")
+            return await self._typed(conn, "dash_plan_summaries", PlanSummary, params)
 
     async def scope_kinds(self, conn: Conn, job: str, *, schedules: bool) -> list[str]:
         name = "dash_schedule_kinds" if schedules else "dash_scope_kinds"
