@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .._errors import ConfigError
+from .._errors import ConfigError, NotFoundError
 from .._model import Scope
 from .._operations.core import Operations
 from .._times import parse_time
@@ -127,8 +127,6 @@ class ActionForm:
     async def _schedule_delete(self) -> str:
         async def delete(job: str, scope: Scope) -> None:
             if not await self._ops.delete_schedule(job, scope):
-                from .._errors import NotFoundError
-
                 raise NotFoundError(f"job {job!r}, scope {scope}: no such schedule")
 
         return await self._schedules(delete, "deleted")

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
+from .._model import Scope
 from .._operations.dashboard import JobGrid, SchedulePage
+from .._planning.schedules import Schedule
 from .._views import ActionRecord, Execution, JobStatus, PlanSummary, UpcomingPlan
 from .charts import line_chart
 from .html import button_form, esc, hidden, href, num, section, short_time, table, when
@@ -138,11 +140,11 @@ def _n(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def _grid_row(g: JobGrid, scope: object, plans: Sequence[PlanSummary], can_act: bool) -> str:
+def _grid_row(g: JobGrid, scope: Scope, plans: Sequence[PlanSummary], can_act: bool) -> str:
     name = str(scope)
     cells = []
     for p in plans:
-        run = g.cells.get((scope, p.plan_time))  # type: ignore[arg-type]
+        run = g.cells.get((scope, p.plan_time))
         if run is None:
             cells.append('<td><span class="sq NONE" title="no run"></span></td>')
             continue
@@ -260,10 +262,7 @@ def schedules_page(job: str, page: SchedulePage, *, search: str, back: str, can_
     return out + (_put_form(job, back) if can_act else "")
 
 
-def _schedule_row(job: str, s: object, page: SchedulePage, back: str, can_act: bool) -> list[str]:
-    from .._planning.schedules import Schedule
-
-    assert isinstance(s, Schedule)
+def _schedule_row(job: str, s: Schedule, page: SchedulePage, back: str, can_act: bool) -> list[str]:
     spec = f"cron {s.cron}" if s.cron else f"every {_every(s.every)}"
     payload = json.dumps(s.payload, sort_keys=True)
     runs = page.runs.get(s.scope, [])
@@ -324,7 +323,3 @@ def _put_form(job: str, back: str) -> str:
         f'{fields}<button type="submit">Put schedule</button></form>'
     )
     return section("Put a schedule", "create or replace one scope's schedule", form, "put")
-
-
-def plan_label(at: datetime) -> str:
-    return short_time(at)

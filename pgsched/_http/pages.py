@@ -35,7 +35,7 @@ class Overview:
 def strip(job: str, plans: Sequence[PlanSummary]) -> str:
     """The job's recent plans, oldest first, one square each coloured by its worst state."""
     cells = "".join(
-        f'<a class="sq {p.outcome}" href="{href("job", name=job, before=None)}" '
+        f'<a class="sq {p.outcome}" href="{href("job", name=job)}" '
         f'title="{esc(_plan_title(p))}"><span class="visually-hidden">'
         f"{esc(_plan_title(p))}</span></a>"
         for p in reversed(plans)
