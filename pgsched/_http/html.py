@@ -128,10 +128,9 @@ def num(value: int | None, bad: bool = False) -> str:
 
 
 def section(title: str, note: str, body: str, ident: str | None = None) -> str:
-    label = f' id="{esc(ident)}" aria-labelledby="{esc(ident)}-h"' if ident else ""
-    head_id = f' id="{esc(ident)}-h"' if ident else ""
+    label = f' id="{esc(ident)}" aria-label="{esc(title)}"' if ident else ""
     small = f" <small>{esc(note)}</small>" if note else ""
-    return f"<section{label}><h2{head_id}>{esc(title)}{small}</h2>{body}</section>"
+    return f"<section{label}><h2>{esc(title)}{small}</h2>{body}</section>"
 
 
 def table(
@@ -191,4 +190,28 @@ def button_form(action: str, label: str, back: str, *, danger: bool = False, **f
         '<form class="inline" method="post" action="action">'
         f"{hidden(action=action, back=back, **fields)}"
         f'<button class="{cls}" type="submit">{esc(label)}</button></form>'
+    )
+
+
+def pick(form_id: str, value: Any, label: str) -> str:
+    """A checkbox joining the selection form ``form_id`` (forms cannot nest, so the row's own
+    buttons stay forms of their own)."""
+    return (
+        f'<input type="checkbox" form="{esc(form_id)}" name="target" value="{esc(value)}" '
+        f'aria-label="select {esc(label)}">'
+    )
+
+
+def selection_form(
+    form_id: str, back: str, buttons: Sequence[tuple[str, str]], **fields: Any
+) -> str:
+    """The form a table's checkboxes join: one submit button per (action, label)."""
+    submit = "".join(
+        f'<button type="submit" name="action" value="{esc(action)}"'
+        f"{' class=danger' if action.endswith('delete') else ''}>{esc(label)}</button>"
+        for action, label in buttons
+    )
+    return (
+        f'<form id="{esc(form_id)}" class="pager" method="post" action="action">'
+        f"{hidden(back=back, **fields)}{submit}</form>"
     )

@@ -13,7 +13,19 @@ from .._operations.dashboard import JobGrid, SchedulePage
 from .._planning.schedules import Schedule
 from .._views import ActionRecord, Execution, JobStatus, PlanSummary, UpcomingPlan
 from .charts import line_chart
-from .html import button_form, esc, hidden, href, num, section, short_time, table, when
+from .html import (
+    button_form,
+    esc,
+    hidden,
+    href,
+    num,
+    pick,
+    section,
+    selection_form,
+    short_time,
+    table,
+    when,
+)
 from .pages import actions_log, run_link
 
 
@@ -58,7 +70,7 @@ def job_page(v: JobView, *, can_act: bool) -> str:
             j.job, "job", f'<dl class="kv">{dl}</dl>' + (_controls(v) if can_act else ""), "job"
         )
     ]
-    parts += [_grid(v, can_act), _charts(v.history), _upcoming(v), _failures(v, can_act)]
+    parts += [_grid(v, can_act), _charts(v.history), _upcoming(v, can_act), _failures(v, can_act)]
     parts.append(actions_log(v.actions))
     return "".join(parts)
 
@@ -175,7 +187,7 @@ def _charts(history: Sequence[PlanSummary]) -> str:
     )
 
 
-def _upcoming(v: JobView) -> str:
+def _upcoming(v: JobView, can_act: bool) -> str:
     ahead = table(
         ["plan time", "scope"],
         [[when(u.plan_time), esc(u.scope or "every scope")] for u in v.upcoming],
@@ -184,7 +196,18 @@ def _upcoming(v: JobView) -> str:
         [run_link(r.id, esc(str(r.scope)[:120])), when(r.plan_time), esc(r.trigger)]
         for r in v.pending
     ]
-    pending = table(["scope", "plan time", "trigger"], rows)
+    headers = ["scope", "plan time", "trigger"]
+    if can_act:
+        headers = ["select", *headers]
+        rows = [
+            [pick("bulk-cancel", r.id, f"pending run of {r.scope}"), *row]
+            for r, row in zip(v.pending, rows, strict=True)
+        ]
+    pending = table(headers, rows)
+    if can_act and rows:
+        pending += selection_form(
+            "bulk-cancel", v.back, [("cancel", "Cancel selected")], job=v.job.job
+        )
     return section("Upcoming plans", "next plans; pending runs below", ahead) + section(
         "Pending runs", "triggers, backfills and one-offs waiting", pending, "pending"
     )

@@ -15,7 +15,20 @@ from .._views import (
     PlanSummary,
     RunHistory,
 )
-from .html import button_form, duration, esc, hidden, href, num, pill, section, table, when
+from .html import (
+    button_form,
+    duration,
+    esc,
+    hidden,
+    href,
+    num,
+    pick,
+    pill,
+    section,
+    selection_form,
+    table,
+    when,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +107,7 @@ def _jobs(data: Overview, can_act: bool) -> str:
     headers = ["job", "schedule", "next plan", "state", "recent plans"]
     headers += ["running", "stale", "failed", "pending"]
     if can_act:
-        headers.append("actions")
+        headers = ["select", *headers, "actions"]
     rows = []
     for j in data.jobs:
         state = '<span class="pill paused">paused</span>' if j.paused else "active"
@@ -116,8 +129,14 @@ def _jobs(data: Overview, can_act: bool) -> str:
                 + " "
                 + button_form(flip, flip.capitalize(), "./", job=j.job)
             )
+            row.insert(0, pick("bulk-jobs", j.job, j.job))
         rows.append(row)
-    body = table(headers, rows, numeric=frozenset({5, 6, 7, 8}), wide=frozenset({1}))
+    shift = 1 if can_act else 0
+    numeric = frozenset(i + shift for i in (5, 6, 7, 8))
+    body = table(headers, rows, numeric=numeric, wide=frozenset({1 + shift}))
+    if can_act and rows:
+        buttons = [("pause", "Pause selected"), ("resume", "Resume selected")]
+        body += selection_form("bulk-jobs", "./", buttons)
     return section("Jobs", f"{len(data.jobs)} known", body, "jobs")
 
 

@@ -161,11 +161,44 @@ def test_trigger_pause_resume_and_cancel_are_done_and_recorded(page: Any, site: 
     assert site.one("SELECT paused FROM {s}.job_state WHERE job_name = 'hourly'")
     page.click("button:has-text('Resume job')")
     assert not site.one("SELECT paused FROM {s}.job_state WHERE job_name = 'hourly'")
+    # A selection: two one-offs cancelled at once.
+    for at in ("2098-05-06T07:08:09", "2098-05-06T07:08:10"):
+        page.fill("#t-at", at)
+        page.click("#job button:has-text('Trigger')")
+    boxes = page.locator("#pending input[name=target]")
+    assert boxes.count() == 2
+    boxes.nth(0).check()
+    boxes.nth(1).check()
+    page.click("button:has-text('Cancel selected')")
+    assert "cancel: 2 of 2 done" in _flash(page)
+    ahead = status + " AND plan_time > '2098-01-01' AND plan_time < '2099-01-01'"
+    assert [r[0] for r in site.q(ahead)] == [
+        "CANCELLED",
+        "CANCELLED",
+    ]
     log = page.locator("#actions").inner_text()
     for action in ("trigger", "cancel", "pause", "resume"):
         assert action in log, action
     assert "operator #" in log and OPERATOR not in page.content()
     _shot(page, site, "job-hourly-actions")
+
+
+def test_overview_pauses_and_resumes_a_selection_of_jobs(page: Any, site: Site) -> None:
+    _login(page, site.replica, OPERATOR)
+    page.goto(site.replica)
+    for job in ("hourly", "fanout"):
+        page.locator(f"#jobs input[name=target][value='{job}']").check()
+    page.click("button:has-text('Pause selected')")
+    assert "pause: 2 of 2 done" in _flash(page)
+    paused = "SELECT count(*) FROM {s}.job_state WHERE paused AND job_name IN ('hourly', 'fanout')"
+    assert site.one(paused) == 2
+    _no_sideways_scroll(page)
+    _shot(page, site, "overview-operator")
+    for job in ("hourly", "fanout"):
+        page.locator(f"#jobs input[name=target][value='{job}']").check()
+    page.click("button:has-text('Resume selected')")
+    assert "resume: 2 of 2 done" in _flash(page)
+    assert site.one(paused) == 0
 
 
 def test_retry_now_and_a_bulk_retry(page: Any, site: Site) -> None:
