@@ -47,9 +47,12 @@ class ActionForm:
         handler: Callable[[], Awaitable[str]] = getattr(self, "_" + self.action)
         return await handler()
 
-    async def _bulk(self, job: str | None, work: Callable[[str], Awaitable[object]]) -> str:
-        errors = await self._ops.action_log.act_many(
-            self._actor, self.action, job, self.targets, work
+    async def _bulk(
+        self, job: str | None, work: Callable[[str], Awaitable[object]], *, jobs: bool = False
+    ) -> str:
+        log = self._ops.action_log
+        errors = await log.act_many(
+            self._actor, self.action, job, self.targets, work, targets_are_jobs=jobs
         )
         failed = {t: e for t, e in errors.items() if e}
         text = f"{self.action}: {len(errors) - len(failed)} of {len(errors)} done"
@@ -85,7 +88,7 @@ class ActionForm:
 
     async def _jobs(self, work: Callable[[str], Awaitable[None]], done: str) -> str:
         if self.targets:
-            return await self._bulk(None, work)
+            return await self._bulk(None, work, jobs=True)
         job = self._job()
         await self._act(job, None, work(job))
         return f"{job} {done}"

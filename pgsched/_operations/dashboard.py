@@ -260,15 +260,19 @@ class ActionLog:
         job: str | None,
         targets: Sequence[str],
         work: Callable[[str], Awaitable[object]],
+        *,
+        targets_are_jobs: bool = False,
     ) -> dict[str, str | None]:
-        """A bulk action: ``work`` for each target in turn, each recorded; returns each
-        target's error (None when it succeeded). One failing target stops none of the others."""
+        """A bulk action: ``work`` for each target in turn, each recorded (under ``job``, or
+        under the target itself with ``targets_are_jobs``); returns each target's error (None
+        when it succeeded). One failing target stops none of the others."""
         if not 1 <= len(targets) <= MAX_GRID_ROWS:
             raise ConfigError(f"select from 1 to {MAX_GRID_ROWS} items (got {len(targets)})")
         errors: dict[str, str | None] = {}
         for target in targets:
             try:
-                await self.act(actor, action, job, target, work(target))
+                on = target if targets_are_jobs else job
+                await self.act(actor, action, on, target, work(target))
                 errors[target] = None
             except PgschedError as exc:
                 errors[target] = str(exc)
