@@ -1,6 +1,7 @@
 """pgsched: periodic jobs run once per plan across many replicas, coordinated by PostgreSQL."""
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from ._admin import Admin
 from ._aio import AsyncAdmin
@@ -21,6 +22,32 @@ from ._planning.schedules import Schedule, ScheduleSpec
 from ._run import Run
 from ._scheduler import Scheduler
 from ._views import Attempt, Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory, Triggered
+
+
+def dashboard_asgi(
+    admin: AsyncAdmin, *, token: str | None = None, view_token: str | None = None
+) -> Any:
+    """The dashboard as an ASGI application over ``admin``: ``app.mount("/pgsched", it)`` in
+    FastAPI or Starlette. ``token`` / ``view_token`` default to ``PGSCHED_HTTP_TOKEN`` /
+    ``PGSCHED_HTTP_VIEW_TOKEN``, read at each request."""
+    from ._http.auth import Tokens
+    from ._http.mount import ASGIDashboard
+
+    fixed = Tokens.from_env(token, view_token) if token or view_token else None
+    return ASGIDashboard(admin, tokens=fixed)
+
+
+def dashboard_aiohttp(
+    admin: AsyncAdmin, *, token: str | None = None, view_token: str | None = None
+) -> Any:
+    """The dashboard as an aiohttp application over ``admin``:
+    ``app.add_subapp("/pgsched/", it)``. Tokens as for :func:`dashboard_asgi`."""
+    from ._http.auth import Tokens
+    from ._http.mount import aiohttp_app
+
+    fixed = Tokens.from_env(token, view_token) if token or view_token else None
+    return aiohttp_app(admin, tokens=fixed)
+
 
 try:
     __version__ = version("pgsched")
@@ -55,4 +82,6 @@ __all__ = [
     "Triggered",
     "__version__",
     "configure_logging",
+    "dashboard_aiohttp",
+    "dashboard_asgi",
 ]

@@ -18,16 +18,20 @@ from ._dsn import resolve_dsn, resolve_transaction_pooling
 from ._model import Scope
 from ._operations.connectors import KeptConnections
 from ._operations.core import Operations, check_schema, no_jobs
+from ._operations.dashboard import JobGrid, SchedulePage
 from ._planning.schedules import Schedule, ScheduleSpec
 from ._portal import PORTAL
 from ._times import Duration, parse_duration
 from ._views import (
+    ActionRecord,
     Execution,
     FailedAttempt,
     JobStatus,
     LiveReplica,
+    PlanSummary,
     RunHistory,
     Triggered,
+    UpcomingPlan,
 )
 
 _T = TypeVar("_T")
@@ -247,6 +251,67 @@ class Admin(ScheduleMethods):
     def cancel(self, execution_id: UUID | str) -> None:
         """Cancel a PENDING execution."""
         PORTAL.call(self._ops.cancel(execution_id))
+
+    def job_overview(self) -> list[JobStatus]:
+        """``status()`` for the dashboard: at most 1000 jobs, each count stopping past 1,000."""
+        return PORTAL.call(self._ops.job_overview())
+
+    def plan_history(
+        self, job: str, *, limit: int = 30, before: datetime | None = None
+    ) -> list[PlanSummary]:
+        """The job's latest plans with their outcome, start lag and duration (the dashboard's
+        strip and charts)."""
+        return PORTAL.call(self._ops.plan_history(job, limit=limit, before=before))
+
+    def job_grid(
+        self,
+        job: str,
+        *,
+        search: str | None = None,
+        after: Scope | None = None,
+        rows: int = 50,
+        plans: int = 12,
+        before: datetime | None = None,
+    ) -> JobGrid:
+        """A page of the job's scopes by its latest plans, each cell an execution."""
+        grid = self._ops.job_grid(
+            job, search=search, after=after, rows=rows, plans=plans, before=before
+        )
+        return PORTAL.call(grid)
+
+    def schedules_page(
+        self,
+        job: str,
+        *,
+        search: str | None = None,
+        after: Scope | None = None,
+        limit: int = 50,
+        runs: int = 5,
+    ) -> SchedulePage:
+        """A page of a dynamic job's schedules with each one's latest runs."""
+        page = self._ops.schedules_page(job, search=search, after=after, limit=limit, runs=runs)
+        return PORTAL.call(page)
+
+    def job_failures(self, job: str, limit: int = 20) -> list[Execution]:
+        """The job's latest FAILED executions, newest first."""
+        return PORTAL.call(self._ops.job_failures(job, limit))
+
+    def job_pending(self, job: str, limit: int = 20) -> list[Execution]:
+        """The job's PENDING executions, earliest plan first."""
+        return PORTAL.call(self._ops.job_pending(job, limit))
+
+    def job_upcoming(self, job: str, limit: int = 10) -> list[UpcomingPlan]:
+        """The job's next plans."""
+        return PORTAL.call(self._ops.job_upcoming(job, limit))
+
+    def actions(self, job: str | None = None, limit: int = 20) -> list[ActionRecord]:
+        """The latest recorded operator actions, newest first."""
+        return PORTAL.call(self._ops.actions(job, limit))
+
+    def retry_now(self, execution_id: UUID | str) -> str:
+        """Make a FAILED execution due for a retry now (one more attempt if it had none
+        left); returns its job."""
+        return PORTAL.call(self._ops.retry_now(execution_id))
 
     def pause(self, job: str) -> None:
         """Stop planning and claiming ``job`` on every replica within one tick."""

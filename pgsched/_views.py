@@ -192,3 +192,67 @@ class Triggered(_JsonView):
 
     def __post_init__(self, scope_kind: str, scope_id: str) -> None:
         object.__setattr__(self, "scope", trusted_scope(scope_kind, scope_id))
+
+
+@dataclass(frozen=True, slots=True)
+class PlanSummary(_JsonView):
+    """One plan of a job as the dashboard shows it: how its executions stand and their start
+    lag and duration (median and max, in ms), from at most a bounded sample of its rows
+    (``total`` is the sample's size)."""
+
+    plan_time: datetime
+    total: int
+    success: int
+    failed: int
+    running: int
+    stale: int
+    pending: int
+    cancelled: int
+    lag_p50_ms: int | None
+    lag_max_ms: int | None
+    duration_p50_ms: int | None
+    duration_max_ms: int | None
+
+    @property
+    def outcome(self) -> str:
+        """The plan's colour: the worst state among its executions."""
+        for name, count in (
+            ("FAILED", self.failed),
+            ("STALE", self.stale),
+            ("RUNNING", self.running),
+            ("PENDING", self.pending),
+            ("SUCCESS", self.success),
+        ):
+            if count:
+                return name
+        return "CANCELLED"
+
+
+@dataclass(frozen=True)
+class UpcomingPlan(_JsonView):
+    """A plan ahead: of one schedule of a dynamic job (``scope``), or of the job's own
+    schedule (``scope`` None)."""
+
+    plan_time: datetime
+    scope_kind: InitVar[str | None]
+    scope_id: InitVar[str | None]
+    scope: Scope | None = field(init=False)
+
+    def __post_init__(self, scope_kind: str | None, scope_id: str | None) -> None:
+        found = None if scope_kind is None else trusted_scope(scope_kind, scope_id or "")
+        object.__setattr__(self, "scope", found)
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRecord(_JsonView):
+    """An operator action as recorded: when, who (the label of the token used), what, on
+    which job and target, and how it ended (``ok`` or the error)."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    job: str | None
+    target: str | None
+    outcome: str
+    detail: str | None

@@ -821,3 +821,254 @@ SELECT (SELECT count(*) FROM moved) AS moved, ins.*
 FROM (SELECT 1) AS one
 LEFT JOIN ins ON true
 
+
+-- name: dash_recent_plans
+-- The dashboard: a job's latest distinct plan times before `before`, newest first, one index
+-- probe per plan (a loose index scan on (job_name, plan_time)), however many scopes each has.
+-- Plans still ahead (one-offs triggered for later) are the page's pending runs, not columns.
+WITH RECURSIVE plans(p, n) AS (
+    (SELECT e.plan_time, 1 FROM {schema}.cron_executions e
+     WHERE e.job_name = %(job)s
+       AND e.plan_time < least(%(before)s, statement_timestamp() + interval '1 second')
+     ORDER BY e.plan_time DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.plan_time FROM {schema}.cron_executions e
+            WHERE e.job_name = %(job)s AND e.plan_time < plans.p
+            ORDER BY e.plan_time DESC LIMIT 1), plans.n + 1
+    FROM plans WHERE plans.p IS NOT NULL AND plans.n < %(limit)s
+)
+SELECT p AS plan_time FROM plans WHERE p IS NOT NULL ORDER BY p DESC
+
+-- name: dash_plan_summaries
+-- Per plan of a job: how its executions stand and their start lag and duration, read from at
+-- most `sample` rows of each plan (a 100,000-scope fan-out is sampled, not counted whole).
+SELECT p.plan_time, s.total, s.success, s.failed, s.running, s.stale, s.pending, s.cancelled,
+       s.lag_p50_ms, s.lag_max_ms, s.duration_p50_ms, s.duration_max_ms
+FROM unnest(%(plans)s::timestamptz[]) AS p(plan_time)
+CROSS JOIN LATERAL (
+    SELECT count(*) AS total,
+           count(*) FILTER (WHERE x.status = 'SUCCESS') AS success,
+           count(*) FILTER (WHERE x.status = 'FAILED') AS failed,
+           count(*) FILTER (WHERE x.status = 'RUNNING' AND x.stale_after >= clock_timestamp())
+               AS running,
+           count(*) FILTER (WHERE x.status = 'RUNNING' AND x.stale_after < clock_timestamp())
+               AS stale,
+           count(*) FILTER (WHERE x.status = 'PENDING') AS pending,
+           count(*) FILTER (WHERE x.status = 'CANCELLED') AS cancelled,
+           percentile_disc(0.5) WITHIN GROUP (ORDER BY x.lag_ms) AS lag_p50_ms,
+           max(x.lag_ms) AS lag_max_ms,
+           percentile_disc(0.5) WITHIN GROUP (ORDER BY x.duration_ms) AS duration_p50_ms,
+           max(x.duration_ms) AS duration_max_ms
+    FROM (SELECT e.status, e.stale_after, e.duration_ms,
+                 (extract(epoch FROM e.started_at - e.plan_time) * 1000)::bigint AS lag_ms
+          FROM {schema}.cron_executions e
+          WHERE e.job_name = %(job)s AND e.plan_time = p.plan_time
+          LIMIT %(sample)s) AS x
+) AS s
+ORDER BY p.plan_time DESC
+
+-- name: dash_scope_kinds
+-- The scope kinds a job's ledger (or its schedules) holds: a loose index scan, at most 50.
+WITH RECURSIVE kinds(k, n) AS (
+    (SELECT e.scope_kind, 1 FROM {schema}.cron_executions e
+     WHERE e.job_name = %(job)s ORDER BY e.scope_kind LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.scope_kind FROM {schema}.cron_executions e
+            WHERE e.job_name = %(job)s AND e.scope_kind > kinds.k
+            ORDER BY e.scope_kind LIMIT 1), kinds.n + 1
+    FROM kinds WHERE kinds.k IS NOT NULL AND kinds.n < 50
+)
+SELECT k AS kind FROM kinds WHERE k IS NOT NULL
+
+-- name: dash_ledger_scopes
+-- A page of the distinct scopes of one kind in a job's ledger, in id order after `after`,
+-- whose id starts with `prefix`: one probe of the plan key's index per scope. Ids that start
+-- with the prefix sort together from it, so the walk ends at the first that does not.
+WITH RECURSIVE s(id, n) AS (
+    (SELECT e.scope_id, 1 FROM {schema}.cron_executions e
+     WHERE e.job_name = %(job)s AND e.scope_kind = %(kind)s AND e.scope_id > %(after)s
+       AND e.scope_id >= %(prefix)s
+     ORDER BY e.scope_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.scope_id FROM {schema}.cron_executions e
+            WHERE e.job_name = %(job)s AND e.scope_kind = %(kind)s AND e.scope_id > s.id
+            ORDER BY e.scope_id LIMIT 1), s.n + 1
+    FROM s WHERE s.id IS NOT NULL AND s.n < %(limit)s AND starts_with(s.id, %(prefix)s)
+)
+SELECT %(kind)s::text AS kind, id FROM s
+WHERE id IS NOT NULL AND starts_with(id, %(prefix)s)
+ORDER BY id
+
+-- name: dash_schedule_kinds
+SELECT DISTINCT k.kind FROM (
+    WITH RECURSIVE kinds(k, n) AS (
+        (SELECT s.scope_kind, 1 FROM {schema}.schedules s
+         WHERE s.job_name = %(job)s ORDER BY s.scope_kind LIMIT 1)
+        UNION ALL
+        SELECT (SELECT s.scope_kind FROM {schema}.schedules s
+                WHERE s.job_name = %(job)s AND s.scope_kind > kinds.k
+                ORDER BY s.scope_kind LIMIT 1), kinds.n + 1
+        FROM kinds WHERE kinds.k IS NOT NULL AND kinds.n < 50
+    )
+    SELECT k AS kind FROM kinds WHERE k IS NOT NULL
+) AS k ORDER BY k.kind
+
+-- name: dash_schedules
+-- A page of one kind of a dynamic job's schedules in id order after `after`, whose id starts
+-- with `prefix` (they sort together from it: the page is read from the primary key).
+SELECT t.* FROM (
+    SELECT job_name, scope_kind, scope_id, every_us, cron, timezone, payload, starts_at,
+           ends_at, paused, next_plan_time, created_at, updated_at
+    FROM {schema}.schedules
+    WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id > %(after)s
+      AND scope_id >= %(prefix)s
+    ORDER BY scope_id
+    LIMIT %(limit)s
+) AS t
+WHERE starts_with(t.scope_id, %(prefix)s)
+ORDER BY t.scope_id
+
+-- name: dash_cells
+-- The executions of the given scopes at the given plans: one probe of the plan key per cell.
+SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.status,
+       e.attempt, e.max_attempts, e.next_retry_at, e.runner_id, e.fencing_token,
+       e.heartbeat_at, e.stale_after, e.started_at, e.finished_at, e.duration_ms,
+       e.rows_affected, e.result, e.error_code, e.error_msg, e.created_at,
+       (e.status = 'RUNNING' AND e.stale_after < clock_timestamp()) AS stale
+FROM unnest(%(kinds)s::text[], %(ids)s::text[]) AS sc(kind, id)
+CROSS JOIN unnest(%(plans)s::timestamptz[]) AS p(plan_time)
+JOIN {schema}.cron_executions e
+  ON e.job_name = %(job)s AND e.scope_kind = sc.kind AND e.scope_id = sc.id
+ AND e.plan_time = p.plan_time
+
+-- name: dash_scope_runs
+-- The latest `per_scope` executions of each given scope (a schedule's recent runs).
+SELECT r.* FROM unnest(%(kinds)s::text[], %(ids)s::text[]) AS sc(kind, id)
+CROSS JOIN LATERAL (
+    SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger,
+           e.status, e.attempt, e.max_attempts, e.next_retry_at, e.runner_id, e.fencing_token,
+           e.heartbeat_at, e.stale_after, e.started_at, e.finished_at, e.duration_ms,
+           e.rows_affected, e.result, e.error_code, e.error_msg, e.created_at,
+           (e.status = 'RUNNING' AND e.stale_after < clock_timestamp()) AS stale
+    FROM {schema}.cron_executions e
+    WHERE e.job_name = %(job)s AND e.scope_kind = sc.kind AND e.scope_id = sc.id
+    ORDER BY e.plan_time DESC
+    LIMIT %(per_scope)s
+) AS r
+
+-- name: dash_job_failures
+-- A job's latest FAILED executions (migration 0011's index), newest first.
+SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.status,
+       e.attempt, e.max_attempts, e.next_retry_at, e.runner_id, e.fencing_token,
+       e.heartbeat_at, e.stale_after, e.started_at, e.finished_at, e.duration_ms,
+       e.rows_affected, e.result, e.error_code, e.error_msg, e.created_at, false AS stale
+FROM {schema}.cron_executions e
+WHERE e.job_name = %(job)s AND e.status = 'FAILED'
+ORDER BY e.finished_at DESC
+LIMIT %(limit)s
+
+-- name: dash_pending
+-- A job's PENDING executions (triggers, backfills, one-offs ahead), earliest plan first.
+SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.status,
+       e.attempt, e.max_attempts, e.next_retry_at, e.runner_id, e.fencing_token,
+       e.heartbeat_at, e.stale_after, e.started_at, e.finished_at, e.duration_ms,
+       e.rows_affected, e.result, e.error_code, e.error_msg, e.created_at, false AS stale
+FROM {schema}.cron_executions e
+WHERE e.job_name = %(job)s AND e.status = 'PENDING'
+ORDER BY e.plan_time
+LIMIT %(limit)s
+
+-- name: dash_upcoming
+-- A job's next plans: a dynamic job's earliest due schedules, else the plans its replicas
+-- registered that are still ahead.
+SELECT u.plan_time, u.scope_kind, u.scope_id FROM (
+    SELECT s.next_plan_time AS plan_time, s.scope_kind, s.scope_id
+    FROM {schema}.schedules s
+    WHERE s.job_name = %(job)s AND NOT s.paused AND s.next_plan_time IS NOT NULL
+    ORDER BY s.next_plan_time
+    LIMIT %(limit)s
+) AS u
+UNION ALL
+SELECT v.p, NULL, NULL
+FROM {schema}.job_state j, unnest(j.upcoming) AS v(p)
+WHERE j.job_name = %(job)s AND j.schedule IS DISTINCT FROM 'dynamic'
+  AND v.p > clock_timestamp()
+ORDER BY 1
+LIMIT %(limit)s
+
+-- name: retry_now
+-- A FAILED execution becomes due for a retry now, given one more attempt when it had none
+-- left; the replicas' claims take it over as any due retry.
+UPDATE {schema}.cron_executions
+SET next_retry_at = clock_timestamp(), max_attempts = greatest(max_attempts, attempt + 1),
+    updated_at = clock_timestamp()
+WHERE id = %(id)s AND status = 'FAILED'
+RETURNING id, job_name
+
+-- name: record_action
+INSERT INTO {schema}.actions (actor, action, job_name, target, outcome, detail)
+VALUES (%(actor)s, %(action)s, %(job)s, %(target)s, %(outcome)s, left(%(detail)s, 4000))
+
+-- name: list_actions
+-- The latest recorded actions, of one job or of all.
+SELECT id, at, actor, action, job_name AS job, target, outcome, detail
+FROM {schema}.actions
+ORDER BY at DESC
+LIMIT %(limit)s
+
+-- name: list_job_actions
+SELECT id, at, actor, action, job_name AS job, target, outcome, detail
+FROM {schema}.actions
+WHERE job_name = %(job)s
+ORDER BY at DESC
+LIMIT %(limit)s
+
+-- name: dash_job_summary
+-- The overview's jobs: job_summary's columns, every count stopping at `cap` + 1 rows (the page
+-- shows "over cap"), so a job with a million schedules or failures costs what a small one does.
+WITH now AS MATERIALIZED (SELECT statement_timestamp() AS t)
+SELECT j.job_name AS job, j.paused, j.schedule, j.seen_at, j.seen_by,
+       last.plan_time AS last_plan, last.status AS last_status,
+       (SELECT max(e.finished_at) FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'SUCCESS') AS last_success,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'RUNNING'
+          AND e.stale_after >= (SELECT t FROM now) LIMIT %(cap)s + 1) AS c) AS running,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'RUNNING'
+          AND e.stale_after < (SELECT t FROM now) LIMIT %(cap)s + 1) AS c) AS stale,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'FAILED'
+          AND e.next_retry_at IS NULL LIMIT %(cap)s + 1) AS c) AS failed,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'PENDING' LIMIT %(cap)s + 1) AS c) AS pending,
+       CASE WHEN j.schedule = 'dynamic' THEN
+           (SELECT count(*) FROM (SELECT 1 FROM {schema}.schedules s
+            WHERE s.job_name = j.job_name LIMIT %(cap)s + 1) AS c) END AS schedules,
+       CASE WHEN j.schedule = 'dynamic' THEN
+           (SELECT count(*) FROM (SELECT 1 FROM {schema}.schedules s
+            WHERE s.job_name = j.job_name AND s.paused LIMIT %(cap)s + 1) AS c) END
+           AS schedules_paused,
+       next.due AS next_due,
+       CASE WHEN j.schedule = 'dynamic' THEN next.due
+            ELSE (SELECT min(u.p) FROM unnest(j.upcoming) AS u(p) WHERE u.p > (SELECT t FROM now))
+       END AS next_plan
+FROM {schema}.job_state j
+LEFT JOIN LATERAL (
+    SELECT min(n.next_plan_time) AS due FROM {schema}.schedules n
+    WHERE n.job_name = j.job_name AND NOT n.paused AND n.next_plan_time IS NOT NULL
+      AND j.schedule = 'dynamic'
+) AS next ON true
+LEFT JOIN LATERAL (
+    SELECT e.plan_time, e.status FROM {schema}.cron_executions e
+    WHERE e.job_name = j.job_name AND (e.trigger = 'schedule' OR e.started_at IS NOT NULL)
+    ORDER BY e.plan_time DESC LIMIT 1
+) AS last ON true
+ORDER BY j.job_name
+LIMIT 1000
+
+-- name: dash_no_jit
+-- For the rest of the transaction: the dashboard's bounded reads cost milliseconds, but their
+-- LIMITed subqueries over large tables are estimated high enough to trigger JIT compilation,
+-- which alone takes hundreds of milliseconds.
+SELECT set_config('jit', 'off', true)

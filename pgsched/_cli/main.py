@@ -24,6 +24,7 @@ from .common import admin_from, configured_dsn, print_table, utc_text
 from .replicas import add_replica_commands
 from .runs import add_runs_command
 from .schedules import add_schedule_commands
+from .web import add_web_command
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -107,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     _operator_commands(sub, _Parser.with_parents(common))
     add_schedule_commands(sub, _Parser.with_parents(common))
     add_replica_commands(sub)
+    add_web_command(sub)
     return parser
 
 
@@ -175,6 +177,10 @@ def _operator_commands(sub: Subparsers, parser_class: type[argparse.ArgumentPars
     p = sub.add_parser("cancel", help="cancel a PENDING execution")
     p.add_argument("execution_id", metavar="EXECUTION_ID")
     p.set_defaults(command=_cancel)
+
+    p = sub.add_parser("retry", help="retry a FAILED execution now (one more attempt if needed)")
+    p.add_argument("execution_id", metavar="EXECUTION_ID")
+    p.set_defaults(command=_retry)
 
     for name, paused in (("pause", True), ("resume", False)):
         p = sub.add_parser(name, help=f"{name} JOB on every replica")
@@ -342,6 +348,12 @@ def _triggered_line(row: Triggered, *, with_scope: bool) -> str:
 def _cancel(args: argparse.Namespace) -> int:
     admin_from(args).cancel(args.execution_id)
     print(f"cancelled {args.execution_id}")
+    return 0
+
+
+def _retry(args: argparse.Namespace) -> int:
+    job = admin_from(args).retry_now(args.execution_id)
+    print(f"{args.execution_id} ({job}) is due for a retry now")
     return 0
 
 

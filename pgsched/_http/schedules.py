@@ -17,7 +17,7 @@ from .._model import Scope
 from .._operations.core import Operations
 from .._times import parse_time
 
-Authorise = Callable[[web.Request], None]
+Authorise = Callable[[web.Request], str]
 Body = Callable[[web.Request], Awaitable[dict[str, Any]]]
 Reply = Callable[[Any, int], web.Response]
 _PUT_FIELDS = ("every", "cron", "timezone", "payload", "starts_at", "ends_at", "paused")
@@ -33,10 +33,12 @@ class ScheduleRoutes:
         *,
         db: Callable[[Awaitable[Any]], Awaitable[Any]],
         authorise: Authorise,
+        may_read: Callable[[web.Request], None],
         body: Body,
         reply: Reply,
     ) -> None:
         self._ops, self._db, self._authorise = ops, db, authorise
+        self._may_read = may_read
         self._body, self._reply = body, reply
 
     def routes(self) -> list[web.RouteDef]:
@@ -50,6 +52,7 @@ class ScheduleRoutes:
         ]
 
     async def list(self, request: web.Request) -> web.Response:
+        self._may_read(request)
         job, query = request.match_info["job"], request.query
         after = Scope.parse(query["after"]) if query.get("after") else None
         text = query.get("limit", "100")
@@ -61,6 +64,7 @@ class ScheduleRoutes:
         return self._reply({"schedules": [s.to_json() for s in page]}, 200)
 
     async def get(self, request: web.Request) -> web.Response:
+        self._may_read(request)
         job, scope = _target(request)
         found = await self._db(self._ops.get_schedule(job, scope))
         if found is None:
@@ -68,7 +72,7 @@ class ScheduleRoutes:
         return self._reply(found.to_json(), 200)
 
     async def put(self, request: web.Request) -> web.Response:
-        self._authorise(request)
+        actor = self._authorise(request)
         job, scope = _target(request)
         body = await self._body(request)
         unknown = sorted(set(body) - set(_PUT_FIELDS))
@@ -77,13 +81,17 @@ class ScheduleRoutes:
         for field in ("starts_at", "ends_at"):
             if isinstance(body.get(field), str):
                 body[field] = parse_time(body[field], field)
-        put = await self._db(self._ops.put_schedule(job, scope, **body))
+        work = self._ops.put_schedule(job, scope, **body)
+        put = await self._db(self._ops.action_log.act(actor, "schedule_put", job, str(scope), work))
         return self._reply(put.to_json(), 200)
 
     async def delete(self, request: web.Request) -> web.Response:
-        self._authorise(request)
+        actor = self._authorise(request)
         job, scope = _target(request)
-        if not await self._db(self._ops.delete_schedule(job, scope)):
+        work = self._ops.delete_schedule(job, scope)
+        if not await self._db(
+            self._ops.action_log.act(actor, "schedule_delete", job, str(scope), work)
+        ):
             raise NotFoundError(f"job {job!r}, scope {scope}: no such schedule")
         return self._reply({"job": job, "scope": _scope_json(scope), "deleted": True}, 200)
 
@@ -94,10 +102,11 @@ class ScheduleRoutes:
         return await self._set_paused(request, False)
 
     async def _set_paused(self, request: web.Request, paused: bool) -> web.Response:
-        self._authorise(request)
+        actor = self._authorise(request)
         job, scope = _target(request)
         action = self._ops.pause_schedule if paused else self._ops.resume_schedule
-        await self._db(action(job, scope))
+        name = "schedule_pause" if paused else "schedule_resume"
+        await self._db(self._ops.action_log.act(actor, name, job, str(scope), action(job, scope)))
         return self._reply({"job": job, "scope": _scope_json(scope), "paused": paused}, 200)
 
 

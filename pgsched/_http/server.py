@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import hmac
 import json
-import os
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -29,8 +27,10 @@ from .._model import Scope
 from .._operations.core import MAX_LIMIT, DriverError, Operations
 from .._results import describe_error
 from .._times import parse_time
-from .page import render_status_page
+from .auth import Tokens, identify
+from .mount import aiohttp_handler
 from .schedules import ScheduleRoutes
+from .web import Dashboard
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _T = TypeVar("_T")
@@ -66,7 +66,6 @@ class HttpServer:
                 web.get("/metrics", self.metrics),
                 web.get("/healthz", self.healthz),
                 web.get("/readyz", self.readyz),
-                web.get("/", self.page),
                 web.get("/api/jobs", self.api_jobs),
                 web.get("/api/runs", self.api_runs),
                 web.get("/api/runs/{id}", self.api_run),
@@ -75,12 +74,23 @@ class HttpServer:
                 web.post("/api/jobs/{job}/pause", self.api_pause),
                 web.post("/api/jobs/{job}/resume", self.api_resume),
                 web.post("/api/runs/{id}/cancel", self.api_cancel),
+                web.post("/api/runs/{id}/retry", self.api_retry),
             ]
         )
         schedules = ScheduleRoutes(
-            ops, db=self._db, authorise=self._authorise, body=_body, reply=_json
+            ops,
+            db=self._db,
+            authorise=self._authorise,
+            may_read=self._may_read,
+            body=_body,
+            reply=_json,
         )
         app.add_routes(schedules.routes())
+        dashboard = aiohttp_handler(Dashboard(ops, runner_id=health.runner_id))
+        for path in ("/", "/job", "/schedules", "/run", "/login"):
+            app.router.add_get(path, dashboard)
+        for path in ("/login", "/logout", "/action"):
+            app.router.add_post(path, dashboard)
         self.app = app
 
     async def start(self, host: str, port: int) -> int:
@@ -180,39 +190,18 @@ class HttpServer:
 
     # -- read-only views ----------------------------------------------------------------
 
-    async def page(self, request: web.Request) -> web.Response:
-        ops = self._ops
-
-        async def gather() -> tuple[Any, ...]:
-            running = await ops.runs(status="RUNNING", limit=200)
-            return (
-                await ops.status(),
-                await ops.runs(limit=50),
-                await ops.failed_attempts(limit=20),
-                [r for r in running if r.stale],
-                await ops.replicas(),
-            )
-
-        summary, recent, failed, stale_leases, replicas = await self._db(gather())
-        html = render_status_page(
-            jobs=summary,
-            recent=recent,
-            failures=failed,
-            stale_leases=stale_leases,
-            runner_id=self._health.runner_id,
-            replicas=replicas,
-        )
-        return web.Response(text=html, content_type="text/html")
-
     async def api_jobs(self, request: web.Request) -> web.Response:
+        self._may_read(request)
         summary = await self._db(self._ops.status())
         return _json({"jobs": [j.to_json() for j in summary]}, 200)
 
     async def api_replicas(self, request: web.Request) -> web.Response:
+        self._may_read(request)
         replicas = await self._db(self._ops.replicas())
         return _json({"replicas": [r.to_json() for r in replicas]}, 200)
 
     async def api_runs(self, request: web.Request) -> web.Response:
+        self._may_read(request)
         query = request.query
         try:
             limit = int(query.get("limit", "50"))
@@ -230,28 +219,41 @@ class HttpServer:
         return _json({"runs": [r.to_json() for r in runs]}, 200)
 
     async def api_run(self, request: web.Request) -> web.Response:
+        self._may_read(request)
         found = await self._db(self._ops.run(request.match_info["id"]))
         return _json(found.to_json(), 200)
 
     # -- write API ----------------------------------------------------------------------
 
-    def _authorise(self, request: web.Request) -> None:
-        token = os.environ.get("PGSCHED_HTTP_TOKEN")
-        if not token:
+    def _may_read(self, request: web.Request) -> None:
+        """Reads need the viewer (or operator) token when ``PGSCHED_HTTP_VIEW_TOKEN`` is set."""
+        tokens = Tokens.from_env()
+        if not identify(tokens, _headers(request), {}).may_read(tokens):
+            raise web.HTTPUnauthorized(
+                text=json.dumps({"error": "missing or wrong bearer token (viewer token set)"}),
+                content_type="application/json",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    def _authorise(self, request: web.Request) -> str:
+        """The label of the operator token the request carries, for the action log."""
+        tokens = Tokens.from_env()
+        if tokens.operator is None:
             raise web.HTTPForbidden(
                 text=json.dumps({"error": "the write API is off: set PGSCHED_HTTP_TOKEN"}),
                 content_type="application/json",
             )
-        given = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        caller = identify(tokens, _headers(request), {})
+        if not caller.may_act:
             raise web.HTTPUnauthorized(
                 text=json.dumps({"error": "missing or wrong bearer token"}),
                 content_type="application/json",
                 headers={"WWW-Authenticate": "Bearer"},
             )
+        return caller.actor
 
     async def api_trigger(self, request: web.Request) -> web.Response:
-        self._authorise(request)
+        actor = self._authorise(request)
         job = request.match_info["job"]
         body = await _body(request)
         unknown = sorted(set(body) - set(_TRIGGER_FIELDS))
@@ -262,30 +264,46 @@ class HttpServer:
         every = body.get("all_scopes", False)
         if not isinstance(every, bool):
             raise ConfigError(f"job {job!r}: all_scopes={every!r} must be true or false")
+        act = self._ops.action_log.act
         if every:
-            rows = await self._db(self._ops.trigger(job, scope, at, all_scopes=True))
+            every_scope = self._ops.trigger(job, scope, at, all_scopes=True)
+            rows = await self._db(act(actor, "trigger", job, "all scopes", every_scope))
             created = any(r.created for r in rows)
             return _json({"runs": [r.to_json() for r in rows]}, 201 if created else 200)
-        done = await self._db(self._ops.trigger(job, scope, at))
+        target = None if scope is None else str(scope)
+        done = await self._db(act(actor, "trigger", job, target, self._ops.trigger(job, scope, at)))
         return _json(done.to_json(), 201 if done.created else 200)
 
     async def api_pause(self, request: web.Request) -> web.Response:
-        self._authorise(request)
+        actor = self._authorise(request)
         job = request.match_info["job"]
-        await self._db(self._ops.pause(job))
+        await self._db(self._ops.action_log.act(actor, "pause", job, None, self._ops.pause(job)))
         return _json({"job": job, "paused": True}, 200)
 
     async def api_resume(self, request: web.Request) -> web.Response:
-        self._authorise(request)
+        actor = self._authorise(request)
         job = request.match_info["job"]
-        await self._db(self._ops.resume(job))
+        await self._db(self._ops.action_log.act(actor, "resume", job, None, self._ops.resume(job)))
         return _json({"job": job, "paused": False}, 200)
 
     async def api_cancel(self, request: web.Request) -> web.Response:
-        self._authorise(request)
+        actor = self._authorise(request)
         ident = request.match_info["id"]
-        await self._db(self._ops.cancel(ident))
+        await self._db(
+            self._ops.action_log.act(actor, "cancel", None, ident, self._ops.cancel(ident))
+        )
         return _json({"id": ident, "status": "CANCELLED"}, 200)
+
+    async def api_retry(self, request: web.Request) -> web.Response:
+        actor = self._authorise(request)
+        ident = request.match_info["id"]
+        work = self._ops.retry_now(ident)
+        job = await self._db(self._ops.action_log.act(actor, "retry", None, ident, work))
+        return _json({"id": ident, "job": job, "retry": "now"}, 200)
+
+
+def _headers(request: web.Request) -> dict[str, str]:
+    return {k.lower(): v for k, v in request.headers.items()}
 
 
 def _scope_param(text: str | None) -> Scope | None:

@@ -1,0 +1,110 @@
+"""The dashboard's statements: bounded, indexed reads of a job's plans, scopes and cells, the
+"retry now" write, and the action log (migration 0011)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from .._model import Scope
+from .._records import Row
+from .._views import (
+    ActionRecord,
+    Execution,
+    JobStatus,
+    PlanSummary,
+    UpcomingPlan,
+    trusted_scope,
+)
+from .store import Conn, _Statements
+
+# Rows read per plan for its summary: a fan-out's colour and charts come from a sample.
+PLAN_SAMPLE = 500
+_FAR_FUTURE = datetime(9999, 12, 31, tzinfo=UTC)  # "no bound" for plan times before
+
+
+class DashboardStore(_Statements):
+    """Statements of the dashboard (``dash_*``, ``retry_now``, the action log)."""
+
+    async def job_summary(self, conn: Conn, cap: int) -> list[JobStatus]:
+        async with conn.transaction():
+            await self._rows(conn, "dash_no_jit")
+            return await self._typed(conn, "dash_job_summary", JobStatus, {"cap": cap})
+
+    async def recent_plans(
+        self, conn: Conn, job: str, before: datetime | None, limit: int
+    ) -> list[datetime]:
+        params = {"job": job, "before": before or _FAR_FUTURE, "limit": limit}
+        return [r["plan_time"] for r in await self._rows(conn, "dash_recent_plans", params)]
+
+    async def plan_summaries(
+        self, conn: Conn, job: str, plans: Sequence[datetime]
+    ) -> list[PlanSummary]:
+        params = {"job": job, "plans": list(plans), "sample": PLAN_SAMPLE}
+        async with conn.transaction():
+            await self._rows(conn, "dash_no_jit")
+            return await self._typed(conn, "dash_plan_summaries", PlanSummary, params)
+
+    async def scope_kinds(self, conn: Conn, job: str, *, schedules: bool) -> list[str]:
+        name = "dash_schedule_kinds" if schedules else "dash_scope_kinds"
+        return [r["kind"] for r in await self._rows(conn, name, {"job": job})]
+
+    async def ledger_scopes(
+        self, conn: Conn, job: str, kind: str, after: str, prefix: str, limit: int
+    ) -> list[Scope]:
+        params = {"job": job, "kind": kind, "after": after, "prefix": prefix, "limit": limit}
+        rows = await self._rows(conn, "dash_ledger_scopes", params)
+        return [trusted_scope(r["kind"], r["id"]) for r in rows]
+
+    async def schedules_page(
+        self, conn: Conn, job: str, kind: str, after: str, prefix: str, limit: int
+    ) -> list[Row]:
+        params = {"job": job, "kind": kind, "after": after, "prefix": prefix, "limit": limit}
+        return await self._rows(conn, "dash_schedules", params)
+
+    async def cells(
+        self, conn: Conn, job: str, scopes: Sequence[Scope], plans: Sequence[datetime]
+    ) -> list[Execution]:
+        params = {**_scope_arrays(scopes), "job": job, "plans": list(plans)}
+        return await self._typed(conn, "dash_cells", Execution, params)
+
+    async def scope_runs(
+        self, conn: Conn, job: str, scopes: Sequence[Scope], per_scope: int
+    ) -> list[Execution]:
+        params = {**_scope_arrays(scopes), "job": job, "per_scope": per_scope}
+        return await self._typed(conn, "dash_scope_runs", Execution, params)
+
+    async def job_failures(self, conn: Conn, job: str, limit: int) -> list[Execution]:
+        params = {"job": job, "limit": limit}
+        return await self._typed(conn, "dash_job_failures", Execution, params)
+
+    async def pending(self, conn: Conn, job: str, limit: int) -> list[Execution]:
+        return await self._typed(conn, "dash_pending", Execution, {"job": job, "limit": limit})
+
+    async def upcoming(self, conn: Conn, job: str, limit: int) -> list[UpcomingPlan]:
+        params = {"job": job, "limit": limit}
+        return await self._typed(conn, "dash_upcoming", UpcomingPlan, params)
+
+    async def retry_now(self, conn: Conn, execution_id: UUID) -> str | None:
+        """The job of the FAILED execution made due now; None when it is not FAILED."""
+        rows = await self._rows(conn, "retry_now", {"id": execution_id})
+        return str(rows[0]["job_name"]) if rows else None
+
+    async def execution_status(self, conn: Conn, execution_id: UUID) -> str | None:
+        rows = await self._rows(conn, "execution_status", {"id": execution_id})
+        return str(rows[0]["status"]) if rows else None
+
+    async def record_action(self, conn: Conn, entry: dict[str, Any]) -> None:
+        await self._rows(conn, "record_action", entry)
+
+    async def actions(self, conn: Conn, job: str | None, limit: int) -> list[ActionRecord]:
+        if job is None:
+            return await self._typed(conn, "list_actions", ActionRecord, {"limit": limit})
+        params = {"job": job, "limit": limit}
+        return await self._typed(conn, "list_job_actions", ActionRecord, params)
+
+
+def _scope_arrays(scopes: Sequence[Scope]) -> dict[str, list[str]]:
+    return {"kinds": [s.kind for s in scopes], "ids": [s.id for s in scopes]}
