@@ -585,17 +585,27 @@ SELECT (SELECT count(*) FROM gone) AS forgotten,
 SELECT scopes FROM {schema}.job_state WHERE job_name = %(job)s
 
 -- name: planned_scopes
--- The scopes a job whose scopes are listed or computed in code ran for as its replicas
--- planned it: those with a scheduled plan in the day up to the job's latest one (a plan's
--- scopes may be claimed over several ticks, so one plan alone can miss some). With `kind`,
--- only that scope, if it is one.
+-- The scopes a job whose scopes are listed or computed in code has now: those whose cursor
+-- is not retired. A job no replica of this version has planned yet has no cursor: then the
+-- scopes with a scheduled plan in the day up to the job's latest one (a plan's scopes may be
+-- claimed over several ticks, so one plan alone can miss some). With `kind`, only that
+-- scope, if it is one.
+WITH cur AS MATERIALIZED (
+    SELECT c.scope_kind, c.scope_id, c.retired_at FROM {schema}.cron_cursors c
+    WHERE c.job_name = %(job)s
+)
+SELECT c.scope_kind, c.scope_id FROM cur c
+WHERE c.retired_at IS NULL
+  AND (%(kind)s::text IS NULL OR (c.scope_kind = %(kind)s AND c.scope_id = %(id)s))
+UNION ALL
 SELECT DISTINCT e.scope_kind, e.scope_id FROM {schema}.cron_executions e
-WHERE e.job_name = %(job)s AND e.trigger = 'schedule'
+WHERE NOT EXISTS (SELECT 1 FROM cur)
+  AND e.job_name = %(job)s AND e.trigger = 'schedule'
   AND e.plan_time > (SELECT max(l.plan_time) FROM {schema}.cron_executions l
                      WHERE l.job_name = %(job)s AND l.trigger = 'schedule')
                     - interval '1 day'
   AND (%(kind)s::text IS NULL OR (e.scope_kind = %(kind)s AND e.scope_id = %(id)s))
-ORDER BY e.scope_kind, e.scope_id
+ORDER BY 1, 2
 
 -- name: schedule_scopes
 -- The scopes of a dynamic job: one per stored schedule. With `kind`, only that one.
