@@ -16,7 +16,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from pgsched._engine import sighting
 from tests.support.postgres import PrivateServer
+from tests.support.sight import newest_due_at_first_sight
 
 
 def _docker_answers() -> bool:
@@ -145,3 +147,21 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             "these fail the run: install what they need, or list them with a reason under "
             "'Tests allowed to skip' in README.md"
         )
+
+
+@pytest.fixture(autouse=True)
+def _first_sight_stand_in(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Most tests register a job and expect its current plan to run at once: first sight in
+    this process takes the newest due plan for them (tests/support/sight.py). Tests marked
+    ``first_sight`` see the real rule."""
+    if request.node.get_closest_marker("first_sight") is None:
+        monkeypatch.setattr(sighting, "first_plan", newest_due_at_first_sight)
+
+
+# The tests' subprocesses (replicas, commands) inherit the stand-in through the environment.
+os.environ["TESTS_FIRST_SIGHT_STAND_IN"] = "1"
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p
+    for p in (str(Path(__file__).parent / "support" / "stand_in"), os.environ.get("PYTHONPATH"))
+    if p
+)

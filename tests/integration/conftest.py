@@ -21,9 +21,7 @@ import pytest
 from psycopg import sql
 
 import pgsched
-from pgsched._engine import sighting
 from tests.support.roles import DbRoles, Role
-from tests.support.sight import newest_due_at_first_sight
 
 SchedulerFactory = Callable[..., pgsched.Scheduler]
 
@@ -105,12 +103,3 @@ def migrated(schema: str, db_roles: DbRoles) -> str:
     db_roles.prepare(schema)
     pgsched.Scheduler(dsn=db_roles.dsn("owner"), schema=schema, runner_id="migrator").migrate()
     return schema
-
-
-@pytest.fixture(autouse=True)
-def _first_sight_stand_in(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Most tests register a job and expect its current plan to run at once: first sight
-    takes the newest due plan for them (tests/support/sight.py). Tests marked
-    ``first_sight`` see the real rule."""
-    if request.node.get_closest_marker("first_sight") is None:
-        monkeypatch.setattr(sighting, "first_plan", newest_due_at_first_sight)

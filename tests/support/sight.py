@@ -2,6 +2,7 @@
 the job is registered (a job ``every="1d"`` run once runs today's plan). With it, a scope's
 first plan is its newest due one, as before cursors; tests of first sight itself (marked
 ``first_sight``) run without it, so a plan from before the scope was first seen does not run.
+The tests' subprocesses get the same stand-in from ``stand_in/sitecustomize.py``.
 """
 
 from __future__ import annotations
