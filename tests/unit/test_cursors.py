@@ -6,6 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from pgsched._config import build_job
 from pgsched._planning.cursors import (
     decide_cursor,
@@ -195,3 +198,70 @@ def test_cron_spec_key_tells_dst_options_apart() -> None:
     a = job(cron="30 2 * * *", timezone="Europe/Berlin")
     b = job(cron="30 2 * * *", timezone="Europe/Berlin", dst_skipped="skip")
     assert spec_key(a.schedule) != spec_key(b.schedule)
+
+
+# -- a cursor driven through many claims: a model check ---------------------------------------
+
+
+def _drive(j: Any, seen: datetime, gaps: list[int]) -> tuple[list[datetime], datetime]:
+    """Claims at ``seen`` + each cumulative gap (seconds), applying every move as the
+    database would; returns the plans claimed and the last claim's time."""
+    spec = spec_key(j.schedule)
+    row = seen_now(j, seen)
+    claimed: list[datetime] = []
+    now = seen
+    for gap in gaps:
+        now += timedelta(seconds=gap)
+        # claimed again at once while a full batch leaves the cursor due (the runtime's
+        # "again"); a cursor not due is not read at all
+        while row["next_plan_time"] is not None and row["next_plan_time"] <= now:
+            move = decide_cursor(j, spec, row, now, TICK, room=1000).move
+            claimed.extend(move.plans)
+            last = max(move.plans, default=row["last_plan_time"])
+            row = cursor(spec, move.next_plan, seen=seen, last=last)
+            if not move.plans:
+                break
+    return claimed, now
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    every_s=st.integers(min_value=1, max_value=900),
+    offset_s=st.integers(min_value=0, max_value=86_400),
+    gaps=st.lists(st.integers(min_value=0, max_value=3_600), min_size=1, max_size=30),
+)
+def test_every_plan_claims_each_plan_after_first_sight_once_in_order(
+    every_s: int, offset_s: int, gaps: list[int]
+) -> None:
+    j = job(
+        every=timedelta(seconds=every_s),
+        catch_up="every_plan",
+        max_plans_per_tick=1000,
+        overlap="allow",
+        catch_up_window="30d",
+    )
+    seen = datetime(2027, 3, 10, tzinfo=UTC) + timedelta(seconds=offset_s, microseconds=1)
+    claimed, now = _drive(j, seen, gaps)
+    first = first_plan(j, seen, TICK)
+    assert first is not None
+    expected = [first, *j.schedule.plans_between(first, now)] if first <= now else []
+    assert claimed == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    every_s=st.integers(min_value=1, max_value=900),
+    offset_s=st.integers(min_value=0, max_value=86_400),
+    gaps=st.lists(st.integers(min_value=0, max_value=3_600), min_size=1, max_size=30),
+)
+def test_latest_only_claims_rising_plans_never_from_before_first_sight(
+    every_s: int, offset_s: int, gaps: list[int]
+) -> None:
+    j = job(every=timedelta(seconds=every_s))
+    seen = datetime(2027, 3, 10, tzinfo=UTC) + timedelta(seconds=offset_s, microseconds=1)
+    claimed, now = _drive(j, seen, gaps)
+    assert claimed == sorted(set(claimed))
+    assert all(p >= seen - TICK for p in claimed)
+    newest = j.schedule.latest_at_or_before(now)
+    if claimed and newest >= (first_plan(j, seen, TICK) or now):
+        assert claimed[-1] <= newest
