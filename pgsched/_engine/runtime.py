@@ -129,6 +129,8 @@ class Runtime:
         self.executor = Executor(self.leases, self.recorder, transactions, self.writer.submit)
         self.watch.on_adopting(self.writer.reapply)
         self.watch.on_adopted(self.recorder.database_server)
+        # A new server (a failover that lost commits) may lack the cursors first sight wrote.
+        self.watch.on_adopted(self.sightings.forget_all)
         self._wake = asyncio.Event()
         self._next_due: float | None = None  # monotonic time the next plan falls due
         self._stopping = asyncio.Event()

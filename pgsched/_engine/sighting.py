@@ -71,6 +71,11 @@ class Sightings:
         """Write the job's scopes again at its next sight (its write may have failed)."""
         self._seen.pop(job, None)
 
+    def forget_all(self, *_: object) -> None:
+        """Write every job's scopes again: the replica now writes to another server (a
+        failover), which may lack the cursors written to the previous one."""
+        self._seen.clear()
+
 
 def _same(a: Sequence[Scope], b: Sequence[Scope]) -> bool:
     return a is b or list(a) == list(b)
