@@ -200,3 +200,25 @@ def test_the_due_read_goes_through_the_cursor_index(migrated: str, db: Any) -> N
     plan = "\n".join(r[0] for r in db.execute(query, params).fetchall())
     assert "cron_cursors_due_idx" in plan, plan
     assert "Seq Scan on cron_executions" not in plan, plan
+
+
+def test_a_changed_schedule_moves_the_cursors_to_the_new_one(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    """A daily job redeployed every second: its cursor, due tomorrow under the old schedule,
+    is computed again at once (after its latest claimed plan, else from first sight)."""
+    recorder = Recorder()
+    daily = make_scheduler("old")
+    daily.register(recorder.enter, name="changing", every="1d")
+    daily.run_once()
+    (before,) = _cursors(db, migrated, "changing").values()
+    assert before["spec"] == "every 1d"
+    secondly = make_scheduler("new")
+    secondly.register(recorder.enter, name="changing", every="1s")
+    wait_until(lambda: secondly.run_once().succeeded, 10, "a plan of the new schedule to run")
+    (after,) = _cursors(db, migrated, "changing").values()
+    assert after["spec"] == "every 1s"
+    assert after["first_seen_at"] == before["first_seen_at"]
+    newest = recorder.runs[-1].plan_time
+    assert newest >= before["first_seen_at"] - timedelta(seconds=1)
+    assert newest.microsecond == 0 and after["last_plan_time"] == newest
