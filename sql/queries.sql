@@ -279,26 +279,34 @@ ins AS (
     RETURNING x.id, x.scope_kind, x.scope_id, x.plan_time, x.attempt, x.max_attempts,
               x.lease_token, x.fencing_token, x.started_at
 ),
+-- The plans that have a row now: inserted here, or there already (the statement's snapshot
+-- does not see the rows it inserts, hence the union). Joins, not OR-ed EXISTS, so each is a
+-- hash or index join rather than a scan of the inserted rows per plan.
 held AS MATERIALIZED (
+    SELECT i.scope_kind AS kind, i.scope_id AS id, i.plan_time FROM ins i
+    UNION
     SELECT p.kind, p.id, p.plan_time FROM p
-    WHERE EXISTS (SELECT 1 FROM ins WHERE ins.scope_kind = p.kind AND ins.scope_id = p.id
-                                      AND ins.plan_time = p.plan_time)
-       OR EXISTS (SELECT 1 FROM {schema}.cron_executions e
+    WHERE EXISTS (SELECT 1 FROM {schema}.cron_executions e
                   WHERE e.job_name = %(job)s AND e.scope_kind = p.kind AND e.scope_id = p.id
                     AND e.plan_time = p.plan_time)
+),
+lacking AS MATERIALIZED (  -- cursors with a chosen plan that has no row: they stay due
+    SELECT DISTINCT p.kind, p.id FROM p
+    LEFT JOIN held h ON h.kind = p.kind AND h.id = p.id AND h.plan_time = p.plan_time
+    WHERE h.kind IS NULL
+),
+latest AS MATERIALIZED (
+    SELECT h.kind, h.id, max(h.plan_time) AS plan_time FROM held h GROUP BY h.kind, h.id
 ),
 moved AS (
     UPDATE {schema}.cron_cursors c
     SET next_plan_time = m.next_plan, due_at = m.due_at, spec = %(spec)s, updated_at = now.t,
-        last_plan_time = greatest(c.last_plan_time, (
-            SELECT max(h.plan_time) FROM held h WHERE h.kind = m.kind AND h.id = m.id))
-    FROM m, now
+        last_plan_time = greatest(c.last_plan_time, l.plan_time)
+    FROM m
+    LEFT JOIN latest l ON l.kind = m.kind AND l.id = m.id
+    CROSS JOIN now
     WHERE c.job_name = %(job)s AND c.scope_kind = m.kind AND c.scope_id = m.id
-      AND NOT EXISTS (
-            SELECT 1 FROM p
-            WHERE p.kind = m.kind AND p.id = m.id
-              AND NOT EXISTS (SELECT 1 FROM held h WHERE h.kind = p.kind AND h.id = p.id
-                                                     AND h.plan_time = p.plan_time))
+      AND NOT EXISTS (SELECT 1 FROM lacking x WHERE x.kind = m.kind AND x.id = m.id)
     RETURNING c.scope_kind
 )
 SELECT (SELECT count(*) FROM moved) AS moved, ins.*
