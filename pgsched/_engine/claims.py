@@ -81,7 +81,10 @@ class Claimer:
             and (close_stale or job.name in probe.retry or job.name in probe.pending)
         )
         cursors = due or probe.cursors_due(job.name, job.schedule_delay)
-        batch = ClaimBatch()
+        # No free slot: the due cursors wait for one (the backlog wakes the loop when one
+        # frees) without a transaction that could claim nothing.
+        batch = ClaimBatch(backlog=cursors and free <= 0)
+        cursors = cursors and free > 0
         if not (close_stale or existing or cursors):
             return batch
         try:
