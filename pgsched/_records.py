@@ -19,12 +19,13 @@ class Probe:
     stale_jobs: frozenset[str]  # jobs with a RUNNING row past its stale_after
     retry: frozenset[str]
     pending: frozenset[str]
-    # Dynamic jobs: the earliest next plan of their schedules (None: no schedule has one).
-    dynamic_next: dict[str, datetime | None] = field(default_factory=dict)
+    # Each job's earliest due cursor: a code-defined job's cursors, a dynamic job's stored
+    # schedules (None: none is due ever).
+    next_due: dict[str, datetime | None] = field(default_factory=dict)
 
-    def schedules_due(self, job: str, delay: timedelta) -> bool:
-        """True when a schedule of the dynamic ``job`` has a plan due at the probe's now."""
-        nxt = self.dynamic_next.get(job)
+    def cursors_due(self, job: str, delay: timedelta) -> bool:
+        """True when a cursor (or schedule) of ``job`` has a plan due at the probe's now."""
+        nxt = self.next_due.get(job)
         return nxt is not None and nxt + delay <= self.now
 
 
@@ -51,22 +52,27 @@ class ClaimTerms:
 
 
 @dataclass(frozen=True, slots=True)
-class NewPlans:
-    """The plans and scopes one claim statement offers."""
+class CursorMove:
+    """What one claim does with a code-defined job's cursor: the plans it claims (none: the
+    cursor only moves), its next unclaimed plan (None: none left) and when that is due."""
 
-    kinds: list[str]
-    ids: list[str]
-    plans: list[datetime]
-    per_scope: int  # at most this many plans per scope (max_plans_per_tick)
-    after_latest: bool  # every_plan: only plans after the scope's latest scheduled one
-    shift: int = 0  # within one plan, start at the scope at this position (then wrap around)
+    kind: str
+    id: str
+    plans: tuple[datetime, ...]
+    next_plan: datetime | None
+    due_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
-class NewClaims:
-    remaining: int
-    picked: int
-    rows: list[Row]
+class Sighting:
+    """A code-defined job's scopes as one replica sees them (first sight of new ones)."""
+
+    kinds: list[str]
+    ids: list[str]
+    dues: list[datetime | None]  # each scope's first plan plus its jitter
+    first: datetime | None  # the first plan of a scope seen now
+    spec: str  # what the first plan was computed from
+    seen_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

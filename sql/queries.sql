@@ -4,7 +4,8 @@
 
 -- name: tick_probe
 -- One statement per tick: the database clock, pause flags, and which jobs have stale
--- leases, due retries or due PENDING rows (each read from a partial index).
+-- leases, due retries or due PENDING rows (each read from a partial index), and when each
+-- job's earliest cursor (or stored schedule) falls due.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 SELECT (SELECT t FROM now) AS now,
        ARRAY(SELECT job_name FROM {schema}.job_state
@@ -23,7 +24,12 @@ SELECT (SELECT t FROM now) AS now,
                      WHERE s.job_name = d.job AND NOT s.paused
                        AND s.next_plan_time IS NOT NULL)
              FROM unnest(%(dynamic)s::text[]) WITH ORDINALITY AS d(job, n)
-             ORDER BY d.n) AS dynamic_next
+             ORDER BY d.n) AS dynamic_next,
+       -- per code-defined job, in the order given: its earliest due cursor (one index probe)
+       ARRAY(SELECT (SELECT min(c.due_at) FROM {schema}.cron_cursors c
+                     WHERE c.job_name = d.job AND c.due_at IS NOT NULL)
+             FROM unnest(%(static)s::text[]) WITH ORDINALITY AS d(job, n)
+             ORDER BY d.n) AS static_next
 
 -- name: claim_begin
 -- The first statement of every claim transaction. A replica cut off inside one (its session
@@ -162,75 +168,149 @@ kept AS (
 )
 SELECT * FROM taken
 
--- name: claim_new
--- The claim: INSERT ... ON CONFLICT DO NOTHING of RUNNING rows for the due plans of the
--- given scopes, oldest plan first (then in the order the scopes were given, starting at the
--- `shift`-th and wrapping around), inserted in one
--- canonical key order. `remaining` counts the candidates that had no row when the statement
--- started, so the caller knows whether the plan is settled. Sorting on the scopes' position
--- rather than their text keeps a large fan-out cheap, and the overlap check runs on the
--- ordered candidates only until `limit` of them are eligible. Under overlap="forbid" a scope
--- gets at most its oldest plan, and only while none of its executions is RUNNING.
+-- name: sight_cursors
+-- A code-defined job's scopes as one replica sees them, written only when its list (or the
+-- job's schedule) changed. A scope new to the job gets its cursor (first sight): due at the
+-- caller's first plan, plus the scope's jitter. A scope with no cursor but scheduled plans in
+-- the ledger (written by an earlier version, or restored by hand) resumes after its latest
+-- one instead: due now with no spec, so the next claim computes its next plan under the
+-- job's catch-up (this first-sight lookup is the only read of the ledger's history). A
+-- retired cursor whose scope came back starts again as on first sight. Cursors of scopes no
+-- longer listed are retired (kept, so their scope is not mistaken for one from an earlier
+-- version); those computed from another schedule are computed again by their next claim.
+WITH now AS MATERIALIZED (SELECT %(seen_at)s::timestamptz AS t),
+given AS MATERIALIZED (
+    SELECT g.kind, g.id, g.due_at
+    FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(dues)b::timestamptz[])
+         AS g(kind, id, due_at)
+),
+retired AS (
+    UPDATE {schema}.cron_cursors c
+    SET retired_at = now.t, next_plan_time = NULL, due_at = NULL, updated_at = now.t
+    FROM now
+    WHERE c.job_name = %(job)s AND c.retired_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM given g WHERE g.kind = c.scope_kind AND g.id = c.scope_id)
+    RETURNING 1
+),
+respecified AS (
+    UPDATE {schema}.cron_cursors c
+    SET spec = NULL, due_at = now.t, updated_at = now.t
+    FROM given g, now
+    WHERE c.job_name = %(job)s AND c.scope_kind = g.kind AND c.scope_id = g.id
+      AND c.retired_at IS NULL AND c.spec IS DISTINCT FROM %(spec)s AND c.spec IS NOT NULL
+    RETURNING 1
+),
+seen AS (
+    INSERT INTO {schema}.cron_cursors AS c
+        (job_name, scope_kind, scope_id, next_plan_time, due_at, spec, first_seen_at,
+         last_plan_time, updated_at)
+    SELECT %(job)s, g.kind, g.id,
+           CASE WHEN l.latest IS NULL THEN %(first)s::timestamptz END,
+           CASE WHEN l.latest IS NULL THEN g.due_at ELSE now.t END,
+           CASE WHEN l.latest IS NULL THEN %(spec)s END,
+           now.t, l.latest, now.t
+    FROM given g
+    CROSS JOIN now
+    LEFT JOIN {schema}.cron_cursors x
+      ON x.job_name = %(job)s AND x.scope_kind = g.kind AND x.scope_id = g.id
+    LEFT JOIN LATERAL (
+        SELECT max(e.plan_time) AS latest FROM {schema}.cron_executions e
+        WHERE x.job_name IS NULL  -- never had a cursor: the upgrade path
+          AND e.job_name = %(job)s AND e.scope_kind = g.kind AND e.scope_id = g.id
+          AND e.trigger = 'schedule'
+    ) AS l ON true
+    WHERE x.job_name IS NULL OR x.retired_at IS NOT NULL
+    ORDER BY g.kind, g.id
+    ON CONFLICT (job_name, scope_kind, scope_id) DO UPDATE
+    SET next_plan_time = EXCLUDED.next_plan_time, due_at = EXCLUDED.due_at,
+        spec = EXCLUDED.spec, first_seen_at = EXCLUDED.first_seen_at, retired_at = NULL,
+        updated_at = EXCLUDED.updated_at
+    WHERE c.retired_at IS NOT NULL
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM seen) AS seen, (SELECT count(*) FROM retired) AS retired,
+       (SELECT count(*) FROM respecified) AS respecified
+
+-- name: due_cursors
+-- The claim, first half: the job's cursors that are due, soonest first, locked for this
+-- claim transaction (SKIP LOCKED: concurrent replicas take different ones). Read through the
+-- due index: never the ledger's history. Under overlap="forbid" a cursor whose scope has a
+-- RUNNING execution waits.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+SELECT c.scope_kind, c.scope_id, c.next_plan_time, c.spec, c.first_seen_at, c.last_plan_time,
+       (SELECT t FROM now) AS now
+FROM {schema}.cron_cursors c
+WHERE c.job_name = %(job)s AND c.due_at IS NOT NULL
+  AND c.due_at <= (SELECT t FROM now) - %(delay)s
+  AND (NOT %(forbid)s OR NOT EXISTS (
+        SELECT 1 FROM {schema}.cron_executions r
+        WHERE r.job_name = c.job_name AND r.scope_kind = c.scope_kind
+          AND r.scope_id = c.scope_id AND r.status = 'RUNNING'
+          AND (r.exclusive OR r.stale_after >= (SELECT t FROM now))))
+ORDER BY c.due_at
+LIMIT %(limit)s
+FOR UPDATE OF c SKIP LOCKED
+
+-- name: claim_cursors
+-- The claim, second half: INSERT ... ON CONFLICT DO NOTHING of RUNNING rows for the chosen
+-- plans, in one canonical key order, and each cursor moved on to its next plan. A cursor is
+-- moved only once every plan chosen for it has a row: inserted here, or there already (a
+-- backfill, a trigger, or a replica of an earlier version had it). One whose insert met a
+-- concurrent claim's exclusive row (overlap="forbid") stays due. Under overlap="forbid" the
+-- row is its scope's `exclusive` one.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
-scopes AS MATERIALIZED (
-    SELECT s.kind, s.id, s.ord,
-           CASE WHEN %(after_latest)s THEN (
-               SELECT max(e.plan_time) FROM {schema}.cron_executions e
-               WHERE e.job_name = %(job)s AND e.scope_kind = s.kind AND e.scope_id = s.id
-                 AND e.trigger = 'schedule') END AS latest
-    FROM unnest(%(kinds)b::text[], %(ids)b::text[]) WITH ORDINALITY AS s(kind, id, ord)
+p AS MATERIALIZED (
+    SELECT * FROM unnest(%(plan_kinds)b::text[], %(plan_ids)b::text[],
+                         %(plans)b::timestamptz[]) AS p(kind, id, plan_time)
 ),
-cand AS MATERIALIZED (
-    SELECT sc.kind, sc.id, sc.ord, p.plan_time,
-           row_number() OVER (PARTITION BY sc.ord ORDER BY p.plan_time) AS rn
-    FROM scopes sc
-    CROSS JOIN unnest(%(plans)s::timestamptz[]) AS p(plan_time)
-    WHERE p.plan_time > coalesce(sc.latest, '-infinity')
-      -- every_plan: a scope with no scheduled plan yet starts at the newest due plan (older
-      -- ones run only through backfill), as a new CronJob would.
-      AND (sc.latest IS NOT NULL OR NOT %(after_latest)s OR p.plan_time = %(newest)s)
-      AND NOT EXISTS (
-            SELECT 1 FROM {schema}.cron_executions e
-            WHERE e.job_name = %(job)s AND e.scope_kind = sc.kind AND e.scope_id = sc.id
-              AND e.plan_time = p.plan_time)
-),
-eligible AS MATERIALIZED (
-    SELECT c.kind, c.id, c.plan_time
-    FROM (SELECT o.kind, o.id, o.plan_time, o.rn FROM cand o
-          WHERE o.rn <= %(per_scope)s
-          -- from this replica's starting scope, so that concurrent claimers mostly pick
-          -- different scopes rather than conflict on the same first ones
-          ORDER BY o.plan_time, mod(o.ord - 1 + (SELECT count(*) FROM scopes) - %(shift)s,
-                                    (SELECT count(*) FROM scopes))
-          OFFSET 0) AS c  -- a fence: the overlap check below reads this order lazily
-    WHERE NOT %(forbid)s OR (c.rn = 1 AND NOT EXISTS (
-            SELECT 1 FROM {schema}.cron_executions r
-            WHERE r.job_name = %(job)s AND r.scope_kind = c.kind AND r.scope_id = c.id
-              AND r.status = 'RUNNING'
-              AND (r.exclusive OR r.stale_after >= (SELECT t FROM now))))
-    LIMIT %(limit)s
+m AS MATERIALIZED (
+    SELECT * FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(nexts)b::timestamptz[],
+                         %(dues)b::timestamptz[]) AS m(kind, id, next_plan, due_at)
 ),
 ins AS (
-    -- Under overlap="forbid" the row is its scope's `exclusive` one: a concurrent claimer's
-    -- insert for the same scope conflicts with it, committed or not, and does nothing.
     INSERT INTO {schema}.cron_executions AS x
         (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
          exclusive, runner_id, heartbeat_at, stale_after, started_at, created_at, updated_at)
-    SELECT %(job)s, el.kind, el.id, el.plan_time, 'schedule', 'RUNNING', 1, %(max_attempts)s,
+    SELECT %(job)s, p.kind, p.id, p.plan_time, 'schedule', 'RUNNING', 1, %(max_attempts)s,
            %(forbid)s, %(runner)s, now.t, now.t + %(stale_timeout)s, now.t, now.t, now.t
-    FROM eligible el, now
-    ORDER BY el.kind, el.id, el.plan_time
+    FROM p, now
+    ORDER BY p.kind, p.id, p.plan_time
     ON CONFLICT DO NOTHING
     RETURNING x.id, x.scope_kind, x.scope_id, x.plan_time, x.attempt, x.max_attempts,
               x.lease_token, x.fencing_token, x.started_at
+),
+-- The plans that have a row now: inserted here, or there already (the statement's snapshot
+-- does not see the rows it inserts, hence the union). Joins, not OR-ed EXISTS, so each is a
+-- hash or index join rather than a scan of the inserted rows per plan.
+held AS MATERIALIZED (
+    SELECT i.scope_kind AS kind, i.scope_id AS id, i.plan_time FROM ins i
+    UNION
+    SELECT p.kind, p.id, p.plan_time FROM p
+    WHERE EXISTS (SELECT 1 FROM {schema}.cron_executions e
+                  WHERE e.job_name = %(job)s AND e.scope_kind = p.kind AND e.scope_id = p.id
+                    AND e.plan_time = p.plan_time)
+),
+lacking AS MATERIALIZED (  -- cursors with a chosen plan that has no row: they stay due
+    SELECT DISTINCT p.kind, p.id FROM p
+    LEFT JOIN held h ON h.kind = p.kind AND h.id = p.id AND h.plan_time = p.plan_time
+    WHERE h.kind IS NULL
+),
+latest AS MATERIALIZED (
+    SELECT h.kind, h.id, max(h.plan_time) AS plan_time FROM held h GROUP BY h.kind, h.id
+),
+moved AS (
+    UPDATE {schema}.cron_cursors c
+    SET next_plan_time = m.next_plan, due_at = m.due_at, spec = %(spec)s, updated_at = now.t,
+        last_plan_time = greatest(c.last_plan_time, l.plan_time)
+    FROM m
+    LEFT JOIN latest l ON l.kind = m.kind AND l.id = m.id
+    CROSS JOIN now
+    WHERE c.job_name = %(job)s AND c.scope_kind = m.kind AND c.scope_id = m.id
+      AND NOT EXISTS (SELECT 1 FROM lacking x WHERE x.kind = m.kind AND x.id = m.id)
+    RETURNING c.scope_kind
 )
-SELECT counts.remaining, counts.picked, ins.*,
-       (SELECT max(p.plan_time) FROM {schema}.cron_executions p
-        WHERE p.job_name = %(job)s AND p.scope_kind = ins.scope_kind
-          AND p.scope_id = ins.scope_id AND p.trigger = 'schedule'
-          AND p.plan_time < ins.plan_time) AS previous_plan
-FROM (SELECT (SELECT count(*) FROM cand) AS remaining,
-             (SELECT count(*) FROM eligible) AS picked) AS counts
+SELECT (SELECT count(*) FROM moved) AS moved, ins.*
+FROM (SELECT 1) AS one
 LEFT JOIN ins ON true
 
 -- name: heartbeat
@@ -513,17 +593,27 @@ SELECT (SELECT count(*) FROM gone) AS forgotten,
 SELECT scopes FROM {schema}.job_state WHERE job_name = %(job)s
 
 -- name: planned_scopes
--- The scopes a job whose scopes are listed or computed in code ran for as its replicas
--- planned it: those with a scheduled plan in the day up to the job's latest one (a plan's
--- scopes may be claimed over several ticks, so one plan alone can miss some). With `kind`,
--- only that scope, if it is one.
+-- The scopes a job whose scopes are listed or computed in code has now: those whose cursor
+-- is not retired. A job no replica of this version has planned yet has no cursor: then the
+-- scopes with a scheduled plan in the day up to the job's latest one (a plan's scopes may be
+-- claimed over several ticks, so one plan alone can miss some). With `kind`, only that
+-- scope, if it is one.
+WITH cur AS MATERIALIZED (
+    SELECT c.scope_kind, c.scope_id, c.retired_at FROM {schema}.cron_cursors c
+    WHERE c.job_name = %(job)s
+)
+SELECT c.scope_kind, c.scope_id FROM cur c
+WHERE c.retired_at IS NULL
+  AND (%(kind)s::text IS NULL OR (c.scope_kind = %(kind)s AND c.scope_id = %(id)s))
+UNION ALL
 SELECT DISTINCT e.scope_kind, e.scope_id FROM {schema}.cron_executions e
-WHERE e.job_name = %(job)s AND e.trigger = 'schedule'
+WHERE NOT EXISTS (SELECT 1 FROM cur)
+  AND e.job_name = %(job)s AND e.trigger = 'schedule'
   AND e.plan_time > (SELECT max(l.plan_time) FROM {schema}.cron_executions l
                      WHERE l.job_name = %(job)s AND l.trigger = 'schedule')
                     - interval '1 day'
   AND (%(kind)s::text IS NULL OR (e.scope_kind = %(kind)s AND e.scope_id = %(id)s))
-ORDER BY e.scope_kind, e.scope_id
+ORDER BY 1, 2
 
 -- name: schedule_scopes
 -- The scopes of a dynamic job: one per stored schedule. With `kind`, only that one.
@@ -651,20 +741,29 @@ ORDER BY f.finished_at DESC, f.execution_id, f.attempt
 LIMIT %(limit)s
 
 -- name: prune_batch
--- Deletes one batch of finished rows older than the cutoff. A row goes only when a newer
--- *scheduled* plan of its scope exists: the newest scheduled row is what stops its plan from
--- being claimed again and where every_plan catch-up resumes. Short batches, no long locks.
+-- Deletes one batch of finished rows older than the cutoff. A scope's cursor (or a dynamic
+-- job's schedule) remembers where the scope is, so its rows may all go. A scope without one
+-- (never planned by this version: its replicas have not started yet) keeps its newest
+-- scheduled row, where it resumes on first sight. Short batches, no long locks.
 DELETE FROM {schema}.cron_executions
 WHERE id IN (
     SELECT e.id FROM {schema}.cron_executions e
     WHERE e.finished_at < clock_timestamp() - %(older_than)s
       AND e.status IN ('SUCCESS', 'FAILED', 'CANCELLED')
       AND (e.status <> 'FAILED' OR e.next_retry_at IS NULL)
-      AND EXISTS (
-            SELECT 1 FROM {schema}.cron_executions n
-            WHERE n.job_name = e.job_name AND n.scope_kind = e.scope_kind
-              AND n.scope_id = e.scope_id AND n.trigger = 'schedule'
-              AND n.plan_time > e.plan_time)
+      AND (EXISTS (
+                SELECT 1 FROM {schema}.cron_cursors c
+                WHERE c.job_name = e.job_name AND c.scope_kind = e.scope_kind
+                  AND c.scope_id = e.scope_id)
+           OR EXISTS (
+                SELECT 1 FROM {schema}.schedules s
+                WHERE s.job_name = e.job_name AND s.scope_kind = e.scope_kind
+                  AND s.scope_id = e.scope_id)
+           OR EXISTS (
+                SELECT 1 FROM {schema}.cron_executions n
+                WHERE n.job_name = e.job_name AND n.scope_kind = e.scope_kind
+                  AND n.scope_id = e.scope_id AND n.trigger = 'schedule'
+                  AND n.plan_time > e.plan_time))
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 )
@@ -807,7 +906,9 @@ ins AS (
 ),
 moved AS (
     UPDATE {schema}.schedules s
-    SET next_plan_time = p.next_plan
+    SET next_plan_time = p.next_plan,
+        last_plan_time = CASE WHEN p.plan_time IS NULL THEN s.last_plan_time
+                              ELSE greatest(s.last_plan_time, p.plan_time) END
     FROM p
     WHERE s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id
       AND (p.plan_time IS NULL

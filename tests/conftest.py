@@ -16,7 +16,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from pgsched._engine import sighting
+from pgsched._planning.cursors import first_plan
 from tests.support.postgres import PrivateServer
+from tests.support.sight import newest_due_at_first_sight
 
 
 def _docker_answers() -> bool:
@@ -145,3 +148,23 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             "these fail the run: install what they need, or list them with a reason under "
             "'Tests allowed to skip' in README.md"
         )
+
+
+@pytest.fixture(autouse=True)
+def _first_sight_stand_in(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Most tests register a job and expect its current plan to run at once: first sight in
+    this process takes the newest due plan for them (tests/support/sight.py). Tests marked
+    ``first_sight`` see the real rule."""
+    real = request.node.get_closest_marker("first_sight") is not None
+    # set either way: this process may have the subprocesses' stand-in too (xdist workers)
+    monkeypatch.setattr(sighting, "first_plan", first_plan if real else newest_due_at_first_sight)
+
+
+# The tests' subprocesses (replicas, commands) inherit the stand-in through the environment
+# (TESTS_FIRST_SIGHT_STAND_IN=0 runs them with the real rule).
+os.environ.setdefault("TESTS_FIRST_SIGHT_STAND_IN", "1")
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p
+    for p in (str(Path(__file__).parent / "support" / "stand_in"), os.environ.get("PYTHONPATH"))
+    if p
+)

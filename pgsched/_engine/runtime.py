@@ -1,6 +1,6 @@
 """The replica's engine: an orchestrator over small collaborators. Every tick reads
 
-    offer (``offers``) -> claim (``claims``) -> start (``execution``) -> outcome
+    see (``sighting``) -> claim (``claims``) -> start (``execution``) -> outcome
     -> write (``writer``) -> release (``leases``)
 
 and every event goes to one ``Recorder``. This module owns only the loop: when to tick, the
@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from .._config import JobSpec
 from .._metrics import Metrics
+from .._model import Scope
 from .._records import Probe
 from .._results import describe_error
 from .._storage.answering import ENGINE_ANSWER_TIMEOUT_S
@@ -36,12 +37,12 @@ from .._storage.connection import (
 )
 from .._storage.servers import ServerWatch
 from .._storage.store import Conn, Store
-from .claims import Claimer, superseded_pairs
+from .claims import Claimer
 from .execution import Executor
 from .leases import LeaseTable, open_lease
-from .offers import OfferPlanner
 from .recorder import Recorder
 from .registration import Registration
+from .sighting import Sightings
 from .transaction import Transactions
 from .values import ClaimBatch, TickReport
 from .writer import LeaseWriter
@@ -110,9 +111,13 @@ class Runtime:
         self.last_tick_at: float | None = None  # any tick, failed or not: the loop is alive
         self.recorder = Recorder(metrics, runner_id)
         self.leases = LeaseTable(max_concurrency, self.recorder, self.wake)
-        self.offers = OfferPlanner(self.recorder, runner_id)
+        self.sightings = Sightings(store, self.recorder, settings.tick_interval)
         self.claimer = Claimer(
-            store, runner_id, self.recorder, synchronous=settings.synchronous_claims
+            store,
+            runner_id,
+            self.recorder,
+            synchronous=settings.synchronous_claims,
+            lookback=settings.tick_interval,
         )
         self.writer = LeaseWriter(
             store=store,
@@ -124,6 +129,8 @@ class Runtime:
         self.executor = Executor(self.leases, self.recorder, transactions, self.writer.submit)
         self.watch.on_adopting(self.writer.reapply)
         self.watch.on_adopted(self.recorder.database_server)
+        # A new server (a failover that lost commits) may lack the cursors first sight wrote.
+        self.watch.on_adopted(self.sightings.forget_all)
         self._wake = asyncio.Event()
         self._next_due: float | None = None  # monotonic time the next plan falls due
         self._stopping = asyncio.Event()
@@ -281,7 +288,7 @@ class Runtime:
                 if job.name in probe.paused or self._stopping.is_set():
                     continue
                 ok = await self._tick_job(conn, job, probe) and ok
-        soonest = _sooner(self.offers.next_due(jobs, probe.now), _dynamic_due(jobs, probe))
+        soonest = _next_due(jobs, probe)
         self._next_due = (
             None if soonest is None else probed_at + soonest.total_seconds() + _DUE_MARGIN_S
         )
@@ -291,12 +298,14 @@ class Runtime:
         """Claim and start ``job``'s work; a large fan-out takes several transactions, one
         batch each, so replicas take turns and the first handlers start early. False when
         the job's claim failed (the other jobs still get theirs)."""
-        first = True
+        first, due, known = True, False, None
         while not self._stopping.is_set():
             try:
-                batch = await self._claim(conn, job, probe, first)
+                if first and not job.dynamic:
+                    known, due = await self.sightings.see(conn, job, probe.now)
+                batch = await self._claim(conn, job, probe, first, due, known)
             except Exception as exc:
-                self.offers.forget(job.name)  # its claims may have been rolled back
+                self.sightings.forget(job.name)  # its scopes may not have been written
                 if conn.broken or unavailable(exc):  # the whole tick fails: no use going on
                     raise
                 self.recorder.error("tick_error", job=job.name, error=describe_error(exc))
@@ -304,17 +313,22 @@ class Runtime:
             self._start(job, batch)
             if not batch.again:
                 break
-            first = False
+            first, due = False, True
         return True
 
-    async def _claim(self, conn: Conn, job: JobSpec, probe: Probe, first: bool) -> ClaimBatch:
+    async def _claim(
+        self,
+        conn: Conn,
+        job: JobSpec,
+        probe: Probe,
+        first: bool,
+        due: bool,
+        known: Mapping[tuple[str, str], Scope] | None,
+    ) -> ClaimBatch:
         free = self.leases.free
-        offer = await self.offers.offer(job, probe.now) if free > 0 else None
-        batch = await self.claimer.claim(conn, job, probe, offer, free, first)
-        if offer is not None and batch.unsettled is not None:
-            self.offers.settled(job, offer, batch.unsettled)
-        if job.catch_up == "latest_only":
-            self.offers.count_superseded(job, superseded_pairs(batch.claims))
+        batch = await self.claimer.claim(
+            conn, job, probe, free, first, due=due and free > 0, known=known
+        )
         if batch.backlog:
             self.leases.note_backlog()
         return batch
@@ -372,18 +386,12 @@ class Runtime:
                 await asyncio.sleep(delay)
 
 
-def _dynamic_due(jobs: Mapping[str, JobSpec], probe: Probe) -> timedelta | None:
-    """How long after the probe the earliest stored schedule of a dynamic job falls due."""
+def _next_due(jobs: Mapping[str, JobSpec], probe: Probe) -> timedelta | None:
+    """How long after the probe the earliest cursor (or stored schedule) of a job falls due."""
     waits = [
         nxt + jobs[name].schedule_delay - probe.now
-        for name, nxt in probe.dynamic_next.items()
-        if nxt is not None and name not in probe.paused
+        for name, nxt in probe.next_due.items()
+        if nxt is not None and name not in probe.paused and name in jobs
     ]
     future = [w for w in waits if w > timedelta(0)]
     return min(future) if future else None
-
-
-def _sooner(a: timedelta | None, b: timedelta | None) -> timedelta | None:
-    if a is None or b is None:
-        return a if b is None else b
-    return min(a, b)

@@ -1,13 +1,12 @@
 """The engine's value types, in one module so that its collaborators import each other's
-values without importing each other: an offer (what to claim), a claim (what was won), a
-lease (what this replica holds), an outcome (how a run ended) and the tick report.
+values without importing each other: a claim (what was won), a lease (what this replica
+holds), an outcome (how a run ended) and the tick report.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -19,23 +18,6 @@ from .._records import Finish
 from .._run import Liveness, Run
 
 ClaimKind = Literal["won", "stole", "retry"]
-
-
-@dataclass(frozen=True, eq=False)
-class Offer:
-    """What to offer the claim statement for new plans of one job: ``plans`` (oldest first)
-    for ``scopes``, looked at ``chunk`` scopes at a time starting at each of ``chunks``."""
-
-    plans: list[datetime]
-    scopes: Sequence[Scope]  # in the job's order
-    chunks: list[int]
-    chunk: int
-    settle: bool  # every scope is past its jitter: once every chunk is settled, so is the plan
-    walk_from: int = 0  # this replica's starting point: chunks, and scopes within a chunk
-
-    def parts(self) -> Iterable[tuple[int, Sequence[Scope]]]:
-        for start in self.chunks:
-            yield start, self.scopes[start : start + self.chunk]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +35,6 @@ class Claim:
     fencing_token: int
     started_at: datetime | None
     previous_runner: str | None = None
-    previous_plan: datetime | None = None  # new claims: the scope's scheduled plan before it
     payload: dict[str, Any] | None = None  # the schedule's payload (dynamic jobs)
 
 
@@ -62,8 +43,7 @@ class ClaimBatch:
     """What one claim transaction got."""
 
     claims: list[Claim] = field(default_factory=list)
-    unsettled: list[int] | None = None  # chunks of the offer that may still lack rows
-    again: bool = False  # a fan-out batch was full: claim again at once
+    again: bool = False  # a batch of due cursors was full: claim again at once
     backlog: bool = False  # work was left for want of slots
 
 

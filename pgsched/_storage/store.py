@@ -20,9 +20,8 @@ from psycopg.rows import class_row, dict_row
 from .._model import Scope
 from .._records import (
     ClaimTerms,
+    CursorMove,
     Finish,
-    NewClaims,
-    NewPlans,
     Probe,
     ReplicaEntry,
     Restore,
@@ -30,6 +29,7 @@ from .._records import (
     RunFilter,
     ScheduleMove,
     ScheduleRows,
+    Sighting,
 )
 from .._views import (
     Attempt,
@@ -226,16 +226,19 @@ class Store(_JobStatements):
     async def tick_probe(
         self, conn: Conn, jobs: Sequence[str], dynamic: Sequence[str] = ()
     ) -> Probe:
-        """The tick's one read; ``dynamic`` are the jobs whose earliest next plan to read."""
-        params = {"jobs": list(jobs), "dynamic": list(dynamic)}
+        """The tick's one read; ``dynamic`` are the jobs whose schedules are their cursors."""
+        static = [job for job in jobs if job not in set(dynamic)]
+        params = {"jobs": list(jobs), "dynamic": list(dynamic), "static": static}
         row = await self._one(conn, "tick_probe", params)
+        next_due = dict(zip(dynamic, row["dynamic_next"], strict=True))
+        next_due.update(zip(static, row["static_next"], strict=True))
         return Probe(
             now=row["now"],
             paused=frozenset(row["paused"]),
             stale_jobs=frozenset(row["stale_jobs"]),
             retry=frozenset(row["retry"]),
             pending=frozenset(row["pending"]),
-            dynamic_next=dict(zip(dynamic, row["dynamic_next"], strict=True)),
+            next_due=next_due,
         )
 
     async def claim_begin(
@@ -276,24 +279,46 @@ class Store(_JobStatements):
         params = {**terms.params(), "limit": limit}
         return await self._rows(conn, "claim_existing", prepare=_PLAN_EACH_TIME, params=params)
 
-    async def claim_new(
-        self, conn: Conn, terms: ClaimTerms, offer: NewPlans, limit: int
-    ) -> NewClaims:
-        """Insert RUNNING rows for ``offer``'s plans and scopes (ON CONFLICT DO NOTHING)."""
+    async def sight_cursors(self, conn: Conn, job: str, seen: Sighting) -> Row:
+        """Write ``job``'s scopes as seen now: cursors for new ones, retired ones for those
+        gone; returns the counts (seen, retired, respecified)."""
+        params = {
+            "job": job,
+            "kinds": seen.kinds,
+            "ids": seen.ids,
+            "dues": seen.dues,
+            "first": seen.first,
+            "spec": seen.spec,
+            "seen_at": seen.seen_at,
+        }
+        return await self._one(conn, "sight_cursors", params)
+
+    async def due_cursors(
+        self, conn: Conn, terms: ClaimTerms, delay: timedelta, limit: int
+    ) -> list[Row]:
+        """Lock up to ``limit`` due cursors of the job (SKIP LOCKED), soonest first."""
+        params = {"job": terms.job, "forbid": terms.forbid, "delay": delay, "limit": limit}
+        return await self._rows(conn, "due_cursors", params, prepare=_PLAN_EACH_TIME)
+
+    async def claim_cursors(
+        self, conn: Conn, terms: ClaimTerms, spec: str, moves: Sequence[CursorMove]
+    ) -> list[Row]:
+        """Insert RUNNING rows for the moves' plans and move each cursor on; returns the
+        rows this replica won."""
+        plans = [(m.kind, m.id, p) for m in moves for p in m.plans]
         params = {
             **terms.params(),
-            "kinds": offer.kinds,
-            "ids": offer.ids,
-            "plans": offer.plans,
-            "newest": max(offer.plans),
-            "limit": limit,
-            "per_scope": offer.per_scope,
-            "after_latest": offer.after_latest,
-            "shift": offer.shift,
+            "spec": spec,
+            "plan_kinds": [k for k, _, _ in plans],
+            "plan_ids": [i for _, i, _ in plans],
+            "plans": [p for _, _, p in plans],
+            "kinds": [m.kind for m in moves],
+            "ids": [m.id for m in moves],
+            "nexts": [m.next_plan for m in moves],
+            "dues": [m.due_at for m in moves],
         }
-        rows = await self._rows(conn, "claim_new", prepare=_PLAN_EACH_TIME, params=params)
-        won = [r for r in rows if r["id"] is not None]
-        return NewClaims(remaining=rows[0]["remaining"], picked=rows[0]["picked"], rows=won)
+        rows = await self._rows(conn, "claim_cursors", params, prepare=_PLAN_EACH_TIME)
+        return [r for r in rows if r["id"] is not None]
 
     async def heartbeat(self, conn: Conn, leases: Sequence[tuple[UUID, UUID, float]]) -> set[UUID]:
         """Renew ``(id, token, stale_timeout_s)`` leases; returns the ids still held."""

@@ -72,7 +72,7 @@ def test_benchmark_smoke(pg_dsn: str, tmp_path: Path) -> None:
 def test_pgsched_statements_are_named_from_queries_sql() -> None:
     from bench.measure import pgsched_queries, pgsched_statement
 
-    assert {"tick_probe", "claim_new", "finish", "claim_begin"} <= set(pgsched_queries())
+    assert {"tick_probe", "claim_cursors", "finish", "claim_begin"} <= set(pgsched_queries())
     assert pgsched_statement(
         "SELECT pg_try_advisory_xact_lock(hashtextextended($1, $2)) AS locked"
     ) == ("try_lock_job")

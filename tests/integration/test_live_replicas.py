@@ -130,18 +130,23 @@ def test_a_scope_that_leaves_the_jobs_scopes_is_no_longer_planned(
     make_scheduler: Any, migrated: str, db: Any
 ) -> None:
     """scopes() answered a and b for the first plan, then only a: the second plan gets a row
-    for a alone, and b's history stays."""
-    first, second = past_plan(db, timedelta(minutes=2)), past_plan(db, timedelta(minutes=1))
+    for a alone, b's cursor is retired and its history stays."""
+    first, second = past_plan(db, timedelta(minutes=1)), past_plan(db, -timedelta(seconds=2))
     answer = [pgsched.Scope("t", "a"), pgsched.Scope("t", "b")]
-    plans = FixedPlans(first)
     s = make_scheduler("replica")
-    s.register(_ok, name="fan", planner=plans, scopes=lambda now: list(answer))
+    s.register(_ok, name="fan", planner=FixedPlans(first, second), scopes=lambda now: list(answer))
     assert s.run_once().succeeded == 2
     answer.pop()
-    plans.plans = [first, second]
+    wait_until(lambda: past_plan(db, timedelta(0)) > second, 10, "the second plan to fall due")
     s.run_once()
     got = sorted((r["scope_id"], r["plan_time"]) for r in rows(db, migrated, "fan"))
     assert got == [("a", first), ("a", second), ("b", first)]
+    retired = db.execute(
+        sql.SQL(
+            "SELECT scope_id, retired_at IS NOT NULL FROM {}.cron_cursors ORDER BY scope_id"
+        ).format(sql.Identifier(migrated))
+    ).fetchall()
+    assert retired == [("a", False), ("b", True)]
 
 
 def test_status_shows_each_jobs_next_plan(

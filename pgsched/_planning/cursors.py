@@ -1,0 +1,226 @@
+"""Claims of code-defined jobs, the pure part: each (job, scope) has a stored cursor (its next
+unclaimed plan, when it was first seen, its latest claimed plan); for each cursor the claim
+found due, which plans to claim now under the job's catch-up rules and where the cursor goes
+next. No I/O: the claimer reads the due cursors and writes the claims and moves.
+
+- First sight: a scope's first plan is the first one due at or after the moment a replica
+  first saw it, less one tick interval (a deploy at 09:00:00.3 still runs the 09:00 plan).
+- ``latest_only``: the newest plan due now is claimed; the ones between are skipped
+  (counted as superseded).
+- ``every_plan``: the oldest plans within ``catch_up_window`` are claimed, at most
+  ``max_plans_per_tick`` at once (one under ``overlap="forbid"``).
+- ``max_lateness``: plans not started within it of their due time are skipped (counted).
+- ``jitter``: a cursor is due at its plan plus the scope's jitter; a plan still inside it is
+  not claimed, and the cursor is moved to that plan, due when its jitter has passed.
+- A cursor computed from another schedule (the job's ``cron`` or ``every`` changed), or
+  written by first sight of a scope an earlier version planned, has no ``spec``: its next
+  plan is computed again after its latest claimed plan (else from first sight).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from .._records import CursorMove, Row
+from .dynamic import CatchUpRules
+from .recurrence import (
+    CadenceRecurrence,
+    CronRecurrence,
+    Recurrence,
+    count_plans_between,
+    jitter_offset,
+)
+
+_US = timedelta(microseconds=1)
+_SKIP_COUNT_CAP = 10_000
+
+
+class CursorRules(CatchUpRules, Protocol):
+    """What a cursor's decision reads of its job (a ``JobSpec``)."""
+
+    @property
+    def schedule(self) -> Recurrence: ...
+    @property
+    def max_plans_per_tick(self) -> int: ...
+    @property
+    def overlap(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CursorDecision:
+    """What the claim does with one due cursor: ``move`` (its plans to claim and its next
+    plan) and the plans it skipped, superseded or too late."""
+
+    move: CursorMove
+    superseded: int = 0
+    late: int = 0
+
+    @property
+    def claims(self) -> int:
+        return len(self.move.plans)
+
+
+def spec_key(recurrence: Recurrence) -> str:
+    """What a cursor's next plan was computed from: two keys differ when the plans do."""
+    if isinstance(recurrence, CronRecurrence):
+        return f"{recurrence.describe()} {recurrence.dst_repeated} {recurrence.dst_skipped}"
+    return recurrence.describe()
+
+
+def first_plan(job: CursorRules, seen_at: datetime, lookback: timedelta) -> datetime | None:
+    """A scope's first plan when first seen at ``seen_at``: the first one due at or after it
+    (a plan that fell due within ``lookback``, the tick interval, counts)."""
+    return job.schedule.next_after(seen_at - job.schedule_delay - lookback - _US)
+
+
+def due_at(job: CursorRules, kind: str, ident: str, plan: datetime | None) -> datetime | None:
+    """When ``plan`` is due for the scope, less ``schedule_delay``: the plan plus its jitter."""
+    if plan is None:
+        return None
+    return plan + jitter_offset(job.name, kind, ident, plan, job.jitter)
+
+
+def decide_cursors(
+    job: CursorRules, rows: list[Row], now: datetime, lookback: timedelta, room: int
+) -> list[CursorDecision]:
+    """The decisions for the due cursors ``rows``, claiming at most ``room`` plans in all
+    (cursors past that are left as they are, for a later claim)."""
+    spec = spec_key(job.schedule)
+    # The cursors of one job mostly share their next plan: its steps are computed once.
+    schedule = _Memo(job.schedule) if not isinstance(job.schedule, CadenceRecurrence) else None
+    out: list[CursorDecision] = []
+    for row in rows:
+        if room <= 0:
+            break
+        decision = decide_cursor(job, spec, row, now, lookback, room, schedule)
+        room -= decision.claims
+        out.append(decision)
+    return out
+
+
+def decide_cursor(
+    job: CursorRules,
+    spec: str,
+    row: Row,
+    now: datetime,
+    lookback: timedelta,
+    room: int = 1,
+    schedule: Recurrence | None = None,
+) -> CursorDecision:
+    """The claim of the due cursor ``row`` at ``now`` (the database's clock), at most
+    ``room`` plans; ``spec`` is the job's :func:`spec_key`, ``schedule`` its recurrence
+    (or one that memoises it)."""
+    steps = _Steps(job, schedule or job.schedule)
+    kind, ident = row["scope_kind"], row["scope_id"]
+    horizon = now - job.schedule_delay
+    first = _first_unclaimed(steps, spec, row, lookback)
+    if first is None or first > horizon:
+        return CursorDecision(_wait(steps, kind, ident, first))
+    if job.catch_up == "latest_only":
+        return _latest(steps, kind, ident, first, now)
+    return _every(steps, kind, ident, first, now, room)
+
+
+def _first_unclaimed(steps: _Steps, spec: str, row: Row, lookback: timedelta) -> datetime | None:
+    if row["spec"] == spec:
+        nxt: datetime | None = row["next_plan_time"]
+        return nxt
+    last = row["last_plan_time"]
+    if last is not None:
+        return steps.schedule.next_after(last)
+    return first_plan(steps.job, row["first_seen_at"], lookback)
+
+
+def _latest(steps: _Steps, kind: str, ident: str, first: datetime, now: datetime) -> CursorDecision:
+    job, schedule = steps.job, steps.schedule
+    horizon = now - job.schedule_delay
+    plan = schedule.latest_at_or_before(horizon)
+    if plan is None or plan < first:
+        plan = first
+    superseded = count_plans_between(schedule, first - _US, plan, _SKIP_COUNT_CAP)
+    if job.max_lateness is not None and plan < horizon - job.max_lateness:
+        after = schedule.next_after(plan)
+        return CursorDecision(_wait(steps, kind, ident, after), 0, 1)
+    if not _ready(job, kind, ident, plan, now):
+        # Moved to the plan it will claim, due once its jitter has passed.
+        return CursorDecision(_wait(steps, kind, ident, plan), superseded)
+    return CursorDecision(_take(steps, kind, ident, [plan]), superseded)
+
+
+def _every(
+    steps: _Steps, kind: str, ident: str, first: datetime, now: datetime, room: int
+) -> CursorDecision:
+    job, schedule = steps.job, steps.schedule
+    horizon = now - job.schedule_delay
+    oldest = horizon - job.catch_up_window
+    start: datetime | None = first if first >= oldest else schedule.next_after(oldest - _US)
+    late = 0
+    if start is not None and job.max_lateness is not None:
+        deadline = horizon - job.max_lateness
+        if start < deadline:
+            late = 1 + count_plans_between(schedule, start, deadline, _SKIP_COUNT_CAP)
+            start = schedule.next_after(deadline - _US)
+    if start is None or start > horizon:
+        return CursorDecision(_wait(steps, kind, ident, start), 0, late)
+    most = min(room, 1 if job.overlap == "forbid" else job.max_plans_per_tick)
+    plans: list[datetime] = []
+    nxt: datetime | None = start
+    while nxt is not None and nxt <= horizon and len(plans) < most:
+        if not _ready(job, kind, ident, nxt, now):
+            break
+        plans.append(nxt)
+        nxt = schedule.next_after(nxt)
+    if not plans:
+        return CursorDecision(_wait(steps, kind, ident, start), 0, late)
+    return CursorDecision(_take(steps, kind, ident, plans), 0, late)
+
+
+def _ready(job: CursorRules, kind: str, ident: str, plan: datetime, now: datetime) -> bool:
+    """Whether ``plan`` is past its jitter for the scope at ``now``."""
+    if job.jitter <= timedelta(0):
+        return True
+    return now >= plan + job.schedule_delay + jitter_offset(job.name, kind, ident, plan, job.jitter)
+
+
+def _wait(steps: _Steps, kind: str, ident: str, plan: datetime | None) -> CursorMove:
+    return CursorMove(kind, ident, (), plan, due_at(steps.job, kind, ident, plan))
+
+
+def _take(steps: _Steps, kind: str, ident: str, plans: list[datetime]) -> CursorMove:
+    nxt = steps.schedule.next_after(plans[-1])
+    return CursorMove(kind, ident, tuple(plans), nxt, due_at(steps.job, kind, ident, nxt))
+
+
+@dataclass(frozen=True, slots=True)
+class _Steps:
+    job: CursorRules
+    schedule: Recurrence  # the job's, or a memo of it
+
+
+class _Memo(Recurrence):
+    """A recurrence's answers kept for one batch of decisions (cron steps cost tens of
+    microseconds; a batch asks the same ones for every scope)."""
+
+    def __init__(self, inner: Recurrence) -> None:
+        self._inner = inner
+        self._next: dict[datetime, datetime | None] = {}
+        self._latest: dict[datetime, datetime | None] = {}
+
+    def plans_between(self, start: datetime, end: datetime) -> Sequence[datetime]:
+        return self._inner.plans_between(start, end)
+
+    def describe(self) -> str:
+        return self._inner.describe()
+
+    def next_after(self, t: datetime) -> datetime | None:
+        if t not in self._next:
+            self._next[t] = self._inner.next_after(t)
+        return self._next[t]
+
+    def latest_at_or_before(self, t: datetime) -> datetime | None:
+        if t not in self._latest:
+            self._latest[t] = self._inner.latest_at_or_before(t)
+        return self._latest[t]

@@ -1,0 +1,224 @@
+"""Cursors: each (job, scope) stores its next plan. First sight, an outage after it, the
+upgrade from a ledger written by the earlier claim path, scopes that leave and come back,
+concurrent replicas, and claims that never read the ledger's history. The real first-sight
+rule throughout (no stand-in: marked ``first_sight``)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from psycopg import sql
+from psycopg.rows import dict_row
+
+import pgsched
+from pgsched._storage.store import _query_texts
+from tests.support.plans import FixedPlans, past_plan
+from tests.support.rows import db_now, insert_row, rows, table
+from tests.support.threads import Recorder, run_together
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.first_sight
+
+
+def _cursors(db: Any, schema: str, job: str) -> dict[str, dict[str, Any]]:
+    with db.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            sql.SQL("SELECT * FROM {} WHERE job_name = %s").format(table(schema, "cron_cursors")),
+            (job,),
+        )
+        return {r["scope_id"]: r for r in cur.fetchall()}
+
+
+def _wait_past(db: Any, plan: Any, what: str) -> None:
+    wait_until(lambda: db_now(db) > plan, 15, what)
+
+
+def test_first_deploy_of_a_weekday_job_does_not_run_a_plan_from_before_it(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    """cron="0 9 * * 1-5" in Berlin, deployed whenever the test runs: the first plan is the
+    one `upcoming` names (the first due at or after first sight), never an earlier one."""
+    recorder = Recorder()
+    s = make_scheduler("r1")
+    s.register(recorder.enter, name="weekday", cron="0 9 * * 1-5", timezone="Europe/Berlin")
+    s.run_once()
+    (cur,) = _cursors(db, migrated, "weekday").values()
+    seen = cur["first_seen_at"]
+    tick = timedelta(seconds=1)
+    (expected,) = s.upcoming("weekday", seen - tick - timedelta(microseconds=1), 1)
+    assert cur["next_plan_time"] == expected or cur["last_plan_time"] == expected
+    assert all(r["plan_time"] >= seen - tick for r in rows(db, migrated, "weekday"))
+    assert all(run.plan_time >= seen - tick for run in recorder.runs)
+
+
+def test_a_deploy_a_moment_after_a_plan_still_runs_it(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    """A plan that fell due within the last tick interval counts at first sight; one older
+    than that does not."""
+    recent, old = past_plan(db, timedelta(seconds=1)), past_plan(db, timedelta(minutes=5))
+    recorder = Recorder()
+    s = make_scheduler("r1", tick_interval="10s")  # the tick: the window a plan counts within
+    s.register(recorder.enter, name="recent", planner=FixedPlans(old, recent))
+    s.register(recorder.enter, name="old", planner=FixedPlans(old))
+    assert s.run_once().succeeded == 1
+    assert [(r.job, r.plan_time) for r in recorder.runs] == [("recent", recent)]
+    assert rows(db, migrated, "old") == []
+
+
+def test_an_outage_after_first_sight_loses_nothing_under_every_plan(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    ahead = past_plan(db, timedelta(0))
+    first, second = ahead + timedelta(seconds=2), ahead + timedelta(seconds=3)
+    plans = FixedPlans(first, second)
+    options = {"catch_up": "every_plan", "max_plans_per_tick": 5, "overlap": "allow"}
+    seer = make_scheduler("seer")
+    seer.register(lambda run: None, name="nightly", planner=plans, **options)
+    assert seer.run_once().claimed == 0  # first sight: nothing due yet
+    _wait_past(db, second + timedelta(seconds=1.5), "both plans to be more than a tick old")
+    later = make_scheduler("later")  # every replica was down while both fell due
+    later.register(lambda run: None, name="nightly", planner=plans, **options)
+    assert later.run_once().succeeded == 2
+    assert [r["plan_time"] for r in rows(db, migrated, "nightly")] == [first, second]
+
+
+def test_a_scope_with_ledger_rows_and_no_cursor_resumes_after_its_latest_plan(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    """The upgrade path: rows written by the earlier claim path, no cursor. Nothing before
+    the latest is re-run or caught up; plans after it run. A plan an old replica claims
+    while new replicas run (ON CONFLICT on the plan key) runs once, and moves the cursor."""
+    p0, p1, p2 = (past_plan(db, timedelta(minutes=m)) for m in (30, 20, 10))
+    ahead = past_plan(db, timedelta(0)) + timedelta(seconds=2)
+    done = db_now(db)
+    insert_row(db, migrated, job_name="legacy", plan_time=p1, status="SUCCESS", finished_at=done)
+    recorder = Recorder()
+    s = make_scheduler("new")
+    options = {"catch_up": "every_plan", "max_plans_per_tick": 5, "overlap": "allow"}
+    s.register(recorder.enter, name="legacy", planner=FixedPlans(p0, p1, p2, ahead), **options)
+    assert s.run_once().succeeded == 1
+    assert [r.plan_time for r in recorder.runs] == [p2]
+    # an old replica, still running during the rolling upgrade, claims the next plan first
+    insert_row(db, migrated, job_name="legacy", plan_time=ahead, status="SUCCESS", finished_at=done)
+    _wait_past(db, ahead + timedelta(milliseconds=100), "the next plan to fall due")
+    assert s.run_once().claimed == 0
+    assert [r.plan_time for r in recorder.runs] == [p2]
+    cur = _cursors(db, migrated, "legacy")["global"]
+    assert (cur["last_plan_time"], cur["next_plan_time"]) == (ahead, None)
+    assert [r["plan_time"] for r in rows(db, migrated, "legacy")] == [p1, p2, ahead]
+
+
+def test_a_scope_that_leaves_is_retired_and_comes_back_as_on_first_sight(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    ahead = past_plan(db, timedelta(0))
+    first, second = ahead + timedelta(seconds=2), ahead + timedelta(seconds=3)
+    answer = [pgsched.Scope("t", "a"), pgsched.Scope("t", "b")]
+    s = make_scheduler("r1")
+    s.register(
+        lambda run: None, name="fan", planner=FixedPlans(first, second), scopes=lambda now: answer
+    )
+    s.run_once()
+    seen_b = _cursors(db, migrated, "fan")["b"]["first_seen_at"]
+    _wait_past(db, first, "the first plan to fall due")
+    assert s.run_once().succeeded == 2
+    answer.pop()
+    s.run_once()
+    assert _cursors(db, migrated, "fan")["b"]["retired_at"] is not None
+    _wait_past(db, second + timedelta(seconds=1.5), "the second plan to be a tick old")
+    answer.append(pgsched.Scope("t", "b"))
+    s.run_once()
+    back = _cursors(db, migrated, "fan")["b"]
+    assert back["retired_at"] is None and back["first_seen_at"] > seen_b
+    got = sorted((r["scope_id"], r["plan_time"]) for r in rows(db, migrated, "fan"))
+    # a catches up on the second plan; b, back after it fell due, starts after it
+    assert got == [("a", first), ("a", second), ("b", first)]
+
+
+def test_eight_replicas_claim_each_scope_once(make_scheduler: Any, migrated: str, db: Any) -> None:
+    scopes = [pgsched.Scope("tenant", str(i)) for i in range(60)]
+    plan = past_plan(db, timedelta(0)) + timedelta(seconds=2)
+    recorder = Recorder()
+    schedulers = [make_scheduler(f"r{i}", max_concurrency=20) for i in range(8)]
+    for s in schedulers:
+        s.register(recorder.enter, name="fan", planner=FixedPlans(plan), scopes=scopes)
+    run_together([s.run_once for s in schedulers])  # first sight, eight at once
+    assert len(_cursors(db, migrated, "fan")) == 60
+    _wait_past(db, plan, "the plan to fall due")
+    reports = run_together([s.run_once for s in schedulers])
+    assert sum(r.claimed for r in reports) == 60, reports
+    assert len(recorder) == 60
+    assert sorted(r["scope_id"] for r in rows(db, migrated, "fan")) == sorted(s.id for s in scopes)
+
+
+def test_claims_never_read_the_ledger_history(make_scheduler: Any, migrated: str, db: Any) -> None:
+    """Pruning (here: deleting) every row of a job re-opens no plan: the cursor remembers."""
+    first = past_plan(db, timedelta(0)) + timedelta(seconds=2)
+    recorder = Recorder()
+    s = make_scheduler("r1")
+    s.register(
+        recorder.enter,
+        name="hourly",
+        planner=FixedPlans(first),
+        catch_up="every_plan",
+        max_plans_per_tick=3,
+    )
+    s.run_once()
+    _wait_past(db, first, "the plan to fall due")
+    assert s.run_once().succeeded == 1
+    db.execute(sql.SQL("DELETE FROM {}").format(table(migrated)))
+    restarted = make_scheduler("r2")
+    restarted.register(
+        recorder.enter,
+        name="hourly",
+        planner=FixedPlans(first),
+        catch_up="every_plan",
+        max_plans_per_tick=3,
+    )
+    assert restarted.run_once().claimed == 0
+    assert len(recorder) == 1
+
+
+def test_the_due_read_goes_through_the_cursor_index(migrated: str, db: Any) -> None:
+    """The claim's read of due cursors touches the cursors' due index and, for the overlap
+    check, only RUNNING rows of the ledger (its partial index): never its history."""
+    cursors = table(migrated, "cron_cursors")
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (job_name, scope_kind, scope_id, next_plan_time, due_at, spec,"
+            " first_seen_at, updated_at) SELECT 'j', 't', g::text, now(), now(), 's', now(),"
+            " now() FROM generate_series(1, 2000) g"
+        ).format(cursors)
+    )
+    db.execute(sql.SQL("ANALYZE {}").format(cursors))
+    text = _query_texts()["due_cursors"]
+    query = sql.SQL("EXPLAIN " + text).format(schema=sql.Identifier(migrated))
+    params = {"job": "j", "forbid": True, "delay": timedelta(0), "limit": 100}
+    plan = "\n".join(r[0] for r in db.execute(query, params).fetchall())
+    assert "cron_cursors_due_idx" in plan, plan
+    assert "Seq Scan on cron_executions" not in plan, plan
+
+
+def test_a_changed_schedule_moves_the_cursors_to_the_new_one(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    """A daily job redeployed every second: its cursor, due tomorrow under the old schedule,
+    is computed again at once (after its latest claimed plan, else from first sight)."""
+    recorder = Recorder()
+    daily = make_scheduler("old")
+    daily.register(recorder.enter, name="changing", every="1d")
+    daily.run_once()
+    (before,) = _cursors(db, migrated, "changing").values()
+    assert before["spec"] == "every 1d"
+    secondly = make_scheduler("new")
+    secondly.register(recorder.enter, name="changing", every="1s")
+    wait_until(lambda: secondly.run_once().succeeded, 10, "a plan of the new schedule to run")
+    (after,) = _cursors(db, migrated, "changing").values()
+    assert after["spec"] == "every 1s"
+    assert after["first_seen_at"] == before["first_seen_at"]
+    newest = recorder.runs[-1].plan_time
+    assert newest >= before["first_seen_at"] - timedelta(seconds=1)
+    assert newest.microsecond == 0 and after["last_plan_time"] == newest

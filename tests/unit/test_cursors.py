@@ -1,0 +1,267 @@
+"""The claim decision of code-defined jobs without a database (``_planning.cursors``): first
+sight, catch-up, max_lateness, jitter and a changed schedule, for one due cursor."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pgsched._config import build_job
+from pgsched._planning.cursors import (
+    decide_cursor,
+    decide_cursors,
+    due_at,
+    first_plan,
+    spec_key,
+)
+
+TICK = timedelta(seconds=1)
+US = timedelta(microseconds=1)
+
+
+def job(**options: Any) -> Any:
+    return build_job(lambda run: None, name="report", **options)
+
+
+def cursor(
+    spec: str | None,
+    next_plan: datetime | None,
+    *,
+    seen: datetime,
+    last: datetime | None = None,
+    ident: str = "1",
+) -> dict[str, Any]:
+    return {
+        "scope_kind": "tenant",
+        "scope_id": ident,
+        "next_plan_time": next_plan,
+        "spec": spec,
+        "first_seen_at": seen,
+        "last_plan_time": last,
+    }
+
+
+def seen_now(j: Any, now: datetime, **cols: Any) -> dict[str, Any]:
+    """A cursor as first sight at ``now`` writes it."""
+    return cursor(spec_key(j.schedule), first_plan(j, now, TICK), seen=now, **cols)
+
+
+# -- first sight --------------------------------------------------------------------------
+
+
+def test_a_weekday_job_deployed_in_the_evening_first_runs_the_next_morning() -> None:
+    j = job(cron="0 9 * * 1-5", timezone="Europe/Berlin")
+    deployed = datetime(2027, 3, 10, 19, 47, tzinfo=UTC)  # Wednesday 20:47 in Berlin
+    assert first_plan(j, deployed, TICK) == datetime(2027, 3, 11, 8, 0, tzinfo=UTC)
+    decision = decide_cursor(j, spec_key(j.schedule), seen_now(j, deployed), deployed, TICK)
+    assert decision.move.plans == ()
+    assert decision.move.next_plan == datetime(2027, 3, 11, 8, 0, tzinfo=UTC)
+    assert (decision.superseded, decision.late) == (0, 0)
+
+
+def test_a_plan_due_within_the_last_tick_counts_at_first_sight() -> None:
+    j = job(cron="0 9 * * *", timezone="UTC")
+    nine = datetime(2027, 3, 10, 9, 0, tzinfo=UTC)
+    assert first_plan(j, nine + timedelta(milliseconds=300), TICK) == nine
+    assert first_plan(j, nine + TICK, TICK) == nine
+    assert first_plan(j, nine + TICK + US, TICK) == nine + timedelta(days=1)
+    now = nine + timedelta(milliseconds=300)
+    decision = decide_cursor(j, spec_key(j.schedule), seen_now(j, now), now, TICK)
+    assert decision.move.plans == (nine,)
+    assert decision.move.next_plan == nine + timedelta(days=1)
+
+
+def test_schedule_delay_moves_first_sight_with_the_due_time() -> None:
+    j = job(every="1h", schedule_delay="10m")
+    hour = datetime(2027, 3, 10, 9, 0, tzinfo=UTC)
+    # the 09:00 plan falls due at 09:10: seen at 09:10:00.5 it still runs
+    assert first_plan(j, hour + timedelta(minutes=10, milliseconds=500), TICK) == hour
+    assert first_plan(j, hour + timedelta(minutes=11), TICK) == hour + timedelta(hours=1)
+
+
+# -- catch-up after an outage ----------------------------------------------------------------
+
+
+def test_latest_only_claims_the_newest_due_plan_and_counts_the_ones_between() -> None:
+    j = job(every="1h")
+    seen = datetime(2027, 3, 10, 8, 30, tzinfo=UTC)
+    now = datetime(2027, 3, 10, 12, 0, 5, tzinfo=UTC)  # down from 08:30 to 12:00
+    decision = decide_cursor(j, spec_key(j.schedule), seen_now(j, seen), now, TICK)
+    assert decision.move.plans == (datetime(2027, 3, 10, 12, 0, tzinfo=UTC),)
+    assert decision.superseded == 3  # 09:00, 10:00, 11:00
+    assert decision.move.next_plan == datetime(2027, 3, 10, 13, 0, tzinfo=UTC)
+
+
+def test_every_plan_loses_nothing_after_first_sight() -> None:
+    j = job(every="1h", catch_up="every_plan", max_plans_per_tick=2, overlap="allow")
+    seen = datetime(2027, 3, 10, 8, 30, tzinfo=UTC)
+    now = datetime(2027, 3, 10, 12, 0, 5, tzinfo=UTC)
+    spec = spec_key(j.schedule)
+    first = decide_cursor(j, spec, seen_now(j, seen), now, TICK, room=10)
+    nine = datetime(2027, 3, 10, 9, 0, tzinfo=UTC)
+    assert first.move.plans == (nine, nine + timedelta(hours=1))
+    moved = cursor(spec, first.move.next_plan, seen=seen, last=first.move.plans[-1])
+    second = decide_cursor(j, spec, moved, now, TICK, room=10)
+    assert second.move.plans == (nine + timedelta(hours=2), nine + timedelta(hours=3))
+    assert second.move.next_plan == nine + timedelta(hours=4)
+
+
+def test_every_plan_under_forbid_claims_one_plan_at_a_time() -> None:
+    j = job(every="1h", catch_up="every_plan", max_plans_per_tick=5)
+    seen = datetime(2027, 3, 10, 8, 30, tzinfo=UTC)
+    now = datetime(2027, 3, 10, 12, 0, 5, tzinfo=UTC)
+    decision = decide_cursor(j, spec_key(j.schedule), seen_now(j, seen), now, TICK, room=10)
+    assert decision.move.plans == (datetime(2027, 3, 10, 9, 0, tzinfo=UTC),)
+
+
+def test_every_plan_skips_plans_older_than_its_window() -> None:
+    j = job(every="1h", catch_up="every_plan", max_plans_per_tick=1, catch_up_window="2h")
+    seen = datetime(2027, 3, 10, 0, 30, tzinfo=UTC)
+    now = datetime(2027, 3, 10, 12, 0, 5, tzinfo=UTC)
+    decision = decide_cursor(j, spec_key(j.schedule), seen_now(j, seen), now, TICK)
+    assert decision.move.plans == (datetime(2027, 3, 10, 11, 0, tzinfo=UTC),)
+
+
+def test_max_lateness_skips_and_counts() -> None:
+    now = datetime(2027, 3, 10, 12, 30, tzinfo=UTC)
+    seen = datetime(2027, 3, 10, 8, 30, tzinfo=UTC)
+    latest = job(every="1h", max_lateness="10m")
+    d = decide_cursor(latest, spec_key(latest.schedule), seen_now(latest, seen), now, TICK)
+    assert (d.move.plans, d.late) == ((), 1)
+    assert d.move.next_plan == datetime(2027, 3, 10, 13, 0, tzinfo=UTC)
+    every = job(every="1h", catch_up="every_plan", max_plans_per_tick=1, max_lateness="2h")
+    d = decide_cursor(every, spec_key(every.schedule), seen_now(every, seen), now, TICK)
+    assert d.move.plans == (datetime(2027, 3, 10, 11, 0, tzinfo=UTC),)
+    assert d.late == 2  # 09:00 and 10:00
+
+
+# -- jitter, room, a changed schedule, the upgrade path --------------------------------------------
+
+
+def test_a_plan_inside_its_jitter_waits_with_the_cursor_due_after_it() -> None:
+    j = job(every="1h", jitter="30m")
+    plan = datetime(2027, 3, 10, 12, 0, tzinfo=UTC)
+    due = due_at(j, "tenant", "1", plan)
+    assert due is not None and plan <= due < plan + timedelta(minutes=30)
+    seen = datetime(2027, 3, 10, 8, 30, tzinfo=UTC)
+    spec = spec_key(j.schedule)
+    early = decide_cursor(j, spec, seen_now(j, seen), plan, TICK)  # an outage: 09:00..12:00
+    assert early.move.plans == () or due == plan
+    assert early.move.next_plan == plan and early.move.due_at == due
+    later = decide_cursor(j, spec, cursor(spec, plan, seen=seen), due, TICK)
+    assert later.move.plans == (plan,)
+
+
+def test_room_bounds_the_plans_of_a_batch() -> None:
+    j = job(every="1h", catch_up="every_plan", max_plans_per_tick=3, overlap="allow")
+    seen = datetime(2027, 3, 10, 8, 30, tzinfo=UTC)
+    now = datetime(2027, 3, 10, 12, 0, 5, tzinfo=UTC)
+    rows = [seen_now(j, seen, ident=str(i)) for i in range(3)]
+    decisions = decide_cursors(j, rows, now, TICK, room=4)
+    assert [len(d.move.plans) for d in decisions] == [3, 1]  # the third cursor waits
+
+
+def test_a_changed_schedule_resumes_after_the_latest_claimed_plan() -> None:
+    old, new = job(every="1h"), job(every="30m")
+    assert spec_key(old.schedule) != spec_key(new.schedule)
+    seen = datetime(2027, 3, 10, 8, 0, tzinfo=UTC)
+    last = datetime(2027, 3, 10, 11, 0, tzinfo=UTC)
+    stored = cursor(spec_key(old.schedule), last + timedelta(hours=1), seen=seen, last=last)
+    now = datetime(2027, 3, 10, 11, 45, tzinfo=UTC)
+    d = decide_cursor(new, spec_key(new.schedule), stored, now, TICK)
+    assert d.move.plans == (datetime(2027, 3, 10, 11, 30, tzinfo=UTC),)
+    assert d.move.next_plan == datetime(2027, 3, 10, 12, 0, tzinfo=UTC)
+
+
+def test_a_scope_from_an_earlier_version_resumes_after_its_latest_plan() -> None:
+    """First sight of a scope with scheduled plans in the ledger writes no spec and its
+    latest plan: the claim resumes after it, under the job's catch-up."""
+    j = job(every="1h", catch_up="every_plan", max_plans_per_tick=1)
+    now = datetime(2027, 3, 10, 12, 0, 5, tzinfo=UTC)
+    last = datetime(2027, 3, 10, 10, 0, tzinfo=UTC)
+    upgraded = cursor(None, None, seen=now, last=last)
+    d = decide_cursor(j, spec_key(j.schedule), upgraded, now, TICK)
+    assert d.move.plans == (datetime(2027, 3, 10, 11, 0, tzinfo=UTC),)
+    latest = job(every="1h")
+    d = decide_cursor(latest, spec_key(latest.schedule), upgraded, now, TICK)
+    assert d.move.plans == (datetime(2027, 3, 10, 12, 0, tzinfo=UTC),)
+    assert d.superseded == 1
+    caught_up = cursor(None, None, seen=now, last=datetime(2027, 3, 10, 12, 0, tzinfo=UTC))
+    d = decide_cursor(latest, spec_key(latest.schedule), caught_up, now, TICK)
+    assert d.move.plans == () and d.move.next_plan == datetime(2027, 3, 10, 13, 0, tzinfo=UTC)
+
+
+def test_cron_spec_key_tells_dst_options_apart() -> None:
+    a = job(cron="30 2 * * *", timezone="Europe/Berlin")
+    b = job(cron="30 2 * * *", timezone="Europe/Berlin", dst_skipped="skip")
+    assert spec_key(a.schedule) != spec_key(b.schedule)
+
+
+# -- a cursor driven through many claims: a model check ---------------------------------------
+
+
+def _drive(j: Any, seen: datetime, gaps: list[int]) -> tuple[list[datetime], datetime]:
+    """Claims at ``seen`` + each cumulative gap (seconds), applying every move as the
+    database would; returns the plans claimed and the last claim's time."""
+    spec = spec_key(j.schedule)
+    row = seen_now(j, seen)
+    claimed: list[datetime] = []
+    now = seen
+    for gap in gaps:
+        now += timedelta(seconds=gap)
+        # claimed again at once while a full batch leaves the cursor due (the runtime's
+        # "again"); a cursor not due is not read at all
+        while row["next_plan_time"] is not None and row["next_plan_time"] <= now:
+            move = decide_cursor(j, spec, row, now, TICK, room=1000).move
+            claimed.extend(move.plans)
+            last = max(move.plans, default=row["last_plan_time"])
+            row = cursor(spec, move.next_plan, seen=seen, last=last)
+            if not move.plans:
+                break
+    return claimed, now
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    every_s=st.integers(min_value=1, max_value=900),
+    offset_s=st.integers(min_value=0, max_value=86_400),
+    gaps=st.lists(st.integers(min_value=0, max_value=3_600), min_size=1, max_size=30),
+)
+def test_every_plan_claims_each_plan_after_first_sight_once_in_order(
+    every_s: int, offset_s: int, gaps: list[int]
+) -> None:
+    j = job(
+        every=timedelta(seconds=every_s),
+        catch_up="every_plan",
+        max_plans_per_tick=1000,
+        overlap="allow",
+        catch_up_window="30d",
+    )
+    seen = datetime(2027, 3, 10, tzinfo=UTC) + timedelta(seconds=offset_s, microseconds=1)
+    claimed, now = _drive(j, seen, gaps)
+    first = first_plan(j, seen, TICK)
+    assert first is not None
+    expected = [first, *j.schedule.plans_between(first, now)] if first <= now else []
+    assert claimed == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    every_s=st.integers(min_value=1, max_value=900),
+    offset_s=st.integers(min_value=0, max_value=86_400),
+    gaps=st.lists(st.integers(min_value=0, max_value=3_600), min_size=1, max_size=30),
+)
+def test_latest_only_claims_rising_plans_never_from_before_first_sight(
+    every_s: int, offset_s: int, gaps: list[int]
+) -> None:
+    j = job(every=timedelta(seconds=every_s))
+    seen = datetime(2027, 3, 10, tzinfo=UTC) + timedelta(seconds=offset_s, microseconds=1)
+    claimed, now = _drive(j, seen, gaps)
+    assert claimed == sorted(set(claimed))
+    assert all(p >= seen - TICK for p in claimed)
+    newest = j.schedule.latest_at_or_before(now)
+    if claimed and newest >= (first_plan(j, seen, TICK) or now):
+        assert claimed[-1] <= newest
