@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -32,6 +33,9 @@ from ._times import parse_duration
 Handler = Callable[..., Any]
 ScopesFn = Callable[[datetime], Iterable[Scope] | Awaitable[Iterable[Scope]]]
 Overlap = Literal["forbid", "allow"]
+FirstSight = Literal["next", "latest"]
+# The process-wide default of the job option first_sight (docs/reference.md).
+FIRST_SIGHT_ENV = "PGSCHED_FIRST_SIGHT"
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,6 +65,7 @@ class JobSpec:
     priority: int
     transactional: bool = False
     dynamic: bool = False  # each scope has a stored schedule of its own (docs/schedules.md)
+    first_sight: FirstSight = "next"  # a new scope's first plan: the next one, or the latest due
     options: dict[str, Any] = field(default_factory=dict)
 
     def new_cursor(self) -> PlanCursor:
@@ -109,6 +114,7 @@ JOB_DEFAULTS: dict[str, Any] = {
     "priority": 0,
     "transactional": False,
     "dynamic": False,
+    "first_sight": None,
 }
 # What a dynamic job's stored schedules replace: giving one of these with dynamic=True is an
 # error. (The DST options too: stored schedules follow the default DST rules.)
@@ -171,6 +177,11 @@ def build_job(handler: Handler, **options: Any) -> JobSpec:
         priority=v.integer("priority", o["priority"], None),
         transactional=v.flag("transactional", o["transactional"]),
         dynamic=dynamic,
+        first_sight=v.choice(
+            "first_sight",
+            o["first_sight"] or os.environ.get(FIRST_SIGHT_ENV) or "next",
+            get_args(FirstSight),
+        ),
     )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from ._config import Handler, JobSpec, Overlap, ScopesFn, build_job
+from ._config import FirstSight, Handler, JobSpec, Overlap, ScopesFn, build_job
 from ._errors import ConfigError, NotFoundError
 from ._metrics import Metrics
 from ._model import Scope
@@ -55,6 +55,7 @@ class JobRegistry:
         priority: int = 0,
         transactional: bool = False,
         dynamic: bool = False,
+        first_sight: FirstSight | None = None,
     ) -> Callable[[_F], _F]:
         """Decorator form of :meth:`register` (durations: ``timedelta``, seconds or ``"1h30m"``).
 
@@ -83,7 +84,10 @@ class JobRegistry:
         - ``priority``: higher claims first when slots are scarce.
         - ``transactional``: ``run.conn`` commits with SUCCESS iff the lease holds.
         - ``dynamic``: each scope has a schedule of its own, put at run time
-          (``put_schedule``); replaces ``every``/``cron``/``planner``/``scopes``/``timezone``."""
+          (``put_schedule``); replaces ``every``/``cron``/``planner``/``scopes``/``timezone``.
+        - ``first_sight``: a scope seen for the first time starts at the ``"next"`` plan due
+          (default) or runs the ``"latest"`` one already due at once (default:
+          ``$PGSCHED_FIRST_SIGHT``, else ``"next"``)."""
         options = {k: v for k, v in locals().items() if k != "self"}
         return lambda handler: self._decorate(handler, options)
 

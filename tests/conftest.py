@@ -16,10 +16,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pgsched._engine import sighting
-from pgsched._planning.cursors import first_plan
 from tests.support.postgres import PrivateServer
-from tests.support.sight import newest_due_at_first_sight
 
 
 def _docker_answers() -> bool:
@@ -151,20 +148,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _first_sight_stand_in(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Most tests register a job and expect its current plan to run at once: first sight in
-    this process takes the newest due plan for them (tests/support/sight.py). Tests marked
-    ``first_sight`` see the real rule."""
-    real = request.node.get_closest_marker("first_sight") is not None
-    # set either way: this process may have the subprocesses' stand-in too (xdist workers)
-    monkeypatch.setattr(sighting, "first_plan", first_plan if real else newest_due_at_first_sight)
-
-
-# The tests' subprocesses (replicas, commands) inherit the stand-in through the environment
-# (TESTS_FIRST_SIGHT_STAND_IN=0 runs them with the real rule).
-os.environ.setdefault("TESTS_FIRST_SIGHT_STAND_IN", "1")
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p
-    for p in (str(Path(__file__).parent / "support" / "stand_in"), os.environ.get("PYTHONPATH"))
-    if p
-)
+def _first_sight(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Most tests register a job and expect its plan already due to run at once: they run
+    with the job option ``first_sight="latest"`` as the default (``PGSCHED_FIRST_SIGHT``, which
+    the replicas and commands they start inherit). Tests marked ``first_sight`` see the
+    default a deployment has, ``"next"``."""
+    if request.node.get_closest_marker("first_sight") is None:
+        monkeypatch.setenv("PGSCHED_FIRST_SIGHT", "latest")
+    else:
+        monkeypatch.delenv("PGSCHED_FIRST_SIGHT", raising=False)

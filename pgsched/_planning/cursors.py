@@ -47,6 +47,8 @@ class CursorRules(CatchUpRules, Protocol):
     def max_plans_per_tick(self) -> int: ...
     @property
     def overlap(self) -> str: ...
+    @property
+    def first_sight(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +74,14 @@ def spec_key(recurrence: Recurrence) -> str:
 
 def first_plan(job: CursorRules, seen_at: datetime, lookback: timedelta) -> datetime | None:
     """A scope's first plan when first seen at ``seen_at``: the first one due at or after it
-    (a plan that fell due within ``lookback``, the tick interval, counts)."""
-    return job.schedule.next_after(seen_at - job.schedule_delay - lookback - _US)
+    (a plan that fell due within ``lookback``, the tick interval, counts); with the job's
+    ``first_sight="latest"``, the newest plan already due, if there is one."""
+    horizon = seen_at - job.schedule_delay
+    if job.first_sight == "latest":
+        latest = job.schedule.latest_at_or_before(horizon)
+        if latest is not None:
+            return latest
+    return job.schedule.next_after(horizon - lookback - _US)
 
 
 def due_at(job: CursorRules, kind: str, ident: str, plan: datetime | None) -> datetime | None:

@@ -22,12 +22,14 @@ from tests.support.waiting import wait_until
 
 # The environment a test's replica must not inherit from the developer's shell.
 _FOREIGN_ENV = ("PGSCHED_", "DATABASE_URL")
+# The tests' own choice, not a leftover of the developer's shell: kept (tests/conftest.py).
+_TESTS_ENV = ("PGSCHED_FIRST_SIGHT",)
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment without pgsched's settings and ``DATABASE_URL``, plus
     ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN_ENV)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN_ENV) or k in _TESTS_ENV}
     env.update(extra or {})
     return env
 

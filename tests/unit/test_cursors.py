@@ -6,10 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgsched._config import build_job
+from pgsched._errors import ConfigError
 from pgsched._planning.cursors import (
     decide_cursor,
     decide_cursors,
@@ -17,6 +19,9 @@ from pgsched._planning.cursors import (
     first_plan,
     spec_key,
 )
+
+# The default first sight a deployment has ("next"), not the suite's "latest".
+pytestmark = pytest.mark.first_sight
 
 TICK = timedelta(seconds=1)
 US = timedelta(microseconds=1)
@@ -50,6 +55,26 @@ def seen_now(j: Any, now: datetime, **cols: Any) -> dict[str, Any]:
 
 
 # -- first sight --------------------------------------------------------------------------
+
+
+def test_first_sight_latest_runs_the_newest_plan_already_due_at_once() -> None:
+    j = job(cron="0 9 * * 1-5", timezone="Europe/Berlin", first_sight="latest")
+    deployed = datetime(2027, 3, 10, 19, 47, tzinfo=UTC)  # Wednesday 20:47 in Berlin
+    assert first_plan(j, deployed, TICK) == datetime(2027, 3, 10, 8, 0, tzinfo=UTC)
+    decision = decide_cursor(j, spec_key(j.schedule), seen_now(j, deployed), deployed, TICK)
+    assert decision.move.plans == (datetime(2027, 3, 10, 8, 0, tzinfo=UTC),)
+
+
+def test_first_sight_defaults_to_next_then_to_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert job(every="1h").first_sight == "next"
+    monkeypatch.setenv("PGSCHED_FIRST_SIGHT", "latest")
+    assert job(every="1h").first_sight == "latest"
+    assert job(every="1h", first_sight="next").first_sight == "next"
+    monkeypatch.setenv("PGSCHED_FIRST_SIGHT", "soon")
+    with pytest.raises(ConfigError, match=r"report.*first_sight.*soon"):
+        job(every="1h")
 
 
 def test_a_weekday_job_deployed_in_the_evening_first_runs_the_next_morning() -> None:
