@@ -177,11 +177,7 @@ def build_job(handler: Handler, **options: Any) -> JobSpec:
         priority=v.integer("priority", o["priority"], None),
         transactional=v.flag("transactional", o["transactional"]),
         dynamic=dynamic,
-        first_sight=v.choice(
-            "first_sight",
-            o["first_sight"] or os.environ.get(FIRST_SIGHT_ENV) or "next",
-            get_args(FirstSight),
-        ),
+        first_sight=v.first_sight(o["first_sight"]),
     )
 
 
@@ -275,6 +271,12 @@ class _Validator:
         if any(not isinstance(s, Scope) for s in items):
             raise self.bad("scopes", scopes, "must contain only pgsched.Scope values")
         return tuple(unique_in_order(items)), None
+
+    def first_sight(self, value: object) -> FirstSight:
+        """The option, else the process-wide default, else ``"next"``."""
+        given = value or os.environ.get(FIRST_SIGHT_ENV) or "next"
+        chosen: FirstSight = self.choice("first_sight", given, get_args(FirstSight))
+        return chosen
 
     def plans_per_tick(self, catch_up: object, value: object) -> int:
         if catch_up == "every_plan" and value is None:

@@ -83,11 +83,8 @@ class JobRegistry:
         - ``max_running``: cluster-wide cap on the job's running executions.
         - ``priority``: higher claims first when slots are scarce.
         - ``transactional``: ``run.conn`` commits with SUCCESS iff the lease holds.
-        - ``dynamic``: each scope has a schedule of its own, put at run time
-          (``put_schedule``); replaces ``every``/``cron``/``planner``/``scopes``/``timezone``.
-        - ``first_sight``: a scope seen for the first time starts at the ``"next"`` plan due
-          (default) or runs the ``"latest"`` one already due at once (default:
-          ``$PGSCHED_FIRST_SIGHT``, else ``"next"``)."""
+        - ``dynamic``: each scope has its own schedule (``put_schedule``), not ``every``...
+        - ``first_sight``: a new scope waits for the ``"next"`` plan or runs the ``"latest"``."""
         options = {k: v for k, v in locals().items() if k != "self"}
         return lambda handler: self._decorate(handler, options)
 

@@ -80,6 +80,19 @@ class ReplicaSettings:
     replica_expiry: timedelta = timedelta(minutes=10)
 
 
+def _transactions(settings: ReplicaSettings, store: Store, watch: ServerWatch) -> Transactions:
+    """Where transactional runs open their connections."""
+    return Transactions(
+        settings.conninfo,
+        settings.app_name,
+        store,
+        transaction_pooling=settings.transaction_pooling,
+        watch=watch,
+        synchronous=settings.synchronous_claims,
+        answer_timeout=settings.answer_timeout.total_seconds(),
+    )
+
+
 class Runtime:
     """Runs the jobs a scheduler has registered, against one pool, until stopped."""
 
@@ -98,15 +111,7 @@ class Runtime:
         self.tick_interval = settings.tick_interval.total_seconds()
         # The server this replica writes to; on a change, what it lacks is put back first.
         self.watch = pool.watch if isinstance(pool, WritablePool) else ServerWatch()
-        transactions = Transactions(
-            settings.conninfo,
-            settings.app_name,
-            store,
-            transaction_pooling=settings.transaction_pooling,
-            watch=self.watch,
-            synchronous=settings.synchronous_claims,
-            answer_timeout=settings.answer_timeout.total_seconds(),
-        )
+        transactions = _transactions(settings, store, self.watch)
         self.last_tick_ok: float | None = None
         self.last_tick_at: float | None = None  # any tick, failed or not: the loop is alive
         self.recorder = Recorder(metrics, runner_id)
