@@ -91,16 +91,16 @@ def healthy_while_stuck(
     return healthy, stuck
 
 
-def fencing_regressions(effects: list[dict[str, Any]], fault: float, promoted: float) -> int:
-    """Executions that ran after the promotion under a token handed out anew and no larger
-    than one handed out before the fault. A token already seen before the fault is the same
-    lease going on (a transactional run re-run under its lease keeps its token)."""
+def fencing_regressions(effects: list[dict[str, Any]], fault: float, anew: set[int]) -> int:
+    """Executions under a lease handed out after the promotion (``anew``: their tokens, from
+    the promoted server's ledger) whose token is no larger than one seen before the fault. A
+    lease claimed before the fault whose handler ran on past the promotion (a loaded
+    machine), or a transactional run re-run under its lease, keeps its token: not anew."""
     seen = {e["fencing"] for e in effects if e["at"] < fault}
     if not seen:
         return 0
     top = max(seen)
-    anew = [e for e in effects if e["at"] > promoted and e["fencing"] not in seen]
-    return sum(1 for e in anew if e["fencing"] <= top)
+    return sum(1 for e in effects if e["fencing"] in anew and e["fencing"] <= top)
 
 
 def publish(name: str, figures: dict[str, Any]) -> None:

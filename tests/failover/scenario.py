@@ -288,6 +288,20 @@ class FailoverRun:
 # -- what the scenario measured ---------------------------------------------------------------
 
 
+def _leased_after(node: PrivateServer, at: float) -> set[int]:
+    """The fencing tokens of leases ``node`` handed out after ``at`` (epoch seconds): claims
+    and steals of its ledger rows and of the attempts its attempt history keeps."""
+    rows = node.sql(
+        sql.SQL(
+            "SELECT fencing_token FROM {s}.cron_executions WHERE started_at > to_timestamp(%s)"
+            " UNION SELECT fencing_token FROM {s}.cron_attempts"
+            " WHERE started_at > to_timestamp(%s)"
+        ).format(s=sql.Identifier(SCHEMA)),
+        (at, at),
+    )
+    return {int(r[0]) for r in rows}
+
+
 def _ledger(node: PrivateServer) -> list[tuple[str, str, float, str]]:
     """(job, scope, plan time, status) of every row of ``node``'s ledger."""
     rows = node.sql(
@@ -404,7 +418,7 @@ def measure(run: FailoverRun, resumed_s: float | None) -> dict[str, Any]:
         "drained": drained,
         "stale_running": stale,
         "fencing_regressions": fig.fencing_regressions(
-            effects, run.marks["fault"], run.marks["promoted"]
+            effects, run.marks["fault"], _leased_after(run.new, run.marks["promoted"])
         ),
         "healthz_samples": len(run.samples),
         "healthz_503": sum(1 for _, _, s in run.samples if s == 503),
