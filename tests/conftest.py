@@ -147,6 +147,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         )
 
 
+# Set for the whole session too, so that replicas a module- or package-scoped fixture starts
+# before any test's own setting see the same default.
+os.environ["PGSCHED_FIRST_SIGHT"] = "latest"
+
+
 @pytest.fixture(autouse=True)
 def _first_sight(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Most tests register a job and expect its plan already due to run at once: they run

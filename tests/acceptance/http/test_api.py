@@ -63,6 +63,17 @@ RUN_FIELDS = {
 
 
 def test_api_jobs(cluster: Cluster) -> None:
+    # What the checks below read, whenever this test runs (first, in a shuffled order, or
+    # before the replicas' first plans fell due): a success of tick and a failure of boom.
+    wait_until(
+        lambda: cluster.one(
+            "SELECT count(*) FILTER (WHERE job_name = 'tick' AND status = 'SUCCESS') >= 1"
+            " AND count(*) FILTER (WHERE job_name = 'boom' AND status = 'FAILED') >= 1"
+            " FROM {s}.cron_executions"
+        ),
+        20,
+        "a success of tick and a failure of boom",
+    )
     seed_job(cluster, "ghost_api")
     seed_run(cluster, "ghost_api", "RUNNING", stale_in_s=-5)
     resp = cluster.main.get("/api/jobs")
