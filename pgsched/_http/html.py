@@ -25,7 +25,7 @@ header nav{display:flex;gap:14px;flex-wrap:wrap}header a{color:#cfe0ff}
 header .who{margin-left:auto;color:#c3cad6;font-size:13px}
 main{padding:14px 20px;max-width:1240px;margin:0 auto}
 section{background:var(--card);border:1px solid var(--line);border-radius:8px;margin:0 0 16px;
-overflow-x:auto}
+overflow-x:auto;position:relative}
 h2{font-size:15px;margin:0;padding:9px 12px;border-bottom:1px solid var(--line)}
 h2 small,.note{color:var(--muted);font-weight:normal;font-size:13px}
 table{border-collapse:collapse;width:100%}

@@ -21,9 +21,20 @@ def _shot(page: Any, site: Site, name: str, *, full: bool = True) -> None:
     page.screenshot(path=str(site.shots / f"{name}.png"), full_page=full)
 
 
+# The elements reaching past the viewport that no scrolling box holds, to name what is wide.
+_WIDE = """(limit) => [...document.querySelectorAll('body *')]
+  .filter(e => e.getBoundingClientRect().right > limit + 0.5)
+  .filter(e => { for (let p = e.parentElement; p; p = p.parentElement)
+                   if (getComputedStyle(p).overflowX !== 'visible') return false;
+                 return true; })
+  .slice(-3).map(e => e.tagName + '.' + e.className + ' ' + e.getBoundingClientRect().right
+                      + ': ' + e.textContent.slice(0, 60))"""
+
+
 def _no_sideways_scroll(page: Any) -> None:
     width = page.evaluate("document.documentElement.scrollWidth")
-    assert width <= page.viewport_size["width"], f"page is {width} px wide"
+    limit = page.viewport_size["width"]
+    assert width <= limit, f"page is {width} px wide: {page.evaluate(_WIDE, limit)}"
 
 
 def _login(page: Any, base: str, token: str) -> None:
