@@ -106,7 +106,50 @@ class ScheduleMethods:
         PORTAL.call(self._schedule_operations().resume_schedule(job, scope))
 
 
-class Admin(ScheduleMethods):
+class TriggerMethod:
+    """``trigger`` for sync callers, typed once: on ``Admin`` and on ``Scheduler``."""
+
+    def _trigger(
+        self, job: str, scope: Scope | None, at: datetime | None, all_scopes: bool
+    ) -> Triggered | list[Triggered]:
+        raise NotImplementedError
+
+    @overload
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: Literal[False] = False,
+    ) -> Triggered: ...
+
+    @overload
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: Literal[True],
+    ) -> list[Triggered]: ...
+
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: bool = False,
+    ) -> Triggered | list[Triggered]:
+        """Queue a manual run of ``job`` now (or a one-off at a future ``at``) and wake every
+        replica; ``created`` says whether this call inserted it (docs/reference.md,
+        "Triggers"). A scoped job needs ``scope`` or ``all_scopes=True`` (a list). On a
+        ``Scheduler``, ``job`` must be one it registered."""
+        return self._trigger(job, scope, at, all_scopes)
+
+
+class Admin(ScheduleMethods, TriggerMethod):
     """Operator actions on one database and schema, for code that is not ``async``.
 
     The DSN is ``dsn``, else ``PGSCHED_DSN``, else ``DATABASE_URL``, read when first needed.
@@ -205,40 +248,12 @@ class Admin(ScheduleMethods):
         gauges and the status page (its history rows stay)."""
         PORTAL.call(self._ops.forget(job))
 
-    @overload
-    def trigger(
-        self,
-        job: str,
-        scope: Scope | None = None,
-        at: datetime | None = None,
-        *,
-        all_scopes: Literal[False] = False,
-    ) -> Triggered: ...
-
-    @overload
-    def trigger(
-        self,
-        job: str,
-        scope: Scope | None = None,
-        at: datetime | None = None,
-        *,
-        all_scopes: Literal[True],
-    ) -> list[Triggered]: ...
-
-    def trigger(
-        self,
-        job: str,
-        scope: Scope | None = None,
-        at: datetime | None = None,
-        *,
-        all_scopes: bool = False,
+    def _trigger(
+        self, job: str, scope: Scope | None, at: datetime | None, all_scopes: bool
     ) -> Triggered | list[Triggered]:
-        """Queue a manual run of ``job`` now (or a one-off at a future ``at``) and wake every
-        replica; ``created`` says whether this call inserted it (docs/reference.md,
-        "Triggers"). A scoped job needs ``scope`` or ``all_scopes=True`` (a list)."""
-        if all_scopes is True:
+        if all_scopes:
             return PORTAL.call(self._ops.trigger(job, scope, at, all_scopes=True))
-        return PORTAL.call(self._ops.trigger(job, scope, at, all_scopes=all_scopes))
+        return PORTAL.call(self._ops.trigger(job, scope, at))
 
     def run(self, execution_id: UUID | str) -> RunHistory:
         """One execution and every attempt of it, in order (runner, times, error, traceback)."""
@@ -332,7 +347,7 @@ class Admin(ScheduleMethods):
         return PORTAL.call(self._ops.prune(older_than))
 
 
-class AdminShortcuts(ScheduleMethods):
+class AdminShortcuts(ScheduleMethods, TriggerMethod):
     """``Admin``'s operator actions on a ``Scheduler``: documented shortcuts for
     ``scheduler.admin.<method>``, with the same parameters and return types. The actions on
     one job first check that the scheduler registered it (``NotFoundError``)."""
@@ -360,39 +375,13 @@ class AdminShortcuts(ScheduleMethods):
         """The most recent executions, newest first."""
         return self.admin.runs(job, status, limit)
 
-    @overload
-    def trigger(
-        self,
-        job: str,
-        scope: Scope | None = None,
-        at: datetime | None = None,
-        *,
-        all_scopes: Literal[False] = False,
-    ) -> Triggered: ...
-
-    @overload
-    def trigger(
-        self,
-        job: str,
-        scope: Scope | None = None,
-        at: datetime | None = None,
-        *,
-        all_scopes: Literal[True],
-    ) -> list[Triggered]: ...
-
-    def trigger(
-        self,
-        job: str,
-        scope: Scope | None = None,
-        at: datetime | None = None,
-        *,
-        all_scopes: bool = False,
+    def _trigger(
+        self, job: str, scope: Scope | None, at: datetime | None, all_scopes: bool
     ) -> Triggered | list[Triggered]:
-        """``self.admin.trigger``, for a job of this scheduler (with its ``max_attempts``)."""
-        self._job(job)
-        if all_scopes is True:
+        self._job(job)  # a job of this scheduler (with its max_attempts)
+        if all_scopes:
             return self.admin.trigger(job, scope, at, all_scopes=True)
-        return self.admin.trigger(job, scope, at, all_scopes=all_scopes)
+        return self.admin.trigger(job, scope, at)
 
     def cancel(self, execution_id: UUID | str) -> None:
         """Cancel a PENDING execution."""
