@@ -1,7 +1,7 @@
 """Cursors: each (job, scope) stores its next plan. First sight, an outage after it, the
 upgrade from a ledger written by the earlier claim path, scopes that leave and come back,
 concurrent replicas, and claims that never read the ledger's history. The real first-sight
-rule throughout (no stand-in: marked ``first_sight``)."""
+rule throughout: marked ``first_sight``, so the default ``first_sight="next"`` applies."""
 
 from __future__ import annotations
 
