@@ -52,6 +52,18 @@ SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true),
 -- synchronous standby has flushed it ('on': see claim_begin_synchronous).
 SELECT set_config('synchronous_commit', 'on', true)
 
+-- name: commit_phase
+-- A transactional run's handler has returned; its terminal write and COMMIT follow at once.
+-- From here the transaction may sit idle for the job's stale_timeout at most, not for
+-- run_timeout + a margin as while the handler ran: a replica cut off between its terminal
+-- write and its COMMIT holds the lease row locked, and the others' steals skip locked rows,
+-- so the server must end that session by the time the lease goes stale. With
+-- synchronous_claims the COMMIT also waits for a synchronous standby (see claim_begin_synchronous).
+SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true),
+       set_config('synchronous_commit',
+                  CASE WHEN %(synchronous)s THEN 'on'
+                       ELSE current_setting('synchronous_commit') END, true)
+
 -- name: synchronous_standbys
 -- Whether the server has synchronous standbys: configured, and connected as sync or quorum
 -- (sync_state is NULL for the walsenders a role without pg_read_all_stats may not inspect).

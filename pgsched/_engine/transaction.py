@@ -35,7 +35,8 @@ from .values import Outcome
 
 Written = tuple[Outcome, datetime | None]
 ToOutcome = Callable[[object], Outcome]
-# An idle transaction may last as long as the handler may run, and a little more.
+# While the handler runs, its transaction may sit idle as long as the handler may run, and a
+# little more; once it has returned, for the job's stale_timeout at most (commit_phase).
 _IDLE_MARGIN = timedelta(seconds=10)
 
 
@@ -147,8 +148,9 @@ class Transactions:
                 conn.answer_timeout = timeout.total_seconds() + ANSWER_GRACE_S
                 done = outcome(await job.handler(run))
                 conn.answer_timeout = self._answer_timeout
-                if self._synchronous:
-                    await self._store.synchronous_commit(conn)
+                await self._store.commit_phase(
+                    conn, job.stale_timeout, synchronous=self._synchronous
+                )
                 written = await self._store.finish(conn, [done.finish(run)])
                 held = run.execution_id in written
                 committing = done if held else None
@@ -176,8 +178,9 @@ class Transactions:
                 conn.answer_timeout = timeout.total_seconds() + ANSWER_GRACE_S
                 done = outcome(job.handler(run))
                 conn.answer_timeout = self._answer_timeout
-                if self._synchronous:
-                    self._store.synchronous_commit_sync(conn)
+                self._store.commit_phase_sync(
+                    conn, job.stale_timeout, synchronous=self._synchronous
+                )
                 written = self._store.finish_sync(conn, [done.finish(run)])
                 held = run.execution_id in written
                 committing = done if held else None

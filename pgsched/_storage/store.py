@@ -255,8 +255,16 @@ class Store(_JobStatements):
         """The current transaction commits only once a synchronous standby has it."""
         await self._rows(conn, "synchronous_commit")
 
-    def synchronous_commit_sync(self, conn: psycopg.Connection[Any]) -> None:
-        conn.execute(self._q["synchronous_commit"])
+    async def commit_phase(self, conn: Conn, idle: timedelta, *, synchronous: bool) -> None:
+        """A transactional run's handler has returned: the transaction may now sit idle for
+        ``idle`` at most and, ``synchronous``, commits once a synchronous standby has it."""
+        await self._rows(conn, "commit_phase", _commit_params(idle, synchronous))
+
+    def commit_phase_sync(
+        self, conn: psycopg.Connection[Any], idle: timedelta, *, synchronous: bool
+    ) -> None:
+        """:meth:`commit_phase` on a sync connection."""
+        conn.execute(self._q["commit_phase"], _commit_params(idle, synchronous))
 
     async def synchronous_standbys(self, conn: Conn) -> Row:
         """``names`` (synchronous_standby_names), ``synchronous`` (connected sync or quorum
@@ -511,6 +519,10 @@ def _finish_params(batch: Sequence[Finish]) -> dict[str, Any]:
         "retry_delays": [f.retry_delay_s for f in ordered],
         "tracebacks": [f.traceback for f in ordered],
     }
+
+
+def _commit_params(idle: timedelta, synchronous: bool) -> dict[str, Any]:
+    return {"idle_ms": _ms(idle), "synchronous": synchronous}
 
 
 def _session_params(statement: timedelta, idle: timedelta, local: bool) -> dict[str, Any]:

@@ -19,6 +19,7 @@ ORDER = [
     "sigstop",
     "proxy",
     "mid_claim",
+    "mid_commit",
     "clock_skew",
 ]
 

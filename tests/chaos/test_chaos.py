@@ -389,6 +389,63 @@ def test_blackhole_inside_a_claim_transaction(
     check(figures)
 
 
+# The status "SUCCESS" as an element of a binary text[] parameter (its length, then its bytes):
+# sent by terminal writes, the only statements that carry it.
+_SUCCESS = b"\x00\x00\x00\x07SUCCESS"
+# A transactional run's session between its terminal write and its COMMIT.
+_COMMIT_PENDING = (
+    "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = %s"
+    " AND state = 'idle in transaction' AND query LIKE '%%retry_delay%%'"
+)
+
+
+def test_blackhole_between_a_transactional_write_and_its_commit(
+    scenario: Scenario, profile: Profile, request: Any
+) -> None:
+    """Cut a replica off right after a transactional run's terminal write reached the server,
+    before its COMMIT: the server holds that lease row locked (the others' steals skip locked
+    rows) until it ends the session, which it must do by the time the lease goes stale (the
+    job's stale_timeout once the handler has returned, not run_timeout + 10 s), so the lease
+    is taken over within stale_timeout + tick + 1 s and the run's effect commits once."""
+    blackhole_s = profile.pick(9, 45)
+    replicas = [f"r{i}" for i in range(4)]
+    with scenario("mid_commit") as run:
+        ready = run.begin(replicas, via_proxy=True, faketime=None)
+        quiet_phase(run, QUIET_S)
+        for _ in range(60):
+            hit = run.proxies["r2"].cut_on(_SUCCESS)
+            if not hit.wait(10):
+                continue
+            run.abandon("r2", "blackhole_mid_commit", None)
+            if _commit_pending(run, "pgsched r2"):
+                break
+            run.proxies["r2"].blackhole(False)  # a plain run's write: it committed at once
+            run.abandonments.pop()
+            run.events.pop()
+            time.sleep(0.2)
+        else:
+            pytest.fail("r2 never wrote a transactional run's outcome")
+        time.sleep(blackhole_s)
+        run.proxies["r2"].blackhole(False)
+        run.event("blackhole_off", runner="r2")
+        time.sleep(run.timing.stale_timeout_s + 1)
+        end = run.mark("end")
+        figures = run.finish((ready + edge(run), end), drain_timeout=90)
+    figures["blackhole"] = _told(figures, run, "blackhole_mid_commit")
+    report(request, profile, figures, blackhole=blackhole_s)
+    check(figures)
+    assert figures["blackhole"]["held"] > 0, figures["blackhole"]
+
+
+def _commit_pending(run: ChaosRun, app_name: str) -> bool:
+    """Whether the cut-off replica has a transactional run's session idle between its
+    terminal write and its COMMIT (the write reaches the server a moment after the cut)."""
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: run.q(_COMMIT_PENDING, (app_name,))[0]["n"], 2, "a pending commit")
+        return True
+    return False
+
+
 def test_clock_skew_changes_nothing(scenario: Scenario, profile: Profile, request: Any) -> None:
     """Replicas at -30 s and +30 s (libfaketime), one jumped +1 h mid-run: only the database
     clock counts, so plans, leases and start delays are as without skew."""
