@@ -77,6 +77,24 @@ class Site:
     replica: str  # base URL of the replica (operator token set), ending in "/"
     web: str  # base URL of `pgsched web` (viewer token only)
     shots: Path
+    main: Replica  # the replica serving ``replica``
+
+    def job_state(self, job: str) -> str:
+        """What a failed wait on ``job`` should say: its rows by status, its cursor, whether
+        the replica lives, and the replica's last log lines."""
+        rows = self.q(
+            "SELECT status, count(*) FROM {s}.cron_executions WHERE job_name = %s GROUP BY 1",
+            (job,),
+        )
+        cursor = self.q(
+            "SELECT next_plan_time, due_at, retired_at FROM {s}.cron_cursors WHERE job_name = %s",
+            (job,),
+        )
+        tail = "\n".join(self.main.output().splitlines()[-15:])
+        return (
+            f"{job}: rows {rows}, cursor {cursor}, clock {self.one('SELECT clock_timestamp()')},"
+            f" replica alive {self.main.alive}; its log ends:\n{tail}"
+        )
 
     def q(self, text: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         cur = self.conn.execute(sql.SQL(text).format(s=sql.Identifier(self.schema)), params)
@@ -154,7 +172,7 @@ def site(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site
     try:
         replica_url = f"http://127.0.0.1:{replica.http_port()}/"
         line = wait_until(lambda: _web_url(web), 30, "pgsched web's address")
-        site = Site(pg_dsn, schema, conn, replica_url, line, shots)
+        site = Site(pg_dsn, schema, conn, replica_url, line, shots, replica)
         wait_until(
             lambda: site.one("SELECT count(*) FROM {s}.job_state WHERE job_name = 'reminder'"),
             30,

@@ -223,7 +223,11 @@ def test_retry_now_and_a_bulk_retry(page: Any, site: Site) -> None:
     failed = (
         "SELECT count(*) FROM {s}.cron_executions WHERE job_name = 'boom' AND status = 'FAILED'"
     )
-    wait_until(lambda: site.one(failed) >= 3, 30, "three failures of boom")
+    wait_until(
+        lambda: site.one(failed) >= 3,
+        30,
+        lambda: f"three failures of boom (every 3 s); {site.job_state('boom')}",
+    )
     _login(page, site.replica, OPERATOR)
     page.goto(site.replica + "job?name=boom")
     first = page.locator("#job-failures tbody tr").first

@@ -374,5 +374,8 @@ def stable(read: Any, timeout: float = 15, what: str = "") -> Any:
         last.append(now)
         return same
 
-    wait_until(settled, timeout, what or "a stable reading", interval=0.05)
+    def missing() -> str:
+        return f"{what or 'a stable reading'}; the last two readings: {last[-2:]}"
+
+    wait_until(settled, timeout, missing, interval=0.05)
     return last[-1]
