@@ -139,9 +139,11 @@ class Replica:
             self.check_alive()
             return self.events(name)
 
-        found = wait_until(
-            logged, timeout, f"replica {self.name}'s {name} log event", interval=0.05
-        )
+        def missing() -> str:
+            tail = "\n".join(self.output().splitlines()[-10:]) or "(nothing yet)"
+            return f"replica {self.name}'s {name} log event; its log ends:\n{tail}"
+
+        found = wait_until(logged, timeout, missing, interval=0.05)
         return found[0]
 
     def http_port(self, timeout: float = 30) -> int:
