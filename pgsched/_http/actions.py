@@ -33,6 +33,18 @@ def one(form: Form, name: str) -> str:
     return values[0].strip()
 
 
+def question(form: Form) -> str | None:
+    """What to ask a signed-in browser before a destructive action (None: nothing to ask, or
+    already confirmed: the form carries ``confirmed=yes``)."""
+    if one(form, "action") != "schedule_delete" or one(form, "confirmed") == "yes":
+        return None
+    targets = [t for t in form.get("target", ()) if t.strip()]
+    job = one(form, "job")
+    if targets:
+        return f"Delete {len(targets)} schedule(s) of {job}: {', '.join(targets[:5])}?"
+    return f"Delete the schedule {one(form, 'scope')} of {job}?"
+
+
 class ActionForm:
     """One posted action by ``actor``; :meth:`run` returns what to tell the operator."""
 

@@ -320,3 +320,23 @@ def login_page(message: str, back: str) -> str:
 
 def message_page(title: str, text: str) -> str:
     return section(title, "", f'<p class="empty">{esc(text)}</p>', "message")
+
+
+def confirm_page(form: Mapping[str, Sequence[str]], what: str, back: str) -> str:
+    """Asks before a destructive action: the posted ``form`` again, with ``confirmed``."""
+    fields = "".join(
+        f'<input type="hidden" name="{esc(k)}" value="{esc(v)}">'
+        for k, values in form.items()
+        if k != "confirmed"
+        for v in values
+    )
+    return section(
+        "Confirm",
+        "",
+        f'<div class="pager">{esc(what)} This cannot be undone.</div>'
+        f'<div class="pager"><form class="inline" method="post" action="action">{fields}'
+        '<input type="hidden" name="confirmed" value="yes">'
+        '<button class="danger" type="submit">Yes, delete</button></form>'
+        f'<a href="{esc(back)}">Cancel</a></div>',
+        "confirm",
+    )

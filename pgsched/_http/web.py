@@ -19,7 +19,7 @@ from .._operations.core import DriverError, Operations
 from .._results import describe_error
 from .._times import parse_time
 from . import pages
-from .actions import ActionForm, one
+from .actions import ActionForm, one, question
 from .auth import Caller, Tokens, identify, login_cookie, logout_cookie, same_origin
 from .html import esc, frame
 from .jobpage import JobView, job_page, schedules_page
@@ -184,6 +184,9 @@ class Dashboard:
             return self._refuse(req, caller, 401, "sign in with the operator token to act")
         if caller.by_cookie and not same_origin(req.headers):
             return self._refuse(req, caller, 403, "refused: the form did not come from this page")
+        ask = question(req.form) if caller.by_cookie else None
+        if ask is not None:  # a browser asks first; a script with its bearer token has decided
+            return self._page(req, caller, "Confirm", pages.confirm_page(req.form, ask, back), 200)
         try:
             text = await self._db(ActionForm(self._ops, caller.actor, req.form).run())
         except (PgschedError, ValueError) as exc:

@@ -276,6 +276,11 @@ def test_schedules_page_search_put_pause_resume_delete_and_bulk(page: Any, site:
     page.locator("#schedules tbody tr", has_text="user:new").locator(
         "button:has-text('Delete')"
     ).click()
+    # A browser is asked first; nothing is deleted until it confirms.
+    assert "Delete the schedule user:new of reminder?" in page.locator("#confirm").inner_text()
+    assert site.one("SELECT count(*) FROM {s}.schedules WHERE scope_id = 'new'") == 1
+    _shot(page, site, "schedule-delete-confirm")
+    page.click("#confirm button:has-text('Yes, delete')")
     assert "deleted" in _flash(page)
     assert not site.q("SELECT 1 FROM {s}.schedules WHERE scope_id = 'new'")
     _shot(page, site, "schedules")
