@@ -22,7 +22,7 @@ import pytest
 
 from pgsched._engine.claims import CLAIM_LOCK_TIMEOUT
 from tests.chaos.checks import LivenessViolation, public, violations, write_figures
-from tests.chaos.harness import ChaosRun
+from tests.chaos.harness import Abandonment, ChaosRun
 from tests.chaos.observed import next_change
 from tests.chaos.timing import Timing, faketime_library
 from tests.support.postgres import PrivateServer
@@ -366,24 +366,14 @@ def test_blackhole_inside_a_claim_transaction(
         # of a "tx" claim transaction (after its claim_begin). A tick claims "plain" first, so
         # a replica sending it often holds the "plain" leases it has just claimed.
         needle = b"\x00\x00\x00\x02tx"
-        for _ in range(40):
-            hit = run.proxies["r2"].cut_on(needle)
-            if not hit.wait(10):
-                continue
-            if run.abandon("r2", "blackhole_mid_claim", None).leases:
-                break
-            run.proxies["r2"].blackhole(False)  # it held no lease: try again (a few ms cut)
-            run.abandonments.pop()
-            run.events.pop()
-            time.sleep(0.2)
-        else:
-            pytest.fail("r2 never entered a claim while holding a lease")
-        time.sleep(blackhole_s)
-        run.proxies["r2"].blackhole(False)
-        run.event("blackhole_off", runner="r2")
-        time.sleep(run.timing.stale_timeout_s + 1)
-        end = run.mark("end")
-        figures = run.finish((ready + edge(run), end), drain_timeout=90)
+        _cut_off_r2_on(
+            run,
+            needle,
+            "blackhole_mid_claim",
+            lambda cut: bool(cut.leases),  # else it held no lease: try again (a few ms cut)
+            "entered a claim while holding a lease",
+        )
+        figures = _r2_cut_off_for(run, ready, blackhole_s)
     figures["blackhole"] = _told(figures, run, "blackhole_mid_claim")
     report(request, profile, figures, blackhole=blackhole_s)
     check(figures)
@@ -412,29 +402,50 @@ def test_blackhole_between_a_transactional_write_and_its_commit(
     with scenario("mid_commit") as run:
         ready = run.begin(replicas, via_proxy=True, faketime=None)
         quiet_phase(run, QUIET_S)
-        for _ in range(60):
-            hit = run.proxies["r2"].cut_on(_SUCCESS)
-            if not hit.wait(10):
-                continue
-            run.abandon("r2", "blackhole_mid_commit", None)
-            if _commit_pending(run, "pgsched r2"):
-                break
-            run.proxies["r2"].blackhole(False)  # a plain run's write: it committed at once
-            run.abandonments.pop()
-            run.events.pop()
-            time.sleep(0.2)
-        else:
-            pytest.fail("r2 never wrote a transactional run's outcome")
-        time.sleep(blackhole_s)
-        run.proxies["r2"].blackhole(False)
-        run.event("blackhole_off", runner="r2")
-        time.sleep(run.timing.stale_timeout_s + 1)
-        end = run.mark("end")
-        figures = run.finish((ready + edge(run), end), drain_timeout=90)
+        _cut_off_r2_on(
+            run,
+            _SUCCESS,
+            "blackhole_mid_commit",
+            lambda cut: _commit_pending(run, "pgsched r2"),  # else a plain run's: committed
+            "wrote a transactional run's outcome",
+        )
+        figures = _r2_cut_off_for(run, ready, blackhole_s)
     figures["blackhole"] = _told(figures, run, "blackhole_mid_commit")
     report(request, profile, figures, blackhole=blackhole_s)
     check(figures)
     assert figures["blackhole"]["held"] > 0, figures["blackhole"]
+
+
+def _cut_off_r2_on(
+    run: ChaosRun,
+    needle: bytes,
+    kind: str,
+    landed: Callable[[Abandonment], bool],
+    what: str,
+) -> None:
+    """Cut r2 off right after it sends ``needle``; again (after a cut of a few ms) until
+    ``landed`` says the cut fell where the scenario means."""
+    for _ in range(60):
+        hit = run.proxies["r2"].cut_on(needle)
+        if not hit.wait(10):
+            continue
+        if landed(run.abandon("r2", kind, None)):
+            return
+        run.proxies["r2"].blackhole(False)
+        run.abandonments.pop()
+        run.events.pop()
+        time.sleep(0.2)
+    pytest.fail(f"r2 never {what}")
+
+
+def _r2_cut_off_for(run: ChaosRun, ready: datetime, seconds: float) -> dict[str, Any]:
+    """Keep r2 cut off for ``seconds``, let its late writes land, and finish the run."""
+    time.sleep(seconds)
+    run.proxies["r2"].blackhole(False)
+    run.event("blackhole_off", runner="r2")
+    time.sleep(run.timing.stale_timeout_s + 1)
+    end = run.mark("end")
+    return run.finish((ready + edge(run), end), drain_timeout=90)
 
 
 def _commit_pending(run: ChaosRun, app_name: str) -> bool:
