@@ -145,10 +145,12 @@ def test_eight_replicas_claim_each_scope_once(make_scheduler: Any, migrated: str
     schedulers = [make_scheduler(f"r{i}", max_concurrency=20) for i in range(8)]
     for s in schedulers:
         s.register(recorder.enter, name="fan", planner=FixedPlans(plan), scopes=scopes)
-    run_together([s.run_once for s in schedulers])  # first sight, eight at once
+    # First sight, eight at once. On a loaded machine the plan, 2 s ahead when taken, may fall
+    # due before this round ends (its claims then come in it): the claims of both rounds count.
+    first = run_together([s.run_once for s in schedulers])
     assert len(_cursors(db, migrated, "fan")) == 60
     _wait_past(db, plan, "the plan to fall due")
-    reports = run_together([s.run_once for s in schedulers])
+    reports = first + run_together([s.run_once for s in schedulers])
     assert sum(r.claimed for r in reports) == 60, reports
     assert len(recorder) == 60
     assert sorted(r["scope_id"] for r in rows(db, migrated, "fan")) == sorted(s.id for s in scopes)
@@ -166,9 +168,10 @@ def test_claims_never_read_the_ledger_history(make_scheduler: Any, migrated: str
         catch_up="every_plan",
         max_plans_per_tick=3,
     )
-    s.run_once()
+    # First sight; on a loaded machine the plan, 2 s ahead when taken, may already be due in it.
+    ran = s.run_once().succeeded
     _wait_past(db, first, "the plan to fall due")
-    assert s.run_once().succeeded == 1
+    assert ran + s.run_once().succeeded == 1
     db.execute(sql.SQL("DELETE FROM {}").format(table(migrated)))
     restarted = make_scheduler("r2")
     restarted.register(
