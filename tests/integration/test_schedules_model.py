@@ -13,7 +13,11 @@ After every step:
 The model reads the database's clock, as the system does, and never assumes where the system's
 own reads fell between two of its own: a claim decides at one database instant between the
 tick's start and its end, so a plan that fell due in between may supersede the one the model
-saw due at the start (a run at 20:00:27.99 may claim 20:00:28 instead of 20:00:27).
+saw due at the start (a run at 20:00:27.99 may claim 20:00:28 instead of 20:00:27); and a
+change takes effect at one instant between the model's reads before and after it, so a claim
+in between may see either state, and a put just before a plan falls due may make that plan
+the spec's first (a put at 07:16:11.99, read back at 07:16:12.12 on a loaded machine, may
+run 07:16:12).
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ _US = timedelta(microseconds=1)
 class Version:
     """One committed state of a schedule: its spec (None: deleted) and paused flag."""
 
-    since: datetime  # the database time just after the change committed
+    began: datetime  # the database time just before the change was made
+    since: datetime  # the database time just after it committed
     spec: dict[str, Any] | None
     paused: bool = False
 
@@ -58,25 +63,28 @@ class Version:
 class Model:
     versions: dict[str, list[Version]] = field(default_factory=dict)
 
-    def at(self, scope_id: str, t: datetime) -> Version | None:
-        """The version in force at ``t`` (None: before the first put)."""
-        found = None
+    def at(self, scope_id: str, t: datetime) -> list[Version | None]:
+        """The versions that may be in force at ``t`` (None: before the first put): one, or
+        two while a change was being made (between its ``began`` and ``since``)."""
+        found: list[Version | None] = [None]
         for v in self.versions.get(scope_id, []):
             if v.since <= t:
-                found = v
+                found = [v]
+            elif v.began <= t:
+                found = [found[-1], v]
         return found
 
     def current(self, scope_id: str) -> Version | None:
         versions = self.versions.get(scope_id)
         return versions[-1] if versions else None
 
-    def spec_since(self, scope_id: str, version: Version) -> datetime:
-        """When the spec of ``version`` was put: pauses and resumes keep its plan times."""
+    def spec_put(self, scope_id: str, version: Version) -> Version:
+        """The version that put ``version``'s spec: pauses and resumes keep its plan times."""
         versions = self.versions[scope_id]
         i = versions.index(version)
         while i > 0 and versions[i - 1].spec == version.spec:
             i -= 1
-        return versions[i].since
+        return versions[i]
 
 
 def is_plan_of(spec: dict[str, Any], plan: datetime) -> bool:
@@ -110,9 +118,9 @@ class SchedulesMachine(RuleBasedStateMachine):
     def _scope(self, n: int) -> pgsched.Scope:
         return pgsched.Scope(self.kind, str(n))
 
-    def _changed(self, n: int, spec: dict[str, Any] | None, paused: bool) -> None:
+    def _changed(self, n: int, began: datetime, spec: dict[str, Any] | None, paused: bool) -> None:
         now = db_now(self.db)
-        self.model.versions.setdefault(str(n), []).append(Version(now, spec, paused))
+        self.model.versions.setdefault(str(n), []).append(Version(began, now, spec, paused))
 
     @rule(n=st.integers(0, 3), spec=st.sampled_from(VARIANTS), replica=st.integers(0, 1))
     def put(self, n: int, spec: dict[str, Any], replica: int) -> None:
@@ -127,7 +135,7 @@ class SchedulesMachine(RuleBasedStateMachine):
             # An identical put leaves the plan times alone.
             assert before is not None and put.next_plan_time == before.next_plan_time
             return
-        self._changed(n, spec, paused)
+        self._changed(n, put_from, spec, paused)
         # A new or replaced spec: its first occurrence strictly after the put.
         valid = check_schedule(JOB, ScheduleSpec(self._scope(n), **spec))
         planner = recurrence_for(valid.spec_key)
@@ -140,9 +148,10 @@ class SchedulesMachine(RuleBasedStateMachine):
     def delete(self, n: int, replica: int) -> None:
         current = self.model.current(str(n))
         live = current is not None and current.spec is not None
+        began = db_now(self.db)
         assert self.replicas[replica].delete_schedule(JOB, self._scope(n)) is live
         if live:
-            self._changed(n, None, False)
+            self._changed(n, began, None, False)
 
     @rule(n=st.integers(0, 3), paused=st.booleans())
     def pause_or_resume(self, n: int, paused: bool) -> None:
@@ -152,9 +161,10 @@ class SchedulesMachine(RuleBasedStateMachine):
             with pytest.raises(pgsched.NotFoundError):
                 action(JOB, self._scope(n))
             return
+        began = db_now(self.db)
         action(JOB, self._scope(n))
         if current.paused != paused:
-            self._changed(n, current.spec, paused)
+            self._changed(n, began, current.spec, paused)
 
     @rule(replica=st.integers(0, 1), wait=st.sampled_from([0.0, 0.6, 1.1]))
     def tick(self, replica: int, wait: float) -> None:
@@ -175,7 +185,8 @@ class SchedulesMachine(RuleBasedStateMachine):
             assert stored.next_plan_time > began, (scope_id, began, stored)
             valid = check_schedule(JOB, ScheduleSpec(self._scope(0), **current.spec))
             latest = recurrence_for(valid.spec_key).latest_at_or_before(began)
-            if latest is None or latest <= self.model.spec_since(scope_id, current):
+            # Only a plan after the put committed must run (one before may not be the spec's).
+            if latest is None or latest <= self.model.spec_put(scope_id, current).since:
                 continue
             ran = (scope_id, latest) in runs or any(
                 sid == scope_id and latest < plan <= ended for sid, plan in runs
@@ -189,13 +200,20 @@ class SchedulesMachine(RuleBasedStateMachine):
         claimed_at = self._claim_times()
         for run in self.recorder.runs:
             at = claimed_at[run.execution_id]
-            version = self.model.at(run.scope.id, at)
-            assert version is not None and version.spec is not None, (run, at)
-            assert not version.paused, (run, at)
-            assert is_plan_of(version.spec, run.plan_time), (run, version)
-            # The first plan of a spec is strictly after it was put: no replay.
-            assert run.plan_time > self.model.spec_since(run.scope.id, version), (run, version)
+            candidates = self.model.at(run.scope.id, at)
+            assert any(self._claimable(run, v) for v in candidates), (run, at, candidates)
             assert run.plan_time <= at, (run, at)  # never claimed before it fell due
+
+    def _claimable(self, run: pgsched.Run, version: Version | None) -> bool:
+        """Whether ``run`` is a claim of ``version``: live, unpaused, one of its spec's plans,
+        and not before that spec was put (no replay)."""
+        return (
+            version is not None
+            and version.spec is not None
+            and not version.paused
+            and is_plan_of(version.spec, run.plan_time)
+            and run.plan_time > self.model.spec_put(run.scope.id, version).began
+        )
 
     def _claim_times(self) -> dict[Any, datetime]:
         query = sql.SQL("SELECT id, started_at FROM {} WHERE job_name = %s").format(
