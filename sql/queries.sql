@@ -263,22 +263,30 @@ SELECT (SELECT count(*) FROM seen) AS seen, (SELECT count(*) FROM retired) AS re
 -- claimed takes a transaction-scoped advisory lock (the scope lock), which claim_cursors'
 -- check for a RUNNING row then runs after (in a later statement, so it sees every claim of
 -- the scope that released the lock by committing).
-WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
-SELECT c.scope_kind, c.scope_id, c.next_plan_time, c.spec, c.first_seen_at, c.last_plan_time,
-       (SELECT t FROM now) AS now
-FROM {schema}.cron_cursors c
-WHERE c.job_name = %(job)s AND c.due_at IS NOT NULL
-  AND c.due_at <= (SELECT t FROM now) - %(delay)s
-  AND (NOT %(forbid)s OR NOT EXISTS (
-        SELECT 1 FROM {schema}.cron_executions r
-        WHERE r.job_name = c.job_name AND r.scope_kind = c.scope_kind
-          AND r.scope_id = c.scope_id AND r.status = 'RUNNING'
-          AND (r.exclusive OR r.stale_after >= (SELECT t FROM now)))
-       AND pg_try_advisory_xact_lock(hashtextextended(
-               %(lock_ns)s || c.job_name || chr(31) || c.scope_kind || chr(31) || c.scope_id, 0)))
-ORDER BY c.due_at
-LIMIT %(limit)s
-FOR UPDATE OF c SKIP LOCKED
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+due AS MATERIALIZED (
+    SELECT c.scope_kind, c.scope_id, c.next_plan_time, c.spec, c.first_seen_at, c.last_plan_time,
+           (SELECT t FROM now) AS now, c.due_at
+    FROM {schema}.cron_cursors c
+    WHERE c.job_name = %(job)s AND c.due_at IS NOT NULL
+      AND c.due_at <= (SELECT t FROM now) - %(delay)s
+      AND (NOT %(forbid)s OR NOT EXISTS (
+            SELECT 1 FROM {schema}.cron_executions r
+            WHERE r.job_name = c.job_name AND r.scope_kind = c.scope_kind
+              AND r.scope_id = c.scope_id AND r.status = 'RUNNING'
+              AND (r.exclusive OR r.stale_after >= (SELECT t FROM now))))
+    ORDER BY c.due_at
+    LIMIT %(limit)s
+    FOR UPDATE OF c SKIP LOCKED
+)
+-- the scope locks, taken for the rows chosen only
+SELECT due.scope_kind, due.scope_id, due.next_plan_time, due.spec, due.first_seen_at,
+       due.last_plan_time, due.now
+FROM due
+WHERE NOT %(forbid)s
+   OR pg_try_advisory_xact_lock(hashtextextended(
+          %(lock_ns)s || %(job)s || chr(31) || due.scope_kind || chr(31) || due.scope_id, 0))
+ORDER BY due.due_at
 
 -- name: claim_cursors
 -- The claim, second half: INSERT ... ON CONFLICT DO NOTHING of RUNNING rows for the chosen
@@ -971,22 +979,28 @@ RETURNING scope_id
 -- locked for this claim transaction (SKIP LOCKED: concurrent replicas take different ones; a
 -- put, pause or delete of a locked schedule waits for the claim to commit). Under
 -- overlap="forbid" a schedule whose scope has a RUNNING execution waits.
-WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
-SELECT s.scope_kind, s.scope_id, s.every_us, s.cron, s.timezone, s.starts_at, s.ends_at,
-       s.next_plan_time, (SELECT t FROM now) AS now
-FROM {schema}.schedules s
-WHERE s.job_name = %(job)s AND NOT s.paused AND s.next_plan_time IS NOT NULL
-  AND s.next_plan_time <= (SELECT t FROM now) - %(delay)s
-  AND (NOT %(forbid)s OR NOT EXISTS (
-        SELECT 1 FROM {schema}.cron_executions r
-        WHERE r.job_name = s.job_name AND r.scope_kind = s.scope_kind
-          AND r.scope_id = s.scope_id AND r.status = 'RUNNING'
-          AND (r.exclusive OR r.stale_after >= (SELECT t FROM now)))
-       AND pg_try_advisory_xact_lock(hashtextextended(
-               %(lock_ns)s || s.job_name || chr(31) || s.scope_kind || chr(31) || s.scope_id, 0)))
-ORDER BY s.next_plan_time
-LIMIT %(limit)s
-FOR UPDATE OF s SKIP LOCKED
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+due AS MATERIALIZED (
+    SELECT s.scope_kind, s.scope_id, s.every_us, s.cron, s.timezone, s.starts_at, s.ends_at,
+           s.next_plan_time, (SELECT t FROM now) AS now
+    FROM {schema}.schedules s
+    WHERE s.job_name = %(job)s AND NOT s.paused AND s.next_plan_time IS NOT NULL
+      AND s.next_plan_time <= (SELECT t FROM now) - %(delay)s
+      AND (NOT %(forbid)s OR NOT EXISTS (
+            SELECT 1 FROM {schema}.cron_executions r
+            WHERE r.job_name = s.job_name AND r.scope_kind = s.scope_kind
+              AND r.scope_id = s.scope_id AND r.status = 'RUNNING'
+              AND (r.exclusive OR r.stale_after >= (SELECT t FROM now))))
+    ORDER BY s.next_plan_time
+    LIMIT %(limit)s
+    FOR UPDATE OF s SKIP LOCKED
+)
+-- the scope locks, taken for the rows chosen only
+SELECT * FROM due
+WHERE NOT %(forbid)s
+   OR pg_try_advisory_xact_lock(hashtextextended(
+          %(lock_ns)s || %(job)s || chr(31) || due.scope_kind || chr(31) || due.scope_id, 0))
+ORDER BY due.next_plan_time
 
 -- name: claim_schedules
 -- The claim of a dynamic job, second half: RUNNING rows for the chosen plans (with the

@@ -148,7 +148,9 @@ CREATE INDEX cron_executions_default_finished_idx
 CREATE OR REPLACE FUNCTION {schema}.cron_ensure_partitions(wanted timestamptz[],
                                                            most integer DEFAULT 32)
 RETURNS integer
-LANGUAGE plpgsql AS $$
+-- As the schema's owner: replicas and operators (sql/roles.sql's runtime role, which has no
+-- DDL right) create partitions through it.
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s text := (SELECT relnamespace::regnamespace::text FROM pg_class
                WHERE oid = (SELECT tableoid FROM {schema}.cron_partitioning LIMIT 1));
@@ -217,7 +219,7 @@ SELECT {schema}.cron_partitions_ahead();
 -- dropped (the statistics' count, counted only for a partition never analyzed), or -1 when
 -- the partition is kept.
 CREATE OR REPLACE FUNCTION {schema}.cron_drop_partition(part text) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s text := (SELECT relnamespace::regnamespace::text FROM pg_class
                WHERE oid = (SELECT tableoid FROM {schema}.cron_partitioning LIMIT 1));
