@@ -32,9 +32,8 @@
 -- success is read from job_plan), failed_final (failed_job holds its rows), and the two
 -- partial unique indexes above.
 
--- Attempts name their execution's plan, so they go with its partition; the FK cannot stay
--- (a partitioned table has no unique index on id alone).
-ALTER TABLE {schema}.cron_attempts DROP CONSTRAINT IF EXISTS cron_attempts_execution_id_fkey;
+-- Attempts name their execution's plan, so they go with its partition (migration 13
+-- dropped their FK).
 ALTER TABLE {schema}.cron_attempts ADD COLUMN IF NOT EXISTS plan_time timestamptz;
 UPDATE {schema}.cron_attempts a SET plan_time = e.plan_time
 FROM {schema}.cron_executions e WHERE e.id = a.execution_id AND a.plan_time IS NULL;
@@ -139,8 +138,9 @@ CREATE INDEX cron_executions_default_finished_idx
 
 -- Partitions for the spans of the given plan times that have none (at most `most` created
 -- per call; past that, rows go to the DEFAULT partition). Each is created empty (with its
--- id index and a fillfactor that leaves room for the terminal update on the same page) and
--- then attached, which takes only a SHARE UPDATE EXCLUSIVE lock on the parent; the DEFAULT
+-- id index; no fillfactor below 100: the terminal update cannot be HOT while the partial
+-- indexes of unfinished rows name `status`, so free space would only cost bytes) and then
+-- attached, which takes only a SHARE UPDATE EXCLUSIVE lock on the parent; the DEFAULT
 -- partition is locked a moment and scanned. When it holds rows of the span already, the
 -- span keeps going there (attaching would fail) and the rows stay where they are. One
 -- creator at a time (an advisory lock, taken only when some span lacks a partition); a lock
@@ -186,7 +186,7 @@ BEGIN
         part := 'cron_executions_' || to_char(lo AT TIME ZONE 'UTC', 'YYYYMMDD"T"HH24MISS');
         BEGIN
             EXECUTE format('CREATE TABLE %s.%I (LIKE %s.cron_executions INCLUDING DEFAULTS'
-                           ' INCLUDING CONSTRAINTS) WITH (fillfactor = 85)', s, part, s);
+                           ' INCLUDING CONSTRAINTS)', s, part, s);
             EXECUTE format('CREATE UNIQUE INDEX %I ON %s.%I (id)', part || '_id_idx', s, part);
             EXECUTE format('ALTER TABLE %s.cron_executions ATTACH PARTITION %s.%I'
                            ' FOR VALUES FROM (%L) TO (%L)', s, s, part, lo, hi);
@@ -209,6 +209,12 @@ LANGUAGE sql AS $$
 $$;
 
 SELECT {schema}.cron_partitions_ahead();
+
+-- The rows migration 13 set aside (planned past legacy_until) go in as they were.
+SELECT {schema}.cron_ensure_partitions(ARRAY(SELECT plan_time FROM {schema}.cron_executions_ahead));
+INSERT INTO {schema}.cron_executions SELECT * FROM {schema}.cron_executions_ahead
+ON CONFLICT DO NOTHING;
+DROP TABLE {schema}.cron_executions_ahead;
 
 -- Retention: drops one partition when none of its rows is unfinished (RUNNING, PENDING, or
 -- FAILED with a retry left: each read from its partial index), with the attempts of its
