@@ -148,8 +148,9 @@ def at_rest(conn: psycopg.Connection[Any], args: argparse.Namespace) -> dict[str
         # A partitioned ledger: the history's day gets its partition first, as a backfill's does.
         minutes = args.rows // 1000 + 1
         conn.execute(
-            sql.SQL("SELECT {}(ARRAY[%s::timestamptz, %s::timestamptz + make_interval(mins => %s)])")
-            .format(sql.Identifier(SCHEMA, "cron_ensure_partitions")),
+            sql.SQL(
+                "SELECT {}(ARRAY[%s::timestamptz, %s::timestamptz + make_interval(mins => %s)])"
+            ).format(sql.Identifier(SCHEMA, "cron_ensure_partitions")),
             (start, start, minutes),
         )
     conn.execute(

@@ -10,7 +10,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from psycopg import sql
 
 import pgsched
 from pgsched import Admin, Scope
