@@ -210,8 +210,10 @@ class Claimer:
             async with conn.transaction():  # a savepoint
                 rows = await self._store.claim_existing(conn, self._terms(job), cap)
         except psycopg.errors.UniqueViolation:
-            # overlap="forbid": a concurrent claimer started an execution of the same scope
-            # first; these rows wait for the next tick.
+            # No unique index of the partitioned ledger can be violated by these updates (the
+            # scope locks keep overlap="forbid"); a schema still at version 11 (a rolling
+            # upgrade) has one: there a concurrent claimer took the scope first, and these
+            # rows wait for the next tick.
             self._recorder.conflicts(job.name, 1)
             return []
         return [
