@@ -143,19 +143,34 @@ def at_rest(conn: psycopg.Connection[Any], args: argparse.Namespace) -> dict[str
     """Bytes per finished row, heap and each index (the second figure)."""
     table = sql.SQL("{}.cron_executions").format(sql.Identifier(SCHEMA))
     start = datetime(2020, 1, 1, tzinfo=UTC)
+    ensure = f"{SCHEMA}.cron_ensure_partitions"
+    if one(conn, "SELECT to_regproc(%s) IS NOT NULL", (ensure,))[0]:
+        # A partitioned ledger: the history's day gets its partition first, as a backfill's does.
+        minutes = args.rows // 1000 + 1
+        conn.execute(
+            sql.SQL(
+                "SELECT {}(ARRAY[%s::timestamptz, %s::timestamptz + make_interval(mins => %s)])"
+            ).format(sql.Identifier(SCHEMA, "cron_ensure_partitions")),
+            (start, start, minutes),
+        )
     conn.execute(
         sql.SQL(FILL).format(table=table), {"scopes": 1000, "rows": args.rows, "start": start}
     )
     conn.execute(sql.SQL("VACUUM ANALYZE {}").format(table))
     rows = one(conn, sql.SQL("SELECT count(*) FROM {}").format(table))[0]
     # Summed over the partitions, should the table be partitioned (a plain table is its own
-    # only leaf); each index under its top-level name.
+    # only leaf); each index under its top-level name, a partition's own index (not one of
+    # the parent's) under its name with the partition's part made generic.
     name = f"{SCHEMA}.cron_executions"
     sizes = conn.execute(
-        f"SELECT c.relname, (SELECT sum(pg_relation_size(relid)) FROM {LEAVES.format('c.oid')})"
-        " FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
-        " WHERE i.indrelid = %s::regclass ORDER BY 2 DESC",
-        (name,),
+        "SELECT coalesce(r.relname, regexp_replace(c.relname,"
+        " '^cron_executions_([0-9]{8}T[0-9]{6}|default|legacy)_', 'cron_executions_<part>_')),"
+        " sum(pg_relation_size(i.indexrelid))"
+        f" FROM {LEAVES.format('%(t)s::regclass')}"
+        " JOIN pg_index i ON i.indrelid = l.relid JOIN pg_class c ON c.oid = i.indexrelid"
+        " LEFT JOIN pg_class r ON r.oid = pg_partition_root(i.indexrelid)"
+        " AND r.oid <> i.indexrelid GROUP BY 1 ORDER BY 2 DESC",
+        {"t": name},
     ).fetchall()
     heap = one(
         conn,

@@ -27,7 +27,7 @@ _FAMILIES = (
     ("pgsched_failed_runs", "FAILED rows with no retry left, from the database."),
     (
         "pgsched_last_success_timestamp_seconds",
-        "Finish time of the job's latest SUCCESS, from the database.",
+        "Finish time of the job's newest successful plan, from the database.",
     ),
 )
 

@@ -102,21 +102,41 @@ closed AS (
 kept AS (
     INSERT INTO {schema}.cron_attempts
         (execution_id, fencing_token, attempt, runner_id, started_at, finished_at, error_code,
-         error_msg)
+         error_msg, plan_time)
     SELECT c.id, c.fencing_token, c.attempt, c.runner_id, c.started_at, c.finished_at,
-           c.error_code, c.error_msg
+           c.error_code, c.error_msg, c.plan_time
     FROM closed c
     ON CONFLICT DO NOTHING
 )
 SELECT id, scope_kind, scope_id, plan_time, attempt, runner_id FROM closed
 
+-- name: lock_existing_scopes
+-- overlap="forbid", before claim_existing: the scopes of the rows it may take, each under
+-- its scope lock (see due_cursors) when no other claim holds it. claim_existing takes rows
+-- of these scopes only, in a statement that starts after the locks are held.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+SELECT DISTINCT c.scope_kind, c.scope_id
+FROM (
+    SELECT c.scope_kind, c.scope_id FROM {schema}.cron_executions c
+    WHERE c.job_name = %(job)s
+      AND (   (%(reentry)s AND c.status = 'RUNNING' AND c.stale_after < (SELECT t FROM now)
+               AND c.attempt < c.max_attempts)
+           OR (c.status = 'FAILED' AND c.next_retry_at <= (SELECT t FROM now)
+               AND c.attempt < c.max_attempts)
+           OR (c.status = 'PENDING' AND c.plan_time <= (SELECT t FROM now)))
+    ORDER BY c.plan_time, c.scope_kind, c.scope_id
+    LIMIT %(limit)s
+) AS c
+WHERE pg_try_advisory_xact_lock(hashtextextended(
+          %(lock_ns)s || %(job)s || chr(31) || c.scope_kind || chr(31) || c.scope_id, 0))
+
 -- name: claim_existing
 -- Takes over existing rows on the same row, oldest plan first: stale leases (steal),
 -- FAILED rows whose retry is due, and PENDING rows (manual triggers and backfills). Under
--- overlap="forbid" a scope runs one execution at a time: a row is taken only when no other
--- row of its scope is RUNNING (an exclusive one, or any with a live lease), at most one per
--- scope per statement, and it becomes the scope's `exclusive` row (the unique index then
--- turns a concurrent claimer's take of the same scope into a unique violation).
+-- overlap="forbid" a scope runs one execution at a time: a row is taken only when its scope
+-- is one lock_existing_scopes locked and no other row of it is RUNNING (an exclusive one,
+-- or any with a live lease), at most one per scope per statement, and it becomes the
+-- scope's `exclusive` row.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 locked AS (
     SELECT c.id, c.status AS previous_status, c.runner_id AS previous_runner,
@@ -130,11 +150,14 @@ locked AS (
            OR (c.status = 'FAILED' AND c.next_retry_at <= (SELECT t FROM now)
                AND c.attempt < c.max_attempts)
            OR (c.status = 'PENDING' AND c.plan_time <= (SELECT t FROM now)))
-      AND (NOT %(forbid)s OR NOT EXISTS (
-            SELECT 1 FROM {schema}.cron_executions r
-            WHERE r.job_name = c.job_name AND r.scope_kind = c.scope_kind
-              AND r.scope_id = c.scope_id AND r.status = 'RUNNING' AND r.id <> c.id
-              AND (r.exclusive OR r.stale_after >= (SELECT t FROM now))))
+      AND (NOT %(forbid)s OR (
+            (c.scope_kind, c.scope_id) IN (
+                SELECT * FROM unnest(%(locked_kinds)s::text[], %(locked_ids)s::text[]))
+            AND NOT EXISTS (
+                SELECT 1 FROM {schema}.cron_executions r
+                WHERE r.job_name = c.job_name AND r.scope_kind = c.scope_kind
+                  AND r.scope_id = c.scope_id AND r.status = 'RUNNING' AND r.id <> c.id
+                  AND (r.exclusive OR r.stale_after >= (SELECT t FROM now)))))
     ORDER BY c.plan_time, c.scope_kind, c.scope_id
     LIMIT %(limit)s
     FOR UPDATE OF c SKIP LOCKED
@@ -168,12 +191,13 @@ taken AS (
 kept AS (
     INSERT INTO {schema}.cron_attempts
         (execution_id, fencing_token, attempt, runner_id, started_at, finished_at, error_code,
-         error_msg)
+         error_msg, plan_time)
     SELECT p.id, p.previous_fencing, p.previous_attempt, p.previous_runner, p.previous_started,
            (SELECT t FROM now), 'stale_timeout',
            left('lease of runner ' || coalesce(p.previous_runner, '?')
                 || ' went stale: no heartbeat since '
-                || coalesce(p.previous_heartbeat::text, '?') || '; taken over', 4000)
+                || coalesce(p.previous_heartbeat::text, '?') || '; taken over', 4000),
+           p.plan_time
     FROM picked p
     WHERE p.previous_status = 'RUNNING' AND p.id IN (SELECT id FROM taken)
     ON CONFLICT DO NOTHING
@@ -247,21 +271,34 @@ SELECT (SELECT count(*) FROM seen) AS seen, (SELECT count(*) FROM retired) AS re
 -- The claim, first half: the job's cursors that are due, soonest first, locked for this
 -- claim transaction (SKIP LOCKED: concurrent replicas take different ones). Read through the
 -- due index: never the ledger's history. Under overlap="forbid" a cursor whose scope has a
--- RUNNING execution waits.
-WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
-SELECT c.scope_kind, c.scope_id, c.next_plan_time, c.spec, c.first_seen_at, c.last_plan_time,
-       (SELECT t FROM now) AS now
-FROM {schema}.cron_cursors c
-WHERE c.job_name = %(job)s AND c.due_at IS NOT NULL
-  AND c.due_at <= (SELECT t FROM now) - %(delay)s
-  AND (NOT %(forbid)s OR NOT EXISTS (
-        SELECT 1 FROM {schema}.cron_executions r
-        WHERE r.job_name = c.job_name AND r.scope_kind = c.scope_kind
-          AND r.scope_id = c.scope_id AND r.status = 'RUNNING'
-          AND (r.exclusive OR r.stale_after >= (SELECT t FROM now))))
-ORDER BY c.due_at
-LIMIT %(limit)s
-FOR UPDATE OF c SKIP LOCKED
+-- RUNNING execution waits, and so does one whose scope another claim holds: each scope
+-- claimed takes a transaction-scoped advisory lock (the scope lock), which claim_cursors'
+-- check for a RUNNING row then runs after (in a later statement, so it sees every claim of
+-- the scope that released the lock by committing).
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+due AS MATERIALIZED (
+    SELECT c.scope_kind, c.scope_id, c.next_plan_time, c.spec, c.first_seen_at, c.last_plan_time,
+           (SELECT t FROM now) AS now, c.due_at
+    FROM {schema}.cron_cursors c
+    WHERE c.job_name = %(job)s AND c.due_at IS NOT NULL
+      AND c.due_at <= (SELECT t FROM now) - %(delay)s
+      AND (NOT %(forbid)s OR NOT EXISTS (
+            SELECT 1 FROM {schema}.cron_executions r
+            WHERE r.job_name = c.job_name AND r.scope_kind = c.scope_kind
+              AND r.scope_id = c.scope_id AND r.status = 'RUNNING'
+              AND (r.exclusive OR r.stale_after >= (SELECT t FROM now))))
+    ORDER BY c.due_at
+    LIMIT %(limit)s
+    FOR UPDATE OF c SKIP LOCKED
+)
+-- the scope locks, taken for the rows chosen only
+SELECT due.scope_kind, due.scope_id, due.next_plan_time, due.spec, due.first_seen_at,
+       due.last_plan_time, due.now
+FROM due
+WHERE NOT %(forbid)s
+   OR pg_try_advisory_xact_lock(hashtextextended(
+          %(lock_ns)s || %(job)s || chr(31) || due.scope_kind || chr(31) || due.scope_id, 0))
+ORDER BY due.due_at
 
 -- name: claim_cursors
 -- The claim, second half: INSERT ... ON CONFLICT DO NOTHING of RUNNING rows for the chosen
@@ -286,6 +323,12 @@ ins AS (
     SELECT %(job)s, p.kind, p.id, p.plan_time, 'schedule', 'RUNNING', 1, %(max_attempts)s,
            %(forbid)s, %(runner)s, now.t, now.t + %(stale_timeout)s, now.t, now.t, now.t
     FROM p, now
+    -- overlap="forbid": not while the scope has a RUNNING row (this statement starts after
+    -- due_cursors took the scope lock, so it sees every claim that held it before)
+    WHERE NOT %(forbid)s OR NOT EXISTS (
+        SELECT 1 FROM {schema}.cron_executions r
+        WHERE r.job_name = %(job)s AND r.scope_kind = p.kind AND r.scope_id = p.id
+          AND r.status = 'RUNNING' AND (r.exclusive OR r.stale_after >= now.t))
     ORDER BY p.kind, p.id, p.plan_time
     ON CONFLICT DO NOTHING
     RETURNING x.id, x.scope_kind, x.scope_id, x.plan_time, x.attempt, x.max_attempts,
@@ -362,14 +405,14 @@ done AS (
          now
     WHERE e.id = b.id AND e.lease_token = b.token AND e.status = 'RUNNING'
     RETURNING e.id, e.next_retry_at, e.status, e.fencing_token, e.attempt, e.runner_id,
-              e.started_at, e.finished_at, e.error_code, e.error_msg, b.traceback
+              e.started_at, e.finished_at, e.error_code, e.error_msg, b.traceback, e.plan_time
 ),
 kept AS (
     INSERT INTO {schema}.cron_attempts
         (execution_id, fencing_token, attempt, runner_id, started_at, finished_at, error_code,
-         error_msg, traceback)
+         error_msg, traceback, plan_time)
     SELECT d.id, d.fencing_token, d.attempt, d.runner_id, d.started_at, d.finished_at,
-           d.error_code, d.error_msg, d.traceback
+           d.error_code, d.error_msg, d.traceback, d.plan_time
     FROM done d WHERE d.status = 'FAILED'
     ON CONFLICT DO NOTHING
 )
@@ -438,11 +481,18 @@ SELECT (SELECT count(*) FROM brought) AS brought, (SELECT count(*) FROM restored
 -- after a transactional run's connection was lost, whether its COMMIT landed.
 SELECT status FROM {schema}.cron_executions WHERE id = %(id)s AND lease_token = %(token)s
 
+-- name: lock_trigger_scope
+-- Before `trigger`, in its transaction: one trigger of a (job, scope) at a time, so its check
+-- for a PENDING run-now sees the one a concurrent trigger just inserted.
+SELECT pg_advisory_xact_lock(hashtextextended(
+           %(lock_ns)s || %(job)s || chr(31) || %(kind)s || chr(31) || %(id)s, 1))
+
 -- name: trigger
 -- A run-now (`at` NULL or not in the future, planned at the database's clock or at `at`), or
--- a one-off at a future instant. The plan key keeps one row per (job, scope, plan_time) and
--- the run-now index (migration 0007) one PENDING run-now per (job, scope): when either holds
--- the insert back, the row that holds it is returned with created = false.
+-- a one-off at a future instant. The plan key keeps one row per (job, scope, plan_time), and
+-- a run-now is not inserted while the scope has a PENDING run-now (a manual row planned no
+-- later than it was created; lock_trigger_scope serialises the check): when either holds the
+-- insert back, the row that holds it is returned with created = false.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 ins AS (
     INSERT INTO {schema}.cron_executions AS x
@@ -454,6 +504,11 @@ ins AS (
            (SELECT s.payload FROM {schema}.schedules s
             WHERE s.job_name = %(job)s AND s.scope_kind = %(kind)s AND s.scope_id = %(id)s)
     FROM now
+    WHERE coalesce(%(at)s, now.t) > now.t OR NOT EXISTS (
+        SELECT 1 FROM {schema}.cron_executions e
+        WHERE e.job_name = %(job)s AND e.status = 'PENDING' AND e.plan_time <= now.t
+          AND e.scope_kind = %(kind)s AND e.scope_id = %(id)s AND e.trigger = 'manual'
+          AND e.plan_time <= e.created_at)
     ON CONFLICT DO NOTHING
     RETURNING x.id, x.plan_time, x.status, true AS created, x.scope_kind, x.scope_id
 )
@@ -645,8 +700,10 @@ SELECT EXISTS (SELECT 1 FROM {schema}.job_state WHERE job_name = %(job)s) AS kno
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 SELECT j.job_name AS job, j.paused, j.schedule, j.seen_at, j.seen_by,
        last.plan_time AS last_plan, last.status AS last_status,
-       (SELECT max(e.finished_at) FROM {schema}.cron_executions e
-        WHERE e.job_name = j.job_name AND e.status = 'SUCCESS') AS last_success,
+       -- the latest successful plan's finish, read newest plan first (job_plan index)
+       (SELECT e.finished_at FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'SUCCESS'
+        ORDER BY e.plan_time DESC LIMIT 1) AS last_success,
        (SELECT count(*) FROM {schema}.cron_executions e
         WHERE e.job_name = j.job_name AND e.status = 'RUNNING'
           AND e.stale_after >= (SELECT t FROM now)) AS running,
@@ -752,33 +809,93 @@ SELECT f.* FROM (
 ORDER BY f.finished_at DESC, f.execution_id, f.attempt
 LIMIT %(limit)s
 
--- name: prune_batch
--- Deletes one batch of finished rows older than the cutoff. A scope's cursor (or a dynamic
--- job's schedule) remembers where the scope is, so its rows may all go. A scope without one
--- (never planned by this version: its replicas have not started yet) keeps its newest
--- scheduled row, where it resumes on first sight. Short batches, no long locks.
-DELETE FROM {schema}.cron_executions
-WHERE id IN (
-    SELECT e.id FROM {schema}.cron_executions e
-    WHERE e.finished_at < clock_timestamp() - %(older_than)s
-      AND e.status IN ('SUCCESS', 'FAILED', 'CANCELLED')
-      AND (e.status <> 'FAILED' OR e.next_retry_at IS NULL)
-      AND (EXISTS (
-                SELECT 1 FROM {schema}.cron_cursors c
-                WHERE c.job_name = e.job_name AND c.scope_kind = e.scope_kind
-                  AND c.scope_id = e.scope_id)
-           OR EXISTS (
-                SELECT 1 FROM {schema}.schedules s
-                WHERE s.job_name = e.job_name AND s.scope_kind = e.scope_kind
-                  AND s.scope_id = e.scope_id)
-           OR EXISTS (
-                SELECT 1 FROM {schema}.cron_executions n
-                WHERE n.job_name = e.job_name AND n.scope_kind = e.scope_kind
-                  AND n.scope_id = e.scope_id AND n.trigger = 'schedule'
-                  AND n.plan_time > e.plan_time))
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
+-- name: old_partitions
+-- Retention: the partitions whose every plan is older than the cutoff, oldest first.
+SELECT name FROM {schema}.cron_partitions
+WHERE hi <= clock_timestamp() - %(older_than)s
+ORDER BY lo
+
+-- name: drop_partition
+SELECT {schema}.cron_drop_partition(%(name)s) AS dropped
+
+-- name: ensure_partitions
+-- Partitions for these plan times, before a backfill or trigger writes them.
+SELECT {schema}.cron_ensure_partitions(%(times)s::timestamptz[]) AS made
+
+-- name: partitions_ahead
+SELECT {schema}.cron_partitions_ahead() AS made
+
+-- name: prune_default_batch
+-- Retention in the DEFAULT partition (plans of spans with no partition of their own): one
+-- batch of finished rows older than the cutoff, deleted as before partitions, with their
+-- attempts. A scope's cursor (or a dynamic job's schedule) remembers where the scope is, so
+-- its rows may all go; a scope without one keeps its newest scheduled row, where it resumes
+-- on first sight.
+WITH gone AS (
+    DELETE FROM {schema}.cron_executions_default
+    WHERE id IN (
+        SELECT e.id FROM {schema}.cron_executions_default e
+        WHERE e.finished_at < clock_timestamp() - %(older_than)s
+          AND e.status IN ('SUCCESS', 'FAILED', 'CANCELLED')
+          AND (e.status <> 'FAILED' OR e.next_retry_at IS NULL)
+          AND (EXISTS (
+                    SELECT 1 FROM {schema}.cron_cursors c
+                    WHERE c.job_name = e.job_name AND c.scope_kind = e.scope_kind
+                      AND c.scope_id = e.scope_id)
+               OR EXISTS (
+                    SELECT 1 FROM {schema}.schedules s
+                    WHERE s.job_name = e.job_name AND s.scope_kind = e.scope_kind
+                      AND s.scope_id = e.scope_id)
+               OR EXISTS (
+                    SELECT 1 FROM {schema}.cron_executions n
+                    WHERE n.job_name = e.job_name AND n.scope_kind = e.scope_kind
+                      AND n.scope_id = e.scope_id AND n.trigger = 'schedule'
+                      AND n.plan_time > e.plan_time))
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED)
+    RETURNING id
+),
+attempts AS (
+    DELETE FROM {schema}.cron_attempts a WHERE a.execution_id IN (SELECT id FROM gone)
 )
+SELECT count(*) AS deleted FROM gone
+
+-- name: has_legacy_partition
+SELECT EXISTS (SELECT 1 FROM {schema}.cron_partitions
+               WHERE name = 'cron_executions_legacy') AS present
+
+-- name: prune_legacy_batch
+-- prune_default_batch on the legacy partition (the ledger of an earlier version, attached
+-- whole by migration 14), while it holds plans newer than the cutoff; dropped whole (as any
+-- partition) once every plan in it is older.
+WITH gone AS (
+    DELETE FROM {schema}.cron_executions_legacy
+    WHERE id IN (
+        SELECT e.id FROM {schema}.cron_executions_legacy e
+        WHERE e.finished_at < clock_timestamp() - %(older_than)s
+          AND e.status IN ('SUCCESS', 'FAILED', 'CANCELLED')
+          AND (e.status <> 'FAILED' OR e.next_retry_at IS NULL)
+          AND (EXISTS (
+                    SELECT 1 FROM {schema}.cron_cursors c
+                    WHERE c.job_name = e.job_name AND c.scope_kind = e.scope_kind
+                      AND c.scope_id = e.scope_id)
+               OR EXISTS (
+                    SELECT 1 FROM {schema}.schedules s
+                    WHERE s.job_name = e.job_name AND s.scope_kind = e.scope_kind
+                      AND s.scope_id = e.scope_id)
+               OR EXISTS (
+                    SELECT 1 FROM {schema}.cron_executions n
+                    WHERE n.job_name = e.job_name AND n.scope_kind = e.scope_kind
+                      AND n.scope_id = e.scope_id AND n.trigger = 'schedule'
+                      AND n.plan_time > e.plan_time))
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED)
+    RETURNING id
+),
+attempts AS (
+    DELETE FROM {schema}.cron_attempts a WHERE a.execution_id IN (SELECT id FROM gone)
+)
+SELECT count(*) AS deleted FROM gone
 
 -- name: notify
 SELECT pg_notify(%(channel)s, %(payload)s)
@@ -874,20 +991,28 @@ RETURNING scope_id
 -- locked for this claim transaction (SKIP LOCKED: concurrent replicas take different ones; a
 -- put, pause or delete of a locked schedule waits for the claim to commit). Under
 -- overlap="forbid" a schedule whose scope has a RUNNING execution waits.
-WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
-SELECT s.scope_kind, s.scope_id, s.every_us, s.cron, s.timezone, s.starts_at, s.ends_at,
-       s.next_plan_time, (SELECT t FROM now) AS now
-FROM {schema}.schedules s
-WHERE s.job_name = %(job)s AND NOT s.paused AND s.next_plan_time IS NOT NULL
-  AND s.next_plan_time <= (SELECT t FROM now) - %(delay)s
-  AND (NOT %(forbid)s OR NOT EXISTS (
-        SELECT 1 FROM {schema}.cron_executions r
-        WHERE r.job_name = s.job_name AND r.scope_kind = s.scope_kind
-          AND r.scope_id = s.scope_id AND r.status = 'RUNNING'
-          AND (r.exclusive OR r.stale_after >= (SELECT t FROM now))))
-ORDER BY s.next_plan_time
-LIMIT %(limit)s
-FOR UPDATE OF s SKIP LOCKED
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+due AS MATERIALIZED (
+    SELECT s.scope_kind, s.scope_id, s.every_us, s.cron, s.timezone, s.starts_at, s.ends_at,
+           s.next_plan_time, (SELECT t FROM now) AS now
+    FROM {schema}.schedules s
+    WHERE s.job_name = %(job)s AND NOT s.paused AND s.next_plan_time IS NOT NULL
+      AND s.next_plan_time <= (SELECT t FROM now) - %(delay)s
+      AND (NOT %(forbid)s OR NOT EXISTS (
+            SELECT 1 FROM {schema}.cron_executions r
+            WHERE r.job_name = s.job_name AND r.scope_kind = s.scope_kind
+              AND r.scope_id = s.scope_id AND r.status = 'RUNNING'
+              AND (r.exclusive OR r.stale_after >= (SELECT t FROM now))))
+    ORDER BY s.next_plan_time
+    LIMIT %(limit)s
+    FOR UPDATE OF s SKIP LOCKED
+)
+-- the scope locks, taken for the rows chosen only
+SELECT * FROM due
+WHERE NOT %(forbid)s
+   OR pg_try_advisory_xact_lock(hashtextextended(
+          %(lock_ns)s || %(job)s || chr(31) || due.scope_kind || chr(31) || due.scope_id, 0))
+ORDER BY due.next_plan_time
 
 -- name: claim_schedules
 -- The claim of a dynamic job, second half: RUNNING rows for the chosen plans (with the
@@ -911,6 +1036,11 @@ ins AS (
       ON s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id
     CROSS JOIN now
     WHERE p.plan_time IS NOT NULL
+      -- overlap="forbid": as in claim_cursors
+      AND (NOT %(forbid)s OR NOT EXISTS (
+            SELECT 1 FROM {schema}.cron_executions r
+            WHERE r.job_name = %(job)s AND r.scope_kind = p.kind AND r.scope_id = p.id
+              AND r.status = 'RUNNING' AND (r.exclusive OR r.stale_after >= now.t)))
     ORDER BY p.kind, p.id, p.plan_time
     ON CONFLICT DO NOTHING
     RETURNING x.id, x.scope_kind, x.scope_id, x.plan_time, x.attempt, x.max_attempts,
@@ -1142,8 +1272,10 @@ LIMIT %(limit)s
 WITH now AS MATERIALIZED (SELECT statement_timestamp() AS t)
 SELECT j.job_name AS job, j.paused, j.schedule, j.seen_at, j.seen_by,
        last.plan_time AS last_plan, last.status AS last_status,
-       (SELECT max(e.finished_at) FROM {schema}.cron_executions e
-        WHERE e.job_name = j.job_name AND e.status = 'SUCCESS') AS last_success,
+       -- the latest successful plan's finish, read newest plan first (job_plan index)
+       (SELECT e.finished_at FROM {schema}.cron_executions e
+        WHERE e.job_name = j.job_name AND e.status = 'SUCCESS'
+        ORDER BY e.plan_time DESC LIMIT 1) AS last_success,
        (SELECT count(*) FROM (SELECT 1 FROM {schema}.cron_executions e
         WHERE e.job_name = j.job_name AND e.status = 'RUNNING'
           AND e.stale_after >= (SELECT t FROM now) LIMIT %(cap)s + 1) AS c) AS running,

@@ -210,8 +210,9 @@ class Claimer:
             async with conn.transaction():  # a savepoint
                 rows = await self._store.claim_existing(conn, self._terms(job), cap)
         except psycopg.errors.UniqueViolation:
-            # overlap="forbid": a concurrent claimer started an execution of the same scope
-            # first; these rows wait for the next tick.
+            # A guard only: these updates change no column of a unique index of the
+            # partitioned ledger (the scope locks keep overlap="forbid", migration 0014). Should
+            # one be raised, the rows wait for the next tick.
             self._recorder.conflicts(job.name, 1)
             return []
         return [

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from .._config import JobSpec, scopes_mode
@@ -27,6 +28,9 @@ _REGISTER_EVERY = 10.0
 # next plan operators see stays right until the next registration.
 _UPCOMING_WINDOW = timedelta(seconds=30)
 _MOST_UPCOMING = 200  # a 100 ms cadence's 20 s: past the next registration
+# How often a replica makes sure the ledger has its partitions ahead (a probe of the
+# partition list when they exist): the first registration, then every 10 minutes.
+_PARTITIONS_EVERY = 600.0
 
 
 class Registration:
@@ -45,6 +49,7 @@ class Registration:
         self._every = min(_REGISTER_EVERY, self._expiry.total_seconds() / 3)
         self._registered: list[tuple[str, str, str]] = []
         self._registered_at = 0.0
+        self._partitioned_at: float | None = None
         self._started_at = datetime.now(UTC)
         self.http_address: str | None = None  # set by the replica once its HTTP listens
 
@@ -60,6 +65,20 @@ class Registration:
         upcoming = [upcoming_plans(jobs[name], now) for name, _, _ in entries]
         await self._store.register_jobs(conn, entries, upcoming, self._entry())
         self._registered, self._registered_at = entries, clock
+        if self._partitioned_at is None or clock - self._partitioned_at >= _PARTITIONS_EVERY:
+            await self._partitions_ahead(conn)
+            self._partitioned_at = clock
+
+    async def _partitions_ahead(self, conn: Conn) -> None:
+        """Create the ledger's partitions ahead; a failure (a lock not had in time) is
+        logged and tried again at the next turn: rows meanwhile go to the DEFAULT one."""
+        try:
+            made = await self._store.partitions_ahead(conn)
+        except psycopg.Error as exc:
+            self._recorder.log.warning("partitions_ahead_error", error=describe_error(exc))
+            return
+        if made:
+            self._recorder.log.info("partitions_created", partitions=made)
 
     def _entry(self) -> ReplicaEntry:
         return ReplicaEntry(

@@ -294,16 +294,27 @@ class Operations(ScheduleOperations, DashboardOperations):
         return count
 
     async def prune(self, older_than: Duration) -> int:
-        """Delete finished runs older than ``older_than`` in small batches; returns how many.
-        Each scope's newest scheduled plan is kept, so a pruned scope never looks new."""
+        """Retention; returns the rows removed. Drops each partition whose every plan is
+        older than ``older_than`` and whose rows are all finished (one with an unfinished
+        row is kept whole until it has none). The DEFAULT partition (and the legacy one, the
+        ledger of an earlier version, until it can be dropped) has its finished rows older
+        than that deleted in small batches, each scope keeping its newest scheduled plan
+        unless its cursor remembers it, so a pruned scope never looks new."""
         age = parse_duration(older_than, field="older_than", allow_zero=False)
         total = 0
         async with self._conn() as conn:
-            while True:
-                deleted = await self._store.prune_batch(conn, age, PRUNE_BATCH)
-                total += deleted
-                if deleted < PRUNE_BATCH:
-                    return total
+            for name in await self._store.old_partitions(conn, age):
+                total += await self._store.drop_partition(conn, name) or 0
+            legacy = await self._store.has_legacy_partition(conn)
+            for in_legacy in (False, True) if legacy else (False,):
+                while True:
+                    deleted = await self._store.prune_batch(
+                        conn, age, PRUNE_BATCH, legacy=in_legacy
+                    )
+                    total += deleted
+                    if deleted < PRUNE_BATCH:
+                        break
+        return total
 
     # -- plumbing ---------------------------------------------------------------------------
 

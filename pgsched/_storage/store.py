@@ -84,6 +84,9 @@ class _Statements:
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
+        # Prefix of the claims' per-scope advisory lock keys (overlap="forbid"): one schema's
+        # scopes never hold up another's.
+        self.lock_ns = f"pgsched.scope:{schema}\x1f"
         ident = sql.Identifier(schema)
         self._q = {
             name: sql.SQL(text).format(schema=ident) for name, text in _query_texts().items()
@@ -194,16 +197,20 @@ class Store(_JobStatements):
     # -- schema -------------------------------------------------------------------------
 
     async def migrate(self, conn: Conn) -> list[str]:
-        """Apply the migrations not yet applied; returns their versions. Safe concurrently."""
+        """Apply the migrations not yet applied; returns their versions. Safe concurrently.
+
+        Each migration commits on its own, under the migrate lock: a step that scans a large
+        table under a weak lock (validating a constraint) is then not held up by, nor holds,
+        the strong lock of the next one (partitioning the ledger, migration 0014)."""
         applied_now = []
-        async with conn.transaction():
-            await self._rows(conn, "migrate_lock", {"key": f"pgsched.migrate:{self.schema}"})
-            quoted = sql.Identifier(self.schema).as_string(conn)
-            if not (await self._one(conn, "schema_exists", {"schema": quoted}))["present"]:
-                await conn.execute(self._q["create_schema"])
-            await conn.execute(self._q["migrate_bootstrap"])
-            done = {r["version"] for r in await self._rows(conn, "applied_migrations")}
-            for version, name, text in migration_files():
+        for version, name, text in migration_files():
+            async with conn.transaction():
+                await self._rows(conn, "migrate_lock", {"key": f"pgsched.migrate:{self.schema}"})
+                quoted = sql.Identifier(self.schema).as_string(conn)
+                if not (await self._one(conn, "schema_exists", {"schema": quoted}))["present"]:
+                    await conn.execute(self._q["create_schema"])
+                await conn.execute(self._q["migrate_bootstrap"])
+                done = {r["version"] for r in await self._rows(conn, "applied_migrations")}
                 if version in done:
                     continue
                 body = sql.SQL(text).format(schema=sql.Identifier(self.schema))
@@ -283,8 +290,19 @@ class Store(_JobStatements):
         return await self._rows(conn, "close_stale", {"job": job, "reentry": reentry})
 
     async def claim_existing(self, conn: Conn, terms: ClaimTerms, limit: int) -> list[Row]:
-        """Take over stale (steal), retryable and due PENDING rows, oldest plan first."""
-        params = {**terms.params(), "limit": limit}
+        """Take over stale (steal), retryable and due PENDING rows, oldest plan first. Under
+        overlap="forbid" only rows of scopes whose lock this transaction got first (another
+        claim holding one has its scope skipped for this tick)."""
+        params = {**terms.params(), "limit": limit, "lock_ns": self.lock_ns}
+        kinds: list[str] = []
+        ids: list[str] = []
+        if terms.forbid:
+            for row in await self._rows(conn, "lock_existing_scopes", params):
+                kinds.append(row["scope_kind"])
+                ids.append(row["scope_id"])
+            if not kinds:
+                return []
+        params.update(locked_kinds=kinds, locked_ids=ids)
         return await self._rows(conn, "claim_existing", prepare=_PLAN_EACH_TIME, params=params)
 
     async def sight_cursors(self, conn: Conn, job: str, seen: Sighting) -> Row:
@@ -306,6 +324,7 @@ class Store(_JobStatements):
     ) -> list[Row]:
         """Lock up to ``limit`` due cursors of the job (SKIP LOCKED), soonest first."""
         params = {"job": terms.job, "forbid": terms.forbid, "delay": delay, "limit": limit}
+        params["lock_ns"] = self.lock_ns
         return await self._rows(conn, "due_cursors", params, prepare=_PLAN_EACH_TIME)
 
     async def claim_cursors(
@@ -405,8 +424,12 @@ class Store(_JobStatements):
         self, conn: Conn, job: str, kind: str, scope_id: str, at: datetime | None, max_attempts: int
     ) -> Triggered:
         params = {"job": job, "kind": kind, "id": scope_id, "at": at, "max_attempts": max_attempts}
+        params["lock_ns"] = self.lock_ns
+        await self.ensure_partitions(conn, [at] if at is not None else [])
         for _ in range(3):  # a concurrent trigger may commit between our insert and our read
-            rows = await self._typed(conn, "trigger", Triggered, params)
+            async with conn.transaction():
+                await self._rows(conn, "lock_trigger_scope", params)
+                rows = await self._typed(conn, "trigger", Triggered, params)
             if rows:
                 return rows[0]
         raise RuntimeError(f"job {job!r}: could not insert or find the triggered run")
@@ -426,6 +449,7 @@ class Store(_JobStatements):
         plan at each position of the three lists."""
         params: dict[str, Any] = {"job": job, "kinds": kinds, "ids": ids, "plans": plans}
         params.update(max_attempts=max_attempts, pairs=pairs)
+        await self.ensure_partitions(conn, plans)
         return len(await self._rows(conn, "backfill", params))
 
     async def cancel(self, conn: Conn, execution_id: UUID) -> str:
@@ -456,8 +480,37 @@ class Store(_JobStatements):
     async def failed_attempts(self, conn: Conn, limit: int) -> list[FailedAttempt]:
         return await self._typed(conn, "failed_attempts", FailedAttempt, {"limit": limit})
 
-    async def prune_batch(self, conn: Conn, older_than: timedelta, batch: int) -> int:
-        return await self._rowcount(conn, "prune_batch", {"older_than": older_than, "batch": batch})
+    async def prune_batch(
+        self, conn: Conn, older_than: timedelta, batch: int, *, legacy: bool = False
+    ) -> int:
+        """Delete one batch of old finished rows of the DEFAULT partition (``legacy``: of the
+        legacy one); returns how many."""
+        name = "prune_legacy_batch" if legacy else "prune_default_batch"
+        row = await self._one(conn, name, {"older_than": older_than, "batch": batch})
+        return int(row["deleted"])
+
+    async def has_legacy_partition(self, conn: Conn) -> bool:
+        return bool((await self._one(conn, "has_legacy_partition"))["present"])
+
+    async def old_partitions(self, conn: Conn, older_than: timedelta) -> list[str]:
+        """The partitions whose every plan is older than ``older_than``, oldest first."""
+        rows = await self._rows(conn, "old_partitions", {"older_than": older_than})
+        return [str(r["name"]) for r in rows]
+
+    async def drop_partition(self, conn: Conn, name: str) -> int | None:
+        """Drop a partition with no unfinished row; returns its rows, None when kept."""
+        dropped = int((await self._one(conn, "drop_partition", {"name": name}))["dropped"])
+        return None if dropped < 0 else dropped
+
+    async def ensure_partitions(self, conn: Conn, times: Sequence[datetime]) -> int:
+        """Create the partitions these plan times lack (before a backfill or trigger)."""
+        if not times:
+            return 0
+        return int((await self._one(conn, "ensure_partitions", {"times": list(times)}))["made"])
+
+    async def partitions_ahead(self, conn: Conn) -> int:
+        """Create the partitions from yesterday's to ``ahead`` past now that are missing."""
+        return int((await self._one(conn, "partitions_ahead"))["made"])
 
     @property
     def channel(self) -> str:
@@ -568,6 +621,7 @@ class ScheduleStore(_Statements):
     ) -> list[Row]:
         """Lock up to ``limit`` due schedules of the job (SKIP LOCKED), oldest next plan first."""
         params = {"job": terms.job, "forbid": terms.forbid, "delay": delay, "limit": limit}
+        params["lock_ns"] = self.lock_ns
         return await self._rows(conn, "due_schedules", params, prepare=_PLAN_EACH_TIME)
 
     async def claim_schedules(

@@ -297,13 +297,15 @@ def test_prune_never_lets_a_succeeded_plan_run_again(
     assert first.run_once().claimed == 1  # an operator's manual run, later the same day
     assert [r.trigger for r in recorder.runs] == ["schedule", "manual"]
 
-    # an hour later, retention="30m" prunes
+    # two days later, retention="1d" prunes (rows are dropped with their day's partition, or,
+    # as here, where no partition of their own holds them, deleted)
     db.execute(
-        sql.SQL("UPDATE {} SET finished_at = finished_at - interval '1 hour'").format(
-            table(migrated)
-        )
+        sql.SQL(
+            "UPDATE {} SET finished_at = finished_at - interval '2 days',"
+            " plan_time = plan_time - interval '2 days'"
+        ).format(table(migrated))
     )
-    admin.prune("30m")
+    admin.prune("1d")
     # the scope's cursor remembers where it is: its newest scheduled row may go too
     assert rows(db, migrated, "daily") == []
 

@@ -289,9 +289,10 @@ def test_prune_removes_attempts_with_their_executions(
     # A newer scheduled plan of the scope lets prune take the row.
     insert_row(db, migrated, job_name="flaky", plan_time=row["plan_time"] + DAY, status="SUCCESS")
     db.execute(
-        sql.SQL("UPDATE {} SET finished_at = finished_at - interval '2 days'").format(
-            table(migrated)
-        )
+        sql.SQL(
+            "UPDATE {} SET finished_at = finished_at - interval '2 days',"
+            " plan_time = plan_time - interval '2 days'"
+        ).format(table(migrated))
     )
     assert admin.prune("1d") >= 1
     assert db.execute(sql.SQL("SELECT count(*) FROM {}").format(attempts)).fetchone()[0] == 0

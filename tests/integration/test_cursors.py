@@ -199,7 +199,7 @@ def test_the_due_read_goes_through_the_cursor_index(migrated: str, db: Any) -> N
     db.execute(sql.SQL("ANALYZE {}").format(cursors))
     text = _query_texts()["due_cursors"]
     query = sql.SQL("EXPLAIN " + text).format(schema=sql.Identifier(migrated))
-    params = {"job": "j", "forbid": True, "delay": timedelta(0), "limit": 100}
+    params = {"job": "j", "forbid": True, "delay": timedelta(0), "limit": 100, "lock_ns": "t"}
     plan = "\n".join(r[0] for r in db.execute(query, params).fetchall())
     assert "cron_cursors_due_idx" in plan, plan
     assert "Seq Scan on cron_executions" not in plan, plan

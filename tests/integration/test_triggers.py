@@ -10,13 +10,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from psycopg import sql
 
 import pgsched
 from pgsched import Admin, Scope
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import count, db_now, row_by_id
-from tests.support.threads import Recorder
+from tests.support.threads import Recorder, run_together
 
 TENANTS = [Scope("tenant", "acme"), Scope("tenant", "beta")]
 
@@ -136,13 +135,20 @@ def test_global_job_refuses_another_scope(make_scheduler: Any, migrated: str, db
     assert [t.scope for t in listed] == [pgsched.GLOBAL]
 
 
-def test_migration_keeps_one_run_now_index(migrated: str, db: Any) -> None:
-    found = db.execute(
-        sql.SQL(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s"
-            " AND indexname LIKE 'cron_executions_one_pending%%'"
-        ),
-        (migrated,),
-    ).fetchall()
-    assert [r[0] for r in found] == ["cron_executions_one_pending_run_now_idx"]
-    assert "plan_time <= created_at" in found[0][1]
+def test_concurrent_run_nows_of_a_scope_make_one(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    """One PENDING run-now per (job, scope), held by the trigger's scope lock since the ledger
+    is partitioned (a partial unique index did before migration 14): eight operators pressing
+    "run now" at once get the same row, and a future one-off stays a row of its own."""
+    s = make_scheduler()
+    s.register(lambda run: None, name="pressed", planner=FixedPlans(past_plan(db)))
+    admins = [make_scheduler(f"op{i}") for i in range(8)]
+    for a in admins:
+        a.register(lambda run: None, name="pressed", planner=FixedPlans(past_plan(db)))
+    results = run_together([lambda a=a: a.trigger("pressed") for a in admins])
+    assert len({r.id for r in results}) == 1, results
+    assert sum(r.created for r in results) == 1, results
+    later = s.trigger("pressed", at=db_now(db) + timedelta(days=400))
+    assert later.created and later.id != results[0].id
+    assert count(db, migrated, "job_name = 'pressed' AND status = 'PENDING'") == 2

@@ -1,0 +1,273 @@
+"""The ledger partitioned on plan_time (migrations 12-14): the upgrade of a ledger written by
+version 11 while its replicas keep writing, partitions made on demand for any plan time, and
+retention that drops whole partitions but never an unfinished row."""
+
+from __future__ import annotations
+
+import textwrap
+import threading
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+import pgsched
+from pgsched import Admin
+from pgsched._storage.store import migration_files
+from tests.support.replica import Replica, clean_env
+from tests.support.rows import count, db_now, insert_row, row_by_id, seed_running, table
+from tests.support.threads import run_together
+from tests.support.waiting import wait_until
+
+DAY = timedelta(days=1)
+
+
+def _migrate_to(dsn: str, schema: str, last: str) -> None:
+    """The schema as the migrations up to ``last`` left it (an earlier version's `migrate`)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {} (version text PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+            ).format(table(schema, "schema_migrations"))
+        )
+        for version, name, text in migration_files():
+            if version > last:
+                break
+            conn.execute(sql.SQL(text).format(schema=sql.Identifier(schema)))  # type: ignore[arg-type]
+            conn.execute(
+                sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(
+                    table(schema, "schema_migrations")
+                ),
+                (version, name),
+            )
+
+
+class _Version11Writer(threading.Thread):
+    """What a replica of version 11 keeps doing during the upgrade: claims (INSERT ... ON
+    CONFLICT DO NOTHING of RUNNING rows, by the table's name), terminal writes and heartbeats
+    by id under its lease token."""
+
+    def __init__(self, dsn: str, schema: str, held: dict[str, Any]) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.schema, self.held = dsn, schema, held
+        self.stop = threading.Event()
+        self.written: list[UUID] = []
+        self.errors: list[BaseException] = []
+
+    def run(self) -> None:
+        ledger = table(self.schema)
+        claim = sql.SQL(
+            "INSERT INTO {} (job_name, scope_kind, scope_id, plan_time, trigger, status,"
+            " runner_id, heartbeat_at, stale_after, started_at)"
+            " VALUES ('writer', 'n', %s, date_trunc('second', clock_timestamp()), 'schedule',"
+            " 'RUNNING', 'v11', clock_timestamp(), clock_timestamp() + interval '1 minute',"
+            " clock_timestamp()) ON CONFLICT DO NOTHING RETURNING id, lease_token"
+        ).format(ledger)
+        finish = sql.SQL(
+            "UPDATE {} SET status = 'SUCCESS', finished_at = clock_timestamp()"
+            " WHERE id = %s AND lease_token = %s AND status = 'RUNNING' RETURNING id"
+        ).format(ledger)
+        beat = sql.SQL(
+            "UPDATE {} SET heartbeat_at = clock_timestamp(),"
+            " stale_after = clock_timestamp() + interval '10 minutes'"
+            " WHERE id = %s AND lease_token = %s AND status = 'RUNNING' RETURNING id"
+        ).format(ledger)
+        n = 0
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                while not self.stop.is_set():
+                    n += 1
+                    got = conn.execute(claim, (str(n),)).fetchone()
+                    assert got is not None, "a claim of a new scope found its plan taken"
+                    done = conn.execute(finish, got).fetchone()
+                    assert done is not None, "a terminal write lost its row"
+                    self.written.append(got[0])
+                    held = (self.held["id"], self.held["lease_token"])
+                    assert conn.execute(beat, held).fetchone() is not None, "a heartbeat missed"
+                    time.sleep(0.01)
+        except BaseException as exc:
+            self.errors.append(exc)
+
+
+APP = textwrap.dedent(
+    """
+    import pgsched
+
+    scheduler = pgsched.Scheduler(tick_interval="0.2s")
+
+    @scheduler.job(every="1h", max_attempts=1)
+    def beat(run):
+        return 1
+    """
+)
+
+
+def test_upgrade_in_place_while_a_replica_of_version_11_writes(
+    pg_dsn: str, schema: str, db: Any, tmp_path: Path
+) -> None:
+    _migrate_to(pg_dsn, schema, "0011")
+    now = db_now(db)
+    history = [
+        insert_row(
+            db,
+            schema,
+            job_name="old",
+            scope_kind="shard",
+            scope_id=str(i),
+            plan_time=now - 3 * DAY + i * timedelta(minutes=1),
+            status="SUCCESS",
+            finished_at=now - 3 * DAY,
+        )
+        for i in range(200)
+    ]
+    # beat's scope is held by a replica of version 11 (live lease, overlap="forbid")...
+    running = seed_running(
+        db,
+        schema,
+        "beat",
+        now - timedelta(minutes=1),
+        stale_in=timedelta(minutes=10),
+        runner_id="v11",
+    )
+    # ...with a backfilled plan due, and a one-off planned forty days ahead
+    pending = insert_row(
+        db, schema, job_name="beat", plan_time=now - 2 * DAY, status="PENDING", trigger="backfill"
+    )
+    ahead = insert_row(
+        db, schema, job_name="beat", plan_time=now + 40 * DAY, status="PENDING", trigger="manual"
+    )
+
+    writer = _Version11Writer(pg_dsn, schema, running)
+    writer.start()
+    wait_until(lambda: len(writer.written) >= 20 or writer.errors, 30, "version 11 to write")
+    migrators = [pgsched.Scheduler(dsn=pg_dsn, schema=schema, runner_id=f"m{i}") for i in range(4)]
+    applied = run_together([m.migrate for m in migrators])
+    wait_until(lambda: len(writer.written) >= len(history) or writer.errors, 30, "more writes")
+    writer.stop.set()
+    writer.join(30)
+    assert writer.errors == [], writer.errors
+    assert sorted(v for a in applied for v in a) == ["0012", "0013", "0014"], applied
+
+    # Partitioned, the old table attached whole as the first partition; nothing lost.
+    kind = db.execute(
+        "SELECT relkind FROM pg_class WHERE oid = to_regclass(%s)",
+        (sql.Identifier(schema, "cron_executions").as_string(db),),
+    ).fetchone()
+    assert kind == ("p",)
+    legacy = db.execute(
+        sql.SQL("SELECT lo = '-infinity' FROM {} WHERE name = 'cron_executions_legacy'").format(
+            table(schema, "cron_partitions")
+        )
+    ).fetchone()
+    assert legacy == (True,), "the old table is the partition of every plan before the upgrade"
+    assert count(db, schema, "job_name = 'writer'") == len(writer.written)
+    assert count(db, schema, "job_name = 'writer' AND status = 'SUCCESS'") == len(writer.written)
+    assert count(db, schema, "job_name = 'old' AND status = 'SUCCESS' AND attempt = 1") == 200
+    admin = Admin(dsn=pg_dsn, schema=schema)
+    try:
+        for seeded in (*history[:3], running, pending, ahead, {"id": writer.written[-1]}):
+            assert admin.run(seeded["id"]).execution.id == seeded["id"]
+        moved = row_by_id(db, schema, ahead["id"])
+        assert (moved["status"], moved["plan_time"]) == ("PENDING", ahead["plan_time"])
+
+        # A replica of this version: waits for the scope the old replica holds, then runs the
+        # backfilled plan once; the old replica's lease still ends by id and token.
+        (tmp_path / "app.py").write_text(APP)
+        env = clean_env({"PGSCHED_DSN": pg_dsn, "PGSCHED_SCHEMA": schema})
+        replica = Replica.run("app.py", "v12", cwd=tmp_path, env=env)
+        try:
+            replica.http_port()
+            time.sleep(1.5)
+            assert count(db, schema, "job_name = 'beat' AND status = 'RUNNING'") == 1
+            db.execute(
+                sql.SQL(
+                    "UPDATE {} SET status = 'SUCCESS', finished_at = clock_timestamp()"
+                    " WHERE id = %s AND lease_token = %s AND status = 'RUNNING'"
+                ).format(table(schema)),
+                (running["id"], running["lease_token"]),
+            )
+            wait_until(
+                lambda: row_by_id(db, schema, pending["id"])["status"] == "SUCCESS",
+                30,
+                "the backfilled plan to run",
+            )
+            assert replica.stop() == 0
+        finally:
+            replica.kill()
+        assert row_by_id(db, schema, pending["id"])["attempt"] == 1
+        assert row_by_id(db, schema, running["id"])["status"] == "SUCCESS"
+        admin.cancel(ahead["id"])
+        assert row_by_id(db, schema, ahead["id"])["status"] == "CANCELLED"
+        assert count(db, schema, "job_name = 'old' AND status = 'SUCCESS' AND attempt = 1") == 200
+    finally:
+        admin.close()
+
+
+def test_any_plan_time_gets_a_partition_and_retention_drops_only_finished_ones(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    s = make_scheduler(role="owner")
+    s.register(lambda run: None, name="far", every="1d", max_attempts=1)
+    now = db_now(db)
+    years_back = now.replace(microsecond=0) - timedelta(days=3 * 365)
+    assert s.backfill("far", start=years_back, end=years_back + 2 * DAY) >= 2
+    ahead = s.trigger("far", at=now + timedelta(days=900))
+    assert ahead.created
+    backfilled = [r["id"] for r in _rows_where(db, migrated, "trigger = 'backfill'")]
+    held = {_partition_holding(db, migrated, ident) for ident in backfilled}
+    assert len(backfilled) >= 2 and "cron_executions_default" not in held, held
+    assert _partition_holding(db, migrated, ahead.id) not in (None, "cron_executions_default")
+    # a finished partition and one with a PENDING row, both older than the cutoff
+    done_at = now - 10 * DAY
+    insert_row(db, migrated, job_name="far", plan_time=done_at, status="SUCCESS", finished_at=now)
+    db.execute(
+        sql.SQL("SELECT {}(ARRAY[%s::timestamptz])").format(
+            sql.Identifier(migrated, "cron_ensure_partitions")
+        ),
+        (done_at - DAY,),
+    )
+    gone = insert_row(
+        db, migrated, job_name="far", plan_time=done_at - DAY, status="SUCCESS", finished_at=now
+    )
+    assert s.prune("5d") >= 1
+    assert count(db, migrated, "id = %s", (gone["id"],)) == 0
+    assert count(db, migrated, "trigger = 'backfill' AND status = 'PENDING'") >= 2, "kept"
+    names = {p[0] for p in _partitions(db, migrated)}
+    assert held <= names, "the backfill's partitions hold PENDING rows: kept"
+    assert admin_run_ok(s, ahead.id)
+
+
+def admin_run_ok(s: pgsched.Scheduler, ident: UUID) -> bool:
+    return s.admin.run(ident).execution.id == ident
+
+
+def _partitions(db: Any, schema: str) -> list[tuple[str, datetime, datetime]]:
+    return [
+        tuple(r)
+        for r in db.execute(
+            sql.SQL("SELECT name, lo, hi FROM {} ORDER BY lo").format(
+                table(schema, "cron_partitions")
+            )
+        ).fetchall()
+    ]
+
+
+def _rows_where(db: Any, schema: str, where: str) -> list[Any]:
+    with db.cursor(row_factory=dict_row) as cur:
+        cur.execute(sql.SQL("SELECT * FROM {} WHERE ").format(table(schema)) + sql.SQL(where))
+        return cur.fetchall()
+
+
+def _partition_holding(db: Any, schema: str, ident: UUID) -> str | None:
+    row = db.execute(
+        sql.SQL("SELECT tableoid::regclass::text FROM {} WHERE id = %s").format(table(schema)),
+        (ident,),
+    ).fetchone()
+    return None if row is None else str(row[0]).split(".")[-1].strip('"')
