@@ -280,15 +280,23 @@ ins AS (
               x.lease_token, x.fencing_token, x.started_at
 ),
 -- The plans that have a row now: inserted here, or there already (the statement's snapshot
--- does not see the rows it inserts, hence the union). Joins, not OR-ed EXISTS, so each is a
--- hash or index join rather than a scan of the inserted rows per plan.
+-- does not see the rows it inserts, hence the union). Only the plans this insert did not
+-- take (usually none) are looked up, one probe of the plan key each (a subquery with LIMIT,
+-- which the planner cannot turn into a join): an EXISTS over every chosen plan was planned
+-- as a hash join over a sequential scan of the job's whole ledger, in every claim.
+untaken AS MATERIALIZED (
+    SELECT p.kind, p.id, p.plan_time FROM p
+    LEFT JOIN ins i ON i.scope_kind = p.kind AND i.scope_id = p.id AND i.plan_time = p.plan_time
+    WHERE i.scope_id IS NULL
+),
 held AS MATERIALIZED (
     SELECT i.scope_kind AS kind, i.scope_id AS id, i.plan_time FROM ins i
     UNION
-    SELECT p.kind, p.id, p.plan_time FROM p
-    WHERE EXISTS (SELECT 1 FROM {schema}.cron_executions e
-                  WHERE e.job_name = %(job)s AND e.scope_kind = p.kind AND e.scope_id = p.id
-                    AND e.plan_time = p.plan_time)
+    SELECT u.kind, u.id, u.plan_time FROM untaken u
+    WHERE (SELECT true FROM {schema}.cron_executions e
+           WHERE e.job_name = %(job)s AND e.scope_kind = u.kind AND e.scope_id = u.id
+             AND e.plan_time = u.plan_time
+           LIMIT 1)
 ),
 lacking AS MATERIALIZED (  -- cursors with a chosen plan that has no row: they stay due
     SELECT DISTINCT p.kind, p.id FROM p
