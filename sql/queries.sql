@@ -200,7 +200,12 @@ respecified AS (
       AND c.retired_at IS NULL AND c.spec IS DISTINCT FROM %(spec)s AND c.spec IS NOT NULL
     RETURNING 1
 ),
-seen AS (
+-- New cursors: DO NOTHING, not DO UPDATE, on a key another replica inserted meanwhile, for
+-- DO UPDATE locks every conflicting row even when its WHERE is false, and a cursor that
+-- replica has begun claiming is locked by its claim transaction: replicas starting together
+-- waited out each other's claims one cursor at a time, seconds at 10,000 scopes (statement
+-- timeouts under load), while their own fan-out waited for the sight.
+inserted AS (
     INSERT INTO {schema}.cron_cursors AS c
         (job_name, scope_kind, scope_id, next_plan_time, due_at, spec, first_seen_at,
          last_plan_time, updated_at)
@@ -219,15 +224,23 @@ seen AS (
           AND e.job_name = %(job)s AND e.scope_kind = g.kind AND e.scope_id = g.id
           AND e.trigger = 'schedule'
     ) AS l ON true
-    WHERE x.job_name IS NULL OR x.retired_at IS NOT NULL
+    WHERE x.job_name IS NULL
     ORDER BY g.kind, g.id
-    ON CONFLICT (job_name, scope_kind, scope_id) DO UPDATE
-    SET next_plan_time = EXCLUDED.next_plan_time, due_at = EXCLUDED.due_at,
-        spec = EXCLUDED.spec, first_seen_at = EXCLUDED.first_seen_at, retired_at = NULL,
-        updated_at = EXCLUDED.updated_at
-    WHERE c.retired_at IS NOT NULL
+    ON CONFLICT (job_name, scope_kind, scope_id) DO NOTHING
     RETURNING 1
-)
+),
+-- Retired cursors whose scope came back start again as on first sight (a retired cursor is
+-- never due, so no claim holds it).
+revived AS (
+    UPDATE {schema}.cron_cursors c
+    SET next_plan_time = %(first)s::timestamptz, due_at = g.due_at, spec = %(spec)s,
+        first_seen_at = now.t, retired_at = NULL, updated_at = now.t
+    FROM given g, now
+    WHERE c.job_name = %(job)s AND c.scope_kind = g.kind AND c.scope_id = g.id
+      AND c.retired_at IS NOT NULL
+    RETURNING 1
+),
+seen AS (SELECT 1 FROM inserted UNION ALL SELECT 1 FROM revived)
 SELECT (SELECT count(*) FROM seen) AS seen, (SELECT count(*) FROM retired) AS retired,
        (SELECT count(*) FROM respecified) AS respecified
 
