@@ -207,6 +207,11 @@ class Oban(_Peer):
     style = _line(color="tab:purple", marker="X")
 
     def unsupported(self, wl: Workload) -> str | None:
+        if wl.catch_up:
+            return (
+                f"{self.key}'s cron has no catch-up: a minute that no leader evaluated "
+                "(replicas down) is never run"
+            )
         if not wl.peers:
             return f"{self.key} {wl.why_no_peers}"
         if wl.every_s % 60:
