@@ -168,6 +168,15 @@ kept AS (
 )
 SELECT * FROM taken
 
+-- name: lock_sight
+-- First sight of a job's scopes, one replica at a time (the transaction of sight_cursors):
+-- replicas that start together each saw no cursors in their statement's snapshot and tried
+-- to insert them all, and an insert that meets a cursor another replica's claim is moving on
+-- waits for that claim's transaction, so each waited out the others' claims one cursor at a
+-- time (30 s statement timeouts at 10,000 scopes on a loaded machine, its fan-out waiting).
+-- After this lock the statement's snapshot sees the cursors the previous one wrote.
+SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))
+
 -- name: sight_cursors
 -- A code-defined job's scopes as one replica sees them, written only when its list (or the
 -- job's schedule) changed. A scope new to the job gets its cursor (first sight): due at the
@@ -184,48 +193,57 @@ given AS MATERIALIZED (
     FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(dues)b::timestamptz[])
          AS g(kind, id, due_at)
 ),
+-- Every given scope beside the job's cursor for it, and every cursor beside its given scope,
+-- in one FULL JOIN: a full join is only ever a hash or merge join, where an anti-join of the
+-- cursors against the given scopes (or the reverse) was planned as a nested loop over the
+-- scopes on a cursors table not yet analyzed (a new job, a first deploy): quadratic, 30 s and
+-- more at 10,000 scopes, every replica's tick timing out until autovacuum analyzed it.
+pairs AS MATERIALIZED (
+    SELECT g.kind, g.id, g.due_at, c.scope_kind, c.scope_id, c.retired_at, c.spec
+    FROM given g
+    FULL JOIN (SELECT x.scope_kind, x.scope_id, x.retired_at, x.spec
+               FROM {schema}.cron_cursors x WHERE x.job_name = %(job)s) AS c
+      ON c.scope_kind = g.kind AND c.scope_id = g.id
+),
 retired AS (
     UPDATE {schema}.cron_cursors c
     SET retired_at = now.t, next_plan_time = NULL, due_at = NULL, updated_at = now.t
-    FROM now
-    WHERE c.job_name = %(job)s AND c.retired_at IS NULL
-      AND NOT EXISTS (SELECT 1 FROM given g WHERE g.kind = c.scope_kind AND g.id = c.scope_id)
+    FROM pairs p, now
+    WHERE p.id IS NULL AND p.retired_at IS NULL
+      AND c.job_name = %(job)s AND c.scope_kind = p.scope_kind AND c.scope_id = p.scope_id
     RETURNING 1
 ),
 respecified AS (
     UPDATE {schema}.cron_cursors c
     SET spec = NULL, due_at = now.t, updated_at = now.t
-    FROM given g, now
-    WHERE c.job_name = %(job)s AND c.scope_kind = g.kind AND c.scope_id = g.id
+    FROM pairs p, now
+    WHERE p.id IS NOT NULL AND p.scope_id IS NOT NULL AND p.retired_at IS NULL
+      AND p.spec IS DISTINCT FROM %(spec)s AND p.spec IS NOT NULL
+      AND c.job_name = %(job)s AND c.scope_kind = p.kind AND c.scope_id = p.id
       AND c.retired_at IS NULL AND c.spec IS DISTINCT FROM %(spec)s AND c.spec IS NOT NULL
     RETURNING 1
 ),
--- New cursors: DO NOTHING, not DO UPDATE, on a key another replica inserted meanwhile, for
--- DO UPDATE locks every conflicting row even when its WHERE is false, and a cursor that
--- replica has begun claiming is locked by its claim transaction: replicas starting together
--- waited out each other's claims one cursor at a time, seconds at 10,000 scopes (statement
--- timeouts under load), while their own fan-out waited for the sight.
+-- New cursors: DO NOTHING, not DO UPDATE, on a key another replica inserted meanwhile: DO
+-- UPDATE locks every conflicting row even when its WHERE is false, which waits for any claim
+-- transaction holding that cursor.
 inserted AS (
     INSERT INTO {schema}.cron_cursors AS c
         (job_name, scope_kind, scope_id, next_plan_time, due_at, spec, first_seen_at,
          last_plan_time, updated_at)
-    SELECT %(job)s, g.kind, g.id,
+    SELECT %(job)s, p.kind, p.id,
            CASE WHEN l.latest IS NULL THEN %(first)s::timestamptz END,
-           CASE WHEN l.latest IS NULL THEN g.due_at ELSE now.t END,
+           CASE WHEN l.latest IS NULL THEN p.due_at ELSE now.t END,
            CASE WHEN l.latest IS NULL THEN %(spec)s END,
            now.t, l.latest, now.t
-    FROM given g
+    FROM pairs p
     CROSS JOIN now
-    LEFT JOIN {schema}.cron_cursors x
-      ON x.job_name = %(job)s AND x.scope_kind = g.kind AND x.scope_id = g.id
-    LEFT JOIN LATERAL (
+    LEFT JOIN LATERAL (  -- never had a cursor: the upgrade path
         SELECT max(e.plan_time) AS latest FROM {schema}.cron_executions e
-        WHERE x.job_name IS NULL  -- never had a cursor: the upgrade path
-          AND e.job_name = %(job)s AND e.scope_kind = g.kind AND e.scope_id = g.id
+        WHERE e.job_name = %(job)s AND e.scope_kind = p.kind AND e.scope_id = p.id
           AND e.trigger = 'schedule'
     ) AS l ON true
-    WHERE x.job_name IS NULL
-    ORDER BY g.kind, g.id
+    WHERE p.id IS NOT NULL AND p.scope_id IS NULL
+    ORDER BY p.kind, p.id
     ON CONFLICT (job_name, scope_kind, scope_id) DO NOTHING
     RETURNING 1
 ),
@@ -233,10 +251,11 @@ inserted AS (
 -- never due, so no claim holds it).
 revived AS (
     UPDATE {schema}.cron_cursors c
-    SET next_plan_time = %(first)s::timestamptz, due_at = g.due_at, spec = %(spec)s,
+    SET next_plan_time = %(first)s::timestamptz, due_at = p.due_at, spec = %(spec)s,
         first_seen_at = now.t, retired_at = NULL, updated_at = now.t
-    FROM given g, now
-    WHERE c.job_name = %(job)s AND c.scope_kind = g.kind AND c.scope_id = g.id
+    FROM pairs p, now
+    WHERE p.id IS NOT NULL AND p.retired_at IS NOT NULL
+      AND c.job_name = %(job)s AND c.scope_kind = p.kind AND c.scope_id = p.id
       AND c.retired_at IS NOT NULL
     RETURNING 1
 ),
