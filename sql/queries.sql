@@ -168,15 +168,6 @@ kept AS (
 )
 SELECT * FROM taken
 
--- name: lock_sight
--- First sight of a job's scopes, one replica at a time (the transaction of sight_cursors):
--- replicas that start together each saw no cursors in their statement's snapshot and tried
--- to insert them all, and an insert that meets a cursor another replica's claim is moving on
--- waits for that claim's transaction, so each waited out the others' claims one cursor at a
--- time (30 s statement timeouts at 10,000 scopes on a loaded machine, its fan-out waiting).
--- After this lock the statement's snapshot sees the cursors the previous one wrote.
-SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))
-
 -- name: sight_cursors
 -- A code-defined job's scopes as one replica sees them, written only when its list (or the
 -- job's schedule) changed. A scope new to the job gets its cursor (first sight): due at the

@@ -291,9 +291,7 @@ class Store(_JobStatements):
             "spec": seen.spec,
             "seen_at": seen.seen_at,
         }
-        async with conn.transaction():
-            await self._rows(conn, "lock_sight", {"key": f"pgsched.sight:{self.schema}:{job}"})
-            return await self._one(conn, "sight_cursors", params)
+        return await self._one(conn, "sight_cursors", params)
 
     async def due_cursors(
         self, conn: Conn, terms: ClaimTerms, delay: timedelta, limit: int
