@@ -494,9 +494,11 @@ def render(report: dict[str, Any], chart: bool, notes: str) -> str:
     limits = against_limits(report)
     if limits:
         parts += [
-            "pgsched against both limits: its plans/s divided by each limit's, and its fan-out "
+            "pgsched against both limits: its plans/s divided by each limit's, its fan-out "
             "time (from a period's due time to its last start) as a multiple of each limit's, "
-            "on the same workload (the limit's own figure in brackets):",
+            "its p99 start lag as a multiple of raw + handler's and its claim database time "
+            "per claimed row as a multiple of the raw limit's, on the same workload (the "
+            "limit's own figure in brackets):",
             "",
             *limits,
             "",
