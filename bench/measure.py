@@ -208,6 +208,60 @@ class Statements:
             for q, c, t, r in rows
         ]
 
+    def claims(self) -> dict[str, Any]:
+        """Database time and rows of the claim statements (see :func:`claim_part`)."""
+        if not self.enabled:
+            return {}
+        rows = self.admin.execute(
+            "SELECT query, calls, total_exec_time, rows FROM pg_stat_statements "
+            "WHERE dbid = %s AND query NOT LIKE %s",
+            (self._dbid(), f"%{LEDGER_TABLE}%"),
+        ).fetchall()
+        return claim_stats([(str(q), int(c), float(t), int(r)) for q, c, t, r in rows])
+
+
+# The raw limits' claim: one batched INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING
+# (bench/peers/raw.py), as pg_stat_statements shows it.
+_RAW_CLAIM = re.compile(r"^\s*INSERT INTO pgsched\.cron_executions AS x\b.*\bunnest\b", re.S)
+# pgsched's claim in two halves (sql/queries.sql): the due cursors (or stored schedules) read
+# and locked, then their RUNNING rows inserted and the cursors moved on.
+_LOOKUPS = frozenset({"due_cursors", "due_schedules"})
+_INSERTS = frozenset({"claim_cursors", "claim_schedules"})
+
+
+def claim_part(query: str) -> str | None:
+    """The part of a claim ``query`` is: "insert" (it inserts the claimed rows), "lookup" (it
+    reads what is due for one), None (no part of a claim)."""
+    if _RAW_CLAIM.match(query):
+        return "insert"
+    name = pgsched_statement(query)
+    if name in _INSERTS:
+        return "insert"
+    return "lookup" if name in _LOOKUPS else None
+
+
+def claim_stats(rows: list[tuple[str, int, float, int]]) -> dict[str, Any]:
+    """Claim database time per claimed row: both halves of a claim over the rows the
+    inserting statements returned (pgsched's claim_cursors returns one row even when it
+    inserted none, so its count can only flatter the raw limit's)."""
+    ms = inserted = calls = 0.0
+    for query, n, total_ms, returned in rows:
+        part = claim_part(query)
+        if part is None:
+            continue
+        ms += total_ms
+        calls += n
+        if part == "insert":
+            inserted += returned
+    if not inserted:
+        return {}
+    return {
+        "claim_db_ms": round(ms, 1),
+        "claim_statements": int(calls),
+        "claimed_rows": int(inserted),
+        "claim_us_per_row": round(1000 * ms / inserted, 2),
+    }
+
 
 def statement_stats(
     stmts: tuple[int, float] | None,
@@ -286,9 +340,10 @@ def pgsched_statement(query: str) -> str | None:
 
 
 def add_ratios(results: list[dict[str, Any]]) -> None:
-    """Every ok result's plans/s and fan-out time as ratios to each limit's on the same
-    workload: ``ratio_to_<ceiling>`` (plans/s ÷ the limit's) and ``fanout_to_<ceiling>``
-    (fan-out seconds ÷ the limit's: how many times as long)."""
+    """Every ok result's plans/s, fan-out time, p99 start lag and claim database time per
+    claimed row as ratios to each limit's on the same workload: ``ratio_to_<ceiling>``
+    (plans/s ÷ the limit's), ``fanout_to_<ceiling>`` (fan-out seconds ÷ the limit's: how
+    many times as long), ``p99_to_<ceiling>`` and ``claim_per_row_to_<ceiling>``."""
     for key, suffix in CEILINGS.items():
         limits = {r["workload"]: r for r in results if r["scheduler"] == key}
         for r in results:
@@ -299,3 +354,9 @@ def add_ratios(results: list[dict[str, Any]]) -> None:
                 r[f"ratio_to_{suffix}"] = round(r["plans_per_s"] / limit["plans_per_s"], 3)
             if limit.get("fanout_s") and r.get("fanout_s") is not None:
                 r[f"fanout_to_{suffix}"] = round(r["fanout_s"] / limit["fanout_s"], 2)
+            if limit.get("lag_p99_s") and r.get("lag_p99_s") is not None:
+                r[f"p99_to_{suffix}"] = round(r["lag_p99_s"] / limit["lag_p99_s"], 2)
+            if limit.get("claim_us_per_row") and r.get("claim_us_per_row") is not None:
+                r[f"claim_per_row_to_{suffix}"] = round(
+                    r["claim_us_per_row"] / limit["claim_us_per_row"], 2
+                )

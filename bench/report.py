@@ -39,10 +39,13 @@ Run it from the repository with pgsched installed (`pip install -e . --group dev
 run creates `bench/.venv-peers` from the pinned `bench/requirements-peers.txt` (pgqueuer
 1.6.0 with typer 0.16.0, procrastinate 3.10.0, matplotlib), so the project's environment is
 never touched; a peer that cannot be installed or run is reported as "not run" with the
-reason. Results are written to `bench/results/latest.json` (and a timestamped copy); this
-page and its chart are regenerated from them. With `--merge OLD.json` (or several files
-given to `python -m bench.report`) a later file's result replaces an earlier one's for the
-same workload and scheduler, and the page lists every run its results come from.
+reason. oban-py needs Python 3.12 or later: it gets `bench/.venv-oban` from
+`bench/requirements-oban.txt` (oban 0.7.0), made with the first such interpreter found
+(`BENCH_PYTHON312`, `python3.14`-`python3.12` on `PATH`, pyenv's). Results are written
+to `bench/results/latest.json` (and a timestamped copy); this page and its chart are
+regenerated from them. With `--merge OLD.json` (or several files given to
+`python -m bench.report`) a later file's result replaces an earlier one's for the same
+workload and scheduler, and the page lists every run its results come from.
 `tests/bench/test_smoke.py` runs the benchmark's pgsched, seed and both limits' paths, and
 pgsched's schedules-as-data workloads, with tiny numbers in the default test run, so the
 benchmark cannot rot.
@@ -87,7 +90,16 @@ benchmark cannot rot.
   with a Python handler (`ratio_to_limit` and `ratio_to_handler_limit` in the JSON). The
   fan-out time (`fanout_s`: a period's due time to its last start, the longest of the
   measured periods) is compared the same way, as a multiple of each limit's
-  (`fanout_to_limit`, `fanout_to_handler_limit`).
+  (`fanout_to_limit`, `fanout_to_handler_limit`), and so is the p99 start lag
+  (`p99_to_handler_limit`).
+* **Claim database time per claimed row** (`claim_us_per_row`) is the `total_exec_time` of
+  the statements that make up a claim over the rows their inserting statement returned, from
+  `pg_stat_statements` over the measured window: for pgsched `due_cursors` (or
+  `due_schedules`) and `claim_cursors` (or `claim_schedules`), for the limits their batched
+  `INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING RETURNING` (5,000 rows a
+  statement; every replica tries every batch, so the ones it loses wait for the winner's
+  rows and count too). `claim_per_row_to_limit` is pgsched's divided by the raw limit's in
+  the same run.
 
 ## What is compared
 
@@ -103,6 +115,13 @@ benchmark cannot rot.
 * **procrastinate 3.10.0** (`bench/peers/procrastinate_peer.py`): one task registered as a
   periodic task once per scope (`periodic_id` = scope), each replica running a worker
   (concurrency 50) with procrastinate's periodic deferrer.
+* **oban 0.7.0** (oban-py, `bench/peers/oban_peer.py`): its cron is minute-resolution and
+  evaluated by the cluster's leader alone, and a cron entry has no scope, so a fan-out is
+  one cron worker whose job enqueues one job per scope with `Oban.enqueue_many` (5,000 per
+  call; oban-py inserts them one statement each, in one transaction), run by every
+  replica's queue (`limit` = 2,000, as pgsched's `max_concurrency`). The plan time is the
+  cron job's `cron_at`. It runs only workloads with a cadence of whole minutes (d), and not
+  the catch-up storm (e): a minute missed while no leader ran is not run.
 * **raw batched SQL** (`bench/peers/raw.py`), the physical limit: the same rows claimed with
   one `INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING RETURNING` per 5,000, recorded
   with one batched ledger INSERT, finished with one `UPDATE ... WHERE id = ANY(...)`, in
@@ -191,7 +210,8 @@ def cells(r: dict[str, Any]) -> list[str]:
 
 
 def against_limits(report: dict[str, Any]) -> list[str]:
-    """pgsched's plans/s and fan-out time as ratios to each limit's, one row per workload."""
+    """pgsched's plans/s, fan-out time, p99 start lag and claim database time per claimed row
+    as ratios to the limits', one row per workload."""
     limits = {
         (r["workload"], r["scheduler"]): r
         for r in report["results"]
@@ -213,21 +233,30 @@ def against_limits(report: dict[str, Any]) -> list[str]:
         + " | ".join(f"÷ {n} (its plans/s)" for n in names)
         + " | pgsched fan-out (s) | "
         + " | ".join(f"× {n} (its fan-out s)" for n in names)
-        + " |",
-        "|---|" + "--:|" * (2 + 2 * len(names)),
+        + " | pgsched p99 lag (s) | × raw + handler (its p99 s) "
+        + "| pgsched claim µs/row | × raw's batched INSERT (its µs/row) |",
+        "|---|" + "--:|" * (6 + 2 * len(names)),
     ]
     for r in mine:
-        rates, fanouts = [], []
-        for key, suffix in CEILINGS.items():
-            limit = limits.get((r["workload"], key), {})
-            rates.append(f"{fmt(r.get(f'ratio_to_{suffix}'))} ({fmt(limit.get('plans_per_s'), 0)})")
-            fanout = f"{fmt(r.get(f'fanout_to_{suffix}'))} ({fmt(limit.get('fanout_s'), 3)})"
-            fanouts.append(fanout)
-        lines.append(
-            f"| {r['workload']} | {fmt(r['plans_per_s'], 0)} | {' | '.join(rates)} "
-            f"| {fmt(r.get('fanout_s'), 3)} | {' | '.join(fanouts)} |"
-        )
+        lines.append(limit_row(r, {k: limits.get((r["workload"], k), {}) for k in CEILINGS}))
     return lines
+
+
+def limit_row(r: dict[str, Any], limits: dict[str, dict[str, Any]]) -> str:
+    """One workload's row of :func:`against_limits`."""
+    rates, fanouts = [], []
+    for key, suffix in CEILINGS.items():
+        limit = limits[key]
+        rates.append(f"{fmt(r.get(f'ratio_to_{suffix}'))} ({fmt(limit.get('plans_per_s'), 0)})")
+        fanouts.append(f"{fmt(r.get(f'fanout_to_{suffix}'))} ({fmt(limit.get('fanout_s'), 3)})")
+    handler, raw = limits.get("raw_handler", {}), limits.get("raw", {})
+    p99 = f"{fmt(r.get('p99_to_handler_limit'))} ({fmt(handler.get('lag_p99_s'), 3)})"
+    claim = f"{fmt(r.get('claim_per_row_to_limit'))} ({fmt(raw.get('claim_us_per_row'), 0)})"
+    return (
+        f"| {r['workload']} | {fmt(r['plans_per_s'], 0)} | {' | '.join(rates)} "
+        f"| {fmt(r.get('fanout_s'), 3)} | {' | '.join(fanouts)} "
+        f"| {fmt(r.get('lag_p99_s'), 3)} | {p99} | {fmt(r.get('claim_us_per_row'), 0)} | {claim} |"
+    )
 
 
 def find(report: dict[str, Any], wl: str, sched: str) -> dict[str, Any] | None:
@@ -246,6 +275,7 @@ def goals(report: dict[str, Any]) -> list[Goal]:
     return [
         goal_no_duplicates(mine),
         *(goal_completed(report, key) for key in ("a", "b", "c", "d")),
+        *goals_against_limits(report, mine),
         goal_sustained(report),
         goal_peak(report, mine),
         goal_idle(report),
@@ -271,6 +301,36 @@ def goal_completed(report: dict[str, Any], key: str) -> Goal:
         return (goal, None, "not measured")
     ok = r["completion_pct"] == 100.0 and (r["lag_p99_s"] or 0) < 1.0
     return (goal, ok, f"{fmt(r['completion_pct'], 1)}% completed, p99 {fmt(r['lag_p99_s'])} s")
+
+
+# Issue 23: against the limits measured in the same run, on the fan-out workloads.
+LIMIT_GOALS = (
+    ("fan-out time within 1.3 × raw + handler's", "fanout_to_handler_limit", 1.3),
+    ("p99 start lag within 1.3 × raw + handler's", "p99_to_handler_limit", 1.3),
+    (
+        "claim database time per claimed row within 3 × the raw limit's batched INSERT's",
+        "claim_per_row_to_limit",
+        3.0,
+    ),
+)
+LIMIT_WORKLOADS = ("a", "b", "c", "d", "e", "h")
+
+
+def goals_against_limits(report: dict[str, Any], mine: list[dict[str, Any]]) -> list[Goal]:
+    """Each ratio goal over the fan-out workloads pgsched and the limits ran in this run."""
+    rows = [r for r in mine if r["workload"] in LIMIT_WORKLOADS]
+    out: list[Goal] = []
+    for goal, key, bound in LIMIT_GOALS:
+        got = {r["workload"]: r.get(key) for r in rows if r.get(key) is not None}
+        workloads = ", ".join(got) or "none"
+        out.append(
+            (
+                f"({workloads}) {goal}",
+                all(v <= bound for v in got.values()) if got else None,
+                ", ".join(f"{k}: {fmt(v)} ×" for k, v in got.items()) or "not measured",
+            )
+        )
+    return out
 
 
 def goal_sustained(report: dict[str, Any]) -> Goal:
@@ -403,7 +463,7 @@ def intro(report: dict[str, Any]) -> list[str]:
         f"{source}; edit bench/report.py, not this file. -->",
         "",
         "How many scopes (tenants, shards, accounts) per job pgsched keeps up with, measured side "
-        "by side with the design it grew from, two Python peers and two raw batched-SQL limits "
+        "by side with the design it grew from, three Python peers and two raw batched-SQL limits "
         "(bare, and running a Python handler per execution), on the same database and machine "
         "in one run.",
         "",
@@ -434,9 +494,11 @@ def render(report: dict[str, Any], chart: bool, notes: str) -> str:
     limits = against_limits(report)
     if limits:
         parts += [
-            "pgsched against both limits: its plans/s divided by each limit's, and its fan-out "
+            "pgsched against both limits: its plans/s divided by each limit's, its fan-out "
             "time (from a period's due time to its last start) as a multiple of each limit's, "
-            "on the same workload (the limit's own figure in brackets):",
+            "its p99 start lag as a multiple of raw + handler's and its claim database time "
+            "per claimed row as a multiple of the raw limit's, on the same workload (the "
+            "limit's own figure in brackets):",
             "",
             *limits,
             "",

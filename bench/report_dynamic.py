@@ -225,5 +225,7 @@ def merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
     merged["workloads"] = dict(sorted(merged["workloads"].items()))
     merged["results"] = sorted(by_key.values(), key=lambda r: r["workload"])
     merged["merged"] = datetime.now(UTC).isoformat()
+    # The page's start and end load are the latest run's (its results are the page's news).
+    merged["loadavg_start"] = reports[-1].get("loadavg_start")
     merged["loadavg_end"] = reports[-1].get("loadavg_end")
     return merged

@@ -15,7 +15,10 @@ measured in :mod:`bench.measure`.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import glob
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -36,6 +39,12 @@ from bench.workloads import WORKLOADS, Workload
 RESULTS = REPO / "bench" / "results"
 PEERS_VENV = REPO / "bench" / ".venv-peers"
 PEERS_REQUIREMENTS = REPO / "bench" / "requirements-peers.txt"
+# oban-py needs Python 3.12 or later, which the project does not: it gets a virtualenv of its
+# own, made with the first such interpreter found (BENCH_PYTHON312, then python3.13 or
+# python3.12 on PATH, then pyenv's).
+OBAN_VENV = REPO / "bench" / ".venv-oban"
+OBAN_REQUIREMENTS = REPO / "bench" / "requirements-oban.txt"
+OBAN_MIN_PYTHON = (3, 12)
 
 
 def log(msg: str) -> None:
@@ -44,18 +53,47 @@ def log(msg: str) -> None:
 
 def peers_python(install: bool) -> tuple[str | None, str]:
     """The peers' virtualenv interpreter (created from the pinned requirements), or why not."""
-    python = PEERS_VENV / "bin" / "python"
-    marker = PEERS_VENV / ".requirements"
-    wanted = PEERS_REQUIREMENTS.read_text()
+    return venv_python(PEERS_VENV, PEERS_REQUIREMENTS, sys.executable, install)
+
+
+def oban_python(install: bool) -> tuple[str | None, str]:
+    """oban's virtualenv interpreter, or why not."""
+    base = python_at_least(OBAN_MIN_PYTHON)
+    if base is None:
+        version = ".".join(map(str, OBAN_MIN_PYTHON))
+        return None, f"oban-py needs Python >= {version} and none was found"
+    return venv_python(OBAN_VENV, OBAN_REQUIREMENTS, base, install)
+
+
+def python_at_least(version: tuple[int, int]) -> str | None:
+    """An interpreter of ``version`` or later, or None."""
+    candidates = [os.environ.get("BENCH_PYTHON312", ""), sys.executable]
+    candidates += [shutil.which(f"python3.{minor}") or "" for minor in (14, 13, 12)]
+    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python")))
+    wanted = f"import sys; sys.exit(sys.version_info < {version!r})"
+    for python in filter(None, candidates):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            done = subprocess.run([python, "-c", wanted], capture_output=True, timeout=30)
+            if done.returncode == 0:
+                return python
+    return None
+
+
+def venv_python(venv: Path, requirements: Path, base: str, install: bool) -> tuple[str | None, str]:
+    """``venv``'s interpreter, the virtualenv created by ``base`` from the pinned
+    ``requirements`` when missing or stale, or why not."""
+    python = venv / "bin" / "python"
+    marker = venv / ".requirements"
+    wanted = requirements.read_text()
     if python.exists() and marker.exists() and marker.read_text() == wanted:
         return str(python), ""
     if not install:
-        return None, "the peers' virtualenv is missing and --no-install was given"
-    log(f"creating the peers' virtualenv {PEERS_VENV} from {PEERS_REQUIREMENTS.name}")
+        return None, f"the virtualenv {venv.name} is missing and --no-install was given"
+    log(f"creating the virtualenv {venv} from {requirements.name}")
     try:
-        subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
+        subprocess.run([base, "-m", "venv", str(venv)], check=True)
         subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "-r", str(PEERS_REQUIREMENTS)],
+            [str(python), "-m", "pip", "install", "-q", "-r", str(requirements)],
             check=True,
             capture_output=True,
             text=True,
@@ -66,6 +104,9 @@ def peers_python(install: bool) -> tuple[str | None, str]:
         return None, f"could not install the pinned peers: {detail.strip()[-300:]}"
     marker.write_text(wanted)
     return str(python), ""
+
+
+VENVS = {"peers": peers_python, "oban": oban_python}
 
 
 # -- the benchmark --------------------------------------------------------------------------
@@ -108,12 +149,14 @@ def contender_for(wl: Workload, key: str) -> Any:
     return (DYNAMIC if wl.schedules else REGISTRY).get(key)
 
 
-def needs_peers(workloads: list[Workload], schedulers: list[str]) -> bool:
-    return any(
-        c is not None and c.third_party
+def needed_venvs(workloads: list[Workload], schedulers: list[str]) -> set[str]:
+    """The virtualenvs (keys of VENVS) the third-party contenders to run need."""
+    return {
+        getattr(c, "venv", "peers")
         for wl in workloads
         for c in (contender_for(wl, k) for k in schedulers)
-    )
+        if c is not None and c.third_party and c.unsupported(wl) is None
+    }
 
 
 def new_report(
@@ -145,9 +188,10 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         keep_databases=args.keep_databases,
         put_cap_s=args.put_cap,
     )
-    peers_py, peers_why = (None, "")
-    if needs_peers(workloads, schedulers):
-        peers_py, peers_why = peers_python(install=not args.no_install)
+    venvs = {
+        name: VENVS[name](install=not args.no_install)
+        for name in sorted(needed_venvs(workloads, schedulers))
+    }
     server = pg.external(args.dsn) if args.dsn else pg.start_private()
     log(f"PostgreSQL {server.version}: {server.description}; pg_stat_statements={server.has_pgss}")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -160,7 +204,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             for key in schedulers:
                 if contender_for(wl, key) is None:
                     continue
-                res = run_one(server, wl, key, opts, (peers_py, peers_why), run_dir)
+                res = run_one(server, wl, key, opts, venvs, run_dir)
                 report["results"].append(res)
                 log(summary_line(res))
                 (results_dir / "latest.json").write_text(json.dumps(report, indent=1))
@@ -185,7 +229,7 @@ def run_one(
     wl: Workload,
     key: str,
     opts: Options,
-    peers: tuple[str | None, str],
+    venvs: dict[str, tuple[str | None, str]],
     run_dir: Path,
 ) -> dict[str, Any]:
     """One trial's result, or why it was not run."""
@@ -194,9 +238,11 @@ def run_one(
     why = contender.unsupported(wl)
     if why:
         return {**base, "status": "not run", "reason": why}
-    python = peers[0] if contender.third_party else sys.executable
+    python, why_not = sys.executable, ""
+    if contender.third_party:
+        python, why_not = venvs.get(getattr(contender, "venv", "peers"), (None, "no virtualenv"))
     if python is None:
-        return {**base, "status": "not run", "reason": peers[1]}
+        return {**base, "status": "not run", "reason": why_not}
     log(f"workload {wl.key} ({wl.title}): {key}, load {measure.loadavg()}")
     if wl.schedules and key not in CEILINGS:
         trial: Trial = DynamicTrial(server, wl, contender, opts, python, run_dir)

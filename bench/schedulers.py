@@ -45,7 +45,8 @@ class Contender(Protocol):
     key: str  # in --schedulers and the results JSON
     label: str  # in the table and the chart's legend
     style: Mapping[str, Any]  # the chart's line (matplotlib keyword arguments)
-    third_party: bool  # runs in the peers' virtualenv (bench/requirements-peers.txt)
+    third_party: bool  # runs in a virtualenv of the pinned peers (bench.run.VENVS)
+    venv: str  # which one: "peers" (bench/requirements-peers.txt) or "oban"
     ceiling: str | None  # a limit: every result gets ratio_to_<ceiling> and fanout_to_<ceiling>
 
     def unsupported(self, wl: Workload) -> str | None:
@@ -71,6 +72,7 @@ class Contender(Protocol):
 
 class _Base:
     key = ""
+    venv = "peers"  # the third-party virtualenv it runs in (bench.run.VENVS)
     label = ""
     style: Mapping[str, Any] = MappingProxyType({})
     third_party = False
@@ -193,6 +195,33 @@ class Procrastinate(_Peer):
         )
 
 
+class Oban(_Peer):
+    """oban-py: one minute-resolution cron job, run by the cluster's leader, whose job
+    enqueues one job per scope (bench/peers/oban_peer.py); Python >= 3.12, in a virtualenv
+    of its own (bench/requirements-oban.txt)."""
+
+    key = "oban"
+    label = "oban 0.7.0"
+    module = "oban_peer"
+    venv = "oban"
+    style = _line(color="tab:purple", marker="X")
+
+    def unsupported(self, wl: Workload) -> str | None:
+        if wl.catch_up:
+            return (
+                f"{self.key}'s cron has no catch-up: a minute that no leader evaluated "
+                "(replicas down) is never run"
+            )
+        if not wl.peers:
+            return f"{self.key} {wl.why_no_peers}"
+        if wl.every_s % 60:
+            return (
+                f"{self.key}'s cron is minute-resolution (and evaluated by the leader "
+                f"alone): no cadence of {wl.every_s} s"
+            )
+        return None
+
+
 REGISTRY: dict[str, Contender] = {
     c.key: c
     for c in (
@@ -202,6 +231,7 @@ REGISTRY: dict[str, Contender] = {
         SeedDesign(),
         Pgqueuer(),
         Procrastinate(),
+        Oban(),
     )
 }
 ORDER = tuple(REGISTRY)

@@ -238,6 +238,7 @@ class Trial:
         """The window's numbers; stops the replicas."""
         t1 = self.now()
         stmts, top = self.statements.totals(), self.statements.top()
+        claims = self.statements.claims()
         cpu1, rss = self.replicas.cpu_s(), self.replicas.peak_rss_mb()
         counters1 = self.replicas.counters()
         crashed = self.replicas.crashed()
@@ -265,5 +266,6 @@ class Trial:
             measure.statement_stats(stmts, self.counters0, counters1, seconds, self.opts.replicas)
         )
         result["top_statements"] = top
+        result.update(claims)
         result.update(self.contender.extra_stats(counters1))
         return result

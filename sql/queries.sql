@@ -220,50 +220,73 @@ given AS MATERIALIZED (
     FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(dues)b::timestamptz[])
          AS g(kind, id, due_at)
 ),
+-- Every given scope beside the job's cursor for it, and every cursor beside its given scope,
+-- in one FULL JOIN: a full join is only ever a hash or merge join, where an anti-join of the
+-- cursors against the given scopes (or the reverse) was planned as a nested loop over the
+-- scopes on a cursors table not yet analyzed (a new job, a first deploy): quadratic, 30 s and
+-- more at 10,000 scopes, every replica's tick timing out until autovacuum analyzed it.
+pairs AS MATERIALIZED (
+    SELECT g.kind, g.id, g.due_at, c.scope_kind, c.scope_id, c.retired_at, c.spec
+    FROM given g
+    FULL JOIN (SELECT x.scope_kind, x.scope_id, x.retired_at, x.spec
+               FROM {schema}.cron_cursors x WHERE x.job_name = %(job)s) AS c
+      ON c.scope_kind = g.kind AND c.scope_id = g.id
+),
 retired AS (
     UPDATE {schema}.cron_cursors c
     SET retired_at = now.t, next_plan_time = NULL, due_at = NULL, updated_at = now.t
-    FROM now
-    WHERE c.job_name = %(job)s AND c.retired_at IS NULL
-      AND NOT EXISTS (SELECT 1 FROM given g WHERE g.kind = c.scope_kind AND g.id = c.scope_id)
+    FROM pairs p, now
+    WHERE p.id IS NULL AND p.retired_at IS NULL
+      AND c.job_name = %(job)s AND c.scope_kind = p.scope_kind AND c.scope_id = p.scope_id
     RETURNING 1
 ),
 respecified AS (
     UPDATE {schema}.cron_cursors c
     SET spec = NULL, due_at = now.t, updated_at = now.t
-    FROM given g, now
-    WHERE c.job_name = %(job)s AND c.scope_kind = g.kind AND c.scope_id = g.id
+    FROM pairs p, now
+    WHERE p.id IS NOT NULL AND p.scope_id IS NOT NULL AND p.retired_at IS NULL
+      AND p.spec IS DISTINCT FROM %(spec)s AND p.spec IS NOT NULL
+      AND c.job_name = %(job)s AND c.scope_kind = p.kind AND c.scope_id = p.id
       AND c.retired_at IS NULL AND c.spec IS DISTINCT FROM %(spec)s AND c.spec IS NOT NULL
     RETURNING 1
 ),
-seen AS (
+-- New cursors: DO NOTHING, not DO UPDATE, on a key another replica inserted meanwhile: DO
+-- UPDATE locks every conflicting row even when its WHERE is false, which waits for any claim
+-- transaction holding that cursor.
+inserted AS (
     INSERT INTO {schema}.cron_cursors AS c
         (job_name, scope_kind, scope_id, next_plan_time, due_at, spec, first_seen_at,
          last_plan_time, updated_at)
-    SELECT %(job)s, g.kind, g.id,
+    SELECT %(job)s, p.kind, p.id,
            CASE WHEN l.latest IS NULL THEN %(first)s::timestamptz END,
-           CASE WHEN l.latest IS NULL THEN g.due_at ELSE now.t END,
+           CASE WHEN l.latest IS NULL THEN p.due_at ELSE now.t END,
            CASE WHEN l.latest IS NULL THEN %(spec)s END,
            now.t, l.latest, now.t
-    FROM given g
+    FROM pairs p
     CROSS JOIN now
-    LEFT JOIN {schema}.cron_cursors x
-      ON x.job_name = %(job)s AND x.scope_kind = g.kind AND x.scope_id = g.id
-    LEFT JOIN LATERAL (
+    LEFT JOIN LATERAL (  -- never had a cursor: the upgrade path
         SELECT max(e.plan_time) AS latest FROM {schema}.cron_executions e
-        WHERE x.job_name IS NULL  -- never had a cursor: the upgrade path
-          AND e.job_name = %(job)s AND e.scope_kind = g.kind AND e.scope_id = g.id
+        WHERE e.job_name = %(job)s AND e.scope_kind = p.kind AND e.scope_id = p.id
           AND e.trigger = 'schedule'
     ) AS l ON true
-    WHERE x.job_name IS NULL OR x.retired_at IS NOT NULL
-    ORDER BY g.kind, g.id
-    ON CONFLICT (job_name, scope_kind, scope_id) DO UPDATE
-    SET next_plan_time = EXCLUDED.next_plan_time, due_at = EXCLUDED.due_at,
-        spec = EXCLUDED.spec, first_seen_at = EXCLUDED.first_seen_at, retired_at = NULL,
-        updated_at = EXCLUDED.updated_at
-    WHERE c.retired_at IS NOT NULL
+    WHERE p.id IS NOT NULL AND p.scope_id IS NULL
+    ORDER BY p.kind, p.id
+    ON CONFLICT (job_name, scope_kind, scope_id) DO NOTHING
     RETURNING 1
-)
+),
+-- Retired cursors whose scope came back start again as on first sight (a retired cursor is
+-- never due, so no claim holds it).
+revived AS (
+    UPDATE {schema}.cron_cursors c
+    SET next_plan_time = %(first)s::timestamptz, due_at = p.due_at, spec = %(spec)s,
+        first_seen_at = now.t, retired_at = NULL, updated_at = now.t
+    FROM pairs p, now
+    WHERE p.id IS NOT NULL AND p.retired_at IS NOT NULL
+      AND c.job_name = %(job)s AND c.scope_kind = p.kind AND c.scope_id = p.id
+      AND c.retired_at IS NOT NULL
+    RETURNING 1
+),
+seen AS (SELECT 1 FROM inserted UNION ALL SELECT 1 FROM revived)
 SELECT (SELECT count(*) FROM seen) AS seen, (SELECT count(*) FROM retired) AS retired,
        (SELECT count(*) FROM respecified) AS respecified
 
@@ -335,15 +358,23 @@ ins AS (
               x.lease_token, x.fencing_token, x.started_at
 ),
 -- The plans that have a row now: inserted here, or there already (the statement's snapshot
--- does not see the rows it inserts, hence the union). Joins, not OR-ed EXISTS, so each is a
--- hash or index join rather than a scan of the inserted rows per plan.
+-- does not see the rows it inserts, hence the union). Only the plans this insert did not
+-- take (usually none) are looked up, one probe of the plan key each (a subquery with LIMIT,
+-- which the planner cannot turn into a join): an EXISTS over every chosen plan was planned
+-- as a hash join over a sequential scan of the job's whole ledger, in every claim.
+untaken AS MATERIALIZED (
+    SELECT p.kind, p.id, p.plan_time FROM p
+    LEFT JOIN ins i ON i.scope_kind = p.kind AND i.scope_id = p.id AND i.plan_time = p.plan_time
+    WHERE i.scope_id IS NULL
+),
 held AS MATERIALIZED (
     SELECT i.scope_kind AS kind, i.scope_id AS id, i.plan_time FROM ins i
     UNION
-    SELECT p.kind, p.id, p.plan_time FROM p
-    WHERE EXISTS (SELECT 1 FROM {schema}.cron_executions e
-                  WHERE e.job_name = %(job)s AND e.scope_kind = p.kind AND e.scope_id = p.id
-                    AND e.plan_time = p.plan_time)
+    SELECT u.kind, u.id, u.plan_time FROM untaken u
+    WHERE (SELECT true FROM {schema}.cron_executions e
+           WHERE e.job_name = %(job)s AND e.scope_kind = u.kind AND e.scope_id = u.id
+             AND e.plan_time = u.plan_time
+           LIMIT 1)
 ),
 lacking AS MATERIALIZED (  -- cursors with a chosen plan that has no row: they stay due
     SELECT DISTINCT p.kind, p.id FROM p

@@ -31,7 +31,7 @@ _FINISH_BATCH = 2_000
 _REMEMBER_S = 600.0
 _REMEMBER_MAX = 50_000
 # With other leases still running, the writer waits up to this long for more outcomes.
-_FINISH_LINGER_S = 0.05
+_FINISH_LINGER_S = 0.2
 
 
 class LeaseWriter:
