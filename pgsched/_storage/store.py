@@ -191,7 +191,43 @@ class _JobStatements(_Statements):
         return bool((await self._one(conn, "job_exists", {"job": job}))["known"])
 
 
-class Store(_JobStatements):
+class _LedgerStatements(_Statements):
+    """The ledger's partitions and retention (docs/operations.md)."""
+
+    async def prune_batch(
+        self, conn: Conn, older_than: timedelta, batch: int, *, legacy: bool = False
+    ) -> int:
+        """Delete one batch of old finished rows of the DEFAULT partition (``legacy``: of the
+        legacy one); returns how many."""
+        name = "prune_legacy_batch" if legacy else "prune_default_batch"
+        row = await self._one(conn, name, {"older_than": older_than, "batch": batch})
+        return int(row["deleted"])
+
+    async def has_legacy_partition(self, conn: Conn) -> bool:
+        return bool((await self._one(conn, "has_legacy_partition"))["present"])
+
+    async def old_partitions(self, conn: Conn, older_than: timedelta) -> list[str]:
+        """The partitions whose every plan is older than ``older_than``, oldest first."""
+        rows = await self._rows(conn, "old_partitions", {"older_than": older_than})
+        return [str(r["name"]) for r in rows]
+
+    async def drop_partition(self, conn: Conn, name: str) -> int | None:
+        """Drop a partition with no unfinished row; returns its rows, None when kept."""
+        dropped = int((await self._one(conn, "drop_partition", {"name": name}))["dropped"])
+        return None if dropped < 0 else dropped
+
+    async def ensure_partitions(self, conn: Conn, times: Sequence[datetime]) -> int:
+        """Create the partitions these plan times lack (before a backfill or trigger)."""
+        if not times:
+            return 0
+        return int((await self._one(conn, "ensure_partitions", {"times": list(times)}))["made"])
+
+    async def partitions_ahead(self, conn: Conn) -> int:
+        """Create the partitions from yesterday's to ``ahead`` past now that are missing."""
+        return int((await self._one(conn, "partitions_ahead"))["made"])
+
+
+class Store(_JobStatements, _LedgerStatements):
     """Statements against one schema; every method takes the connection to use."""
 
     # -- schema -------------------------------------------------------------------------
@@ -479,38 +515,6 @@ class Store(_JobStatements):
 
     async def failed_attempts(self, conn: Conn, limit: int) -> list[FailedAttempt]:
         return await self._typed(conn, "failed_attempts", FailedAttempt, {"limit": limit})
-
-    async def prune_batch(
-        self, conn: Conn, older_than: timedelta, batch: int, *, legacy: bool = False
-    ) -> int:
-        """Delete one batch of old finished rows of the DEFAULT partition (``legacy``: of the
-        legacy one); returns how many."""
-        name = "prune_legacy_batch" if legacy else "prune_default_batch"
-        row = await self._one(conn, name, {"older_than": older_than, "batch": batch})
-        return int(row["deleted"])
-
-    async def has_legacy_partition(self, conn: Conn) -> bool:
-        return bool((await self._one(conn, "has_legacy_partition"))["present"])
-
-    async def old_partitions(self, conn: Conn, older_than: timedelta) -> list[str]:
-        """The partitions whose every plan is older than ``older_than``, oldest first."""
-        rows = await self._rows(conn, "old_partitions", {"older_than": older_than})
-        return [str(r["name"]) for r in rows]
-
-    async def drop_partition(self, conn: Conn, name: str) -> int | None:
-        """Drop a partition with no unfinished row; returns its rows, None when kept."""
-        dropped = int((await self._one(conn, "drop_partition", {"name": name}))["dropped"])
-        return None if dropped < 0 else dropped
-
-    async def ensure_partitions(self, conn: Conn, times: Sequence[datetime]) -> int:
-        """Create the partitions these plan times lack (before a backfill or trigger)."""
-        if not times:
-            return 0
-        return int((await self._one(conn, "ensure_partitions", {"times": list(times)}))["made"])
-
-    async def partitions_ahead(self, conn: Conn) -> int:
-        """Create the partitions from yesterday's to ``ahead`` past now that are missing."""
-        return int((await self._one(conn, "partitions_ahead"))["made"])
 
     @property
     def channel(self) -> str:
