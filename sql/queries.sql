@@ -856,16 +856,17 @@ SELECT {schema}.cron_ensure_partitions(%(times)s::timestamptz[]) AS made
 -- name: partitions_ahead
 SELECT {schema}.cron_partitions_ahead() AS made
 
--- name: prune_default_batch
--- Retention in the DEFAULT partition (plans of spans with no partition of their own): one
--- batch of finished rows older than the cutoff, deleted as before partitions, with their
--- attempts. A scope's cursor (or a dynamic job's schedule) remembers where the scope is, so
+-- name: prune_batch
+-- Retention in a partition that is not dropped whole ({partition}: the DEFAULT one, which
+-- holds the plans of spans with no partition of their own, or the legacy one, the ledger of
+-- an earlier version attached whole by migration 14 while it holds plans newer than the
+-- cutoff): one batch of finished rows older than the cutoff, deleted, with their attempts. A scope's cursor (or a dynamic job's schedule) remembers where the scope is, so
 -- its rows may all go; a scope without one keeps its newest scheduled row, where it resumes
 -- on first sight.
 WITH gone AS (
-    DELETE FROM {schema}.cron_executions_default
+    DELETE FROM {schema}.{partition}
     WHERE id IN (
-        SELECT e.id FROM {schema}.cron_executions_default e
+        SELECT e.id FROM {schema}.{partition} e
         WHERE e.finished_at < clock_timestamp() - %(older_than)s
           AND e.status IN ('SUCCESS', 'FAILED', 'CANCELLED')
           AND (e.status <> 'FAILED' OR e.next_retry_at IS NULL)
@@ -894,39 +895,6 @@ SELECT count(*) AS deleted FROM gone
 -- name: has_legacy_partition
 SELECT EXISTS (SELECT 1 FROM {schema}.cron_partitions
                WHERE name = 'cron_executions_legacy') AS present
-
--- name: prune_legacy_batch
--- prune_default_batch on the legacy partition (the ledger of an earlier version, attached
--- whole by migration 14), while it holds plans newer than the cutoff; dropped whole (as any
--- partition) once every plan in it is older.
-WITH gone AS (
-    DELETE FROM {schema}.cron_executions_legacy
-    WHERE id IN (
-        SELECT e.id FROM {schema}.cron_executions_legacy e
-        WHERE e.finished_at < clock_timestamp() - %(older_than)s
-          AND e.status IN ('SUCCESS', 'FAILED', 'CANCELLED')
-          AND (e.status <> 'FAILED' OR e.next_retry_at IS NULL)
-          AND (EXISTS (
-                    SELECT 1 FROM {schema}.cron_cursors c
-                    WHERE c.job_name = e.job_name AND c.scope_kind = e.scope_kind
-                      AND c.scope_id = e.scope_id)
-               OR EXISTS (
-                    SELECT 1 FROM {schema}.schedules s
-                    WHERE s.job_name = e.job_name AND s.scope_kind = e.scope_kind
-                      AND s.scope_id = e.scope_id)
-               OR EXISTS (
-                    SELECT 1 FROM {schema}.cron_executions n
-                    WHERE n.job_name = e.job_name AND n.scope_kind = e.scope_kind
-                      AND n.scope_id = e.scope_id AND n.trigger = 'schedule'
-                      AND n.plan_time > e.plan_time))
-        LIMIT %(batch)s
-        FOR UPDATE SKIP LOCKED)
-    RETURNING id
-),
-attempts AS (
-    DELETE FROM {schema}.cron_attempts a WHERE a.execution_id IN (SELECT id FROM gone)
-)
-SELECT count(*) AS deleted FROM gone
 
 -- name: notify
 SELECT pg_notify(%(channel)s, %(payload)s)

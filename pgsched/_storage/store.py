@@ -79,6 +79,13 @@ def migration_files() -> list[tuple[str, str, str]]:
     return sorted(out)
 
 
+# The partitions retention deletes rows from (the others it drops whole), by statement name.
+_PRUNED_WHOLE_ROWS = {
+    "prune_default_batch": "cron_executions_default",
+    "prune_legacy_batch": "cron_executions_legacy",
+}
+
+
 class _Statements:
     """The named statements of one schema, and how to run them."""
 
@@ -88,9 +95,11 @@ class _Statements:
         # scopes never hold up another's.
         self.lock_ns = f"pgsched.scope:{schema}\x1f"
         ident = sql.Identifier(schema)
-        self._q = {
-            name: sql.SQL(text).format(schema=ident) for name, text in _query_texts().items()
-        }
+        texts = dict(_query_texts())  # a copy: the texts are read once per process
+        prune = texts.pop("prune_batch")
+        self._q = {name: sql.SQL(text).format(schema=ident) for name, text in texts.items()}
+        for name, partition in _PRUNED_WHOLE_ROWS.items():
+            self._q[name] = sql.SQL(prune).format(schema=ident, partition=sql.Identifier(partition))
 
     async def _rows(
         self,
