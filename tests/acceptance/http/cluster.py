@@ -257,12 +257,13 @@ def running_cluster(dsn: str, workdir: Path) -> Iterator[Cluster]:
                 main.check_alive()
                 and cluster.one(
                     "SELECT count(*) FROM {s}.job_state WHERE job_name = ANY(%s)",
-                    (list(MAIN_JOBS),),
+                    ([*MAIN_JOBS, "quiet"],),
                 )
-                == len(MAIN_JOBS)
+                == len(MAIN_JOBS) + 1
             ),
             20,
-            "the main replica's jobs in job_state",
+            # The quiet replica's job too: a test run first reads both replicas' jobs.
+            "the main and quiet replicas' jobs in job_state",
         )
         yield cluster
         # Checked when the package's tests are done, not by a test meant to run last: neither
