@@ -73,6 +73,8 @@ class Sighting:
     first: datetime | None  # the first plan of a scope seen now
     spec: str  # what the first plan was computed from
     seen_at: datetime
+    runner: str  # the replica writing it
+    digest: str  # of its scope list: whether the job's live replicas agree on it
 
 
 @dataclass(frozen=True, slots=True)

@@ -213,8 +213,24 @@ SELECT * FROM taken
 -- job's catch-up (this first-sight lookup is the only read of the ledger's history). A
 -- retired cursor whose scope came back starts again as on first sight. Cursors of scopes no
 -- longer listed are retired (kept, so their scope is not mistaken for one from an earlier
--- version); those computed from another schedule are computed again by their next claim.
+-- version), but only while every other live replica that runs the job lists the same scopes
+-- (the same digest; `agreed`): in a rolling update that changes the list, nothing is retired
+-- until the replicas agree, and the caller writes its list again then. Cursors computed from
+-- another schedule are computed again by their next claim.
 WITH now AS MATERIALIZED (SELECT %(seen_at)s::timestamptz AS t),
+mine AS (
+    UPDATE {schema}.replicas r
+    SET scope_digests = r.scope_digests || jsonb_build_object(%(job)s::text, %(digest)s::text)
+    WHERE r.runner_id = %(runner)s
+    RETURNING 1
+),
+agreed AS MATERIALIZED (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM {schema}.replicas r, now
+        WHERE r.runner_id <> %(runner)s AND r.expires_at >= now.t AND %(job)s = ANY (r.jobs)
+          AND (r.scope_digests ->> %(job)s) IS DISTINCT FROM %(digest)s
+    ) AS ok
+),
 given AS MATERIALIZED (
     SELECT g.kind, g.id, g.due_at
     FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(dues)b::timestamptz[])
@@ -236,7 +252,7 @@ retired AS (
     UPDATE {schema}.cron_cursors c
     SET retired_at = now.t, next_plan_time = NULL, due_at = NULL, updated_at = now.t
     FROM pairs p, now
-    WHERE p.id IS NULL AND p.retired_at IS NULL
+    WHERE p.id IS NULL AND p.retired_at IS NULL AND (SELECT ok FROM agreed)
       AND c.job_name = %(job)s AND c.scope_kind = p.scope_kind AND c.scope_id = p.scope_id
     RETURNING 1
 ),
@@ -288,7 +304,7 @@ revived AS (
 ),
 seen AS (SELECT 1 FROM inserted UNION ALL SELECT 1 FROM revived)
 SELECT (SELECT count(*) FROM seen) AS seen, (SELECT count(*) FROM retired) AS retired,
-       (SELECT count(*) FROM respecified) AS respecified
+       (SELECT count(*) FROM respecified) AS respecified, (SELECT ok FROM agreed) AS agreed
 
 -- name: due_cursors
 -- The claim, first half: the job's cursors that are due, soonest first, locked for this
@@ -658,6 +674,13 @@ ON CONFLICT (job_name) DO UPDATE
 SET schedule = EXCLUDED.schedule, scopes = EXCLUDED.scopes, upcoming = EXCLUDED.upcoming,
     seen_at = EXCLUDED.seen_at,
     seen_by = EXCLUDED.seen_by
+
+-- name: scope_digests
+-- The digests of the scope lists the other live replicas last wrote, by job (sight_cursors):
+-- whether a job's replicas agree on its scopes.
+SELECT jobs, scope_digests AS digests
+FROM {schema}.replicas
+WHERE runner_id <> %(runner)s AND expires_at >= clock_timestamp()
 
 -- name: unregister_replica
 -- A replica that stops cleanly removes its row.

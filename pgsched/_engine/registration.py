@@ -46,7 +46,7 @@ class Registration:
     ) -> None:
         self._store, self._pool, self._recorder = store, pool, recorder
         self._runner_id, self._expiry = runner_id, expiry
-        self._every = min(_REGISTER_EVERY, self._expiry.total_seconds() / 3)
+        self.every = min(_REGISTER_EVERY, self._expiry.total_seconds() / 3)
         self._registered: list[tuple[str, str, str]] = []
         self._registered_at = 0.0
         self._partitioned_at: float | None = None
@@ -60,7 +60,7 @@ class Registration:
             (name, spec.schedule.describe(), scopes_mode(spec)) for name, spec in jobs.items()
         )
         clock = time.monotonic()
-        if entries == self._registered and clock - self._registered_at < self._every:
+        if entries == self._registered and clock - self._registered_at < self.every:
             return
         upcoming = [upcoming_plans(jobs[name], now) for name, _, _ in entries]
         await self._store.register_jobs(conn, entries, upcoming, self._entry())

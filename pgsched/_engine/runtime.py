@@ -116,7 +116,16 @@ class Runtime:
         self.last_tick_at: float | None = None  # any tick, failed or not: the loop is alive
         self.recorder = Recorder(metrics, runner_id)
         self.leases = LeaseTable(max_concurrency, self.recorder, self.wake)
-        self.sightings = Sightings(store, self.recorder, settings.tick_interval)
+        self.registration = Registration(
+            store, pool, self.recorder, runner_id, settings.replica_expiry
+        )
+        self.sightings = Sightings(
+            store,
+            self.recorder,
+            settings.tick_interval,
+            runner_id,
+            recheck_every=self.registration.every,
+        )
         self.claimer = Claimer(
             store,
             runner_id,
@@ -140,9 +149,6 @@ class Runtime:
         self._next_due: float | None = None  # monotonic time the next plan falls due
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
-        self.registration = Registration(
-            store, pool, self.recorder, runner_id, settings.replica_expiry
-        )
         # The last tick the database served to its end (a job's own claim error aside: one
         # bad job must not get the replica restarted); /healthz.
         self.started_at = time.monotonic()
@@ -289,6 +295,7 @@ class Runtime:
             if not self._standbys_checked:
                 await self._check_standbys(conn)
             await self.registration.register(conn, jobs, probe.now)
+            await self.sightings.settle(conn)
             for job in sorted(jobs.values(), key=lambda j: (-j.priority, j.name)):
                 if job.name in probe.paused or self._stopping.is_set():
                     continue

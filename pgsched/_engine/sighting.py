@@ -1,18 +1,23 @@
 """First sight: each code-defined job's scopes as this replica sees them, written to the
 database only when they (or the job's schedule) change, never every tick. A new scope gets
-its cursor there; one that left the fan-out has its cursor retired. Also keeps the scopes'
-own objects, so a claim hands the handler the ``Scope`` the job returned.
+its cursor there; one that left the fan-out has its cursor retired, but only while every live
+replica that runs the job lists the same scopes (a digest of each replica's list is kept in
+its ``replicas`` row): in a rolling update that changes the list, the replicas of the two
+versions would otherwise retire each other's scopes whenever one starts. A list written
+while they disagreed is written again once they agree. Also keeps the scopes' own objects,
+so a claim hands the handler the ``Scope`` the job returned.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .._config import JobSpec, evaluate_scopes
 from .._model import Scope
-from .._planning.cursors import due_at, first_plan, spec_key
+from .._planning.cursors import due_at, first_plan, scope_digest, spec_key
 from .._records import Sighting
 from .._results import describe_error
 from .._storage.store import Conn, Store
@@ -26,16 +31,27 @@ class _Seen:
     spec: str
     scopes: Sequence[Scope]
     known: Known
+    digest: str
+    agreed: bool  # the write retired what the list lacks: the live replicas agreed on it
 
 
 class Sightings:
     """Per-job scopes last written by this replica."""
 
-    def __init__(self, store: Store, recorder: Recorder, lookback: timedelta) -> None:
+    def __init__(
+        self,
+        store: Store,
+        recorder: Recorder,
+        lookback: timedelta,
+        runner_id: str,
+        recheck_every: float,
+    ) -> None:
         self._store, self._recorder = store, recorder
         # A plan that fell due within the last tick interval counts at first sight.
         self._lookback = lookback
+        self._runner_id, self._recheck_every = runner_id, recheck_every
         self._seen: dict[str, _Seen] = {}
+        self._checked_at: float | None = None
 
     async def see(self, conn: Conn, job: JobSpec, now: datetime) -> tuple[Known, bool]:
         """The job's scopes at ``now`` (the database's clock) by key, and whether this call
@@ -51,9 +67,32 @@ class Sightings:
         if last is not None and last.spec == spec and _same(last.scopes, scopes):
             return last.known, False
         known = {(s.kind, s.id): s for s in scopes}
-        await self._store.sight_cursors(conn, job.name, self._sighting(job, known, spec, now))
-        self._seen[job.name] = _Seen(spec, scopes, known)
+        sighting = self._sighting(job, known, spec, now)
+        written = await self._store.sight_cursors(conn, job.name, sighting)
+        agreed = bool(written["agreed"])
+        if not agreed:
+            self._recorder.log.info("scopes_retirement_deferred", job=job.name)
+        self._seen[job.name] = _Seen(spec, scopes, known, sighting.digest, agreed)
         return known, True
+
+    async def settle(self, conn: Conn) -> None:
+        """Compare, at most once per ``recheck_every``, the scope lists of the other live
+        replicas with this one's: a job they now disagree on is marked so, and one marked so
+        that they all agree on again is written again at its next sight (retiring what none
+        of them lists any more)."""
+        clock = time.monotonic()
+        if not self._seen or (
+            self._checked_at is not None and clock - self._checked_at < self._recheck_every
+        ):
+            return
+        self._checked_at = clock
+        others = await self._store.scope_digests(conn, self._runner_id)
+        for name, seen in list(self._seen.items()):
+            digests = [row["digests"].get(name) for row in others if name in row["jobs"]]
+            if any(d is not None and d != seen.digest for d in digests):
+                seen.agreed = False
+            elif not seen.agreed and all(d == seen.digest for d in digests):
+                del self._seen[name]
 
     def _sighting(self, job: JobSpec, known: Known, spec: str, now: datetime) -> Sighting:
         first = first_plan(job, now, self._lookback)
@@ -65,6 +104,8 @@ class Sightings:
             first=first,
             spec=spec,
             seen_at=now,
+            runner=self._runner_id,
+            digest=scope_digest(keys),
         )
 
     def forget(self, job: str) -> None:

@@ -19,6 +19,7 @@ next. No I/O: the claimer reads the due cursors and writes the claims and moves.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -70,6 +71,13 @@ def spec_key(recurrence: Recurrence) -> str:
     if isinstance(recurrence, CronRecurrence):
         return f"{recurrence.describe()} {recurrence.dst_repeated} {recurrence.dst_skipped}"
     return recurrence.describe()
+
+
+def scope_digest(keys: Sequence[tuple[str, str]]) -> str:
+    """A digest of a job's scope list (sorted keys): equal on two replicas when they list the
+    same scopes."""
+    text = "\x1e".join(f"{kind}\x1f{id_}" for kind, id_ in keys)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def first_plan(job: CursorRules, seen_at: datetime, lookback: timedelta) -> datetime | None:

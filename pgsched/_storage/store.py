@@ -352,7 +352,8 @@ class Store(_JobStatements, _LedgerStatements):
 
     async def sight_cursors(self, conn: Conn, job: str, seen: Sighting) -> Row:
         """Write ``job``'s scopes as seen now: cursors for new ones, retired ones for those
-        gone; returns the counts (seen, retired, respecified)."""
+        gone while the job's live replicas agree on its scopes; returns the counts (seen,
+        retired, respecified) and whether they agreed."""
         params = {
             "job": job,
             "kinds": seen.kinds,
@@ -361,8 +362,14 @@ class Store(_JobStatements, _LedgerStatements):
             "first": seen.first,
             "spec": seen.spec,
             "seen_at": seen.seen_at,
+            "runner": seen.runner,
+            "digest": seen.digest,
         }
         return await self._one(conn, "sight_cursors", params)
+
+    async def scope_digests(self, conn: Conn, runner: str) -> list[Row]:
+        """The other live replicas' jobs and scope-list digests by job."""
+        return await self._rows(conn, "scope_digests", {"runner": runner})
 
     async def due_cursors(
         self, conn: Conn, terms: ClaimTerms, delay: timedelta, limit: int

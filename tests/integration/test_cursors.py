@@ -5,6 +5,7 @@ rule throughout: marked ``first_sight``, so the default ``first_sight="next"`` a
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from datetime import timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ import pgsched
 from pgsched._storage.store import _query_texts
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import db_now, insert_row, rows, table
-from tests.support.threads import Recorder, run_together
+from tests.support.threads import Recorder, run_together, running
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.first_sight
@@ -136,6 +137,41 @@ def test_a_scope_that_leaves_is_retired_and_comes_back_as_on_first_sight(
     got = sorted((r["scope_id"], r["plan_time"]) for r in rows(db, migrated, "fan"))
     # a catches up on the second plan; b, back after it fell due, starts after it
     assert got == [("a", first), ("a", second), ("b", first)]
+
+
+def _retired(db: Any, schema: str) -> dict[str, bool]:
+    return {k: c["retired_at"] is not None for k, c in _cursors(db, schema, "fan").items()}
+
+
+def _sighted(db: Any, schema: str, runner: str) -> bool:
+    """Whether the replica has written its list of fan's scopes (its digest is in its row)."""
+    query = sql.SQL("SELECT 1 FROM {} WHERE runner_id = %s AND scope_digests ? 'fan'")
+    return db.execute(query.format(table(schema, "replicas")), (runner,)).fetchone() is not None
+
+
+def test_a_rolling_update_that_changes_the_scopes_retires_nothing_until_replicas_agree(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    """Version 1 lists tenants a and x, version 2 lists a and y. While both run, neither
+    retires the other's scopes, however often each starts; once version 1 is gone, version
+    2's running replica writes its list again and x is retired."""
+    a, x, y = (pgsched.Scope("t", i) for i in "axy")
+
+    def start(stack: ExitStack, runner: str, scopes: list[pgsched.Scope]) -> None:
+        s = make_scheduler(runner, replica_expiry="3s")  # rechecks its peers every second
+        s.register(lambda run: None, name="fan", every="1h", scopes=scopes)
+        stack.enter_context(running(s))
+        wait_until(lambda: _sighted(db, migrated, runner), 15, f"{runner} to write its list")
+
+    with ExitStack() as v2, ExitStack() as v1:
+        start(v1, "v1-a", [a, x])
+        start(v2, "v2-a", [a, y])
+        assert _retired(db, migrated) == {"a": False, "x": False, "y": False}
+        start(v1, "v1-b", [a, x])  # a version 1 replica starts again mid-rollout
+        assert _retired(db, migrated) == {"a": False, "x": False, "y": False}
+        v1.close()  # version 1 stops
+        wait_until(lambda: _retired(db, migrated)["x"], 15, "x retired once the replicas agree")
+        assert _retired(db, migrated) == {"a": False, "x": True, "y": False}
 
 
 def test_eight_replicas_claim_each_scope_once(make_scheduler: Any, migrated: str, db: Any) -> None:

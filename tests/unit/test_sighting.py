@@ -17,17 +17,29 @@ NOW = datetime(2027, 3, 10, 12, 0, 0, 300_000, tzinfo=UTC)
 class _Store:
     def __init__(self) -> None:
         self.writes: list[tuple[str, Any]] = []
+        self.others: list[dict[str, Any]] = []  # the other live replicas' rows
 
-    async def sight_cursors(self, conn: Any, name: str, seen: Any) -> dict[str, int]:
+    async def sight_cursors(self, conn: Any, name: str, seen: Any) -> dict[str, Any]:
         self.writes.append((name, seen))
-        return {"seen": len(seen.kinds), "retired": 0, "respecified": 0}
+        agreed = all(r["digests"].get(name) == seen.digest for r in self._running(name))
+        return {"seen": len(seen.kinds), "retired": 0, "respecified": 0, "agreed": agreed}
+
+    async def scope_digests(self, conn: Any, runner: str) -> list[dict[str, Any]]:
+        return self.others
+
+    def _running(self, name: str) -> list[dict[str, Any]]:
+        return [r for r in self.others if name in r["jobs"]]
+
+
+def _sightings(store: _Store) -> Sightings:
+    return Sightings(store, recorder(), timedelta(seconds=1), "r1", recheck_every=0.0)  # type: ignore[arg-type]
 
 
 def test_scopes_are_written_only_when_they_change() -> None:
     answer = [pgsched.Scope("t", "a")]
     spec = job(every="1h", scopes=lambda now: list(answer))
     store = _Store()
-    sightings = Sightings(store, recorder(), timedelta(seconds=1))  # type: ignore[arg-type]
+    sightings = _sightings(store)
 
     def see(at: datetime) -> bool:
         return asyncio.run(sightings.see(None, spec, at))[1]  # type: ignore[arg-type]
@@ -55,9 +67,38 @@ def test_a_failing_scopes_callable_writes_nothing_and_keeps_the_last_scopes() ->
 
     spec = job(every="1h", scopes=scopes)
     store = _Store()
-    sightings = Sightings(store, recorder(), timedelta(seconds=1))  # type: ignore[arg-type]
+    sightings = _sightings(store)
     known, wrote = asyncio.run(sightings.see(None, spec, NOW))  # type: ignore[arg-type]
     assert wrote and set(known) == {("t", "a")}
     known, wrote = asyncio.run(sightings.see(None, spec, NOW))  # type: ignore[arg-type]
     assert not wrote and set(known) == {("t", "a")}
     assert len(store.writes) == 1
+
+
+def test_a_list_written_while_replicas_disagree_is_written_again_once_they_agree() -> None:
+    """A rolling update: another live replica lists other scopes of the job (its digest
+    differs), so this replica's write retires nothing; once that replica is gone, the list
+    is written again (and retires then). A replica that does not run the job has no say."""
+    spec = job(name="j", every="1h", scopes=lambda now: [pgsched.Scope("t", "a")])
+    store = _Store()
+    store.others = [
+        {"jobs": ["j"], "digests": {"j": "an older list"}},
+        {"jobs": ["other"], "digests": {}},
+    ]
+    sightings = _sightings(store)
+
+    def tick(at: datetime) -> bool:
+        asyncio.run(sightings.settle(None))  # type: ignore[arg-type]
+        return asyncio.run(sightings.see(None, spec, at))[1]  # type: ignore[arg-type]
+
+    assert tick(NOW)
+    assert not tick(NOW + timedelta(seconds=1))  # still disagreeing: nothing to redo
+    store.others = store.others[1:]  # the older replica stopped
+    assert tick(NOW + timedelta(seconds=2))
+    assert not tick(NOW + timedelta(seconds=3))
+    # An older replica starts again and writes its own list: once it is gone, again.
+    store.others = [{"jobs": ["j"], "digests": {"j": "an older list"}}]
+    assert not tick(NOW + timedelta(seconds=4))
+    store.others = []
+    assert tick(NOW + timedelta(seconds=5))
+    assert len(store.writes) == 3
