@@ -77,12 +77,23 @@ class Sighting:
     digest: str  # of its scope list: whether the job's live replicas agree on it
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class Renewal:
+    """A heartbeat of one lease (sorted by id: the lock order of a batch)."""
+
+    id: UUID
+    token: UUID
+    plan_time: datetime  # names the row's partition
+    stale_timeout_s: float
+
+
 @dataclass(frozen=True, slots=True)
 class Finish:
     """A terminal write for one lease."""
 
     id: UUID
     token: UUID
+    plan_time: datetime  # names the row's partition
     status: str
     error_code: str | None
     error_msg: str | None

@@ -419,21 +419,25 @@ LEFT JOIN ins ON true
 -- (Array parameters go in binary, "b" placeholders: dumping them as text costs the replica several
 -- times the CPU per row.)
 -- Renews every lease this replica holds in one statement; ids missing from the result
--- were lost (stolen or closed out).
+-- were lost (stolen or closed out). Each lease's plan time names its partition (pruned as
+-- the statement runs), so a lookup by id reads one partition's id index, not every one's.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 UPDATE {schema}.cron_executions e
 SET heartbeat_at = now.t, stale_after = now.t + make_interval(secs => b.stale_timeout_s),
     updated_at = now.t
-FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(stale_timeouts)b::float8[])
-     AS b(id, token, stale_timeout_s),
+FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(plans)b::timestamptz[],
+            %(stale_timeouts)b::float8[])
+     AS b(id, token, plan_time, stale_timeout_s),
      now
-WHERE e.id = b.id AND e.lease_token = b.token AND e.status = 'RUNNING'
+WHERE e.id = b.id AND e.lease_token = b.token AND e.plan_time = b.plan_time
+  AND e.status = 'RUNNING'
 RETURNING e.id
 
 -- name: finish
 -- Terminal writes of a batch, each guarded by its lease token; ids missing from the
 -- result lost their lease and wrote nothing. A FAILED attempt (retried or final) is kept in
--- cron_attempts by the same statement, with its traceback.
+-- cron_attempts by the same statement, with its traceback. The plan time prunes the
+-- partitions read, as for heartbeat.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 done AS (
     UPDATE {schema}.cron_executions e
@@ -443,14 +447,15 @@ done AS (
         error_msg = left(b.error_msg, 4000),
         next_retry_at = CASE WHEN b.status = 'FAILED' AND e.attempt < e.max_attempts
                              THEN now.t + make_interval(secs => b.retry_delay) END
-    FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(statuses)b::text[],
-                %(error_codes)b::text[], %(error_msgs)b::text[], %(rows)b::bigint[],
-                %(results)b::text[], %(durations)b::integer[], %(retry_delays)b::float8[],
-                %(tracebacks)b::text[])
-         AS b(id, token, status, error_code, error_msg, rows_affected, result, duration_ms,
-              retry_delay, traceback),
+    FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(plans)b::timestamptz[],
+                %(statuses)b::text[], %(error_codes)b::text[], %(error_msgs)b::text[],
+                %(rows)b::bigint[], %(results)b::text[], %(durations)b::integer[],
+                %(retry_delays)b::float8[], %(tracebacks)b::text[])
+         AS b(id, token, plan_time, status, error_code, error_msg, rows_affected, result,
+              duration_ms, retry_delay, traceback),
          now
-    WHERE e.id = b.id AND e.lease_token = b.token AND e.status = 'RUNNING'
+    WHERE e.id = b.id AND e.lease_token = b.token AND e.plan_time = b.plan_time
+      AND e.status = 'RUNNING'
     RETURNING e.id, e.next_retry_at, e.status, e.fencing_token, e.attempt, e.runner_id,
               e.started_at, e.finished_at, e.error_code, e.error_msg, b.traceback, e.plan_time
 ),
@@ -496,7 +501,7 @@ brought AS (
         error_msg = left(w.error_msg, 4000), next_retry_at = w.next_retry_at,
         updated_at = now.t
     FROM w, now
-    WHERE e.id = w.id AND w.status <> 'RUNNING'
+    WHERE e.id = w.id AND e.plan_time = w.plan_time AND w.status <> 'RUNNING'
       AND (e.attempt < w.attempt
            OR (e.attempt = w.attempt
                AND (e.status = 'PENDING'
@@ -526,7 +531,8 @@ SELECT (SELECT count(*) FROM brought) AS brought, (SELECT count(*) FROM restored
 -- name: lease_status
 -- The status of an execution while this lease token holds it, no row once another holds it:
 -- after a transactional run's connection was lost, whether its COMMIT landed.
-SELECT status FROM {schema}.cron_executions WHERE id = %(id)s AND lease_token = %(token)s
+SELECT status FROM {schema}.cron_executions
+WHERE id = %(id)s AND lease_token = %(token)s AND plan_time = %(plan)s
 
 -- name: lock_trigger_scope
 -- Before `trigger`, in its transaction: one trigger of a (job, scope) at a time, so its check

@@ -73,6 +73,8 @@ class Sightings:
         if not agreed:
             self._recorder.log.info("scopes_retirement_deferred", job=job.name)
         self._seen[job.name] = _Seen(spec, scopes, known, sighting.digest, agreed)
+        if self._checked_at is None:  # the write just compared: the next check is due later
+            self._checked_at = time.monotonic()
         return known, True
 
     async def settle(self, conn: Conn) -> None:

@@ -94,7 +94,9 @@ class Transactions:
         except TransactionUnavailable as exc:
             raise exc.cause from None  # the caller retries what the database failed
         async with conn:
-            return await self._store.lease_status(conn, run.execution_id, run.lease_token)
+            return await self._store.lease_status(
+                conn, run.execution_id, run.lease_token, run.plan_time
+            )
 
     async def _open_async(self) -> BoundedAsyncConnection:
         """A connection to the server the replica writes to (steered past a refused host; a

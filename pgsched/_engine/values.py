@@ -91,6 +91,7 @@ class Outcome:
         return Finish(
             run.execution_id,
             run.lease_token,
+            run.plan_time,
             self.status,
             self.error_code,
             self.error_msg,

@@ -17,7 +17,7 @@ from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
 
-from .._records import Finish, Restore, Server
+from .._records import Finish, Renewal, Restore, Server
 from .._results import describe_error
 from .._storage.connection import Backoff, pool_hosts, pooled, unavailable
 from .._storage.store import Conn, Store
@@ -243,7 +243,12 @@ class LeaseWriter:
 
     async def _renew(self, due: list[Lease]) -> set[UUID]:
         leases = [
-            (lease.execution_id, lease.run.lease_token, lease.job.stale_timeout.total_seconds())
+            Renewal(
+                lease.execution_id,
+                lease.run.lease_token,
+                lease.run.plan_time,
+                lease.job.stale_timeout.total_seconds(),
+            )
             for lease in due
         ]
         async with self._lock, pooled(self._pool) as conn:

@@ -23,6 +23,7 @@ from .._records import (
     CursorMove,
     Finish,
     Probe,
+    Renewal,
     ReplicaEntry,
     Restore,
     Row,
@@ -399,16 +400,17 @@ class Store(_JobStatements, _LedgerStatements):
         rows = await self._rows(conn, "claim_cursors", params, prepare=_PLAN_EACH_TIME)
         return [r for r in rows if r["id"] is not None]
 
-    async def heartbeat(self, conn: Conn, leases: Sequence[tuple[UUID, UUID, float]]) -> set[UUID]:
-        """Renew ``(id, token, stale_timeout_s)`` leases; returns the ids still held."""
+    async def heartbeat(self, conn: Conn, leases: Sequence[Renewal]) -> set[UUID]:
+        """Renew the leases; returns the ids still held."""
         ordered = sorted(leases)  # one lock order for every batch: no deadlock between them
         rows = await self._rows(
             conn,
             "heartbeat",
             {
-                "ids": [lease[0] for lease in ordered],
-                "tokens": [lease[1] for lease in ordered],
-                "stale_timeouts": [lease[2] for lease in ordered],
+                "ids": [lease.id for lease in ordered],
+                "tokens": [lease.token for lease in ordered],
+                "plans": [lease.plan_time for lease in ordered],
+                "stale_timeouts": [lease.stale_timeout_s for lease in ordered],
             },
         )
         return {r["id"] for r in rows}
@@ -418,9 +420,11 @@ class Store(_JobStatements, _LedgerStatements):
         rows = await self._rows(conn, "finish", _finish_params(batch))
         return {r["id"]: r["next_retry_at"] for r in rows}
 
-    async def lease_status(self, conn: Conn, execution_id: UUID, token: UUID) -> str | None:
+    async def lease_status(
+        self, conn: Conn, execution_id: UUID, token: UUID, plan_time: datetime
+    ) -> str | None:
         """The execution's status while ``token`` holds its lease, else None."""
-        params = {"id": execution_id, "token": token}
+        params = {"id": execution_id, "token": token, "plan": plan_time}
         rows = await self._rows(conn, "lease_status", params)
         return str(rows[0]["status"]) if rows else None
 
@@ -583,6 +587,7 @@ def _finish_params(batch: Sequence[Finish]) -> dict[str, Any]:
     return {
         "ids": [f.id for f in ordered],
         "tokens": [f.token for f in ordered],
+        "plans": [f.plan_time for f in ordered],
         "statuses": [f.status for f in ordered],
         "error_codes": [f.error_code for f in ordered],
         "error_msgs": [f.error_msg for f in ordered],

@@ -222,7 +222,18 @@ def test_a_second_success_under_the_same_lease_writes_nothing(
     async def again() -> dict[Any, Any]:
         async with await psycopg.AsyncConnection.connect(runtime_dsn) as conn:
             await conn.execute(insert)
-            fin = Finish(row["id"], row["lease_token"], "SUCCESS", None, None, 1, None, 1, None)
+            fin = Finish(
+                row["id"],
+                row["lease_token"],
+                row["plan_time"],
+                "SUCCESS",
+                None,
+                None,
+                1,
+                None,
+                1,
+                None,
+            )
             written = await Store(migrated).finish(conn, [fin])
             await (conn.commit() if written else conn.rollback())
             return written

@@ -132,7 +132,10 @@ def finish_with_token(
 
     async def go() -> dict[UUID, datetime | None]:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            fin = Finish(ident, token, status, None, None, 99, '{"by": "old"}', 1, None)
+            query = sql.SQL("SELECT plan_time FROM {} WHERE id = %s").format(table(schema))
+            found = await (await conn.execute(query, (ident,))).fetchone()
+            assert found is not None, f"no execution {ident}"
+            fin = Finish(ident, token, found[0], status, None, None, 99, '{"by": "old"}', 1, None)
             return await Store(schema).finish(conn, [fin])
 
     return asyncio.run(go())

@@ -26,7 +26,7 @@ from pgsched._engine.leases import LeaseTable, open_lease
 from pgsched._engine.recorder import Recorder
 from pgsched._engine.values import Claim, Lease, Outcome
 from pgsched._metrics import Metrics
-from pgsched._records import Finish, Restore
+from pgsched._records import Finish, Renewal, Restore
 
 PLAN = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)  # a Monday, on every cadence below an hour
 RUNNER = "r1"
@@ -177,10 +177,10 @@ class FakeStore:
                     written[row.id] = None if retry is None else PLAN + timedelta(seconds=retry)
             return written
 
-    async def heartbeat(self, conn: FakeConn, leases: list[tuple[UUID, UUID, float]]) -> set[UUID]:
-        self.beats.append([ident for ident, _, _ in leases])
+    async def heartbeat(self, conn: FakeConn, leases: list[Renewal]) -> set[UUID]:
+        self.beats.append([lease.id for lease in leases])
         async with self._statement("heartbeat"):
-            return {ident for ident, token, _ in leases if self.held.get(ident) == token}
+            return {lease.id for lease in leases if self.held.get(lease.id) == lease.token}
 
     async def synchronous_commit(self, conn: FakeConn) -> None:
         self.synchronous_in_transaction.append(conn.in_transaction)
