@@ -140,3 +140,23 @@ def test_churn_check_flags_a_stale_plan(tmp_path: Path) -> None:
     assert any(allowed(v, 100.0) for v in in_flight)
     assert any(allowed(v, 105.0) for v in late)  # the new cadence's first plan after the put
     assert not allowed(Version(100.0, 100.5, None), 105.0)  # deleted
+
+
+def test_history_smoke(pg_dsn: str, tmp_path: Path) -> None:
+    """Workload (j) in small: a live fan-out measured on an empty ledger, then with 20,000
+    rows of history over two days, then while retention drops the oldest day, which must
+    take that day's rows and nothing else."""
+    from bench.history import main as history
+
+    argv = ["--dsn", pg_dsn, "--scopes", "50", "--every", "2", "--warmup", "1", "--window", "4"]
+    argv += ["--rows", "20000", "--days", "2", "--reads", "2", "--results-dir", str(tmp_path)]
+    assert history(argv) == 0
+    (written,) = tmp_path.glob("history-*.json")
+    result = json.loads(written.read_text())
+    assert result["history"]["rows"] == 20000
+    for phase in (result["empty"], result["full"], result["retention"]["window"]):
+        assert phase["start"]["runs"] > 0
+        assert all(ms > 0 for ms in phase["reads_ms"].values()), phase["reads_ms"]
+    assert result["full"]["ledger_rows"] >= 20000 + result["empty"]["ledger_rows"]
+    assert "deleted 10000 finished run(s)" in result["retention"]["prune"]["output"]
+    assert set(result["ratios"]) >= set(result["full"]["reads_ms"])
