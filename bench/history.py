@@ -46,7 +46,7 @@ from psycopg import sql
 
 import pgsched
 from bench import REPO, pg
-from bench.ledger import wal
+from bench.ledger import one, wal
 from bench.measure import pgsched_statement
 from pgsched._http.auth import Tokens
 from pgsched._http.web import Dashboard, WebRequest
@@ -116,34 +116,33 @@ def replica(dsn: str, args: argparse.Namespace) -> Iterator[subprocess.Popen[byt
             HISTORY_SCOPES=str(args.scopes),
             HISTORY_EVERY=str(args.every),
         )
+        log = (Path(tmp) / "replica.log").open("wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pgsched", "run", str(app)],
+            [sys.executable, "-m", "pgsched", "run", str(app), "--no-http"],
             env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         try:
             yield proc
         finally:
             proc.terminate()
             proc.wait(60)
+            log.close()
+            if proc.returncode not in (0, -15):
+                tail = (Path(tmp) / "replica.log").read_text(errors="replace")[-3000:]
+                print(f"the replica ended with {proc.returncode}:\n{tail}", file=sys.stderr)
 
 
 def _table() -> sql.Composed:
     return sql.SQL("{}.cron_executions").format(sql.Identifier(SCHEMA))
 
 
-def _one(conn: psycopg.Connection[Any], query: Any, params: Any = None) -> tuple[Any, ...]:
-    row = conn.execute(query, params).fetchone()
-    assert row is not None
-    return tuple(row)
-
-
 def _wait_for_runs(conn: psycopg.Connection[Any], deadline_s: float) -> None:
     """Until the replica has finished some runs (it migrated and claimed), or fail."""
     query = sql.SQL("SELECT count(*) FROM {} WHERE finished_at IS NOT NULL").format(_table())
     deadline = time.monotonic() + deadline_s
-    while _one(conn, query)[0] == 0:
+    while one(conn, query)[0] == 0:
         if time.monotonic() > deadline:
             raise SystemExit(f"no run finished within {deadline_s:.0f} s")
         time.sleep(0.5)
@@ -154,7 +153,7 @@ def _wait_for_runs(conn: psycopg.Connection[Any], deadline_s: float) -> None:
 
 def _statements(conn: psycopg.Connection[Any]) -> dict[str, dict[str, float]] | None:
     """Calls and mean database ms of pgsched's statements since the reset, by name."""
-    if not _one(conn, "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'")[0]:
+    if not one(conn, "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'")[0]:
         return None
     rows = conn.execute(
         "SELECT query, calls, total_exec_time FROM pg_stat_statements"
@@ -175,7 +174,7 @@ def _statements(conn: psycopg.Connection[Any]) -> dict[str, dict[str, float]] | 
 
 
 def _reset_statements(conn: psycopg.Connection[Any]) -> None:
-    if _one(conn, "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'")[0]:
+    if one(conn, "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'")[0]:
         conn.execute(
             "SELECT pg_stat_statements_reset(0,"
             " (SELECT oid FROM pg_database WHERE datname = current_database()), 0)"
@@ -235,14 +234,14 @@ async def _reads(dsn: str, reads: int) -> dict[str, float]:
 def phase(dsn: str, conn: psycopg.Connection[Any], args: argparse.Namespace) -> dict[str, Any]:
     """One window of the live load: its statements and start lag, then the reads."""
     _reset_statements(conn)
-    since = _one(conn, "SELECT clock_timestamp()")[0]
+    since = one(conn, "SELECT clock_timestamp()")[0]
     time.sleep(args.window)
-    until = _one(conn, "SELECT clock_timestamp()")[0] - timedelta(seconds=args.every)
+    until = one(conn, "SELECT clock_timestamp()")[0] - timedelta(seconds=args.every)
     return {
         "statements": _statements(conn),
         "start": _lag(conn, since, until),
         "reads_ms": asyncio.run(_reads(dsn, args.reads)),
-        "ledger_rows": _one(conn, sql.SQL("SELECT count(*) FROM {}").format(_table()))[0],
+        "ledger_rows": one(conn, sql.SQL("SELECT count(*) FROM {}").format(_table()))[0],
     }
 
 
@@ -251,7 +250,7 @@ def phase(dsn: str, conn: psycopg.Connection[Any], args: argparse.Namespace) -> 
 
 def fill(conn: psycopg.Connection[Any], args: argparse.Namespace) -> dict[str, Any]:
     """``--rows`` finished rows over the ``--days`` days before today's, then VACUUM ANALYZE."""
-    today = _one(conn, "SELECT date_bin('1 day', now(), '2000-01-01')")[0]
+    today = one(conn, "SELECT date_bin('1 day', now(), '2000-01-01')")[0]
     first = today - timedelta(days=args.days)
     days = [first + timedelta(days=d) for d in range(args.days)]
     ensure = sql.SQL("SELECT {}(%s)").format(sql.Identifier(SCHEMA, "cron_ensure_partitions"))
@@ -287,7 +286,7 @@ def retention(
     dsn: str, conn: psycopg.Connection[Any], args: argparse.Namespace, first_day: datetime
 ) -> dict[str, Any]:
     """A third window, ``pgsched prune`` dropping the oldest day in its middle."""
-    now = _one(conn, "SELECT now()")[0]
+    now = one(conn, "SELECT now()")[0]
     # The cutoff a minute past the oldest day's end: that day's partition and no other.
     older_than = int((now - (first_day + timedelta(days=1, minutes=1))).total_seconds())
     done: dict[str, Any] = {}

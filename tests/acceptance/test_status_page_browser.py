@@ -6,7 +6,6 @@ Skipped where Chromium is not installed (`apt-get install chromium`).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.support.replica import Replica
 from tests.support.waiting import wait_until
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
     pytest.mark.acceptance,
     pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed"),
@@ -44,13 +43,7 @@ def _chromium(*args: str) -> subprocess.CompletedProcess[str]:
     assert CHROMIUM is not None
     flags = [
         "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
+        *CHROMIUM_ARGS,
         f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}",
         "--window-size=1400,1000",
     ]

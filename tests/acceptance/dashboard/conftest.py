@@ -22,19 +22,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.support.replica import Replica, clean_env
 from tests.support.waiting import wait_until
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 OPERATOR = f"op-{uuid.uuid4().hex}"
 VIEWER = f"view-{uuid.uuid4().hex}"
 HOSTILE = "<script>alert(1)</script>"
@@ -147,8 +138,8 @@ def _schedules(dsn: str, schema: str) -> None:
 
 @pytest.fixture(scope="package")
 def site(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium")
+    if CHROMIUM is None:
+        pytest.fail("Debian's chromium is missing: apt-get install chromium")
     work = tmp_path_factory.mktemp("dashboard")
     shots = Path(os.environ.get("PGSCHED_SCREENSHOTS") or tmp_path_factory.mktemp("shots"))
     shots.mkdir(parents=True, exist_ok=True)
@@ -203,7 +194,7 @@ def browser(site: Site) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS))
         yield launched
         launched.close()
 
