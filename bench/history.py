@@ -74,8 +74,10 @@ APP = textwrap.dedent(
 )
 
 # History shaped as pgsched's finished rows of the job: one per (scope, plan), the plans of a
-# day spread evenly over it; one run in 97 failed. Filled a day (a partition) per statement.
+# day spread evenly over it; one run in 97 failed, its attempt kept in cron_attempts as
+# pgsched keeps it. Filled a day (a partition) per statement.
 FILL = """
+WITH filled AS (
 INSERT INTO {table} (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt,
     max_attempts, runner_id, lease_token, fencing_token, heartbeat_at, stale_after, started_at,
     finished_at, duration_ms, result, error_code, error_msg, created_at, updated_at)
@@ -87,6 +89,14 @@ SELECT %(job)s, 'tenant', (i %% %(scopes)s)::text, p.t, 'schedule',
 FROM generate_series(0, %(rows)s - 1) AS i,
      LATERAL (SELECT %(day)s::timestamptz
                      + make_interval(secs => (i / %(scopes)s) * %(step)s) AS t) AS p
+RETURNING id, fencing_token, attempt, runner_id, started_at, finished_at, error_code,
+          error_msg, plan_time, status
+)
+INSERT INTO {attempts} (execution_id, fencing_token, attempt, runner_id, started_at,
+    finished_at, error_code, error_msg, traceback, plan_time)
+SELECT id, fencing_token, attempt, runner_id, started_at, finished_at, error_code, error_msg,
+       'Traceback (most recent call last):\nRuntimeError: quota', plan_time
+FROM filled WHERE status = 'FAILED'
 """
 
 
@@ -265,7 +275,8 @@ def fill(dsn: str, conn: psycopg.Connection[Any], args: argparse.Namespace) -> d
         params = {"job": JOB, "scopes": args.scopes, "rows": per_day, "day": day}
         params["step"] = 86400 / plans_per_day
         with psycopg.connect(dsn, autocommit=True) as mine:
-            mine.execute(sql.SQL(FILL).format(table=_table()), params)
+            attempts = sql.Identifier(SCHEMA, "cron_attempts")
+            mine.execute(sql.SQL(FILL).format(table=_table(), attempts=attempts), params)
         print(f"history: {day:%Y-%m-%d} filled", file=sys.stderr, flush=True)
 
     with ThreadPoolExecutor(2) as pool:  # two days at once: the machine's two cores

@@ -770,9 +770,14 @@ SELECT j.job_name AS job, j.paused, j.schedule, j.seen_at, j.seen_by,
        (SELECT count(*) FROM {schema}.cron_executions e
         WHERE e.job_name = j.job_name AND e.status = 'RUNNING'
           AND e.stale_after < (SELECT t FROM now)) AS stale,
+       -- FAILED with no retry left: all FAILED rows less those awaiting a retry (few at any
+       -- time). Both counts are index-only scans of partial indexes (failed_job, retry), where
+       -- reading next_retry_at from each FAILED row of a long history took seconds.
        (SELECT count(*) FROM {schema}.cron_executions e
-        WHERE e.job_name = j.job_name AND e.status = 'FAILED'
-          AND e.next_retry_at IS NULL) AS failed,
+        WHERE e.job_name = j.job_name AND e.status = 'FAILED')
+       - (SELECT count(*) FROM {schema}.cron_executions e
+          WHERE e.job_name = j.job_name AND e.status = 'FAILED'
+            AND e.next_retry_at IS NOT NULL) AS failed,
        (SELECT count(*) FROM {schema}.cron_executions e
         WHERE e.job_name = j.job_name AND e.status = 'PENDING') AS pending,
        -- dynamic jobs: their schedules, how many are paused, the next plan due
@@ -844,7 +849,10 @@ ORDER BY 1, 5 NULLS LAST
 -- name: failed_attempts
 -- The newest failed attempts across jobs (the status page's recent failures), those of
 -- executions that later succeeded included; a FAILED row with no kept attempt (written before
--- version 8, or by an older replica) counts as its own.
+-- version 8, by an older replica, or put back after a failover that lost its attempt) counts
+-- as its own. Such rows are looked for among each job's newest `limit` FAILED rows only (read
+-- through its failed_job index): an older one has `limit` newer entries, so it is never among
+-- the newest `limit`, and a long history is never read whole.
 SELECT f.* FROM (
     (SELECT a.execution_id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time,
             a.attempt, e.max_attempts, a.runner_id, a.finished_at, a.error_code, a.error_msg,
@@ -859,9 +867,13 @@ SELECT f.* FROM (
     (SELECT e.id, e.job_name, e.scope_kind, e.scope_id, e.plan_time, e.attempt, e.max_attempts,
             e.runner_id, e.finished_at, e.error_code, e.error_msg, e.status, e.attempt,
             e.next_retry_at, true
-     FROM {schema}.cron_executions e
-     WHERE e.status = 'FAILED' AND e.finished_at IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM {schema}.cron_attempts a
+     FROM {schema}.job_state j
+     CROSS JOIN LATERAL (
+         SELECT x.* FROM {schema}.cron_executions x
+         WHERE x.job_name = j.job_name AND x.status = 'FAILED' AND x.finished_at IS NOT NULL
+         ORDER BY x.finished_at DESC
+         LIMIT %(limit)s) AS e
+     WHERE NOT EXISTS (SELECT 1 FROM {schema}.cron_attempts a
                        WHERE a.execution_id = e.id AND a.fencing_token = e.fencing_token)
      ORDER BY e.finished_at DESC
      LIMIT %(limit)s)
@@ -943,9 +955,13 @@ SELECT pg_is_in_recovery() AS in_recovery,
 -- name: configure_session
 -- Applied to every pgsched connection: a stuck statement or an abandoned transaction cannot
 -- hold row locks for ever. Behind a transaction-pooling PgBouncer only inside a transaction
--- (local), since a server connection's session is shared.
+-- (local), since a server connection's session is shared. No JIT compilation: pgsched's
+-- statements each read few rows, but over a partitioned ledger with a long history they are
+-- estimated costly enough to be compiled, which took longer than the statements themselves
+-- (4 s of a `status` that runs in 12 ms; see no_jit, its form for a pooled connection).
 SELECT set_config('statement_timeout', %(statement_ms)s, %(local)s),
-       set_config('idle_in_transaction_session_timeout', %(idle_ms)s, %(local)s)
+       set_config('idle_in_transaction_session_timeout', %(idle_ms)s, %(local)s),
+       set_config('jit', 'off', %(local)s)
 
 -- name: put_schedules
 -- Schedules as data: create or replace many schedules of one job in one statement. A row
@@ -1340,8 +1356,9 @@ LEFT JOIN LATERAL (
 ORDER BY j.job_name
 LIMIT 1000
 
--- name: dash_no_jit
--- For the rest of the transaction: the dashboard's bounded reads cost milliseconds, but their
--- LIMITed subqueries over large tables are estimated high enough to trigger JIT compilation,
--- which alone takes hundreds of milliseconds.
+-- name: no_jit
+-- For the rest of the transaction: the operator's reads (status, the gauges, the dashboard)
+-- cost milliseconds, but their subqueries over a partitioned ledger with a long history are
+-- estimated high enough to trigger JIT compilation, which alone took 4 s for `job_summary`
+-- over 10,000,000 rows in 30 partitions (12 ms without).
 SELECT set_config('jit', 'off', true)

@@ -30,7 +30,7 @@ class DashboardStore(_Statements):
 
     async def job_summary(self, conn: Conn, cap: int) -> list[JobStatus]:
         async with conn.transaction():
-            await self._rows(conn, "dash_no_jit")
+            await self._rows(conn, "no_jit")
             return await self._typed(conn, "dash_job_summary", JobStatus, {"cap": cap})
 
     async def recent_plans(
@@ -44,7 +44,7 @@ class DashboardStore(_Statements):
     ) -> list[PlanSummary]:
         params = {"job": job, "plans": list(plans), "sample": PLAN_SAMPLE}
         async with conn.transaction():
-            await self._rows(conn, "dash_no_jit")
+            await self._rows(conn, "no_jit")
             return await self._typed(conn, "dash_plan_summaries", PlanSummary, params)
 
     async def scope_kinds(self, conn: Conn, job: str, *, schedules: bool) -> list[str]:

@@ -519,7 +519,9 @@ class Store(_JobStatements, _LedgerStatements):
         await self._rows(conn, "set_paused", {"job": job, "paused": paused})
 
     async def job_summary(self, conn: Conn) -> list[JobStatus]:
-        return await self._typed(conn, "job_summary", JobStatus)
+        async with conn.transaction():
+            await self._rows(conn, "no_jit")
+            return await self._typed(conn, "job_summary", JobStatus)
 
     async def list_runs(self, conn: Conn, chosen: RunFilter, limit: int) -> list[Execution]:
         params = {**chosen.params(), "limit": limit}

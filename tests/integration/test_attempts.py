@@ -229,7 +229,14 @@ def test_failed_attempts_lists_retried_and_final_failures(
     make_scheduler: Any, migrated: str, db: Any, runtime_dsn: str
 ) -> None:
     _third_time_lucky(make_scheduler, db)
-    old = insert_row(  # a FAILED row with no kept attempt (written before version 8)
+    # A FAILED row with no kept attempt (written before version 8) of a job its replicas
+    # registered, as every replica since version 2 did.
+    db.execute(
+        sql.SQL("INSERT INTO {} (job_name, schedule) VALUES ('legacy', 'every 1m')").format(
+            table(migrated, "job_state")
+        )
+    )
+    old = insert_row(
         db,
         migrated,
         job_name="legacy",
