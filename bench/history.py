@@ -31,13 +31,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -47,7 +45,7 @@ from psycopg import sql
 
 import pgsched
 from bench import REPO, pg
-from bench.ledger import one, wal
+from bench.ledger import live_options, one, replica, wal
 from bench.measure import pgsched_statement
 from pgsched._http.auth import Tokens
 from pgsched._http.web import Dashboard, WebRequest
@@ -101,48 +99,13 @@ FROM filled WHERE status = 'FAILED'
 
 
 def _options(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.history", description=__doc__)
-    parser.add_argument("--dsn", help="a server to use (default: a private cluster)")
-    parser.add_argument("--scopes", type=int, default=2000)
-    parser.add_argument("--every", type=int, default=10)
-    parser.add_argument("--warmup", type=float, default=30.0)
-    parser.add_argument("--window", type=float, default=60.0)
-    parser.add_argument("--rows", type=int, default=50_000_000)
+    parser = live_options(
+        "python -m bench.history", __doc__, every=10, warmup=30.0, window=60.0, rows=50_000_000
+    )
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--reads", type=int, default=7)
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     return parser.parse_args(argv)
-
-
-@contextmanager
-def replica(dsn: str, args: argparse.Namespace) -> Iterator[subprocess.Popen[bytes]]:
-    """``pgsched run`` of the fan-out for the block."""
-    with tempfile.TemporaryDirectory() as tmp:
-        app = Path(tmp) / "history_app.py"
-        app.write_text(APP)
-        env = dict(
-            os.environ,
-            PGSCHED_DSN=dsn,
-            PGSCHED_SCHEMA=SCHEMA,
-            HISTORY_SCOPES=str(args.scopes),
-            HISTORY_EVERY=str(args.every),
-        )
-        log = (Path(tmp) / "replica.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pgsched", "run", str(app), "--no-http"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            proc.wait(60)
-            log.close()
-            if proc.returncode not in (0, -15):
-                tail = (Path(tmp) / "replica.log").read_text(errors="replace")[-3000:]
-                print(f"the replica ended with {proc.returncode}:\n{tail}", file=sys.stderr)
 
 
 def _table() -> sql.Composed:
@@ -342,7 +305,8 @@ def ratios(empty: dict[str, Any], full: dict[str, Any]) -> dict[str, Any]:
 def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     pgsched.Admin(dsn, SCHEMA).migrate()
     result: dict[str, Any] = {"when": datetime.now(UTC).isoformat(), "args": vars(args)}
-    with psycopg.connect(dsn, autocommit=True) as conn, replica(dsn, args):
+    env = {"HISTORY_SCOPES": str(args.scopes), "HISTORY_EVERY": str(args.every)}
+    with psycopg.connect(dsn, autocommit=True) as conn, replica(dsn, APP, env):
         _wait_for_runs(conn, 120)
         time.sleep(args.warmup)
         result["empty"] = phase(dsn, conn, args)

@@ -29,6 +29,8 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -99,35 +101,42 @@ def finished(conn: psycopg.Connection[Any]) -> int:
     return int(row[0]) if row else 0
 
 
-def live_wal(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
-    """WAL per execution of a live fan-out (the first figure)."""
+@contextmanager
+def replica(dsn: str, app: str, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """``pgsched run --migrate`` of the module text ``app`` (its settings in ``env``) for the
+    block, serving no HTTP; its log is printed if it ends with an error."""
     with tempfile.TemporaryDirectory() as tmp:
-        app = Path(tmp) / "ledger_app.py"
-        app.write_text(APP)
-        env = dict(
-            os.environ,
-            PGSCHED_DSN=dsn,
-            PGSCHED_SCHEMA=SCHEMA,
-            LEDGER_SCOPES=str(args.scopes),
-            LEDGER_EVERY=str(args.every),
-        )
-        replica = subprocess.Popen(
-            [sys.executable, "-m", "pgsched", "run", "--migrate", str(app)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        path = Path(tmp) / "bench_app.py"
+        path.write_text(app)
+        full = dict(os.environ, PGSCHED_DSN=dsn, PGSCHED_SCHEMA=SCHEMA, **env)
+        log = (Path(tmp) / "replica.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgsched", "run", "--migrate", str(path), "--no-http"],
+            env=full,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         try:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                time.sleep(args.warmup)
-                conn.execute("CHECKPOINT")
-                time.sleep(args.settle)
-                before, done_before = wal(conn), finished(conn)
-                time.sleep(args.window)
-                after, done_after = wal(conn), finished(conn)
+            yield proc
         finally:
-            replica.terminate()
-            replica.wait(60)
+            proc.terminate()
+            proc.wait(60)
+            log.close()
+            if proc.returncode not in (0, -15):
+                tail = (Path(tmp) / "replica.log").read_text(errors="replace")[-3000:]
+                print(f"the replica ended with {proc.returncode}:\n{tail}", file=sys.stderr)
+
+
+def live_wal(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
+    """WAL per execution of a live fan-out (the first figure)."""
+    env = {"LEDGER_SCOPES": str(args.scopes), "LEDGER_EVERY": str(args.every)}
+    with replica(dsn, APP, env), psycopg.connect(dsn, autocommit=True) as conn:
+        time.sleep(args.warmup)
+        conn.execute("CHECKPOINT")
+        time.sleep(args.settle)
+        before, done_before = wal(conn), finished(conn)
+        time.sleep(args.window)
+        after, done_after = wal(conn), finished(conn)
     runs = done_after - done_before
     per = {k: (after[k] - before[k]) / runs if runs else None for k in before}
     return {
@@ -211,15 +220,25 @@ def retention(dsn: str, conn: psycopg.Connection[Any]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.ledger", description=__doc__)
+def live_options(
+    prog: str, doc: str | None, *, every: int, warmup: float, window: float, rows: int
+) -> argparse.ArgumentParser:
+    """The options of a benchmark that runs one replica's fan-out and fills history."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc)
     parser.add_argument("--dsn", help="a server to use (default: a private cluster)")
     parser.add_argument("--scopes", type=int, default=2000)
-    parser.add_argument("--every", type=int, default=5)
-    parser.add_argument("--warmup", type=float, default=15.0)
+    parser.add_argument("--every", type=int, default=every)
+    parser.add_argument("--warmup", type=float, default=warmup)
+    parser.add_argument("--window", type=float, default=window)
+    parser.add_argument("--rows", type=int, default=rows)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = live_options(
+        "python -m bench.ledger", __doc__, every=5, warmup=15.0, window=30.0, rows=1_000_000
+    )
     parser.add_argument("--settle", type=float, default=40.0)
-    parser.add_argument("--window", type=float, default=30.0)
-    parser.add_argument("--rows", type=int, default=1_000_000)
     args = parser.parse_args(argv)
     server = pg.external(args.dsn) if args.dsn else pg.start_private()
     try:
