@@ -119,13 +119,8 @@ class Runtime:
         self.registration = Registration(
             store, pool, self.recorder, runner_id, settings.replica_expiry
         )
-        self.sightings = Sightings(
-            store,
-            self.recorder,
-            settings.tick_interval,
-            runner_id,
-            recheck_every=self.registration.every,
-        )
+        every = self.registration.every  # the peers' scope lists read as often as it registers
+        self.sightings = Sightings(store, self.recorder, settings.tick_interval, runner_id, every)
         self.claimer = Claimer(
             store,
             runner_id,
@@ -293,7 +288,8 @@ class Runtime:
             probe = await self._store.tick_probe(conn, list(jobs), dynamic)
             probed_at = time.monotonic()
             if not self._standbys_checked:
-                await self._check_standbys(conn)
+                await _warn_unprotected(self._store, self.recorder, conn, self._hosts)
+                self._standbys_checked = True
             await self.registration.register(conn, jobs, probe.now)
             await self.sightings.settle(conn)
             for job in sorted(jobs.values(), key=lambda j: (-j.priority, j.name)):
@@ -355,20 +351,6 @@ class Runtime:
             self.recorder.claimed(lease, claim.kind, claim.previous_runner)
             self.executor.start(lease)
 
-    async def _check_standbys(self, conn: Conn) -> None:
-        """Warn once when the server cannot make commits wait for a synchronous standby."""
-        try:
-            found = await synchronous_protection(self._store, conn)
-        except Exception as exc:
-            if conn.broken or unavailable(exc):
-                raise  # the tick fails; checked again at the next one
-            self.recorder.log.warning("synchronous_claims_unchecked", error=describe_error(exc))
-            found = None
-        self._standbys_checked = True
-        if found is not None:
-            event, why = found
-            self.recorder.log.warning(event, reason=why, host=self._hosts)
-
     async def _listen_loop(self) -> None:
         """Wake the tick loop on NOTIFY (trigger, pause, resume, backfill); the tick stays
         the fallback for a notification missed while reconnecting. Every few seconds the
@@ -407,3 +389,18 @@ def _next_due(jobs: Mapping[str, JobSpec], probe: Probe) -> timedelta | None:
     ]
     future = [w for w in waits if w > timedelta(0)]
     return min(future) if future else None
+
+
+async def _warn_unprotected(store: Store, recorder: Recorder, conn: Conn, hosts: str) -> None:
+    """Warn when the server cannot make commits wait for a synchronous standby (checked once
+    per replica, with synchronous claims on)."""
+    try:
+        found = await synchronous_protection(store, conn)
+    except Exception as exc:
+        if conn.broken or unavailable(exc):
+            raise  # the tick fails; checked again at the next one
+        recorder.log.warning("synchronous_claims_unchecked", error=describe_error(exc))
+        return
+    if found is not None:
+        event, why = found
+        recorder.log.warning(event, reason=why, host=hosts)

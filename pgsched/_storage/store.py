@@ -200,6 +200,27 @@ class _JobStatements(_Statements):
     async def job_exists(self, conn: Conn, job: str) -> bool:
         return bool((await self._one(conn, "job_exists", {"job": job}))["known"])
 
+    async def sight_cursors(self, conn: Conn, job: str, seen: Sighting) -> Row:
+        """Write ``job``'s scopes as seen now: cursors for new ones, retired ones for those
+        gone while the job's live replicas agree on its scopes; returns the counts (seen,
+        retired, respecified) and whether they agreed."""
+        params = {
+            "job": job,
+            "kinds": seen.kinds,
+            "ids": seen.ids,
+            "dues": seen.dues,
+            "first": seen.first,
+            "spec": seen.spec,
+            "seen_at": seen.seen_at,
+            "runner": seen.runner,
+            "digest": seen.digest,
+        }
+        return await self._one(conn, "sight_cursors", params)
+
+    async def scope_digests(self, conn: Conn, runner: str) -> list[Row]:
+        """The other live replicas' jobs and scope-list digests by job."""
+        return await self._rows(conn, "scope_digests", {"runner": runner})
+
 
 class _LedgerStatements(_Statements):
     """The ledger's partitions and retention (docs/operations.md)."""
@@ -350,27 +371,6 @@ class Store(_JobStatements, _LedgerStatements):
                 return []
         params.update(locked_kinds=kinds, locked_ids=ids)
         return await self._rows(conn, "claim_existing", prepare=_PLAN_EACH_TIME, params=params)
-
-    async def sight_cursors(self, conn: Conn, job: str, seen: Sighting) -> Row:
-        """Write ``job``'s scopes as seen now: cursors for new ones, retired ones for those
-        gone while the job's live replicas agree on its scopes; returns the counts (seen,
-        retired, respecified) and whether they agreed."""
-        params = {
-            "job": job,
-            "kinds": seen.kinds,
-            "ids": seen.ids,
-            "dues": seen.dues,
-            "first": seen.first,
-            "spec": seen.spec,
-            "seen_at": seen.seen_at,
-            "runner": seen.runner,
-            "digest": seen.digest,
-        }
-        return await self._one(conn, "sight_cursors", params)
-
-    async def scope_digests(self, conn: Conn, runner: str) -> list[Row]:
-        """The other live replicas' jobs and scope-list digests by job."""
-        return await self._rows(conn, "scope_digests", {"runner": runner})
 
     async def due_cursors(
         self, conn: Conn, terms: ClaimTerms, delay: timedelta, limit: int
