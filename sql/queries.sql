@@ -955,13 +955,16 @@ SELECT pg_is_in_recovery() AS in_recovery,
 -- name: configure_session
 -- Applied to every pgsched connection: a stuck statement or an abandoned transaction cannot
 -- hold row locks for ever. Behind a transaction-pooling PgBouncer only inside a transaction
--- (local), since a server connection's session is shared. No JIT compilation: pgsched's
--- statements each read few rows, but over a partitioned ledger with a long history they are
--- estimated costly enough to be compiled, which took longer than the statements themselves
--- (4 s of a `status` that runs in 12 ms; see no_jit, its form for a pooled connection).
+-- (local), since a server connection's session is shared. No JIT compilation (`no_jit`; not
+-- on a transactional handler's connection, whose own statements keep the server's setting):
+-- pgsched's statements each read few rows, but over a partitioned ledger with a long history
+-- they are estimated costly enough to be compiled, which took longer than the statements
+-- themselves (4 s of a `status` that runs in 12 ms; see no_jit, its form for a pooled
+-- connection).
 SELECT set_config('statement_timeout', %(statement_ms)s, %(local)s),
        set_config('idle_in_transaction_session_timeout', %(idle_ms)s, %(local)s),
-       set_config('jit', 'off', %(local)s)
+       set_config('jit', CASE WHEN %(no_jit)s THEN 'off' ELSE current_setting('jit') END,
+                  %(local)s)
 
 -- name: put_schedules
 -- Schedules as data: create or replace many schedules of one job in one statement. A row

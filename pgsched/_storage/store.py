@@ -442,11 +442,18 @@ class Store(_JobStatements, _LedgerStatements):
         return await self._one(conn, "reapply", _restore_params(rows))
 
     async def configure_session(
-        self, conn: Conn, statement: timedelta, idle: timedelta, *, local: bool = False
+        self,
+        conn: Conn,
+        statement: timedelta,
+        idle: timedelta,
+        *,
+        local: bool = False,
+        no_jit: bool = True,
     ) -> None:
         """Statement and idle-in-transaction timeouts for the session (or, ``local``, for
-        the current transaction only)."""
-        await self._rows(conn, "configure_session", _session_params(statement, idle, local))
+        the current transaction only), and JIT off unless ``no_jit`` is false."""
+        params = _session_params(statement, idle, local, no_jit)
+        await self._rows(conn, "configure_session", params)
 
     async def server_state(self, conn: Conn) -> Row:
         """Whether the server ``conn`` reaches takes writes (``in_recovery``, ``read_only``)
@@ -468,8 +475,10 @@ class Store(_JobStatements, _LedgerStatements):
         idle: timedelta,
         *,
         local: bool = False,
+        no_jit: bool = True,
     ) -> None:
-        conn.execute(self._q["configure_session"], _session_params(statement, idle, local))
+        params = _session_params(statement, idle, local, no_jit)
+        conn.execute(self._q["configure_session"], params)
 
     # -- operations ---------------------------------------------------------------------
 
@@ -605,11 +614,14 @@ def _commit_params(idle: timedelta, synchronous: bool) -> dict[str, Any]:
     return {"idle_ms": _ms(idle), "synchronous": synchronous}
 
 
-def _session_params(statement: timedelta, idle: timedelta, local: bool) -> dict[str, Any]:
+def _session_params(
+    statement: timedelta, idle: timedelta, local: bool, no_jit: bool
+) -> dict[str, Any]:
     return {
         "statement_ms": str(int(statement.total_seconds() * 1000)),
         "idle_ms": str(int(idle.total_seconds() * 1000)),
         "local": local,
+        "no_jit": no_jit,
     }
 
 

@@ -156,3 +156,29 @@ def test_run_conn_has_session_timeouts(make_scheduler: Any, migrated: str, db: A
     s.register(handler, name="tx", every="1h", transactional=True, run_timeout="45s")
     s.run_once()
     assert seen == {"statement_timeout": "45s", "idle_in_transaction_session_timeout": "55s"}
+
+
+def test_jit_is_off_for_pgsched_and_left_to_the_server_for_the_handler(
+    make_scheduler: Any, migrated: str, db: Any, runtime_dsn: str
+) -> None:
+    """pgsched's own statements run without JIT compilation (over a long partitioned history
+    it cost more than the statements), but a transactional handler's statements on
+    ``run.conn`` keep the server's setting."""
+    server = db.execute("SHOW jit").fetchone()[0]
+    assert server == "on"  # PostgreSQL's default, so the handler's "on" is not pgsched's doing
+    seen: list[str] = []
+
+    async def handler(run: pgsched.Run) -> None:
+        seen.append((await (await run.conn.execute("SHOW jit")).fetchone())[0])
+
+    s = make_scheduler()
+    s.register(handler, name="tx", every="1h", transactional=True)
+    s.run_once()
+    assert seen == [server]
+
+    async def operator_session() -> str:
+        admin = pgsched.AsyncAdmin(runtime_dsn, schema=migrated)
+        async with admin, admin._conn() as conn:  # the connection its operations use
+            return str((await (await conn.execute("SHOW jit")).fetchone())[0])
+
+    assert asyncio.run(operator_session()) == "off"
