@@ -176,10 +176,13 @@ def frame(title: str, body: str, *, who: str, refresh: int | None = None, flash:
 
 
 def hidden(**fields: Any) -> str:
+    return hidden_pairs(fields.items())
+
+
+def hidden_pairs(pairs: Iterable[tuple[str, Any]]) -> str:
+    """Hidden inputs, a name repeated as often as it comes (a form's selection posted again)."""
     return "".join(
-        f'<input type="hidden" name="{esc(k)}" value="{esc(v)}">'
-        for k, v in fields.items()
-        if v is not None
+        f'<input type="hidden" name="{esc(k)}" value="{esc(v)}">' for k, v in pairs if v is not None
     )
 
 

@@ -20,6 +20,7 @@ from .html import (
     duration,
     esc,
     hidden,
+    hidden_pairs,
     href,
     num,
     pick,
@@ -324,12 +325,7 @@ def message_page(title: str, text: str) -> str:
 
 def confirm_page(form: Mapping[str, Sequence[str]], what: str, back: str) -> str:
     """Asks before a destructive action: the posted ``form`` again, with ``confirmed``."""
-    fields = "".join(
-        f'<input type="hidden" name="{esc(k)}" value="{esc(v)}">'
-        for k, values in form.items()
-        if k != "confirmed"
-        for v in values
-    )
+    fields = hidden_pairs((k, v) for k, values in form.items() if k != "confirmed" for v in values)
     return section(
         "Confirm",
         "",
