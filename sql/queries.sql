@@ -215,8 +215,10 @@ SELECT * FROM taken
 -- longer listed are retired (kept, so their scope is not mistaken for one from an earlier
 -- version), but only while every other live replica that runs the job lists the same scopes
 -- (the same digest; `agreed`): in a rolling update that changes the list, nothing is retired
--- until the replicas agree, and the caller writes its list again then. Cursors computed from
--- another schedule are computed again by their next claim.
+-- until the replicas agree, and the caller writes its list again then. (Known gap: two
+-- replicas writing opposite changes at the same moment each read the other's previous digest,
+-- so one may retire a scope the other now lists, until either list changes again.) Cursors
+-- computed from another schedule are computed again by their next claim.
 WITH now AS MATERIALIZED (SELECT %(seen_at)s::timestamptz AS t),
 mine AS (
     UPDATE {schema}.replicas r
@@ -682,11 +684,12 @@ SET schedule = EXCLUDED.schedule, scopes = EXCLUDED.scopes, upcoming = EXCLUDED.
     seen_by = EXCLUDED.seen_by
 
 -- name: scope_digests
--- The digests of the scope lists the other live replicas last wrote, by job (sight_cursors):
--- whether a job's replicas agree on its scopes.
-SELECT jobs, scope_digests AS digests
+-- The digests of the scope lists the live replicas last wrote, by job (sight_cursors): whether
+-- a job's replicas agree on its scopes, and whether the caller's own row still holds its own
+-- (a row deleted past its expiry comes back empty at the next registration).
+SELECT runner_id, jobs, scope_digests AS digests
 FROM {schema}.replicas
-WHERE runner_id <> %(runner)s AND expires_at >= clock_timestamp()
+WHERE expires_at >= clock_timestamp()
 
 -- name: unregister_replica
 -- A replica that stops cleanly removes its row.
@@ -850,9 +853,10 @@ ORDER BY 1, 5 NULLS LAST
 -- The newest failed attempts across jobs (the status page's recent failures), those of
 -- executions that later succeeded included; a FAILED row with no kept attempt (written before
 -- version 8, by an older replica, or put back after a failover that lost its attempt) counts
--- as its own. Such rows are looked for among each job's newest `limit` FAILED rows only (read
--- through its failed_job index): an older one has `limit` newer entries, so it is never among
--- the newest `limit`, and a long history is never read whole.
+-- as its own. Such rows are looked for among each registered job's newest `limit` FAILED rows
+-- only (read through its failed_job index): an older one has `limit` newer entries, so it is
+-- never among the newest `limit`, and a long history is never read whole. (A job removed with
+-- `forget` has no job_state row: its attempts still show, its rows without one do not.)
 SELECT f.* FROM (
     (SELECT a.execution_id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time,
             a.attempt, e.max_attempts, a.runner_id, a.finished_at, a.error_code, a.error_msg,

@@ -81,17 +81,25 @@ class Sightings:
         """Compare, at most once per ``recheck_every``, the scope lists of the other live
         replicas with this one's: a job they now disagree on is marked so, and one marked so
         that they all agree on again is written again at its next sight (retiring what none
-        of them lists any more)."""
+        of them lists any more). A job whose digest this replica's own row has lost (the row
+        was deleted past its expiry and registered again empty) is written again too: until
+        then its peers would count it as disagreeing, or not count it at all."""
         clock = time.monotonic()
         if not self._seen or (
             self._checked_at is not None and clock - self._checked_at < self._recheck_every
         ):
             return
         self._checked_at = clock
-        others = await self._store.scope_digests(conn, self._runner_id)
+        rows = await self._store.scope_digests(conn)
+        mine: dict[str, str] = next(
+            (r["digests"] for r in rows if r["runner_id"] == self._runner_id), {}
+        )
+        others = [r for r in rows if r["runner_id"] != self._runner_id]
         for name, seen in list(self._seen.items()):
             digests = [row["digests"].get(name) for row in others if name in row["jobs"]]
-            if any(d is not None and d != seen.digest for d in digests):
+            if mine.get(name) != seen.digest:
+                del self._seen[name]
+            elif any(d is not None and d != seen.digest for d in digests):
                 seen.agreed = False
             elif not seen.agreed and all(d == seen.digest for d in digests):
                 del self._seen[name]

@@ -217,9 +217,9 @@ class _JobStatements(_Statements):
         }
         return await self._one(conn, "sight_cursors", params)
 
-    async def scope_digests(self, conn: Conn, runner: str) -> list[Row]:
-        """The other live replicas' jobs and scope-list digests by job."""
-        return await self._rows(conn, "scope_digests", {"runner": runner})
+    async def scope_digests(self, conn: Conn) -> list[Row]:
+        """The live replicas' runner ids, jobs and scope-list digests by job."""
+        return await self._rows(conn, "scope_digests")
 
 
 class _LedgerStatements(_Statements):

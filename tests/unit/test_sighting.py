@@ -18,14 +18,16 @@ class _Store:
     def __init__(self) -> None:
         self.writes: list[tuple[str, Any]] = []
         self.others: list[dict[str, Any]] = []  # the other live replicas' rows
+        self.mine: dict[str, str] = {}  # this replica's row's digests
 
     async def sight_cursors(self, conn: Any, name: str, seen: Any) -> dict[str, Any]:
         self.writes.append((name, seen))
+        self.mine[name] = seen.digest
         agreed = all(r["digests"].get(name) == seen.digest for r in self._running(name))
         return {"seen": len(seen.kinds), "retired": 0, "respecified": 0, "agreed": agreed}
 
-    async def scope_digests(self, conn: Any, runner: str) -> list[dict[str, Any]]:
-        return self.others
+    async def scope_digests(self, conn: Any) -> list[dict[str, Any]]:
+        return [*self.others, {"runner_id": "r1", "jobs": list(self.mine), "digests": self.mine}]
 
     def _running(self, name: str) -> list[dict[str, Any]]:
         return [r for r in self.others if name in r["jobs"]]
@@ -82,8 +84,8 @@ def test_a_list_written_while_replicas_disagree_is_written_again_once_they_agree
     spec = job(name="j", every="1h", scopes=lambda now: [pgsched.Scope("t", "a")])
     store = _Store()
     store.others = [
-        {"jobs": ["j"], "digests": {"j": "an older list"}},
-        {"jobs": ["other"], "digests": {}},
+        {"runner_id": "v1", "jobs": ["j"], "digests": {"j": "an older list"}},
+        {"runner_id": "v1-other", "jobs": ["other"], "digests": {}},
     ]
     sightings = _sightings(store)
 
@@ -97,8 +99,27 @@ def test_a_list_written_while_replicas_disagree_is_written_again_once_they_agree
     assert tick(NOW + timedelta(seconds=2))
     assert not tick(NOW + timedelta(seconds=3))
     # An older replica starts again and writes its own list: once it is gone, again.
-    store.others = [{"jobs": ["j"], "digests": {"j": "an older list"}}]
+    store.others = [{"runner_id": "v1", "jobs": ["j"], "digests": {"j": "an older list"}}]
     assert not tick(NOW + timedelta(seconds=4))
     store.others = []
     assert tick(NOW + timedelta(seconds=5))
     assert len(store.writes) == 3
+
+
+def test_a_list_its_own_row_lost_is_written_again() -> None:
+    """A replica whose row was deleted past its expiry registers again with no digests: its
+    peers would count it as disagreeing for ever, so it writes its list again."""
+    spec = job(name="j", every="1h", scopes=lambda now: [pgsched.Scope("t", "a")])
+    store = _Store()
+    sightings = _sightings(store)
+
+    def tick(at: datetime) -> bool:
+        asyncio.run(sightings.settle(None))  # type: ignore[arg-type]
+        return asyncio.run(sightings.see(None, spec, at))[1]  # type: ignore[arg-type]
+
+    assert tick(NOW)
+    assert not tick(NOW + timedelta(seconds=1))
+    store.mine.clear()  # the row came back empty
+    assert tick(NOW + timedelta(seconds=2))
+    assert store.mine == {"j": store.writes[-1][1].digest}
+    assert not tick(NOW + timedelta(seconds=3))
