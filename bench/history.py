@@ -46,7 +46,7 @@ from psycopg import sql
 import pgsched
 from bench import REPO, pg
 from bench.ledger import live_options, one, replica, wal
-from bench.measure import pgsched_statement
+from bench.measure import Statements
 from pgsched._http.auth import Tokens
 from pgsched._http.web import Dashboard, WebRequest
 
@@ -125,36 +125,6 @@ def _wait_for_runs(conn: psycopg.Connection[Any], deadline_s: float) -> None:
 # -- what a phase measures --------------------------------------------------------------------
 
 
-def _statements(conn: psycopg.Connection[Any]) -> dict[str, dict[str, float]] | None:
-    """Calls and mean database ms of pgsched's statements since the reset, by name."""
-    if not one(conn, "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'")[0]:
-        return None
-    rows = conn.execute(
-        "SELECT query, calls, total_exec_time FROM pg_stat_statements"
-        " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
-    ).fetchall()
-    named: dict[str, list[float]] = {}
-    for query, calls, total in rows:
-        name = pgsched_statement(str(query))
-        if name is not None:
-            sums = named.setdefault(name, [0.0, 0.0])
-            sums[0] += int(calls)
-            sums[1] += float(total)
-    return {
-        name: {"calls": int(calls), "mean_ms": round(total / calls, 3)}
-        for name, (calls, total) in sorted(named.items())
-        if calls
-    }
-
-
-def _reset_statements(conn: psycopg.Connection[Any]) -> None:
-    if one(conn, "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'")[0]:
-        conn.execute(
-            "SELECT pg_stat_statements_reset(0,"
-            " (SELECT oid FROM pg_database WHERE datname = current_database()), 0)"
-        )
-
-
 def _lag(conn: psycopg.Connection[Any], since: datetime, until: datetime) -> dict[str, Any]:
     """Start lag of the live runs planned in [since, until)."""
     query = sql.SQL(
@@ -207,12 +177,14 @@ async def _reads(dsn: str, reads: int) -> dict[str, float]:
 
 def phase(dsn: str, conn: psycopg.Connection[Any], args: argparse.Namespace) -> dict[str, Any]:
     """One window of the live load: its statements and start lag, then the reads."""
-    _reset_statements(conn)
+    loaded = "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'"
+    statements = Statements(conn, DATABASE, enabled=bool(one(conn, loaded)[0]))
+    statements.reset()
     since = one(conn, "SELECT clock_timestamp()")[0]
     time.sleep(args.window)
     until = one(conn, "SELECT clock_timestamp()")[0] - timedelta(seconds=args.every)
     return {
-        "statements": _statements(conn),
+        "statements": statements.by_name(),
         "start": _lag(conn, since, until),
         "reads_ms": asyncio.run(_reads(dsn, args.reads)),
         "ledger_rows": one(conn, sql.SQL("SELECT count(*) FROM {}").format(_table()))[0],

@@ -208,6 +208,28 @@ class Statements:
             for q, c, t, r in rows
         ]
 
+    def by_name(self) -> dict[str, dict[str, float]] | None:
+        """Calls and mean execution ms of pgsched's statements since the reset, by their
+        name in sql/queries.sql; None without the extension."""
+        if not self.enabled:
+            return None
+        rows = self.admin.execute(
+            "SELECT query, calls, total_exec_time FROM pg_stat_statements WHERE dbid = %s",
+            (self._dbid(),),
+        ).fetchall()
+        named: dict[str, list[float]] = {}
+        for query, calls, total in rows:
+            name = pgsched_statement(str(query))
+            if name is not None:
+                sums = named.setdefault(name, [0.0, 0.0])
+                sums[0] += int(calls)
+                sums[1] += float(total)
+        return {
+            name: {"calls": int(calls), "mean_ms": round(total / calls, 3)}
+            for name, (calls, total) in sorted(named.items())
+            if calls
+        }
+
     def claims(self) -> dict[str, Any]:
         """Database time and rows of the claim statements (see :func:`claim_part`)."""
         if not self.enabled:
