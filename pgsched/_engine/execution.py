@@ -242,8 +242,13 @@ class _CoreWait:
     """Seconds the current thread has spent runnable but waiting for a core (Linux's
     schedstat): a step's wall time less this is what the step itself took, so a loaded
     machine that leaves the loop's thread waiting for a core is not blamed on the handler
-    (which a sleeping handler, off the run queue, still is). 0 where schedstat is missing."""
+    (which a sleeping handler, off the run queue, still is). 0 where schedstat is missing.
 
+    Reading schedstat is a system call: ``recent`` gives a reading at most ``FRESH_S`` old,
+    so thousands of short steps a second cost a few reads (a step's core wait is then
+    overstated by at most the wait of that moment before it began)."""
+
+    FRESH_S = 0.05
     _local = threading.local()
 
     def __init__(self) -> None:
@@ -252,6 +257,7 @@ class _CoreWait:
             self._fd: int | None = os.open(path, os.O_RDONLY)
         except OSError:
             self._fd = None
+        self._read_at, self._reading = -self.FRESH_S, 0.0
 
     @classmethod
     def of_this_thread(cls) -> _CoreWait:
@@ -259,6 +265,11 @@ class _CoreWait:
         if found is None:
             found = cls._local.core_wait = cls()
         return found
+
+    def recent(self, now: float) -> float:
+        if now - self._read_at >= self.FRESH_S:
+            self._read_at, self._reading = now, self.seconds()
+        return self._reading
 
     def seconds(self) -> float:
         if self._fd is None:
@@ -283,14 +294,18 @@ class _StepTimed:
         thrown: BaseException | None = None
         core = _CoreWait.of_this_thread()
         while True:
-            began, waited = time.monotonic(), core.seconds()
+            began = time.monotonic()
+            waited = core.recent(began)
             try:
                 pending = steps.throw(thrown) if thrown is not None else steps.send(sent)
             except StopIteration as done:
                 return done.value
             finally:
                 thrown = None
-                self._on_step(time.monotonic() - began - (core.seconds() - waited))
+                took = time.monotonic() - began
+                if took >= LOOP_BLOCKED_S:  # only a step that may have blocked is worth a read
+                    took -= core.seconds() - waited
+                self._on_step(took)
             try:
                 sent = yield pending
             except BaseException as exc:  # a cancellation (run_timeout, shutdown) goes in
