@@ -132,12 +132,14 @@ def live_wal(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     env = {"LEDGER_SCOPES": str(args.scopes), "LEDGER_EVERY": str(args.every)}
     with replica(dsn, APP, env), psycopg.connect(dsn, autocommit=True) as conn:
         time.sleep(args.warmup)
+        inspect = _walinspect(conn)
         conn.execute("CHECKPOINT")
         time.sleep(args.settle)
-        before, done_before = wal(conn), finished(conn)
+        before, done_before, first = wal(conn), finished(conn), _insert_lsn(conn)
         time.sleep(args.window)
-        after, done_after = wal(conn), finished(conn)
-    runs = done_after - done_before
+        after, done_after, last = wal(conn), finished(conn), _insert_lsn(conn)
+        runs = done_after - done_before
+        records = _records_by_relation(conn, first, last, runs) if inspect and runs else None
     per = {k: (after[k] - before[k]) / runs if runs else None for k in before}
     return {
         "executions": runs,
@@ -145,7 +147,49 @@ def live_wal(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         "wal_records_per_execution": per["records"],
         "wal_fpi_per_execution": per["fpi"],
         "window_s": args.window,
+        "wal_records_by_relation": records,
     }
+
+
+def _walinspect(conn: psycopg.Connection[Any]) -> bool:
+    """pg_walinspect (PostgreSQL 15+, contrib) loaded, where the server has it."""
+    try:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    except psycopg.Error:
+        return False
+    return True
+
+
+def _insert_lsn(conn: psycopg.Connection[Any]) -> str:
+    """The WAL written so far, once flushed (pg_walinspect reads only flushed WAL)."""
+    lsn = str(one(conn, "SELECT pg_current_wal_insert_lsn()::text")[0])
+    flushed = "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn"
+    deadline = time.monotonic() + 10
+    while not one(conn, flushed, (lsn,))[0] and time.monotonic() < deadline:
+        time.sleep(0.05)  # the WAL writer flushes within wal_writer_delay (200 ms)
+    return lsn
+
+
+def _records_by_relation(
+    conn: psycopg.Connection[Any], first: str, last: str, runs: int
+) -> list[dict[str, Any]]:
+    """The window's WAL records per execution by relation and record type (pg_walinspect):
+    which table or index each record of an execution goes to."""
+    rows = conn.execute(
+        "WITH r AS (SELECT resource_manager AS rm, split_part(record_type, ' ', 1) AS type,"
+        " record_length + fpi_length AS bytes,"
+        " (regexp_match(block_ref, 'rel \\d+/\\d+/(\\d+)'))[1]::oid AS node"
+        " FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn))"
+        " SELECT coalesce(regexp_replace(c.relname, '_\\d{8}T\\d+', '_<partition>'), '-'),"
+        " r.rm, r.type, count(*)::float8 / %s, sum(r.bytes)::float8 / %s"
+        " FROM r LEFT JOIN pg_class c ON c.relfilenode = r.node"
+        " GROUP BY 1, 2, 3 HAVING count(*)::float8 / %s >= 0.01 ORDER BY 4 DESC",
+        (first, last, runs, runs, runs),
+    ).fetchall()
+    return [
+        {"relation": rel, "kind": f"{rm} {kind}", "records": round(n, 3), "bytes": round(b, 1)}
+        for rel, rm, kind, n, b in rows
+    ]
 
 
 def at_rest(conn: psycopg.Connection[Any], args: argparse.Namespace) -> dict[str, Any]:
