@@ -422,7 +422,9 @@ LEFT JOIN ins ON true
 -- times the CPU per row.)
 -- Renews every lease this replica holds in one statement; ids missing from the result
 -- were lost (stolen or closed out). Each lease's plan time names its partition (pruned as
--- the statement runs), so a lookup by id reads one partition's id index, not every one's.
+-- the statement runs), so a lookup by id reads one partition's id index, not every one's;
+-- the batch's first and last plan times prune the partitions before it runs, so the
+-- per-lease pruning chooses among those few rather than among every partition.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 UPDATE {schema}.cron_executions e
 SET heartbeat_at = now.t, stale_after = now.t + make_interval(secs => b.stale_timeout_s),
@@ -432,13 +434,14 @@ FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(plans)b::timestamptz[],
      AS b(id, token, plan_time, stale_timeout_s),
      now
 WHERE e.id = b.id AND e.lease_token = b.token AND e.plan_time = b.plan_time
+  AND e.plan_time BETWEEN %(first_plan)s AND %(last_plan)s
   AND e.status = 'RUNNING'
 RETURNING e.id
 
 -- name: finish
 -- Terminal writes of a batch, each guarded by its lease token; ids missing from the
 -- result lost their lease and wrote nothing. A FAILED attempt (retried or final) is kept in
--- cron_attempts by the same statement, with its traceback. The plan time prunes the
+-- cron_attempts by the same statement, with its traceback. The plan times prune the
 -- partitions read, as for heartbeat.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 done AS (
@@ -457,6 +460,7 @@ done AS (
               duration_ms, retry_delay, traceback),
          now
     WHERE e.id = b.id AND e.lease_token = b.token AND e.plan_time = b.plan_time
+      AND e.plan_time BETWEEN %(first_plan)s AND %(last_plan)s
       AND e.status = 'RUNNING'
     RETURNING e.id, e.next_retry_at, e.status, e.fencing_token, e.attempt, e.runner_id,
               e.started_at, e.finished_at, e.error_code, e.error_msg, b.traceback, e.plan_time

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from datetime import datetime, timedelta
 from functools import cache
@@ -411,6 +411,7 @@ class Store(_JobStatements, _LedgerStatements):
                 "tokens": [lease.token for lease in ordered],
                 "plans": [lease.plan_time for lease in ordered],
                 "stale_timeouts": [lease.stale_timeout_s for lease in ordered],
+                **_plan_span(lease.plan_time for lease in ordered),
             },
         )
         return {r["id"] for r in rows}
@@ -607,6 +608,17 @@ def _finish_params(batch: Sequence[Finish]) -> dict[str, Any]:
         "durations": [f.duration_ms for f in ordered],
         "retry_delays": [f.retry_delay_s for f in ordered],
         "tracebacks": [f.traceback for f in ordered],
+        **_plan_span(f.plan_time for f in ordered),
+    }
+
+
+def _plan_span(plans: Iterable[datetime]) -> dict[str, datetime | None]:
+    """A batch's first and last plan times: bounds that prune the ledger's partitions before
+    a statement runs (None for an empty batch, which matches no row)."""
+    ordered = sorted(plans)
+    return {
+        "first_plan": ordered[0] if ordered else None,
+        "last_plan": ordered[-1] if ordered else None,
     }
 
 
