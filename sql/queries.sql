@@ -392,6 +392,8 @@ held AS MATERIALIZED (
     WHERE (SELECT true FROM {schema}.cron_executions e
            WHERE e.job_name = %(job)s AND e.scope_kind = u.kind AND e.scope_id = u.id
              AND e.plan_time = u.plan_time
+             -- the claim's first and last plans: the planner leaves out the other partitions
+             AND e.plan_time BETWEEN %(first_plan)s AND %(last_plan)s
            LIMIT 1)
 ),
 lacking AS MATERIALIZED (  -- cursors with a chosen plan that has no row: they stay due
