@@ -215,10 +215,10 @@ SELECT * FROM taken
 -- longer listed are retired (kept, so their scope is not mistaken for one from an earlier
 -- version), but only while every other live replica that runs the job lists the same scopes
 -- (the same digest; `agreed`): in a rolling update that changes the list, nothing is retired
--- until the replicas agree, and the caller writes its list again then. (Known gap: two
--- replicas writing opposite changes at the same moment each read the other's previous digest,
--- so one may retire a scope the other now lists, until either list changes again.) Cursors
--- computed from another schedule are computed again by their next claim.
+-- until the replicas agree, and the caller writes its list again then. It runs after
+-- lock_sight, in the same transaction: two replicas writing opposite changes at once would
+-- otherwise each read the other's previous digest and each retire a scope the other lists.
+-- Cursors computed from another schedule are computed again by their next claim.
 WITH now AS MATERIALIZED (SELECT %(seen_at)s::timestamptz AS t),
 mine AS (
     UPDATE {schema}.replicas r
@@ -307,6 +307,14 @@ revived AS (
 seen AS (SELECT 1 FROM inserted UNION ALL SELECT 1 FROM revived)
 SELECT (SELECT count(*) FROM seen) AS seen, (SELECT count(*) FROM retired) AS retired,
        (SELECT count(*) FROM respecified) AS respecified, (SELECT ok FROM agreed) AS agreed
+
+-- name: lock_sight
+-- Before sight_cursors, in its transaction (a statement of its own, so sight_cursors' snapshot
+-- is taken once the lock is held): one replica at a time writes a job's scope list, and each
+-- reads the digest the one before it committed. Lists are written only when they change, so
+-- replicas rarely wait here; when they do, they would otherwise wait for each other's cursor
+-- rows.
+SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))
 
 -- name: due_cursors
 -- The claim, first half: the job's cursors that are due, soonest first, locked for this

@@ -215,7 +215,9 @@ class _JobStatements(_Statements):
             "runner": seen.runner,
             "digest": seen.digest,
         }
-        return await self._one(conn, "sight_cursors", params)
+        async with conn.transaction():
+            await self._rows(conn, "lock_sight", {"key": f"pgsched.sight:{self.schema}\x1f{job}"})
+            return await self._one(conn, "sight_cursors", params)
 
     async def scope_digests(self, conn: Conn) -> list[Row]:
         """The live replicas' runner ids, jobs and scope-list digests by job."""

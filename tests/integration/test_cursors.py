@@ -5,16 +5,20 @@ rule throughout: marked ``first_sight``, so the default ``first_sight="next"`` a
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import ExitStack
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
 import pgsched
-from pgsched._storage.store import _query_texts
+from pgsched._planning.cursors import scope_digest
+from pgsched._records import ReplicaEntry, Sighting
+from pgsched._storage.store import Store, _query_texts
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import db_now, insert_row, rows, table
 from tests.support.threads import Recorder, run_together, running
@@ -172,6 +176,62 @@ def test_a_rolling_update_that_changes_the_scopes_retires_nothing_until_replicas
         v1.close()  # version 1 stops
         wait_until(lambda: _retired(db, migrated)["x"], 15, "x retired once the replicas agree")
         assert _retired(db, migrated) == {"a": False, "x": True, "y": False}
+
+
+async def _waits_for_lock(conn: psycopg.AsyncConnection[Any], pid: int) -> bool:
+    query = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s"
+    row = await (await conn.execute(query, (pid,))).fetchone()
+    return bool(row and row[0])
+
+
+async def _opposite_changes_at_once(dsn: str, schema: str) -> dict[str, bool]:
+    """Replica A goes from scopes {a, x} to {a, y} while replica B goes from {a, y} to
+    {a, x}: A's write is held open (its transaction uncommitted) until B's has started."""
+    store = Store(schema)
+    one = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    other = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    async with one, other:
+        now = await store.now(one)
+
+        def seen(runner: str, ids: str) -> Sighting:
+            keys = [("t", i) for i in ids]
+            return Sighting(
+                ["t"] * len(ids),
+                list(ids),
+                [now] * len(ids),
+                now,
+                "s",
+                now,
+                runner,
+                scope_digest(keys),
+            )
+
+        for runner, ids in (("A", "ax"), ("B", "ay")):  # mid-rollout: they disagree
+            entry = ReplicaEntry(runner, "h", "v", None, now, timedelta(minutes=5))
+            await store.register_jobs(one, [("fan", "every 1h", "static")], [[]], entry)
+            await store.sight_cursors(one, "fan", seen(runner, ids))
+        async with one.transaction():
+            await store.sight_cursors(one, "fan", seen("A", "ay"))
+            b = asyncio.create_task(store.sight_cursors(other, "fan", seen("B", "ax")))
+            # A commits once B's write has either ended or is waiting for a lock
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 15
+            while not b.done() and not await _waits_for_lock(one, other.info.backend_pid):
+                assert loop.time() < deadline, "B's write neither ended nor waited"
+                await asyncio.sleep(0.02)
+        await b
+        query = sql.SQL("SELECT scope_id, retired_at IS NOT NULL FROM {} WHERE job_name = 'fan'")
+        cur = await one.execute(query.format(table(schema, "cron_cursors")))
+        return dict(await cur.fetchall())
+
+
+def test_opposite_scope_changes_written_at_once_retire_nothing_either_lists(
+    migrated: str, db_roles: Any
+) -> None:
+    """Two replicas write opposite changes of a job's scopes at the same moment: the second
+    waits for the first, reads its list, and neither retires a scope the other lists."""
+    retired = asyncio.run(_opposite_changes_at_once(db_roles.dsn("runtime"), migrated))
+    assert retired == {"a": False, "x": False, "y": False}
 
 
 def test_eight_replicas_claim_each_scope_once(make_scheduler: Any, migrated: str, db: Any) -> None:
