@@ -405,18 +405,7 @@ class Store(_JobStatements, _LedgerStatements):
 
     async def heartbeat(self, conn: Conn, leases: Sequence[Renewal]) -> set[UUID]:
         """Renew the leases; returns the ids still held."""
-        ordered = sorted(leases)  # one lock order for every batch: no deadlock between them
-        rows = await self._rows(
-            conn,
-            "heartbeat",
-            {
-                "ids": [lease.id for lease in ordered],
-                "tokens": [lease.token for lease in ordered],
-                "plans": [lease.plan_time for lease in ordered],
-                "stale_timeouts": [lease.stale_timeout_s for lease in ordered],
-                **_plan_span(lease.plan_time for lease in ordered),
-            },
-        )
+        rows = await self._rows(conn, "heartbeat", _renewal_params(leases))
         return {r["id"] for r in rows}
 
     async def finish(self, conn: Conn, batch: Sequence[Finish]) -> dict[UUID, datetime | None]:
@@ -594,6 +583,17 @@ def _restore_params(rows: Sequence[Restore]) -> dict[str, Any]:
         "results": [o.result_json if o else None for o in outcomes],
         "durations": [o.duration_ms if o else None for o in outcomes],
         "retry_at": [r.next_retry_at for r in ordered],
+    }
+
+
+def _renewal_params(leases: Sequence[Renewal]) -> dict[str, Any]:
+    ordered = sorted(leases)  # one lock order for every batch: no deadlock between them
+    return {
+        "ids": [lease.id for lease in ordered],
+        "tokens": [lease.token for lease in ordered],
+        "plans": [lease.plan_time for lease in ordered],
+        "stale_timeouts": [lease.stale_timeout_s for lease in ordered],
+        **_plan_span(lease.plan_time for lease in ordered),
     }
 
 
