@@ -3,7 +3,8 @@ grows.
 
 One replica (``pgsched run``) runs a fan-out of ``--scopes`` every ``--every`` seconds on a
 private PostgreSQL (or ``--dsn``: a server of the caller's, in a database of the bench's own).
-Three phases, each measured over ``--window`` seconds of that live load:
+Three phases, each measured over ``--window`` seconds of that live load, each window starting
+right after a ``CHECKPOINT``:
 
 - **empty**: the ledger holds only the live runs.
 - **full**: ``--rows`` finished rows of the same job and scopes are then put in the ``--days``
@@ -179,6 +180,9 @@ def phase(dsn: str, conn: psycopg.Connection[Any], args: argparse.Namespace) -> 
     """One window of the live load: its statements and start lag, then the reads."""
     loaded = "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'"
     statements = Statements(conn, DATABASE, enabled=bool(one(conn, loaded)[0]))
+    # Each window starts from a checkpoint: after the fill, writing back its gigabytes of
+    # dirty pages would otherwise fall in the full phase's window and slow it.
+    conn.execute("CHECKPOINT")
     statements.reset()
     since = one(conn, "SELECT clock_timestamp()")[0]
     time.sleep(args.window)

@@ -265,9 +265,7 @@ class WriteMemory:
     def remember(self, lease: Lease, stored: Finish, next_retry_at: datetime | None) -> None:
         if lease.job.transactional:
             return  # see rows()
-        row = replace(
-            _claim_row(lease), status=stored.status, outcome=stored, next_retry_at=next_retry_at
-        )
+        row = _claim_row(lease, stored, next_retry_at)
         self._writes.append((time.monotonic(), row))
         cutoff = time.monotonic() - _REMEMBER_S
         while self._writes and (self._writes[0][0] < cutoff or len(self._writes) > _REMEMBER_MAX):
@@ -287,8 +285,11 @@ class WriteMemory:
         return list(latest.values())
 
 
-def _claim_row(lease: Lease) -> Restore:
-    """``lease``'s execution as claimed (RUNNING, under this replica's lease)."""
+def _claim_row(
+    lease: Lease, stored: Finish | None = None, next_retry_at: datetime | None = None
+) -> Restore:
+    """``lease``'s execution as claimed (RUNNING, under this replica's lease), or as
+    ``stored`` once its terminal write landed."""
     run, job = lease.run, lease.job
     return Restore(
         id=run.execution_id,
@@ -303,9 +304,12 @@ def _claim_row(lease: Lease) -> Restore:
         token=run.lease_token,
         fencing_token=run.fencing_token,
         exclusive=job.overlap == "forbid",
-        payload_json=json.dumps(run.payload),
+        payload_json=json.dumps(run.payload) if run.payload else "{}",
         started_at=lease.started_at,
         stale_timeout_s=job.stale_timeout.total_seconds(),
+        status="RUNNING" if stored is None else stored.status,
+        outcome=stored,
+        next_retry_at=next_retry_at,
     )
 
 
