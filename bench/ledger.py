@@ -283,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         "python -m bench.ledger", __doc__, every=5, warmup=15.0, window=30.0, rows=1_000_000
     )
     parser.add_argument("--settle", type=float, default=40.0)
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     server = pg.external(args.dsn) if args.dsn else pg.start_private()
     try:
@@ -297,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
             result["retention"] = retention(dsn, conn)
     finally:
         server.stop()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    name = RESULTS / f"ledger-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    name = args.results_dir / f"ledger-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
     name.write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(json.dumps(result, indent=2, default=str))
     return 0

@@ -160,3 +160,22 @@ def test_history_smoke(pg_dsn: str, tmp_path: Path) -> None:
     assert result["full"]["ledger_rows"] >= 20000 + result["empty"]["ledger_rows"]
     assert "deleted 10000 finished run(s)" in result["retention"]["prune"]["output"]
     assert set(result["ratios"]) >= set(result["full"]["reads_ms"])
+
+
+def test_ledger_smoke(pg_dsn: str, tmp_path: Path) -> None:
+    """``python -m bench.ledger`` in small: WAL per execution of a live fan-out (by relation
+    where the server has pg_walinspect), bytes per row at rest, and retention."""
+    from bench.ledger import main as ledger
+
+    argv = ["--dsn", pg_dsn, "--scopes", "50", "--every", "2", "--warmup", "3", "--settle", "1"]
+    argv += ["--window", "4", "--rows", "5000", "--results-dir", str(tmp_path)]
+    assert ledger(argv) == 0
+    (written,) = tmp_path.glob("ledger-*.json")
+    result = json.loads(written.read_text())
+    live = result["live"]
+    assert live["executions"] > 0 and live["wal_records_per_execution"] > 0, live
+    by_relation = live["wal_records_by_relation"]
+    if by_relation is not None:  # pg_walinspect: the ledger's own heap is among the relations
+        assert any(r["relation"].startswith("cron_executions_") for r in by_relation), by_relation
+    assert result["at_rest"]["bytes_per_row"] > 0, result["at_rest"]
+    assert "deleted 5000 finished run(s)" in result["retention"]["output"], result["retention"]
