@@ -7,6 +7,7 @@ import itertools
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -134,22 +135,37 @@ def test_max_concurrency_caps_one_tick(make_scheduler: Any, migrated: str, db: A
 def test_max_concurrency_holds_across_jobs_and_priority_goes_first(
     make_scheduler: Any, migrated: str, db: Any
 ) -> None:
+    """The handlers hold their slots until the tick has claimed every job (its duration is
+    recorded when it ends): runs that ended within the tick would free slots, and a later
+    job in the same tick may then rightly take them."""
     s = make_scheduler(max_concurrency=5)
     scopes = [pgsched.Scope("shard", str(i)) for i in range(5)]
     recorder = Recorder()
+    release = threading.Event()
 
     def handler(run: pgsched.Run) -> None:
         recorder.enter(run)
+        release.wait(30)
         recorder.leave()
 
     s.register(handler, name="a_low", every="1d", scopes=scopes, priority=0)
     s.register(handler, name="z_high", every="1d", scopes=scopes, priority=10)
 
-    report = s.run_once()
+    def ticks() -> float:
+        return s.metrics.registry.get_sample_value("pgsched_tick_duration_seconds_count") or 0
+
+    with ThreadPoolExecutor(1) as pool:
+        done = pool.submit(s.run_once)
+        try:
+            wait_until(lambda: ticks() >= 1 or done.done(), 30, "the tick to claim every job")
+        finally:
+            release.set()
+        report = done.result(60)
 
     claimed_jobs = Counter(r["job_name"] for r in rows(db, migrated))
     assert report.claimed <= 5, f"claimed {report.claimed} with max_concurrency=5: {claimed_jobs}"
     assert claimed_jobs == {"z_high": 5}, "the higher priority job should take the scarce slots"
+    assert recorder.peak == 5
 
 
 def test_second_replica_claims_what_the_first_could_not(
