@@ -618,11 +618,8 @@ def _finish_params(batch: Sequence[Finish]) -> dict[str, Any]:
 def _plan_span(plans: Iterable[datetime]) -> dict[str, datetime | None]:
     """A batch's first and last plan times: bounds that prune the ledger's partitions before
     a statement runs (None for an empty batch, which matches no row)."""
-    ordered = sorted(plans)
-    return {
-        "first_plan": ordered[0] if ordered else None,
-        "last_plan": ordered[-1] if ordered else None,
-    }
+    listed = list(plans)
+    return {"first_plan": min(listed, default=None), "last_plan": max(listed, default=None)}
 
 
 def _commit_params(idle: timedelta, synchronous: bool) -> dict[str, Any]:
