@@ -7,9 +7,7 @@ about what to run.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from collections import deque
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -17,19 +15,16 @@ from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
 
-from .._records import Finish, Renewal, Restore, Server
+from .._records import Finish, Renewal, Server
 from .._results import describe_error
 from .._storage.connection import Backoff, pool_hosts, pooled, unavailable
 from .._storage.store import Conn, Store
 from .leases import LeaseTable
+from .memory import WriteMemory
 from .recorder import Recorder
 from .values import Lease, Outcome
 
 _FINISH_BATCH = 2_000
-# Terminal writes kept to put back after a failover: an asynchronous standby lags by seconds
-# at most in a healthy cluster; ten minutes covers a lagging one with room to spare.
-_REMEMBER_S = 600.0
-_REMEMBER_MAX = 50_000
 # With other leases still running, the writer waits up to this long for more outcomes.
 _FINISH_LINGER_S = 0.2
 
@@ -253,64 +248,6 @@ class LeaseWriter:
         ]
         async with self._lock, pooled(self._pool) as conn:
             return await self._store.heartbeat(conn, leases)
-
-
-class WriteMemory:
-    """What this replica wrote lately: each landed terminal write, kept for
-    :data:`_REMEMBER_S` (at most :data:`_REMEMBER_MAX`), to put back after a failover."""
-
-    def __init__(self) -> None:
-        self._writes: deque[tuple[float, Restore]] = deque()
-
-    def remember(self, lease: Lease, stored: Finish, next_retry_at: datetime | None) -> None:
-        if lease.job.transactional:
-            return  # see rows()
-        row = _claim_row(lease, stored, next_retry_at)
-        self._writes.append((time.monotonic(), row))
-        cutoff = time.monotonic() - _REMEMBER_S
-        while self._writes and (self._writes[0][0] < cutoff or len(self._writes) > _REMEMBER_MAX):
-            self._writes.popleft()
-
-    def rows(self, held: list[Lease]) -> list[Restore]:
-        """The recent writes and the claims of the leases ``held``, one row per execution
-        (its latest write). Never a transactional job's: its effect and its rows commit or
-        vanish together, so a plan the new server lacks is run again, not marked done; and a
-        later plan's row put back would hide the lost ones from every_plan catch-up, which
-        resumes after a scope's latest plan."""
-        cutoff = time.monotonic() - _REMEMBER_S
-        latest = {row.id: row for at, row in self._writes if at >= cutoff}
-        for lease in held:
-            if not lease.job.transactional:
-                latest.setdefault(lease.execution_id, _claim_row(lease))
-        return list(latest.values())
-
-
-def _claim_row(
-    lease: Lease, stored: Finish | None = None, next_retry_at: datetime | None = None
-) -> Restore:
-    """``lease``'s execution as claimed (RUNNING, under this replica's lease), or as
-    ``stored`` once its terminal write landed."""
-    run, job = lease.run, lease.job
-    return Restore(
-        id=run.execution_id,
-        job=run.job,
-        scope_kind=run.scope.kind,
-        scope_id=run.scope.id,
-        plan_time=run.plan_time,
-        trigger=run.trigger,
-        attempt=run.attempt,
-        max_attempts=run.max_attempts,
-        runner_id=run.runner_id,
-        token=run.lease_token,
-        fencing_token=run.fencing_token,
-        exclusive=job.overlap == "forbid",
-        payload_json=json.dumps(run.payload) if run.payload else "{}",
-        started_at=lease.started_at,
-        stale_timeout_s=job.stale_timeout.total_seconds(),
-        status="RUNNING" if stored is None else stored.status,
-        outcome=stored,
-        next_retry_at=next_retry_at,
-    )
 
 
 def _as_stored(outcome: Outcome, stored: Finish) -> Outcome:

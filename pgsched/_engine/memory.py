@@ -1,0 +1,125 @@
+"""The write memory: what this replica wrote lately, to put back after a failover.
+
+Each landed terminal write is kept for :data:`REMEMBER_S` (at most :data:`REMEMBER_MAX`) as
+one tuple of plain values (ids as integers, the outcome's fields inline): a tuple holding
+only strings, numbers and datetimes leaves the garbage collector's lists, while the same
+write kept as records (the row, its outcome, their UUIDs: five tracked objects) put 250,000
+objects in front of every full collection at 400 runs a second.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from .._records import Finish, Restore
+from .values import Lease
+
+# An asynchronous standby lags by seconds at most in a healthy cluster; ten minutes covers a
+# lagging one with room to spare.
+REMEMBER_S = 600.0
+REMEMBER_MAX = 50_000
+
+# Restore's fields kept as they are, in this order after the id, the token and the outcome.
+_PLAIN = (
+    "job",
+    "scope_kind",
+    "scope_id",
+    "plan_time",
+    "trigger",
+    "attempt",
+    "max_attempts",
+    "runner_id",
+    "fencing_token",
+    "exclusive",
+    "payload_json",
+    "started_at",
+    "stale_timeout_s",
+    "status",
+    "next_retry_at",
+)
+# Finish's fields after the id, the token and the plan time (the row's own).
+_OUTCOME = (
+    "status",
+    "error_code",
+    "error_msg",
+    "rows_affected",
+    "result_json",
+    "duration_ms",
+    "retry_delay_s",
+    "traceback",
+)
+
+
+class WriteMemory:
+    """The landed terminal writes of the last :data:`REMEMBER_S`, oldest first."""
+
+    def __init__(self) -> None:
+        self._writes: deque[tuple[float, tuple[Any, ...]]] = deque()
+
+    def remember(self, lease: Lease, stored: Finish, next_retry_at: datetime | None) -> None:
+        if lease.job.transactional:
+            return  # see rows()
+        now = time.monotonic()
+        self._writes.append((now, _packed(claim_row(lease, stored, next_retry_at))))
+        cutoff = now - REMEMBER_S
+        while self._writes and (self._writes[0][0] < cutoff or len(self._writes) > REMEMBER_MAX):
+            self._writes.popleft()
+
+    def rows(self, held: list[Lease]) -> list[Restore]:
+        """The recent writes and the claims of the leases ``held``, one row per execution
+        (its latest write). Never a transactional job's: its effect and its rows commit or
+        vanish together, so a plan the new server lacks is run again, not marked done; and a
+        later plan's row put back would hide the lost ones from every_plan catch-up, which
+        resumes after a scope's latest plan."""
+        cutoff = time.monotonic() - REMEMBER_S
+        latest = {row.id: row for row in (_unpacked(p) for at, p in self._writes if at >= cutoff)}
+        for lease in held:
+            if not lease.job.transactional:
+                latest.setdefault(lease.execution_id, claim_row(lease))
+        return list(latest.values())
+
+
+def claim_row(
+    lease: Lease, stored: Finish | None = None, next_retry_at: datetime | None = None
+) -> Restore:
+    """``lease``'s execution as claimed (RUNNING, under this replica's lease), or as
+    ``stored`` once its terminal write landed."""
+    run, job = lease.run, lease.job
+    return Restore(
+        id=run.execution_id,
+        job=run.job,
+        scope_kind=run.scope.kind,
+        scope_id=run.scope.id,
+        plan_time=run.plan_time,
+        trigger=run.trigger,
+        attempt=run.attempt,
+        max_attempts=run.max_attempts,
+        runner_id=run.runner_id,
+        token=run.lease_token,
+        fencing_token=run.fencing_token,
+        exclusive=job.overlap == "forbid",
+        payload_json=json.dumps(run.payload) if run.payload else "{}",
+        started_at=lease.started_at,
+        stale_timeout_s=job.stale_timeout.total_seconds(),
+        status="RUNNING" if stored is None else stored.status,
+        outcome=stored,
+        next_retry_at=next_retry_at,
+    )
+
+
+def _packed(row: Restore) -> tuple[Any, ...]:
+    outcome = row.outcome
+    inline = None if outcome is None else tuple(getattr(outcome, f) for f in _OUTCOME)
+    return (row.id.int, row.token.int, inline, *(getattr(row, f) for f in _PLAIN))
+
+
+def _unpacked(packed: tuple[Any, ...]) -> Restore:
+    execution_id, token, inline = UUID(int=packed[0]), UUID(int=packed[1]), packed[2]
+    plain = dict(zip(_PLAIN, packed[3:], strict=True))
+    outcome = None if inline is None else Finish(execution_id, token, plain["plan_time"], *inline)
+    return Restore(id=execution_id, token=token, outcome=outcome, **plain)
