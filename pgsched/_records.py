@@ -39,6 +39,7 @@ class ClaimTerms:
     reentry: bool  # allow_stale_reentry
     forbid: bool  # overlap="forbid"
     max_attempts: int
+    dynamic: bool = False  # its scopes' next plans are stored schedules, not cursors
 
     def params(self) -> dict[str, Any]:
         return {
@@ -48,6 +49,7 @@ class ClaimTerms:
             "reentry": self.reentry,
             "forbid": self.forbid,
             "max_attempts": self.max_attempts,
+            "dynamic": self.dynamic,
         }
 
 

@@ -112,23 +112,61 @@ SELECT id, scope_kind, scope_id, plan_time, attempt, runner_id FROM closed
 
 -- name: lock_existing_scopes
 -- overlap="forbid", before claim_existing: the scopes of the rows it may take, each under
--- its scope lock (see due_cursors) when no other claim holds it. claim_existing takes rows
--- of these scopes only, in a statement that starts after the locks are held.
-WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
-SELECT DISTINCT c.scope_kind, c.scope_id
-FROM (
-    SELECT c.scope_kind, c.scope_id FROM {schema}.cron_executions c
-    WHERE c.job_name = %(job)s
-      AND (   (%(reentry)s AND c.status = 'RUNNING' AND c.stale_after < (SELECT t FROM now)
-               AND c.attempt < c.max_attempts)
-           OR (c.status = 'FAILED' AND c.next_retry_at <= (SELECT t FROM now)
-               AND c.attempt < c.max_attempts)
-           OR (c.status = 'PENDING' AND c.plan_time <= (SELECT t FROM now)))
-    ORDER BY c.plan_time, c.scope_kind, c.scope_id
-    LIMIT %(limit)s
-) AS c
-WHERE pg_try_advisory_xact_lock(hashtextextended(
-          %(lock_ns)s || %(job)s || chr(31) || c.scope_kind || chr(31) || c.scope_id, 0))
+-- its scope lock (one claim_existing at a time per scope) and with its cursor row (or, for a
+-- dynamic job, its stored schedule) locked: the claim of a scope's next plan holds that row,
+-- so the two never check the scope's RUNNING rows at once. A scope whose lock or row another
+-- claim holds is skipped for this tick. claim_existing takes rows of these scopes only, in a
+-- statement that starts after the locks are held (it sees every claim that held them before).
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+scoped AS MATERIALIZED (
+    SELECT c.scope_kind, c.scope_id
+    FROM (
+        SELECT DISTINCT c.scope_kind, c.scope_id
+        FROM (
+            SELECT c.scope_kind, c.scope_id FROM {schema}.cron_executions c
+            WHERE c.job_name = %(job)s
+              AND (   (%(reentry)s AND c.status = 'RUNNING' AND c.stale_after < (SELECT t FROM now)
+                       AND c.attempt < c.max_attempts)
+                   OR (c.status = 'FAILED' AND c.next_retry_at <= (SELECT t FROM now)
+                       AND c.attempt < c.max_attempts)
+                   OR (c.status = 'PENDING' AND c.plan_time <= (SELECT t FROM now)))
+            ORDER BY c.plan_time, c.scope_kind, c.scope_id
+            LIMIT %(limit)s
+        ) AS c
+    ) AS c
+    WHERE pg_try_advisory_xact_lock(hashtextextended(
+              %(lock_ns)s || %(job)s || chr(31) || c.scope_kind || chr(31) || c.scope_id, 0))
+),
+-- the scopes' cursor rows or stored schedules, as they are (a scope may have neither: a
+-- trigger of a scope the job does not list)
+keyed AS MATERIALIZED (
+    SELECT c.scope_kind, c.scope_id FROM {schema}.cron_cursors c
+    WHERE NOT %(dynamic)s AND c.job_name = %(job)s
+      AND (c.scope_kind, c.scope_id) IN (SELECT scope_kind, scope_id FROM scoped)
+    UNION ALL
+    SELECT s.scope_kind, s.scope_id FROM {schema}.schedules s
+    WHERE %(dynamic)s AND s.job_name = %(job)s
+      AND (s.scope_kind, s.scope_id) IN (SELECT scope_kind, scope_id FROM scoped)
+),
+cursors_held AS MATERIALIZED (
+    SELECT c.scope_kind, c.scope_id FROM {schema}.cron_cursors c
+    WHERE NOT %(dynamic)s AND c.job_name = %(job)s
+      AND (c.scope_kind, c.scope_id) IN (SELECT scope_kind, scope_id FROM scoped)
+    FOR UPDATE OF c SKIP LOCKED
+),
+schedules_held AS MATERIALIZED (
+    SELECT s.scope_kind, s.scope_id FROM {schema}.schedules s
+    WHERE %(dynamic)s AND s.job_name = %(job)s
+      AND (s.scope_kind, s.scope_id) IN (SELECT scope_kind, scope_id FROM scoped)
+    FOR UPDATE OF s SKIP LOCKED
+),
+held AS MATERIALIZED (
+    SELECT * FROM cursors_held UNION ALL SELECT * FROM schedules_held
+)
+SELECT c.scope_kind, c.scope_id FROM scoped c
+WHERE NOT EXISTS (SELECT 1 FROM keyed k
+                  WHERE k.scope_kind = c.scope_kind AND k.scope_id = c.scope_id)
+   OR EXISTS (SELECT 1 FROM held h WHERE h.scope_kind = c.scope_kind AND h.scope_id = c.scope_id)
 
 -- name: claim_existing
 -- Takes over existing rows on the same row, oldest plan first: stale leases (steal),
@@ -320,34 +358,26 @@ SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))
 -- The claim, first half: the job's cursors that are due, soonest first, locked for this
 -- claim transaction (SKIP LOCKED: concurrent replicas take different ones). Read through the
 -- due index: never the ledger's history. Under overlap="forbid" a cursor whose scope has a
--- RUNNING execution waits, and so does one whose scope another claim holds: each scope
--- claimed takes a transaction-scoped advisory lock (the scope lock), which claim_cursors'
--- check for a RUNNING row then runs after (in a later statement, so it sees every claim of
--- the scope that released the lock by committing).
-WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
-due AS MATERIALIZED (
-    SELECT c.scope_kind, c.scope_id, c.next_plan_time, c.spec, c.first_seen_at, c.last_plan_time,
-           (SELECT t FROM now) AS now, c.due_at
-    FROM {schema}.cron_cursors c
-    WHERE c.job_name = %(job)s AND c.due_at IS NOT NULL
-      AND c.due_at <= (SELECT t FROM now) - %(delay)s
-      AND (NOT %(forbid)s OR NOT EXISTS (
-            SELECT 1 FROM {schema}.cron_executions r
-            WHERE r.job_name = c.job_name AND r.scope_kind = c.scope_kind
-              AND r.scope_id = c.scope_id AND r.status = 'RUNNING'
-              AND (r.exclusive OR r.stale_after >= (SELECT t FROM now))))
-    ORDER BY c.due_at
-    LIMIT %(limit)s
-    FOR UPDATE OF c SKIP LOCKED
-)
--- the scope locks, taken for the rows chosen only
-SELECT due.scope_kind, due.scope_id, due.next_plan_time, due.spec, due.first_seen_at,
-       due.last_plan_time, due.now
-FROM due
-WHERE NOT %(forbid)s
-   OR pg_try_advisory_xact_lock(hashtextextended(
-          %(lock_ns)s || %(job)s || chr(31) || due.scope_kind || chr(31) || due.scope_id, 0))
-ORDER BY due.due_at
+-- RUNNING execution waits. The cursor's row lock is also what keeps the scope's other claims
+-- out (claim_existing's retries, triggers and steals lock it too, see lock_existing_scopes):
+-- claim_cursors' check for a RUNNING row runs after it (in a later statement, so it sees
+-- every claim of the scope that released the row by committing). No advisory lock per scope:
+-- a claim of thousands of scopes would hold thousands in PostgreSQL's shared lock table,
+-- which every session of the server shares (64 x max_connections entries by default).
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+SELECT c.scope_kind, c.scope_id, c.next_plan_time, c.spec, c.first_seen_at, c.last_plan_time,
+       (SELECT t FROM now) AS now
+FROM {schema}.cron_cursors c
+WHERE c.job_name = %(job)s AND c.due_at IS NOT NULL
+  AND c.due_at <= (SELECT t FROM now) - %(delay)s
+  AND (NOT %(forbid)s OR NOT EXISTS (
+        SELECT 1 FROM {schema}.cron_executions r
+        WHERE r.job_name = c.job_name AND r.scope_kind = c.scope_kind
+          AND r.scope_id = c.scope_id AND r.status = 'RUNNING'
+          AND (r.exclusive OR r.stale_after >= (SELECT t FROM now))))
+ORDER BY c.due_at
+LIMIT %(limit)s
+FOR UPDATE OF c SKIP LOCKED
 
 -- name: claim_cursors
 -- The claim, second half: INSERT ... ON CONFLICT DO NOTHING of RUNNING rows for the chosen
@@ -373,7 +403,7 @@ ins AS (
            %(forbid)s, %(runner)s, now.t, now.t + %(stale_timeout)s, now.t, now.t, now.t
     FROM p, now
     -- overlap="forbid": not while the scope has a RUNNING row (this statement starts after
-    -- due_cursors took the scope lock, so it sees every claim that held it before)
+    -- due_cursors locked the scope's cursor, so it sees every claim that held it before)
     WHERE NOT %(forbid)s OR NOT EXISTS (
         SELECT 1 FROM {schema}.cron_executions r
         WHERE r.job_name = %(job)s AND r.scope_kind = p.kind AND r.scope_id = p.id
@@ -1055,7 +1085,8 @@ RETURNING scope_id
 -- The claim of a dynamic job, first half: the schedules whose next plan is due, oldest first,
 -- locked for this claim transaction (SKIP LOCKED: concurrent replicas take different ones; a
 -- put, pause or delete of a locked schedule waits for the claim to commit). Under
--- overlap="forbid" a schedule whose scope has a RUNNING execution waits.
+-- overlap="forbid" a schedule whose scope has a RUNNING execution waits; its row lock keeps
+-- the scope's other claims out, as a cursor's does (see due_cursors).
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 due AS MATERIALIZED (
     SELECT s.scope_kind, s.scope_id, s.every_us, s.cron, s.timezone, s.starts_at, s.ends_at,
@@ -1072,12 +1103,7 @@ due AS MATERIALIZED (
     LIMIT %(limit)s
     FOR UPDATE OF s SKIP LOCKED
 )
--- the scope locks, taken for the rows chosen only
-SELECT * FROM due
-WHERE NOT %(forbid)s
-   OR pg_try_advisory_xact_lock(hashtextextended(
-          %(lock_ns)s || %(job)s || chr(31) || due.scope_kind || chr(31) || due.scope_id, 0))
-ORDER BY due.next_plan_time
+SELECT * FROM due ORDER BY due.next_plan_time
 
 -- name: claim_schedules
 -- The claim of a dynamic job, second half: RUNNING rows for the chosen plans (with the

@@ -23,7 +23,7 @@ from .._storage.connection import Backoff, unavailable
 from .leases import LeaseTable
 from .outcomes import failed, succeeded
 from .recorder import Recorder
-from .tracing import run_span
+from .tracing import UNTRACED, run_span
 from .transaction import Transactions, TransactionUnavailable, Written
 from .values import Lease, Outcome
 
@@ -42,10 +42,10 @@ class Executor:
         self._transactions = transactions
         self._submit = submit
 
-    def start(self, lease: Lease) -> None:
+    def start(self, lease: Lease, traced: bool) -> None:
         """Run ``lease``'s handler in a task of its own (after the scope's previous plan held
-        here, under ``overlap="forbid"``)."""
-        lease.task = asyncio.ensure_future(self._execute(lease))
+        here, under ``overlap="forbid"``), in an OpenTelemetry span if ``traced``."""
+        lease.task = asyncio.ensure_future(self._execute(lease, traced))
 
     def abandon(self, lease: Lease, why: str) -> None:
         """Shutdown: stop waiting for ``lease``; it is FAILED ``shutdown``, retryable at once."""
@@ -56,7 +56,7 @@ class Executor:
             lease, failed(lease.job, lease.run, time.monotonic(), "shutdown", why, retry_now=True)
         )
 
-    async def _execute(self, lease: Lease) -> None:
+    async def _execute(self, lease: Lease, traced: bool) -> None:
         try:
             if lease.previous is not None:
                 await lease.previous.done.wait()
@@ -68,7 +68,7 @@ class Executor:
             started = time.monotonic()
             if lease.claim_lag is not None:
                 self._recorder.started(lease, lease.claim_lag + started - lease.claimed_at)
-            with run_span(lease.run, lease.kind) as record:
+            with run_span(lease.run, lease.kind) if traced else UNTRACED as record:
                 outcome = await self._run(lease, started)
                 record(outcome)
         except asyncio.CancelledError:

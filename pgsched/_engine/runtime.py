@@ -43,6 +43,7 @@ from .leases import LeaseTable, open_lease
 from .recorder import Recorder
 from .registration import Registration
 from .sighting import Sightings
+from .tracing import recording
 from .transaction import Transactions
 from .values import ClaimBatch, TickReport
 from .writer import LeaseWriter
@@ -345,11 +346,12 @@ class Runtime:
         """Start right after the commit: the next job (or batch) sees the slots taken, and no
         later failure can orphan these claims. Oldest plan first, so chained plans of one
         scope run in plan order."""
+        traced = recording()
         for claim in sorted(batch.claims, key=lambda c: c.plan_time):
             lease = open_lease(job, claim, self.runner_id, self.recorder.log)
             self.leases.hold(lease)
             self.recorder.claimed(lease, claim.kind, claim.previous_runner)
-            self.executor.start(lease)
+            self.executor.start(lease, traced)
 
     async def _listen_loop(self) -> None:
         """Wake the tick loop on NOTIFY (trigger, pause, resume, backfill); the tick stays

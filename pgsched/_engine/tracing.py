@@ -1,14 +1,14 @@
 """OpenTelemetry spans (docs/embedding.md), only with the ``otel`` extra installed: each
 execution is a span ``pgsched.run`` on the globally set tracer provider, current while the
 handler runs (its own spans nest under it), with error status when the run fails. Without the
-extra nothing is imported and :func:`run_span` does nothing.
+extra nothing is imported and nothing is :func:`recording`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
 
 from .._run import Run
 from .values import Outcome
@@ -18,8 +18,7 @@ try:
 except ImportError:  # the otel extra is not installed
     _trace = None  # type: ignore[assignment]
 
-if TYPE_CHECKING:
-    Record = Callable[[Outcome | None], None]
+Record = Callable[[Outcome | None], None]
 
 # A proxy: it follows a tracer provider the application sets after importing pgsched.
 _TRACER: Any = _trace.get_tracer("pgsched") if _trace is not None else None
@@ -29,14 +28,24 @@ def _nothing(outcome: Outcome | None) -> None:
     return None
 
 
+def recording() -> bool:
+    """Whether a span would be recorded: the extra is installed and a tracer provider set.
+    Asked once per claimed batch, not per run: while no provider is set the check reads the
+    process environment (OpenTelemetry's provider variable)."""
+    return _TRACER is not None and not isinstance(
+        _trace.get_tracer_provider(), _trace.ProxyTracerProvider
+    )
+
+
+# Runs started while nothing records: every span would be a non-recording one, at a cost per run.
+UNTRACED: AbstractContextManager[Record] = nullcontext(_nothing)
+
+
 @contextmanager
 def run_span(run: Run, claim: str) -> Iterator[Record]:
-    """A span around one execution; the caller records the outcome through the yielded
-    function (None: nothing was written by this replica, e.g. the lease was lost)."""
-    if _TRACER is None or isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider):
-        # No provider set yet: every span would be a non-recording one, at a cost per run.
-        yield _nothing
-        return
+    """A span around one execution (when :func:`recording`); the caller records the outcome
+    through the yielded function (None: nothing was written by this replica, e.g. the lease
+    was lost)."""
     attributes = {
         "pgsched.job": run.job,
         "pgsched.scope": str(run.scope),

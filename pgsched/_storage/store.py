@@ -360,8 +360,9 @@ class Store(_JobStatements, _LedgerStatements):
 
     async def claim_existing(self, conn: Conn, terms: ClaimTerms, limit: int) -> list[Row]:
         """Take over stale (steal), retryable and due PENDING rows, oldest plan first. Under
-        overlap="forbid" only rows of scopes whose lock this transaction got first (another
-        claim holding one has its scope skipped for this tick)."""
+        overlap="forbid" only rows of scopes whose lock and cursor row (or stored schedule)
+        this transaction got first (another claim holding either has its scope skipped for
+        this tick)."""
         params = {**terms.params(), "limit": limit, "lock_ns": self.lock_ns}
         kinds: list[str] = []
         ids: list[str] = []
@@ -379,7 +380,6 @@ class Store(_JobStatements, _LedgerStatements):
     ) -> list[Row]:
         """Lock up to ``limit`` due cursors of the job (SKIP LOCKED), soonest first."""
         params = {"job": terms.job, "forbid": terms.forbid, "delay": delay, "limit": limit}
-        params["lock_ns"] = self.lock_ns
         return await self._rows(conn, "due_cursors", params, prepare=_PLAN_EACH_TIME)
 
     async def claim_cursors(
@@ -672,7 +672,6 @@ class ScheduleStore(_Statements):
     ) -> list[Row]:
         """Lock up to ``limit`` due schedules of the job (SKIP LOCKED), oldest next plan first."""
         params = {"job": terms.job, "forbid": terms.forbid, "delay": delay, "limit": limit}
-        params["lock_ns"] = self.lock_ns
         return await self._rows(conn, "due_schedules", params, prepare=_PLAN_EACH_TIME)
 
     async def claim_schedules(

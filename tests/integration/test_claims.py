@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import threading
@@ -17,6 +18,8 @@ from psycopg import sql
 from structlog.testing import capture_logs
 
 import pgsched
+from pgsched._records import ClaimTerms
+from pgsched._storage.store import Store
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import count, db_now, insert_row, rows, table
 from tests.support.threads import Recorder, run_together, running
@@ -292,3 +295,83 @@ def test_a_claim_blocked_by_another_unfinished_claim_gives_up_the_tick_then_clai
     report = s.run_once()
     assert (report.claimed, report.succeeded) == (1, 1)
     assert [r["plan_time"] for r in rows(db, migrated, "blocked")] == [plan]
+
+
+# -- what keeps overlap="forbid" across a claim of due plans and a claim of existing rows ------
+
+
+_TERMS = ClaimTerms(
+    job="j",
+    runner="r2",
+    stale_timeout=timedelta(minutes=1),
+    reentry=False,
+    forbid=True,
+    max_attempts=3,
+)
+
+
+def _due_cursors(db: Any, schema: str, count_: int) -> None:
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (job_name, scope_kind, scope_id, next_plan_time, due_at, spec,"
+            " first_seen_at, updated_at) SELECT 'j', 't', g::text, now(), now(), 's', now(),"
+            " now() FROM generate_series(1, %s) g"
+        ).format(table(schema, "cron_cursors")),
+        (count_,),
+    )
+
+
+async def _advisory_locks_of_a_due_claim(dsn: str, schema: str) -> tuple[int, int]:
+    store = Store(schema)
+    async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
+        due = await store.due_cursors(conn, _TERMS, timedelta(0), 5_000)
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+        )
+        (held,) = await cur.fetchone()  # type: ignore[misc]
+        return len(due), held
+
+
+def test_a_claim_of_due_plans_takes_no_lock_per_scope(migrated: str, db: Any, pg_dsn: str) -> None:
+    """Every scope's lock would sit in the server's shared lock table until commit (64 x
+    max_connections entries by default, shared by every session): eight replicas claiming
+    2,000 scopes each filled it. The cursors' row locks keep the scopes instead."""
+    _due_cursors(db, migrated, 2_000)
+    assert asyncio.run(_advisory_locks_of_a_due_claim(pg_dsn, migrated)) == (2_000, 0)
+
+
+async def _retry_while_next_plan_is_claimed(dsn: str, schema: str) -> tuple[int, int]:
+    store = Store(schema)
+    async with (
+        await psycopg.AsyncConnection.connect(dsn) as claiming,
+        await psycopg.AsyncConnection.connect(dsn) as retrying,
+    ):
+        async with claiming.transaction():
+            assert len(await store.due_cursors(claiming, _TERMS, timedelta(0), 10)) == 1
+            async with retrying.transaction():
+                while_held = len(await store.claim_existing(retrying, _TERMS, 10))
+        async with retrying.transaction():
+            after = len(await store.claim_existing(retrying, _TERMS, 10))
+        return while_held, after
+
+
+def test_a_retry_waits_while_its_scopes_next_plan_is_being_claimed(
+    migrated: str, db: Any, pg_dsn: str
+) -> None:
+    """A scope's due retry and its next plan, claimed at once by two replicas: the retry's
+    claim finds the scope's cursor row held and leaves the retry for a later tick (both
+    checking for a RUNNING row at once could start both), then takes it."""
+    _due_cursors(db, migrated, 1)
+    insert_row(
+        db,
+        migrated,
+        job_name="j",
+        scope_kind="t",
+        scope_id="1",
+        plan_time=db_now(db) - timedelta(minutes=1),
+        status="FAILED",
+        attempt=1,
+        max_attempts=3,
+        next_retry_at=db_now(db) - timedelta(seconds=1),
+    )
+    assert asyncio.run(_retry_while_next_plan_is_claimed(pg_dsn, migrated)) == (0, 1)
