@@ -28,6 +28,11 @@ from .values import Claim, ClaimBatch, ClaimKind
 # trips wait behind the handlers the previous batch started, and with batches of 1,000 a
 # 10,000-scope fan-out over three replicas took 2.4-2.9 s against 1.6-2.2 s.
 CLAIM_BATCH = 5_000
+# Under overlap="forbid" a claim of existing rows (retries, PENDING runs, steals) holds a lock
+# per scope until it commits, in PostgreSQL's shared lock table (64 x max_connections entries
+# by default, shared by every session of the server): a retry storm of every scope at once is
+# taken this many scopes per claim, so eight replicas claiming together fill at most 4,000.
+EXISTING_SCOPE_LOCKS = 500
 # The server ends a claim transaction left idle this long (a replica cut off mid-claim),
 # releasing the rows it inserted. Its statements take milliseconds, but between two of them
 # the replica's event loop runs whatever else is ready - a thousand handlers just started by
@@ -123,8 +128,11 @@ class Claimer:
                 ):
                     self._recorder.stale_closed(job.name, row)
             if existing and cap > 0:
-                taken = await self._existing(conn, job, cap)
+                limit = min(cap, EXISTING_SCOPE_LOCKS) if job.overlap == "forbid" else cap
+                taken = await self._existing(conn, job, limit)
                 batch.claims.extend(taken)
+                capped = limit < cap and len(taken) >= limit  # more may wait: claim again soon
+                batch.backlog = batch.backlog or capped
                 cap -= len(taken)
             if cursors:
                 await self._cursors(conn, job, cap, batch, known)

@@ -18,6 +18,7 @@ from psycopg import sql
 from structlog.testing import capture_logs
 
 import pgsched
+from pgsched._engine.claims import EXISTING_SCOPE_LOCKS
 from pgsched._records import ClaimTerms
 from pgsched._storage.store import Store
 from tests.support.plans import FixedPlans, past_plan
@@ -375,3 +376,26 @@ def test_a_retry_waits_while_its_scopes_next_plan_is_being_claimed(
         next_retry_at=db_now(db) - timedelta(seconds=1),
     )
     assert asyncio.run(_retry_while_next_plan_is_claimed(pg_dsn, migrated)) == (0, 1)
+
+
+def test_a_retry_storm_is_claimed_a_bounded_number_of_scopes_at_a_time(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    """Every scope's retry due at once, under overlap="forbid": a claim takes at most
+    EXISTING_SCOPE_LOCKS scopes (each holds a lock in the server's shared lock table until
+    commit), the next claim the rest."""
+    scopes = [pgsched.Scope("t", str(i)) for i in range(EXISTING_SCOPE_LOCKS + 40)]
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt,"
+            " max_attempts, next_retry_at) SELECT 'storm', 't', g::text, now() - interval '1h',"
+            " 'schedule', 'FAILED', 1, 3, now() - interval '1s'"
+            " FROM generate_series(0, %s - 1) g"
+        ).format(table(migrated)),
+        (len(scopes),),
+    )
+    s = make_scheduler("r1", max_concurrency=2_000)
+    s.register(lambda run: None, name="storm", every="1d", scopes=scopes, max_attempts=3)
+    assert s.run_once().retried == EXISTING_SCOPE_LOCKS
+    assert s.run_once().retried == 40
+    assert count(db, migrated, "status = 'FAILED'") == 0
