@@ -23,11 +23,12 @@ from .recorder import Recorder
 from .values import Claim, ClaimBatch, ClaimKind
 
 # Due cursors are claimed at most this many per transaction (the free slots bound it first,
-# usually), so no transaction holds very many rows for long and the Python work between its
-# two statements stays bounded (about 10 ms a thousand rows). Not fewer: each claim's round
-# trips wait behind the handlers the previous batch started, and with batches of 1,000 a
-# 10,000-scope fan-out over three replicas took 2.4-2.9 s against 1.6-2.2 s.
-CLAIM_BATCH = 5_000
+# often), so no claim statement runs long enough to near the engine's answer timeout on a
+# loaded server and the Python work between its two statements stays bounded (about 10 ms a
+# thousand rows). Not fewer: each claim's round trips wait behind the handlers the previous
+# batch started, and with batches of 1,000 a 10,000-scope fan-out over three replicas took
+# 2.4-2.9 s against 1.6-2.0 s.
+CLAIM_BATCH = 2_000
 # Under overlap="forbid" a claim of existing rows (retries, PENDING runs, steals) holds a lock
 # per scope until it commits, in PostgreSQL's shared lock table (64 x max_connections entries
 # by default, shared by every session of the server): a retry storm of every scope at once is

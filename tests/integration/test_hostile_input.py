@@ -257,7 +257,10 @@ def test_a_hundred_thousand_scopes_each_run_exactly_once(
     # of the ratio below.
     tenth = _fan_out_seconds(s, "fan_out_tenth", plan, n // 10)
     with capture_logs() as events:
-        elapsed = _fan_out_seconds(s, "fan_out", plan, n)
+        try:
+            elapsed = _fan_out_seconds(s, "fan_out", plan, n)
+        except pgsched.PgschedError as exc:  # the tick failed: say why (its events are here)
+            raise AssertionError(f"{exc}: {alarming(events)[:3]}") from exc
     assert alarming(events) == [], alarming(events)[:3]
     stored = db.execute(
         sql.SQL(
