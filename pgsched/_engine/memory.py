@@ -1,10 +1,10 @@
 """The write memory: what this replica wrote lately, to put back after a failover.
 
 Each landed terminal write is kept for :data:`REMEMBER_S` (at most :data:`REMEMBER_MAX`) as
-one tuple of plain values (ids as integers, the outcome's fields inline): a tuple holding
-only strings, numbers and datetimes leaves the garbage collector's lists, while the same
-write kept as records (the row, its outcome, their UUIDs: five tracked objects) put 250,000
-objects in front of every full collection at 400 runs a second.
+one flat tuple of plain values (ids as integers, the outcome's fields inline, no traceback):
+a tuple holding only strings, numbers and datetimes leaves the garbage collector's lists,
+while the same write kept as records (the row, its outcome, their UUIDs: five tracked
+objects) put 250,000 objects in front of every full collection at 400 runs a second.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from .values import Lease
 REMEMBER_S = 600.0
 REMEMBER_MAX = 50_000
 
-# Restore's fields kept as they are, in this order after the id, the token and the outcome.
+# Restore's fields kept as they are, in this order after when it was written, the id and the
+# token.
 _PLAIN = (
     "job",
     "scope_kind",
@@ -42,16 +43,16 @@ _PLAIN = (
     "status",
     "next_retry_at",
 )
-# Finish's fields after the id, the token and the plan time (the row's own).
+# The outcome's fields after those (its id, token, plan time and status are the row's). Not
+# its traceback: a row put back carries none (the attempt history has it), and 16 KiB each
+# would make 50,000 remembered failures 800 MB.
 _OUTCOME = (
-    "status",
     "error_code",
     "error_msg",
     "rows_affected",
     "result_json",
     "duration_ms",
     "retry_delay_s",
-    "traceback",
 )
 
 
@@ -59,13 +60,13 @@ class WriteMemory:
     """The landed terminal writes of the last :data:`REMEMBER_S`, oldest first."""
 
     def __init__(self) -> None:
-        self._writes: deque[tuple[float, tuple[Any, ...]]] = deque()
+        self._writes: deque[tuple[Any, ...]] = deque()  # see _packed
 
     def remember(self, lease: Lease, stored: Finish, next_retry_at: datetime | None) -> None:
         if lease.job.transactional:
             return  # see rows()
         now = time.monotonic()
-        self._writes.append((now, _packed(claim_row(lease, stored, next_retry_at))))
+        self._writes.append(_packed(now, claim_row(lease, stored, next_retry_at), stored))
         cutoff = now - REMEMBER_S
         while self._writes and (self._writes[0][0] < cutoff or len(self._writes) > REMEMBER_MAX):
             self._writes.popleft()
@@ -77,7 +78,7 @@ class WriteMemory:
         later plan's row put back would hide the lost ones from every_plan catch-up, which
         resumes after a scope's latest plan."""
         cutoff = time.monotonic() - REMEMBER_S
-        latest = {row.id: row for row in (_unpacked(p) for at, p in self._writes if at >= cutoff)}
+        latest = {row.id: row for row in (_unpacked(p) for p in self._writes if p[0] >= cutoff)}
         for lease in held:
             if not lease.job.transactional:
                 latest.setdefault(lease.execution_id, claim_row(lease))
@@ -112,14 +113,19 @@ def claim_row(
     )
 
 
-def _packed(row: Restore) -> tuple[Any, ...]:
-    outcome = row.outcome
-    inline = None if outcome is None else tuple(getattr(outcome, f) for f in _OUTCOME)
-    return (row.id.int, row.token.int, inline, *(getattr(row, f) for f in _PLAIN))
+def _packed(at: float, row: Restore, stored: Finish) -> tuple[Any, ...]:
+    return (
+        at,
+        row.id.int,
+        row.token.int,
+        *(getattr(row, f) for f in _PLAIN),
+        *(getattr(stored, f) for f in _OUTCOME),
+    )
 
 
 def _unpacked(packed: tuple[Any, ...]) -> Restore:
-    execution_id, token, inline = UUID(int=packed[0]), UUID(int=packed[1]), packed[2]
-    plain = dict(zip(_PLAIN, packed[3:], strict=True))
-    outcome = None if inline is None else Finish(execution_id, token, plain["plan_time"], *inline)
-    return Restore(id=execution_id, token=token, outcome=outcome, **plain)
+    execution_id, token = UUID(int=packed[1]), UUID(int=packed[2])
+    plain = dict(zip(_PLAIN, packed[3 : 3 + len(_PLAIN)], strict=True))
+    outcome = packed[3 + len(_PLAIN) :]
+    stored = Finish(execution_id, token, plain["plan_time"], plain["status"], *outcome)
+    return Restore(id=execution_id, token=token, outcome=stored, **plain)
