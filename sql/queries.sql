@@ -393,7 +393,8 @@ p AS MATERIALIZED (
 ),
 m AS MATERIALIZED (
     SELECT * FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(nexts)b::timestamptz[],
-                         %(dues)b::timestamptz[]) AS m(kind, id, next_plan, due_at)
+                         %(dues)b::timestamptz[], %(lasts)b::timestamptz[])
+             AS m(kind, id, next_plan, due_at, last_plan)
 ),
 ins AS (
     INSERT INTO {schema}.cron_executions AS x
@@ -439,16 +440,12 @@ lacking AS MATERIALIZED (  -- cursors with a chosen plan that has no row: they s
     LEFT JOIN held h ON h.kind = p.kind AND h.id = p.id AND h.plan_time = p.plan_time
     WHERE h.kind IS NULL
 ),
-latest AS MATERIALIZED (
-    SELECT h.kind, h.id, max(h.plan_time) AS plan_time FROM held h GROUP BY h.kind, h.id
-),
 moved AS (
     UPDATE {schema}.cron_cursors c
     SET next_plan_time = m.next_plan, due_at = m.due_at, spec = %(spec)s, updated_at = now.t,
-        last_plan_time = greatest(c.last_plan_time, l.plan_time)
-    FROM m
-    LEFT JOIN latest l ON l.kind = m.kind AND l.id = m.id
-    CROSS JOIN now
+        -- a cursor moved has a row for each of its plans: the latest is its last one
+        last_plan_time = greatest(c.last_plan_time, m.last_plan)
+    FROM m, now
     WHERE c.job_name = %(job)s AND c.scope_kind = m.kind AND c.scope_id = m.id
       AND NOT EXISTS (SELECT 1 FROM lacking x WHERE x.kind = m.kind AND x.id = m.id)
     RETURNING c.scope_kind

@@ -398,6 +398,7 @@ class Store(_JobStatements, _LedgerStatements):
             "ids": [m.id for m in moves],
             "nexts": [m.next_plan for m in moves],
             "dues": [m.due_at for m in moves],
+            "lasts": [max(m.plans, default=None) for m in moves],
             **_plan_span(p for _, _, p in plans),
         }
         rows = await self._rows(conn, "claim_cursors", params, prepare=_PLAN_EACH_TIME)
