@@ -363,7 +363,7 @@ SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))
 -- claim_cursors' check for a RUNNING row runs after it (in a later statement, so it sees
 -- every claim of the scope that released the row by committing). No advisory lock per scope:
 -- a claim of thousands of scopes would hold thousands in PostgreSQL's shared lock table,
--- which every session of the server shares (64 x max_connections entries by default).
+-- which every session of the server shares (64 entries per connection by default).
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 SELECT c.scope_kind, c.scope_id, c.next_plan_time, c.spec, c.first_seen_at, c.last_plan_time,
        (SELECT t FROM now) AS now

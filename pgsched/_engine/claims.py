@@ -30,8 +30,8 @@ from .values import Claim, ClaimBatch, ClaimKind
 # 2.4-2.9 s against 1.6-2.0 s.
 CLAIM_BATCH = 2_000
 # Under overlap="forbid" a claim of existing rows (retries, PENDING runs, steals) holds a lock
-# per scope until it commits, in PostgreSQL's shared lock table (64 x max_connections entries
-# by default, shared by every session of the server): a retry storm of every scope at once is
+# per scope until it commits, in PostgreSQL's shared lock table (64 entries per connection by
+# default, shared by every session of the server): a retry storm of every scope at once is
 # taken this many scopes per claim, so eight replicas claiming together fill at most 4,000.
 EXISTING_SCOPE_LOCKS = 500
 # The server ends a claim transaction left idle this long (a replica cut off mid-claim),

@@ -334,8 +334,8 @@ async def _advisory_locks_of_a_due_claim(dsn: str, schema: str) -> tuple[int, in
 
 
 def test_a_claim_of_due_plans_takes_no_lock_per_scope(migrated: str, db: Any, pg_dsn: str) -> None:
-    """Every scope's lock would sit in the server's shared lock table until commit (64 x
-    max_connections entries by default, shared by every session): eight replicas claiming
+    """Every scope's lock would sit in the server's shared lock table until commit (64 entries
+    per connection by default, shared by every session): eight replicas claiming
     2,000 scopes each filled it. The cursors' row locks keep the scopes instead."""
     _due_cursors(db, migrated, 2_000)
     assert asyncio.run(_advisory_locks_of_a_due_claim(pg_dsn, migrated)) == (2_000, 0)
