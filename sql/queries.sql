@@ -119,20 +119,17 @@ SELECT id, scope_kind, scope_id, plan_time, attempt, runner_id FROM closed
 -- statement that starts after the locks are held (it sees every claim that held them before).
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 scoped AS MATERIALIZED (
-    SELECT c.scope_kind, c.scope_id
+    SELECT DISTINCT c.scope_kind, c.scope_id
     FROM (
-        SELECT DISTINCT c.scope_kind, c.scope_id
-        FROM (
-            SELECT c.scope_kind, c.scope_id FROM {schema}.cron_executions c
-            WHERE c.job_name = %(job)s
-              AND (   (%(reentry)s AND c.status = 'RUNNING' AND c.stale_after < (SELECT t FROM now)
-                       AND c.attempt < c.max_attempts)
-                   OR (c.status = 'FAILED' AND c.next_retry_at <= (SELECT t FROM now)
-                       AND c.attempt < c.max_attempts)
-                   OR (c.status = 'PENDING' AND c.plan_time <= (SELECT t FROM now)))
-            ORDER BY c.plan_time, c.scope_kind, c.scope_id
-            LIMIT %(limit)s
-        ) AS c
+        SELECT c.scope_kind, c.scope_id FROM {schema}.cron_executions c
+        WHERE c.job_name = %(job)s
+          AND (   (%(reentry)s AND c.status = 'RUNNING' AND c.stale_after < (SELECT t FROM now)
+                   AND c.attempt < c.max_attempts)
+               OR (c.status = 'FAILED' AND c.next_retry_at <= (SELECT t FROM now)
+                   AND c.attempt < c.max_attempts)
+               OR (c.status = 'PENDING' AND c.plan_time <= (SELECT t FROM now)))
+        ORDER BY c.plan_time, c.scope_kind, c.scope_id
+        LIMIT %(limit)s
     ) AS c
     WHERE pg_try_advisory_xact_lock(hashtextextended(
               %(lock_ns)s || %(job)s || chr(31) || c.scope_kind || chr(31) || c.scope_id, 0))

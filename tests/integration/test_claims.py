@@ -22,7 +22,7 @@ from pgsched._engine.claims import EXISTING_SCOPE_LOCKS
 from pgsched._records import ClaimTerms
 from pgsched._storage.store import Store
 from tests.support.plans import FixedPlans, past_plan
-from tests.support.rows import count, db_now, insert_row, rows, table
+from tests.support.rows import count, db_now, insert_due_cursors, insert_row, rows, table
 from tests.support.threads import Recorder, run_together, running
 from tests.support.waiting import wait_until
 
@@ -311,17 +311,6 @@ _TERMS = ClaimTerms(
 )
 
 
-def _due_cursors(db: Any, schema: str, count_: int) -> None:
-    db.execute(
-        sql.SQL(
-            "INSERT INTO {} (job_name, scope_kind, scope_id, next_plan_time, due_at, spec,"
-            " first_seen_at, updated_at) SELECT 'j', 't', g::text, now(), now(), 's', now(),"
-            " now() FROM generate_series(1, %s) g"
-        ).format(table(schema, "cron_cursors")),
-        (count_,),
-    )
-
-
 async def _advisory_locks_of_a_due_claim(dsn: str, schema: str) -> tuple[int, int]:
     store = Store(schema)
     async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
@@ -337,7 +326,7 @@ def test_a_claim_of_due_plans_takes_no_lock_per_scope(migrated: str, db: Any, pg
     """Every scope's lock would sit in the server's shared lock table until commit (64 entries
     per connection by default, shared by every session): eight replicas claiming
     2,000 scopes each filled it. The cursors' row locks keep the scopes instead."""
-    _due_cursors(db, migrated, 2_000)
+    insert_due_cursors(db, migrated, 2_000)
     assert asyncio.run(_advisory_locks_of_a_due_claim(pg_dsn, migrated)) == (2_000, 0)
 
 
@@ -362,7 +351,7 @@ def test_a_retry_waits_while_its_scopes_next_plan_is_being_claimed(
     """A scope's due retry and its next plan, claimed at once by two replicas: the retry's
     claim finds the scope's cursor row held and leaves the retry for a later tick (both
     checking for a RUNNING row at once could start both), then takes it."""
-    _due_cursors(db, migrated, 1)
+    insert_due_cursors(db, migrated, 1)
     insert_row(
         db,
         migrated,

@@ -20,7 +20,7 @@ from pgsched._planning.cursors import scope_digest
 from pgsched._records import ReplicaEntry, Sighting
 from pgsched._storage.store import Store, _query_texts
 from tests.support.plans import FixedPlans, past_plan
-from tests.support.rows import db_now, insert_row, rows, table
+from tests.support.rows import db_now, insert_due_cursors, insert_row, rows, table
 from tests.support.threads import Recorder, run_together, running
 from tests.support.waiting import wait_until
 
@@ -284,15 +284,8 @@ def test_claims_never_read_the_ledger_history(make_scheduler: Any, migrated: str
 def test_the_due_read_goes_through_the_cursor_index(migrated: str, db: Any) -> None:
     """The claim's read of due cursors touches the cursors' due index and, for the overlap
     check, only RUNNING rows of the ledger (its partial index): never its history."""
-    cursors = table(migrated, "cron_cursors")
-    db.execute(
-        sql.SQL(
-            "INSERT INTO {} (job_name, scope_kind, scope_id, next_plan_time, due_at, spec,"
-            " first_seen_at, updated_at) SELECT 'j', 't', g::text, now(), now(), 's', now(),"
-            " now() FROM generate_series(1, 2000) g"
-        ).format(cursors)
-    )
-    db.execute(sql.SQL("ANALYZE {}").format(cursors))
+    insert_due_cursors(db, migrated, 2000)
+    db.execute(sql.SQL("ANALYZE {}").format(table(migrated, "cron_cursors")))
     text = _query_texts()["due_cursors"]
     query = sql.SQL("EXPLAIN " + text).format(schema=sql.Identifier(migrated))
     params = {"job": "j", "forbid": True, "delay": timedelta(0), "limit": 100, "lock_ns": "t"}

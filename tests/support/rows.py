@@ -83,6 +83,18 @@ def insert_row(db: Conn, schema: str, **cols: Any) -> dict[str, Any]:
     return out
 
 
+def insert_due_cursors(db: Conn, schema: str, count: int, job: str = "j") -> None:
+    """``count`` cursors of ``job`` (scopes ``t:1`` .. ``t:count``), due now."""
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (job_name, scope_kind, scope_id, next_plan_time, due_at, spec,"
+            " first_seen_at, updated_at) SELECT %s, 't', g::text, now(), now(), 's', now(),"
+            " now() FROM generate_series(1, %s) g"
+        ).format(table(schema, "cron_cursors")),
+        (job, count),
+    )
+
+
 def seed_running(
     db: Conn,
     schema: str,
