@@ -6,13 +6,13 @@ Three figures, each on a private PostgreSQL the run starts itself (or ``--dsn``)
   nothing) runs a fan-out of ``--scopes`` every ``--every`` seconds. After a warm-up, a
   ``CHECKPOINT`` and ``--settle`` seconds (so the full-page images a checkpoint causes are
   past), ``pg_stat_wal`` is read before and after a window of ``--window`` seconds and
-  divided by the executions that finished in it: WAL bytes, WAL records and full-page
-  images per execution. Nothing else writes to the server.
+  divided by the window's executions (rows claimed plus rows finished in it, halved): WAL
+  bytes, WAL records and full-page images per execution. Nothing else writes to the server.
 - **Bytes per row at rest**: ``--rows`` finished rows of history, shaped as pgsched writes
   them (a SUCCESS row per plan and scope), inserted by SQL, then ``VACUUM ANALYZE``: the
   table's heap and its indexes, each divided by the rows.
 - **Retention**: ``pgsched prune --older-than`` removing that history: seconds and WAL
-  bytes, the way it is done today (batched DELETEs).
+  bytes.
 
 Results print as JSON and go to ``bench/results/ledger-<time>.json``. Figures depend on the
 server's settings (``full_page_writes`` on, as in production) and are read against each
@@ -59,16 +59,18 @@ APP = textwrap.dedent(
     """
 )
 
-# History shaped as pgsched's finished rows: one per (scope, plan), a day of plans apart.
+# History shaped as pgsched's finished rows: one per (scope, plan), a day of plans apart;
+# each row of a plan created a millisecond after the one before (as a claim writes them:
+# no two rows share a creation time).
 FILL = """
 INSERT INTO {table} (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt,
     max_attempts, runner_id, lease_token, fencing_token, heartbeat_at, stale_after, started_at,
     finished_at, duration_ms, result, created_at, updated_at)
-SELECT 'history', 'tenant', (i %% %(scopes)s)::text,
-       %(start)s + make_interval(secs => (i / %(scopes)s) * 60), 'schedule', 'SUCCESS', 1, 1,
-       'ledger', gen_random_uuid(), i, t, t + interval '1 minute', t, t, 3, '{{}}', t, t
+SELECT 'history', 'tenant', (i %% %(scopes)s)::text, t, 'schedule', 'SUCCESS', 1, 1,
+       'ledger', gen_random_uuid(), i, c, c + interval '1 minute', c, c, 3, '{{}}', c, c
 FROM generate_series(0, %(rows)s - 1) AS i,
-     LATERAL (SELECT %(start)s + make_interval(secs => (i / %(scopes)s) * 60) AS t) AS s
+     LATERAL (SELECT %(start)s + make_interval(secs => (i / %(scopes)s) * 60) AS t) AS s,
+     LATERAL (SELECT t + make_interval(secs => (i %% %(scopes)s) * 0.001) AS c) AS m
 """
 
 
@@ -95,10 +97,13 @@ def one(conn: psycopg.Connection[Any], query: Any, params: Any = None) -> tuple[
     return tuple(row)
 
 
-def finished(conn: psycopg.Connection[Any]) -> int:
-    q = sql.SQL("SELECT count(*) FROM {}.cron_executions WHERE finished_at IS NOT NULL")
+def written(conn: psycopg.Connection[Any]) -> float:
+    """Rows claimed plus rows finished, halved: an execution's two writes. The window's WAL
+    holds the claims and the finishes that fell in it; counting finishes alone was off by
+    a whole fan-out when one fan-out's claim and finish fell on opposite sides of an edge."""
+    q = sql.SQL("SELECT count(*) + count(finished_at) FROM {}.cron_executions")
     row = conn.execute(q.format(sql.Identifier(SCHEMA))).fetchone()
-    return int(row[0]) if row else 0
+    return int(row[0]) / 2 if row else 0.0
 
 
 @contextmanager
@@ -135,9 +140,9 @@ def live_wal(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         inspect = _walinspect(conn)
         conn.execute("CHECKPOINT")
         time.sleep(args.settle)
-        before, done_before, first = wal(conn), finished(conn), _insert_lsn(conn)
+        before, done_before, first = wal(conn), written(conn), _insert_lsn(conn)
         time.sleep(args.window)
-        after, done_after, last = wal(conn), finished(conn), _insert_lsn(conn)
+        after, done_after, last = wal(conn), written(conn), _insert_lsn(conn)
         runs = done_after - done_before
         records = _records_by_relation(conn, first, last, runs) if inspect and runs else None
     per = {k: (after[k] - before[k]) / runs if runs else None for k in before}
@@ -171,7 +176,7 @@ def _insert_lsn(conn: psycopg.Connection[Any]) -> str:
 
 
 def _records_by_relation(
-    conn: psycopg.Connection[Any], first: str, last: str, runs: int
+    conn: psycopg.Connection[Any], first: str, last: str, runs: float
 ) -> list[dict[str, Any]]:
     """The window's WAL records per execution by relation and record type (pg_walinspect):
     which table or index each record of an execution goes to."""

@@ -232,7 +232,7 @@ class Admin(ScheduleMethods, TriggerMethod):
         since: datetime | None = None,
         until: datetime | None = None,
     ) -> list[Execution]:
-        """The most recent executions, newest first (``limit`` between 1 and 1000), of
+        """The most recent executions, newest plan first (``limit`` between 1 and 1000), of
         ``job``, in ``status`` and of ``scope`` when given, with plans at or after ``since``
         and before ``until``."""
         return PORTAL.call(
@@ -372,7 +372,7 @@ class AdminShortcuts(ScheduleMethods, TriggerMethod):
     def runs(
         self, job: str | None = None, status: str | None = None, limit: int = 20
     ) -> list[Execution]:
-        """The most recent executions, newest first."""
+        """The most recent executions, newest plan first."""
         return self.admin.runs(job, status, limit)
 
     def _trigger(

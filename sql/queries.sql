@@ -848,17 +848,38 @@ LEFT JOIN LATERAL (
 ORDER BY j.job_name
 
 -- name: list_runs
-SELECT id, job_name AS job, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
-       next_retry_at, runner_id, fencing_token, heartbeat_at, stale_after, started_at,
-       finished_at, duration_ms, rows_affected, result, error_code, error_msg, created_at,
-       (status = 'RUNNING' AND stale_after < clock_timestamp()) AS stale
-FROM {schema}.cron_executions
-WHERE (%(job)s::text IS NULL OR job_name = %(job)s)
-  AND (%(status)s::text IS NULL OR status = %(status)s)
-  AND (%(kind)s::text IS NULL OR (scope_kind = %(kind)s AND scope_id = %(id)s))
-  AND (%(since)s::timestamptz IS NULL OR plan_time >= %(since)s)
-  AND (%(until)s::timestamptz IS NULL OR plan_time < %(until)s)
-ORDER BY created_at DESC, id
+-- The newest plans first: each job's rows read newest plan first through an index that leads
+-- with the job (job_plan; the plan key for one scope; the partial ones of a status), so a long
+-- history is never sorted whole, then merged. The jobs are the one asked for, else every job
+-- the ledger holds, found by skipping from one job name to the next (one index probe each).
+WITH RECURSIVE jobs AS (
+    (SELECT e.job_name FROM {schema}.cron_executions e
+     WHERE %(job)s::text IS NULL ORDER BY e.job_name LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.job_name FROM {schema}.cron_executions e
+            WHERE e.job_name > jobs.job_name ORDER BY e.job_name LIMIT 1)
+    FROM jobs WHERE jobs.job_name IS NOT NULL
+)
+SELECT r.* FROM (
+    SELECT %(job)s::text AS job_name WHERE %(job)s::text IS NOT NULL
+    UNION ALL
+    SELECT jobs.job_name FROM jobs WHERE jobs.job_name IS NOT NULL
+) AS j
+CROSS JOIN LATERAL (
+    SELECT id, job_name AS job, scope_kind, scope_id, plan_time, trigger, status, attempt,
+           max_attempts, next_retry_at, runner_id, fencing_token, heartbeat_at, stale_after,
+           started_at, finished_at, duration_ms, rows_affected, result, error_code, error_msg,
+           created_at, (status = 'RUNNING' AND stale_after < clock_timestamp()) AS stale
+    FROM {schema}.cron_executions e
+    WHERE e.job_name = j.job_name
+      AND (%(status)s::text IS NULL OR status = %(status)s)
+      AND (%(kind)s::text IS NULL OR (scope_kind = %(kind)s AND scope_id = %(id)s))
+      AND (%(since)s::timestamptz IS NULL OR plan_time >= %(since)s)
+      AND (%(until)s::timestamptz IS NULL OR plan_time < %(until)s)
+    ORDER BY plan_time DESC, id DESC
+    LIMIT %(limit)s
+) AS r
+ORDER BY r.plan_time DESC, r.id DESC
 LIMIT %(limit)s
 
 -- name: get_run

@@ -229,7 +229,7 @@ def recent_runs(runs: Sequence[Execution]) -> str:
         for r in runs
     ]
     body = table(headers, rows, numeric=frozenset({7}), wide=frozenset({3, 6}))
-    return section("Recent runs", "newest first", body, "recent")
+    return section("Recent runs", "newest plan first", body, "recent")
 
 
 def actions_log(items: Sequence[ActionRecord]) -> str:

@@ -111,7 +111,7 @@ class Operations(ScheduleOperations, DashboardOperations):
         since: datetime | None = None,
         until: datetime | None = None,
     ) -> list[Execution]:
-        """The most recent executions, newest first, of ``job``, in ``status`` and of
+        """The most recent executions, newest plan first, of ``job``, in ``status`` and of
         ``scope`` when given, with plans at or after ``since`` and before ``until``
         (``limit`` between 1 and 1000)."""
         if job is not None:

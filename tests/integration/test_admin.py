@@ -114,15 +114,35 @@ def test_runs_newest_first_and_filtered(
             created_at=now - n * HOUR,
             finished_at=now - n * HOUR,
         )
+    # Newest plan first, whatever the creation order: a backfill of a plan 40 days back
+    # (another partition) made now comes last, a one-off planned ahead first; a job no
+    # replica registers (no job_state row) is listed too.
+    insert_row(
+        db,
+        migrated,
+        job_name="beta",
+        scope_kind="t",
+        scope_id="1",
+        plan_time=p0 - 40 * DAY,
+        status="SUCCESS",
+        trigger="backfill",
+        finished_at=now,
+    )
+    ahead = insert_row(
+        db, migrated, job_name="gone", plan_time=p0 + 3 * DAY, status="PENDING", trigger="manual"
+    )
     everything = admin.runs(limit=100)
-    assert len(everything) == count(db, migrated) == 6
-    created = [r.created_at for r in everything]
-    assert created == sorted(created, reverse=True)
+    assert len(everything) == count(db, migrated) == 8
+    plans = [(r.plan_time, r.job) for r in everything]
+    assert plans == sorted(plans, key=lambda p: p[0], reverse=True)
+    assert everything[0].id == ahead["id"] and everything[-1].plan_time == p0 - 40 * DAY
+    assert [r.id for r in admin.runs(limit=3)] == [r.id for r in everything[:3]]
 
     alpha = admin.runs(job="alpha")
     assert len(alpha) == 5 and {r.job for r in alpha} == {"alpha"}
+    assert [r.plan_time for r in alpha] == [p0 - n * HOUR for n in range(5)]
     assert [r.status for r in admin.runs(status="failed")] == ["FAILED"]
-    assert [r.status for r in admin.runs(job="beta", status="SUCCESS")] == ["SUCCESS"]
+    assert [r.status for r in admin.runs(job="beta", status="SUCCESS")] == ["SUCCESS"] * 2
     two = admin.runs(job="alpha", limit=2)
     assert [r.id for r in two] == [r.id for r in alpha[:2]]
     assert two[0].plan_time == p0  # the replica's own run is the newest

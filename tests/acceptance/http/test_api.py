@@ -114,8 +114,8 @@ def test_api_runs_fields_filters_and_limit(cluster: Cluster) -> None:
     for run in runs:
         assert set(run) >= RUN_FIELDS, set(run) ^ RUN_FIELDS
         uuid.UUID(run["id"])
-    created = [datetime.fromisoformat(r["created_at"]) for r in runs]
-    assert created == sorted(created, reverse=True)  # newest first
+    plans = [datetime.fromisoformat(r["plan_time"]) for r in runs]
+    assert plans == sorted(plans, reverse=True)  # newest plan first
 
     tick = cluster.main.get("/api/runs?job=tick&limit=3").json()["runs"]
     assert len(tick) == 3 and {r["job"] for r in tick} == {"tick"}

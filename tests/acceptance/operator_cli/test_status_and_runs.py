@@ -134,8 +134,8 @@ def _seed_runs(ops: Ops) -> None:
 
 def _runs_json(ops: Ops, *args: str) -> list[dict[str, Any]]:
     runs = json.loads(ops.ok("runs", "--json", *args))["runs"]
-    created = [datetime.fromisoformat(r["created_at"]) for r in runs]
-    assert created == sorted(created, reverse=True), "runs are listed newest first"
+    plans = [datetime.fromisoformat(r["plan_time"]) for r in runs]
+    assert plans == sorted(plans, reverse=True), "runs are listed newest plan first"
     return runs
 
 
@@ -160,12 +160,12 @@ def test_runs_newest_first_with_filters(ops: Ops) -> None:
 
     newest_two = _runs_json(ops, "--job", "hourly", "--status", "SUCCESS", "--limit", "2")
     assert len(newest_two) == 2
-    by_created = sorted(
+    by_plan = sorted(
         (r for r in rows(ops.db, ops.schema, "hourly") if r["status"] == "SUCCESS"),
-        key=lambda r: r["created_at"],
+        key=lambda r: r["plan_time"],
         reverse=True,
     )
-    assert [r["id"] for r in newest_two] == [str(r["id"]) for r in by_created[:2]]
+    assert [r["id"] for r in newest_two] == [str(r["id"]) for r in by_plan[:2]]
 
     assert _runs_json(ops, "--job", "no_such_job") == []
     cancelled = _runs_json(ops, "--status", "CANCELLED")
