@@ -852,6 +852,8 @@ ORDER BY j.job_name
 -- with the job (job_plan; the plan key for one scope; the partial ones of a status), so a long
 -- history is never sorted whole, then merged. The jobs are the one asked for, else every job
 -- the ledger holds, found by skipping from one job name to the next (one index probe each).
+-- Rows of one plan come in index order: a tie-break inside the job's read would sort the
+-- plan's whole fan-out to return a few of its rows.
 WITH RECURSIVE jobs AS (
     (SELECT e.job_name FROM {schema}.cron_executions e
      WHERE %(job)s::text IS NULL ORDER BY e.job_name LIMIT 1)
@@ -876,10 +878,10 @@ CROSS JOIN LATERAL (
       AND (%(kind)s::text IS NULL OR (scope_kind = %(kind)s AND scope_id = %(id)s))
       AND (%(since)s::timestamptz IS NULL OR plan_time >= %(since)s)
       AND (%(until)s::timestamptz IS NULL OR plan_time < %(until)s)
-    ORDER BY plan_time DESC, id DESC
+    ORDER BY plan_time DESC
     LIMIT %(limit)s
 ) AS r
-ORDER BY r.plan_time DESC, r.id DESC
+ORDER BY r.plan_time DESC, r.job, r.scope_kind, r.scope_id
 LIMIT %(limit)s
 
 -- name: get_run
