@@ -272,3 +272,33 @@ def _partition_holding(db: Any, schema: str, ident: UUID) -> str | None:
         (ident,),
     ).fetchone()
     return None if row is None else str(row[0]).split(".")[-1].strip('"')
+
+
+def test_dropping_the_created_index_makes_way_while_a_transaction_holds_the_ledger(
+    pg_dsn: str, schema: str, db: Any
+) -> None:
+    # Migration 0017 drops an index of the ledger (an ACCESS EXCLUSIVE lock). A transactional
+    # run holds the ledger for its whole run; a lock request queued behind it would hold up
+    # every claim until it ends. The migration's request waits a second at a time instead.
+    _migrate_to(pg_dsn, schema, "0016")
+    created_idx = f"{schema}.cron_executions_created_idx"
+    with psycopg.connect(pg_dsn) as holder, psycopg.connect(pg_dsn, autocommit=True) as reader:
+        insert_row(holder, schema, job_name="long", plan_time=db_now(db), status="RUNNING")
+        done: list[Any] = []
+        migrating = threading.Thread(
+            target=lambda: done.append(pgsched.Scheduler(dsn=pg_dsn, schema=schema).migrate())
+        )
+        migrating.start()
+        reader.execute("SET statement_timeout = '5s'")
+        started = time.monotonic()
+        reads = 0
+        while time.monotonic() - started < 4:
+            # raises QueryCanceled if the migration's lock request stays queued ahead of it
+            reader.execute(sql.SQL("SELECT count(*) FROM {}").format(table(schema))).fetchone()
+            reads += 1
+        assert db.execute("SELECT to_regclass(%s)", (created_idx,)).fetchone()[0] is not None
+        assert done == [] and reads >= 4
+        holder.commit()
+        migrating.join(30)
+    assert done == [["0017"]]
+    assert db.execute("SELECT to_regclass(%s)", (created_idx,)).fetchone()[0] is None
