@@ -849,8 +849,9 @@ ORDER BY j.job_name
 
 -- name: list_runs
 -- The newest plans first: each job's rows read newest plan first through an index that leads
--- with the job (job_plan; the plan key for one scope; the partial ones of a status), so a long
--- history is never sorted whole, then merged. The jobs are the one asked for, else every job
+-- with the job (job_plan; the plan key for one scope; the partial ones of RUNNING and PENDING
+-- rows), so a long history is never sorted whole, then merged. Planned for each call's
+-- filters (a generic plan could use none of the scope's or status's indexes). The jobs are the one asked for, else every job
 -- the ledger holds, found by skipping from one job name to the next (one index probe each).
 -- Rows of one plan come in index order: a tie-break inside the job's read would sort the
 -- plan's whole fan-out to return a few of its rows.

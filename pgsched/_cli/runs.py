@@ -16,7 +16,7 @@ from .common import admin_from, print_table, utc_text
 
 def add_runs_command(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
     """``runs [filters]`` and ``runs show EXECUTION_ID`` under ``sub``."""
-    p = sub.add_parser("runs", help="recent executions, newest first (runs show ID: one)")
+    p = sub.add_parser("runs", help="recent executions, newest plan first (runs show ID: one)")
     p.add_argument("--job")
     p.add_argument("--status", help="PENDING, RUNNING, SUCCESS, FAILED or CANCELLED")
     p.add_argument("--scope", metavar="KIND:ID", help="only this scope")

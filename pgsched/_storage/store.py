@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from datetime import datetime, timedelta
@@ -51,6 +53,10 @@ Conn = AsyncConnection[Any]
 # use) stays in the session and can turn a claim's index probes into scans of a table that
 # has since grown, seconds per claim. Planning them costs well under a millisecond.
 _PLAN_EACH_TIME = False
+# A migration that misses its lock (it set a short lock_timeout) is tried again this often,
+# for this long.
+MIGRATION_LOCK_RETRY_S = 1.0
+MIGRATION_LOCK_PATIENCE_S = 600.0
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
@@ -115,10 +121,16 @@ class _Statements:
             return await cur.fetchall() if cur.description else []
 
     async def _typed(
-        self, conn: Conn, name: str, cls: type[_V], params: dict[str, Any] | None = None
+        self,
+        conn: Conn,
+        name: str,
+        cls: type[_V],
+        params: dict[str, Any] | None = None,
+        *,
+        prepare: bool | None = None,
     ) -> list[_V]:
         async with conn.cursor(row_factory=class_row(cls)) as cur:
-            await cur.execute(self._q[name], params)
+            await cur.execute(self._q[name], params, prepare=prepare)
             return await cur.fetchall()
 
     async def _rowcount(self, conn: Conn, name: str, params: dict[str, Any]) -> int:
@@ -260,10 +272,8 @@ class _LedgerStatements(_Statements):
         return int((await self._one(conn, "partitions_ahead"))["made"])
 
 
-class Store(_JobStatements, _LedgerStatements):
-    """Statements against one schema; every method takes the connection to use."""
-
-    # -- schema -------------------------------------------------------------------------
+class _SchemaStatements(_Statements):
+    """Creating and upgrading the schema."""
 
     async def migrate(self, conn: Conn) -> list[str]:
         """Apply the migrations not yet applied; returns their versions. Safe concurrently.
@@ -273,20 +283,38 @@ class Store(_JobStatements, _LedgerStatements):
         the strong lock of the next one (partitioning the ledger, migration 0014)."""
         applied_now = []
         for version, name, text in migration_files():
-            async with conn.transaction():
-                await self._rows(conn, "migrate_lock", {"key": f"pgsched.migrate:{self.schema}"})
-                quoted = sql.Identifier(self.schema).as_string(conn)
-                if not (await self._one(conn, "schema_exists", {"schema": quoted}))["present"]:
-                    await conn.execute(self._q["create_schema"])
-                await conn.execute(self._q["migrate_bootstrap"])
-                done = {r["version"] for r in await self._rows(conn, "applied_migrations")}
-                if version in done:
-                    continue
-                body = sql.SQL(text).format(schema=sql.Identifier(self.schema))
-                await conn.execute(body)
-                await self._rows(conn, "record_migration", {"version": version, "name": name})
+            if await self._apply_patiently(conn, version, name, text):
                 applied_now.append(version)
         return applied_now
+
+    async def _apply_patiently(self, conn: Conn, version: str, name: str, text: str) -> bool:
+        """Apply one migration; False when it was applied already. A migration that sets a
+        short lock_timeout (one taking a strong lock on the ledger) and misses its lock is
+        tried again a second later, for up to ten minutes: a lock request left queued
+        behind a long transaction would hold up every replica's statements behind it."""
+        deadline = time.monotonic() + MIGRATION_LOCK_PATIENCE_S
+        while True:
+            try:
+                return await self._apply(conn, version, name, text)
+            except psycopg.errors.LockNotAvailable:
+                if time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(MIGRATION_LOCK_RETRY_S)
+
+    async def _apply(self, conn: Conn, version: str, name: str, text: str) -> bool:
+        async with conn.transaction():
+            await self._rows(conn, "migrate_lock", {"key": f"pgsched.migrate:{self.schema}"})
+            quoted = sql.Identifier(self.schema).as_string(conn)
+            if not (await self._one(conn, "schema_exists", {"schema": quoted}))["present"]:
+                await conn.execute(self._q["create_schema"])
+            await conn.execute(self._q["migrate_bootstrap"])
+            done = {r["version"] for r in await self._rows(conn, "applied_migrations")}
+            if version in done:
+                return False
+            body = sql.SQL(text).format(schema=sql.Identifier(self.schema))
+            await conn.execute(body)
+            await self._rows(conn, "record_migration", {"version": version, "name": name})
+            return True
 
     async def is_migrated(self, conn: Conn) -> bool:
         """True when every migration this version ships has been applied."""
@@ -296,6 +324,10 @@ class Store(_JobStatements, _LedgerStatements):
             return False
         done = {r["version"] for r in await self._rows(conn, "applied_migrations")}
         return all(version in done for version, _, _ in migration_files())
+
+
+class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
+    """Statements against one schema; every method takes the connection to use."""
 
     # -- the tick -----------------------------------------------------------------------
 
@@ -528,7 +560,10 @@ class Store(_JobStatements, _LedgerStatements):
 
     async def list_runs(self, conn: Conn, chosen: RunFilter, limit: int) -> list[Execution]:
         params = {**chosen.params(), "limit": limit}
-        return await self._typed(conn, "list_runs", Execution, params)
+        # Planned for the filters given: a generic plan cannot use the index a filter needs
+        # (the plan key for a scope, the partial index of a status) and would walk the job's
+        # history instead.
+        return await self._typed(conn, "list_runs", Execution, params, prepare=_PLAN_EACH_TIME)
 
     async def get_run(self, conn: Conn, execution_id: UUID) -> RunHistory | None:
         """The execution and its attempts (``get_run``, ``run_attempts``); None if unknown."""

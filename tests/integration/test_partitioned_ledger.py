@@ -279,26 +279,37 @@ def test_dropping_the_created_index_makes_way_while_a_transaction_holds_the_ledg
 ) -> None:
     # Migration 0017 drops an index of the ledger (an ACCESS EXCLUSIVE lock). A transactional
     # run holds the ledger for its whole run; a lock request queued behind it would hold up
-    # every claim until it ends. The migration's request waits a second at a time instead.
+    # every replica's statement until the run ends. The migration's request waits a second
+    # at a time, each try a statement of its own (a 2 s statement_timeout here does not end
+    # the migration however long the run holds the ledger).
     _migrate_to(pg_dsn, schema, "0016")
     created_idx = f"{schema}.cron_executions_created_idx"
+    waiting = sql.SQL(
+        "SELECT count(*) FROM pg_locks WHERE relation = {}::regclass"
+        " AND mode = 'AccessExclusiveLock' AND NOT granted"
+    ).format(sql.Literal(f"{schema}.cron_executions"))
+    migrator = pgsched.Scheduler(dsn=pg_dsn, schema=schema, statement_timeout="2s")
+    outcome: list[Any] = []
+
+    def migrate() -> None:
+        try:
+            outcome.append(migrator.migrate())
+        except Exception as exc:  # shown by the assertion below
+            outcome.append(exc)
+
     with psycopg.connect(pg_dsn) as holder, psycopg.connect(pg_dsn, autocommit=True) as reader:
         insert_row(holder, schema, job_name="long", plan_time=db_now(db), status="RUNNING")
-        done: list[Any] = []
-        migrating = threading.Thread(
-            target=lambda: done.append(pgsched.Scheduler(dsn=pg_dsn, schema=schema).migrate())
-        )
+        migrating = threading.Thread(target=migrate)
         migrating.start()
-        reader.execute("SET statement_timeout = '5s'")
+        wait_until(lambda: db.execute(waiting).fetchone()[0] == 1, 30, "the migration's lock try")
+        reader.execute("SET statement_timeout = '3s'")
         started = time.monotonic()
-        reads = 0
-        while time.monotonic() - started < 4:
-            # raises QueryCanceled if the migration's lock request stays queued ahead of it
+        while time.monotonic() - started < 5:
+            # QueryCanceled if the migration's lock request stays queued ahead of it
             reader.execute(sql.SQL("SELECT count(*) FROM {}").format(table(schema))).fetchone()
-            reads += 1
+        assert outcome == [], outcome
         assert db.execute("SELECT to_regclass(%s)", (created_idx,)).fetchone()[0] is not None
-        assert done == [] and reads >= 4
         holder.commit()
         migrating.join(30)
-    assert done == [["0017"]]
+    assert outcome == [["0017"]], outcome
     assert db.execute("SELECT to_regclass(%s)", (created_idx,)).fetchone()[0] is None

@@ -49,13 +49,13 @@ def _flash(page: Any) -> str:
 
 
 def test_overview_shows_jobs_strips_counts_and_replicas(page: Any, site: Site) -> None:
-    # The overview's recent runs are the newest created: a plan of tick (its three scopes,
+    # The overview's recent runs are the newest plans: a plan of tick (its three scopes,
     # the hostile one among them) newer than the 30,000 seeded rows of fanout, which may
     # otherwise fill them when this test runs first.
     wait_until(
         lambda: site.one(
             "SELECT count(DISTINCT plan_time) >= 2 FROM {s}.cron_executions WHERE job_name ="
-            " 'tick' AND created_at > (SELECT max(created_at) FROM {s}.cron_executions"
+            " 'tick' AND plan_time > (SELECT max(plan_time) FROM {s}.cron_executions"
             " WHERE job_name = 'fanout')"
         ),
         30,
