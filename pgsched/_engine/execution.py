@@ -101,7 +101,9 @@ class Executor:
                     self._committed(lease, await self._transactional(lease, started))
                     return None
                 if job.is_async:
-                    value = await _StepTimed(job.handler(run), lambda s: self._blocked(lease, s))
+                    value = await _StepTimed(
+                        job.handler(run), lambda s, w: self._blocked(lease, s, w)
+                    )
                 else:
                     value = await in_thread(job.handler, run)
         except TimeoutError as exc:
@@ -141,9 +143,11 @@ class Executor:
         except Exception as exc:  # InvalidResult, or anything odd a custom object raises
             return failed(job, run, started, "invalid_result", describe_error(exc))
 
-    def _blocked(self, lease: Lease, seconds: float) -> None:
+    def _blocked(self, lease: Lease, seconds: float, core_wait: float) -> None:
         if seconds >= LOOP_BLOCKED_S:
             self._recorder.loop_blocked(lease, seconds)
+        elif seconds + core_wait >= LOOP_BLOCKED_S:
+            self._recorder.loop_stalled(lease, seconds, core_wait)
 
     def _deliver(self, lease: Lease, outcome: Outcome) -> None:
         if lease.abandoned:
@@ -282,10 +286,12 @@ class _CoreWait:
 
 class _StepTimed:
     """Awaits ``coro``, timing each of its steps (the code between two awaits, run with the
-    event loop held): ``on_step(seconds)`` after each, so the handler that blocked the loop is
-    named (a thread watching the loop could only say that it was blocked)."""
+    event loop held): ``on_step(seconds, core_wait)`` after each, so the handler that blocked
+    the loop is named (a thread watching the loop could only say that it was blocked). A step
+    is its wall time less ``core_wait``, the time its thread waited for a core meanwhile (read
+    only for a step that may have blocked; 0 otherwise)."""
 
-    def __init__(self, coro: Any, on_step: Callable[[float], None]) -> None:
+    def __init__(self, coro: Any, on_step: Callable[[float, float], None]) -> None:
         self._coro, self._on_step = coro, on_step
 
     def __await__(self) -> Generator[Any, Any, Any]:
@@ -302,10 +308,14 @@ class _StepTimed:
                 return done.value
             finally:
                 thrown = None
-                took = time.monotonic() - began
+                took, core_waited = time.monotonic() - began, 0.0
                 if took >= LOOP_BLOCKED_S:  # only a step that may have blocked is worth a read
-                    took -= core.seconds() - waited
-                self._on_step(took)
+                    # The clock is read again after the core wait: a wait for a core between
+                    # the two reads (a loaded machine preempting the thread) is then in both
+                    # terms, not subtracted from a step that never included it.
+                    core_waited = core.seconds() - waited
+                    took = time.monotonic() - began - core_waited
+                self._on_step(took, core_waited)
             try:
                 sent = yield pending
             except BaseException as exc:  # a cancellation (run_timeout, shutdown) goes in
