@@ -20,6 +20,7 @@ from .._errors import LeaseLost
 from .._results import InvalidResult, describe_error, describe_traceback
 from .._run import Run
 from .._storage.connection import Backoff, unavailable
+from .deadlines import RunDeadlines
 from .leases import LeaseTable
 from .outcomes import failed, succeeded
 from .recorder import Recorder
@@ -41,11 +42,12 @@ class Executor:
         self._leases, self._recorder = leases, recorder
         self._transactions = transactions
         self._submit = submit
+        self._deadlines = RunDeadlines()
 
     def start(self, lease: Lease, traced: bool) -> None:
         """Run ``lease``'s handler in a task of its own (after the scope's previous plan held
         here, under ``overlap="forbid"``), in an OpenTelemetry span if ``traced``."""
-        lease.task = asyncio.ensure_future(self._execute(lease, traced))
+        lease.task = asyncio.create_task(self._execute(lease, traced))
 
     def abandon(self, lease: Lease, why: str) -> None:
         """Shutdown: stop waiting for ``lease``; it is FAILED ``shutdown``, retryable at once."""
@@ -94,30 +96,11 @@ class Executor:
 
     async def _attempt(self, lease: Lease, started: float) -> Outcome | None:
         job, run = lease.job, lease.run
-        deadline = asyncio.timeout(job.run_timeout.total_seconds())
         try:
-            async with deadline:
-                if job.transactional:
-                    self._committed(lease, await self._transactional(lease, started))
-                    return None
-                if job.is_async:
-                    value = await _StepTimed(
-                        job.handler(run), lambda s, w: self._blocked(lease, s, w)
-                    )
-                else:
-                    value = await in_thread(job.handler, run)
-        except TimeoutError as exc:
-            if deadline.expired():
-                why = f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout})"
-                return failed(job, run, started, "run_timeout", why)
-            return failed(
-                job,
-                run,
-                started,
-                "handler_error",
-                describe_error(exc),
-                traceback=describe_traceback(exc),
-            )
+            value = await self._bounded(lease, started)
+        except _RunTimedOut:
+            why = f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout})"
+            return failed(job, run, started, "run_timeout", why)
         except LeaseLost:
             self._leases.lose(lease, "handler raised LeaseLost")
             return None
@@ -131,6 +114,8 @@ class Executor:
             return failed(
                 job, run, started, "handler_error", error, traceback=describe_traceback(exc)
             )
+        if value is _COMMITTED:
+            return None
         overran = time.monotonic() - started - job.run_timeout.total_seconds()
         if overran > 0:  # it blocked the loop past its deadline: asyncio could not cancel it
             why = (
@@ -142,6 +127,27 @@ class Executor:
             return succeeded(started, value)
         except Exception as exc:  # InvalidResult, or anything odd a custom object raises
             return failed(job, run, started, "invalid_result", describe_error(exc))
+
+    async def _bounded(self, lease: Lease, started: float) -> Any:
+        """What the handler returned (``_COMMITTED`` for a transactional run, written with
+        its transaction), within ``run_timeout``: raises ``_RunTimedOut`` past it."""
+        job = lease.job
+        self._deadlines.arm(lease, job.run_timeout.total_seconds())
+        try:
+            if job.transactional:
+                self._committed(lease, await self._transactional(lease, started))
+                return _COMMITTED
+            if job.is_async:
+                return await _StepTimed(job.handler(lease.run), lease, self._blocked)
+            return await in_thread(job.handler, lease.run)
+        except asyncio.CancelledError:
+            task = lease.task
+            # Another cancellation (shutdown) asked too: that one is not a timeout.
+            if self._deadlines.disarm(lease) and (task is None or not task.cancelling()):
+                raise _RunTimedOut from None
+            raise
+        finally:
+            self._deadlines.disarm(lease)
 
     def _blocked(self, lease: Lease, seconds: float, core_wait: float) -> None:
         if seconds >= LOOP_BLOCKED_S:
@@ -240,6 +246,11 @@ def in_thread(fn: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
 
 
 LOOP_BLOCKED_S = 1.0  # an async handler's step longer than this stalled every other job
+_COMMITTED = object()  # a transactional run's value: its outcome is written already
+
+
+class _RunTimedOut(Exception):
+    """The attempt's ``run_timeout`` passed and cancelled it."""
 
 
 class _CoreWait:
@@ -286,37 +297,49 @@ class _CoreWait:
 
 class _StepTimed:
     """Awaits ``coro``, timing each of its steps (the code between two awaits, run with the
-    event loop held): ``on_step(seconds, core_wait)`` after each, so the handler that blocked
-    the loop is named (a thread watching the loop could only say that it was blocked). A step
-    is its wall time less ``core_wait``, the time its thread waited for a core meanwhile (read
-    only for a step that may have blocked; 0 otherwise)."""
+    event loop held): ``on_long_step(lease, seconds, core_wait)`` after a step that held the
+    loop ``LOOP_BLOCKED_S`` or more, so the handler that blocked the loop is named (a thread
+    watching the loop could only say that it was blocked). Such a step is its wall time less
+    ``core_wait``, the time its thread waited for a core meanwhile. Short steps cost two
+    clock reads: every run of every async handler goes through here."""
 
-    def __init__(self, coro: Any, on_step: Callable[[float, float], None]) -> None:
-        self._coro, self._on_step = coro, on_step
+    __slots__ = ("_coro", "_lease", "_on_long_step")
+
+    def __init__(
+        self, coro: Any, lease: Lease, on_long_step: Callable[[Lease, float, float], None]
+    ) -> None:
+        self._coro, self._lease, self._on_long_step = coro, lease, on_long_step
 
     def __await__(self) -> Generator[Any, Any, Any]:
         steps = self._coro.__await__()
+        send, throw, clock = steps.send, steps.throw, time.monotonic
         sent: Any = None
         thrown: BaseException | None = None
         core = _CoreWait.of_this_thread()
         while True:
-            began = time.monotonic()
+            began = clock()
             waited = core.recent(began)
             try:
-                pending = steps.throw(thrown) if thrown is not None else steps.send(sent)
+                pending = send(sent) if thrown is None else throw(thrown)
             except StopIteration as done:
+                self._timed(began, waited, core)
                 return done.value
-            finally:
-                thrown = None
-                took, core_waited = time.monotonic() - began, 0.0
-                if took >= LOOP_BLOCKED_S:  # only a step that may have blocked is worth a read
-                    # The clock is read again after the core wait: a wait for a core between
-                    # the two reads (a loaded machine preempting the thread) is then in both
-                    # terms, not subtracted from a step that never included it.
-                    core_waited = core.seconds() - waited
-                    took = time.monotonic() - began - core_waited
-                self._on_step(took, core_waited)
+            except BaseException:
+                self._timed(began, waited, core)
+                raise
+            self._timed(began, waited, core)
+            thrown = None
             try:
                 sent = yield pending
             except BaseException as exc:  # a cancellation (run_timeout, shutdown) goes in
                 sent, thrown = None, exc
+
+    def _timed(self, began: float, waited: float, core: _CoreWait) -> None:
+        if time.monotonic() - began < LOOP_BLOCKED_S:
+            return
+        # The clock is read again after the core wait: a wait for a core between the two
+        # reads (a loaded machine preempting the thread) is then in both terms, not
+        # subtracted from a step that never included it.
+        core_waited = core.seconds() - waited
+        took = time.monotonic() - began - core_waited
+        self._on_long_step(self._lease, took, core_waited)

@@ -66,7 +66,7 @@ class WriteMemory:
         if lease.job.transactional:
             return  # see rows()
         now = time.monotonic()
-        self._writes.append(_packed(now, claim_row(lease, stored, next_retry_at), stored))
+        self._writes.append(_packed(now, lease, stored, next_retry_at))
         cutoff = now - REMEMBER_S
         while self._writes and (self._writes[0][0] < cutoff or len(self._writes) > REMEMBER_MAX):
             self._writes.popleft()
@@ -113,13 +113,39 @@ def claim_row(
     )
 
 
-def _packed(at: float, row: Restore, stored: Finish) -> tuple[Any, ...]:
+def _packed(
+    at: float, lease: Lease, stored: Finish, next_retry_at: datetime | None
+) -> tuple[Any, ...]:
+    """``claim_row(lease, stored, next_retry_at)`` as :func:`_unpacked` reads it back: when,
+    the id and token as integers, then the ``_PLAIN`` and ``_OUTCOME`` fields in order
+    (built here field by field: a ``Restore`` first costs as much as the rest of a run's
+    bookkeeping)."""
+    run, job = lease.run, lease.job
     return (
         at,
-        row.id.int,
-        row.token.int,
-        *(getattr(row, f) for f in _PLAIN),
-        *(getattr(stored, f) for f in _OUTCOME),
+        run.execution_id.int,
+        run.lease_token.int,
+        run.job,
+        run.scope.kind,
+        run.scope.id,
+        run.plan_time,
+        run.trigger,
+        run.attempt,
+        run.max_attempts,
+        run.runner_id,
+        run.fencing_token,
+        job.overlap == "forbid",
+        json.dumps(run.payload) if run.payload else "{}",
+        lease.started_at,
+        job.stale_timeout.total_seconds(),
+        stored.status,
+        next_retry_at,
+        stored.error_code,
+        stored.error_msg,
+        stored.rows_affected,
+        stored.result_json,
+        stored.duration_ms,
+        stored.retry_delay_s,
     )
 
 

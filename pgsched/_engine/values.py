@@ -62,7 +62,7 @@ class Lease:
     abandoned: bool = False  # shutdown wrote (or is writing) its outcome
     submitted: bool = False  # its outcome is queued for (or being retried by) the writer
     previous: Lease | None = None  # overlap="forbid": the scope's earlier plan, still running here
-    task: asyncio.Future[Any] | None = None
+    task: asyncio.Task[Any] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property

@@ -462,7 +462,9 @@ def _timed_step(
         body()
 
     async def timed() -> None:
-        await _execution._StepTimed(handler(), lambda step, wait: steps.append((step, wait)))
+        await _execution._StepTimed(
+            handler(), None, lambda _, step, wait: steps.append((step, wait))
+        )
 
     asyncio.run(timed())
     return steps
