@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -74,10 +75,22 @@ class Run:
     fencing_token: int
     runner_id: str
     trigger: Trigger
-    log: FilteringBoundLogger
+    replica_log: FilteringBoundLogger = field(repr=False)  # ``log`` before it is bound
     payload: dict[str, Any] = field(default_factory=dict)
     conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any] | None = None
     _liveness: Liveness = field(default_factory=Liveness, init=False, repr=False)
+
+    @functools.cached_property
+    def log(self) -> FilteringBoundLogger:
+        """The replica's logger bound to this run's job, scope, plan time, attempt and
+        execution id (bound on first use: most runs of a busy replica log nothing)."""
+        return self.replica_log.bind(
+            job=self.job,
+            scope=str(self.scope),
+            plan_time=self.plan_time.isoformat(),
+            attempt=self.attempt,
+            execution_id=str(self.execution_id),
+        )
 
     @property
     def lease_lost(self) -> bool:

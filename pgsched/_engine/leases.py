@@ -104,7 +104,7 @@ class LeaseTable:
 
 def open_lease(job: JobSpec, claim: Claim, runner_id: str, log: FilteringBoundLogger) -> Lease:
     """The lease (and the handler's :class:`Run`) of a claim just won; ``log`` is the
-    replica's logger, bound here to the run's fields."""
+    replica's logger (``run.log`` binds it to the run's fields when first used)."""
     plan_time = claim.plan_time.astimezone(UTC)
     run = Run(
         job=job.name,
@@ -118,13 +118,7 @@ def open_lease(job: JobSpec, claim: Claim, runner_id: str, log: FilteringBoundLo
         runner_id=runner_id,
         trigger=claim.trigger,
         payload=claim.payload or {},
-        log=log.bind(
-            job=job.name,
-            scope=str(claim.scope),
-            plan_time=plan_time.isoformat(),
-            attempt=claim.attempt,
-            execution_id=str(claim.execution_id),
-        ),
+        replica_log=log,
     )
     liveness = Liveness(job.stale_timeout.total_seconds())
     watch(run, liveness)

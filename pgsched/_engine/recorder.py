@@ -5,6 +5,7 @@ Owns no I/O beyond logging; never decides anything.
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +24,9 @@ class Recorder:
         self.report = TickReport()
         self.metrics = metrics
         self.log = bound_logger(runner_id=runner_id)
+        # Whether the per-run events (claimed, run_succeeded) are logged at all: a run's
+        # logger is bound only when it is used, and at level warning most runs never use it.
+        self._per_run = self.log.is_enabled_for(logging.INFO)
 
     # -- claims -----------------------------------------------------------------------------
 
@@ -30,6 +34,8 @@ class Recorder:
         counter = _REPORT_FIELD[kind]
         setattr(self.report, counter, getattr(self.report, counter) + 1)
         self.metrics.claims(lease.job.name, kind, 1)
+        if not self._per_run:
+            return
         run = lease.run
         extra = {"previous_runner": previous_runner} if kind == "stole" else {}
         run.log.info(
@@ -101,11 +107,12 @@ class Recorder:
         """The outcome of ``lease`` was written (its lease held)."""
         if outcome.status == "SUCCESS":
             self.report.succeeded += 1
-            lease.run.log.info(
-                "run_succeeded",
-                duration_ms=outcome.duration_ms,
-                rows_affected=outcome.rows_affected,
-            )
+            if self._per_run:
+                lease.run.log.info(
+                    "run_succeeded",
+                    duration_ms=outcome.duration_ms,
+                    rows_affected=outcome.rows_affected,
+                )
         else:
             self.report.failed += 1
             lease.run.log.warning(

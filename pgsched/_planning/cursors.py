@@ -107,11 +107,24 @@ def decide_cursors(
     spec = spec_key(job.schedule)
     # The cursors of one job mostly share their next plan: its steps are computed once.
     schedule = _Memo(job.schedule) if not isinstance(job.schedule, CadenceRecurrence) else None
+    steps = _Steps(job, schedule or job.schedule)
+    # Without jitter, a latest_only decision depends on the cursor's first unclaimed plan
+    # alone (never on the scope, nor on room: it claims one plan): made once per plan.
+    shared: dict[datetime | None, CursorDecision] | None = (
+        {} if job.catch_up == "latest_only" and job.jitter <= timedelta(0) else None
+    )
     out: list[CursorDecision] = []
     for row in rows:
         if room <= 0:
             break
-        decision = decide_cursor(job, spec, row, now, lookback, room, schedule)
+        kind, ident = row["scope_kind"], row["scope_id"]
+        first = _first_unclaimed(steps, spec, row, lookback)
+        if shared is None:
+            decision = _decide(steps, kind, ident, first, now, room)
+        elif (made := shared.get(first)) is not None:
+            decision = _for_scope(made, kind, ident)
+        else:
+            decision = shared[first] = _decide(steps, kind, ident, first, now, room)
         room -= decision.claims
         out.append(decision)
     return out
@@ -124,20 +137,32 @@ def decide_cursor(
     now: datetime,
     lookback: timedelta,
     room: int = 1,
-    schedule: Recurrence | None = None,
 ) -> CursorDecision:
     """The claim of the due cursor ``row`` at ``now`` (the database's clock), at most
-    ``room`` plans; ``spec`` is the job's :func:`spec_key`, ``schedule`` its recurrence
-    (or one that memoises it)."""
-    steps = _Steps(job, schedule or job.schedule)
-    kind, ident = row["scope_kind"], row["scope_id"]
-    horizon = now - job.schedule_delay
+    ``room`` plans; ``spec`` is the job's :func:`spec_key`."""
+    steps = _Steps(job, job.schedule)
     first = _first_unclaimed(steps, spec, row, lookback)
-    if first is None or first > horizon:
+    return _decide(steps, row["scope_kind"], row["scope_id"], first, now, room)
+
+
+def _decide(
+    steps: _Steps, kind: str, ident: str, first: datetime | None, now: datetime, room: int
+) -> CursorDecision:
+    if first is None or first > now - steps.job.schedule_delay:
         return CursorDecision(_wait(steps, kind, ident, first))
-    if job.catch_up == "latest_only":
+    if steps.job.catch_up == "latest_only":
         return _latest(steps, kind, ident, first, now)
     return _every(steps, kind, ident, first, now, room)
+
+
+def _for_scope(decision: CursorDecision, kind: str, ident: str) -> CursorDecision:
+    """``decision``, made for another scope, for this one (no jitter: nothing differs)."""
+    move = decision.move
+    return CursorDecision(
+        CursorMove(kind, ident, move.plans, move.next_plan, move.due_at),
+        decision.superseded,
+        decision.late,
+    )
 
 
 def _first_unclaimed(steps: _Steps, spec: str, row: Row, lookback: timedelta) -> datetime | None:

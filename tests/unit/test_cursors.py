@@ -290,3 +290,54 @@ def test_latest_only_claims_rising_plans_never_from_before_first_sight(
     newest = j.schedule.latest_at_or_before(now)
     if claimed and newest >= (first_plan(j, seen, TICK) or now):
         assert claimed[-1] <= newest
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    schedule=st.sampled_from([{"every": "7m"}, {"cron": "*/5 9-17 * * 1-5"}]),
+    catch_up=st.sampled_from(["latest_only", "every_plan"]),
+    jitter_s=st.sampled_from([0, 90]),
+    max_lateness=st.sampled_from([None, "20m"]),
+    cursors=st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=3),  # which next plan (3: none stored)
+            st.booleans(),  # stored from another schedule
+            st.integers(min_value=0, max_value=7_200),  # seen this many seconds ago
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_a_batch_decides_each_cursor_as_it_would_alone(
+    schedule: dict[str, str],
+    catch_up: str,
+    jitter_s: int,
+    max_lateness: str | None,
+    cursors: list[tuple[int, bool, int]],
+) -> None:
+    """The batch shares a decision between cursors that would get the same one (the same
+    first unclaimed plan, no jitter): each scope still gets its own, as decided alone."""
+    every_plan: dict[str, Any] = (
+        {"max_plans_per_tick": 3, "catch_up_window": "1h"} if catch_up == "every_plan" else {}
+    )
+    j = job(
+        **schedule,
+        catch_up=catch_up,
+        jitter=timedelta(seconds=jitter_s),
+        max_lateness=max_lateness,
+        **every_plan,
+    )
+    now = datetime(2027, 3, 10, 12, 1, 30, tzinfo=UTC)
+    spec = spec_key(j.schedule)
+    nexts = [now - timedelta(minutes=m) for m in (0, 7, 95)]
+    rows = [
+        cursor(
+            "old" if other else spec,
+            nexts[which] if which < 3 else None,
+            seen=now - timedelta(seconds=ago),
+            ident=str(i),
+        )
+        for i, (which, other, ago) in enumerate(cursors)
+    ]
+    alone = [decide_cursor(j, spec, row, now, TICK, room=1_000) for row in rows]
+    assert decide_cursors(j, rows, now, TICK, room=1_000) == alone

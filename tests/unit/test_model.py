@@ -77,7 +77,7 @@ def make_run(**overrides) -> Run:
         fencing_token=7,
         runner_id="r1",
         trigger="schedule",
-        log=None,
+        replica_log=None,
     )
     fields.update(overrides)
     return Run(**fields)
