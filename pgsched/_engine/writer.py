@@ -51,7 +51,10 @@ class LeaseWriter:
         self._hosts = pool_hosts(pool)
         # Since when (monotonic) a write has kept failing for want of a database: /healthz.
         self.failing_since: float | None = None
-        self._outbox: asyncio.Queue[tuple[Lease, Outcome]] = asyncio.Queue()
+        # Outcomes to write, oldest first (a list and an event: an asyncio.Queue's per-item
+        # bookkeeping cost as much as the rest of queueing a run's write).
+        self._outbox: list[tuple[Lease, Outcome]] = []
+        self._queued = asyncio.Event()
         self._lock = asyncio.Lock()
         self.memory = WriteMemory()
         self._landed: dict[UUID, Finish] = {}  # the row each landed write stored, until settled
@@ -59,7 +62,8 @@ class LeaseWriter:
     def submit(self, lease: Lease, outcome: Outcome) -> None:
         """Queue ``lease``'s terminal write; its slot is freed once it is written."""
         lease.submitted = True
-        self._outbox.put_nowait((lease, outcome))
+        self._outbox.append((lease, outcome))
+        self._queued.set()
 
     # -- terminal writes ----------------------------------------------------------------------
 
@@ -94,16 +98,24 @@ class LeaseWriter:
         """The next outcome, and those that follow it closely: while other leases may still
         finish, one statement for many rows is far cheaper than many for a few (and a
         terminal write delays no start)."""
-        batch = [await self._outbox.get()]
+        while not self._outbox:
+            self._queued.clear()
+            await self._queued.wait()
+        batch = self._take(_FINISH_BATCH)
         linger_until = time.monotonic() + _FINISH_LINGER_S
         while len(batch) < _FINISH_BATCH:
-            if not self._outbox.empty():
-                batch.append(self._outbox.get_nowait())
+            if self._outbox:
+                batch += self._take(_FINISH_BATCH - len(batch))
             elif len(self._leases) > len(batch) and time.monotonic() < linger_until:
                 await asyncio.sleep(_FINISH_LINGER_S / 10)
             else:
                 break
         return batch
+
+    def _take(self, most: int) -> list[tuple[Lease, Outcome]]:
+        taken = self._outbox[:most]
+        del self._outbox[:most]
+        return taken
 
     async def _write(self, batch: list[tuple[Lease, Outcome]]) -> dict[UUID, datetime | None]:
         """Write a batch; while the database is unavailable it is retried (the lease tokens

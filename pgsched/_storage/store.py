@@ -640,15 +640,22 @@ def _finish_params(batch: Sequence[Finish]) -> dict[str, Any]:
         "tokens": [f.token for f in ordered],
         "plans": [f.plan_time for f in ordered],
         "statuses": [f.status for f in ordered],
-        "error_codes": [f.error_code for f in ordered],
-        "error_msgs": [f.error_msg for f in ordered],
-        "rows": [f.rows_affected for f in ordered],
-        "results": [f.result_json for f in ordered],
+        "error_codes": _column([f.error_code for f in ordered]),
+        "error_msgs": _column([f.error_msg for f in ordered]),
+        "rows": _column([f.rows_affected for f in ordered]),
+        "results": _column([f.result_json for f in ordered]),
         "durations": [f.duration_ms for f in ordered],
-        "retry_delays": [f.retry_delay_s for f in ordered],
-        "tracebacks": [f.traceback for f in ordered],
+        "retry_delays": _column([f.retry_delay_s for f in ordered]),
+        "tracebacks": _column([f.traceback for f in ordered]),
         **_plan_span(f.plan_time for f in ordered),
     }
+
+
+def _column(values: list[Any]) -> list[Any] | None:
+    """``values`` as an array parameter, or NULL when every one is NULL (a batch of
+    successes has no errors): ``unnest`` reads a NULL array beside others as NULLs, and
+    nothing is sent or decoded for it."""
+    return values if any(v is not None for v in values) else None
 
 
 def _plan_span(plans: Iterable[datetime]) -> dict[str, datetime | None]:

@@ -112,7 +112,7 @@ def test_the_writer_waits_for_more_outcomes_while_other_leases_run(
 
     async def scenario() -> None:
         r.writer.submit(leases[0], ok())
-        while not r.writer._outbox.empty():  # the writer took the first outcome
+        while r.writer._outbox:  # the writer took the first outcome
             await asyncio.sleep(0)
         r.writer.submit(leases[1], ok())
         r.writer.submit(leases[2], ok())
