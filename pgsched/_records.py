@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 Row = dict[str, Any]
@@ -51,6 +51,19 @@ class ClaimTerms:
             "max_attempts": self.max_attempts,
             "dynamic": self.dynamic,
         }
+
+
+class DueCursor(NamedTuple):
+    """A code-defined job's due cursor as a claim reads it (locked), with the database's
+    clock at the read. A tuple: a claim reads thousands, and a dict row costs per column."""
+
+    scope_kind: str
+    scope_id: str
+    next_plan_time: datetime | None
+    spec: str | None  # what next_plan_time was computed from (the job's spec key)
+    first_seen_at: datetime
+    last_plan_time: datetime | None
+    now: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,18 +154,22 @@ class Claimer:
             decisions: Sequence[Decision | CursorDecision] = [
                 decide(job, row, row["now"]) for row in rows
             ]
+            read = len(rows)
         else:
-            rows = await self._store.due_cursors(conn, terms, job.schedule_delay, size)
+            cursors = await self._store.due_cursors(conn, terms, job.schedule_delay, size)
             decisions = (
-                decide_cursors(job, rows, rows[0]["now"], self._lookback, size) if rows else []
+                decide_cursors(job, cursors, cursors[0].now, self._lookback, size)
+                if cursors
+                else []
             )
-        if not rows:
+            read = len(cursors)
+        if not read:
             return
         won = await self._write(conn, job, terms, decisions)
         self._count(job, decisions, len(won))
         batch.claims.extend(_claim(row, "won", known) for row in won)
         wanted = sum(d.claims for d in decisions)
-        full = len(rows) >= size or len(decisions) < len(rows)
+        full = read >= size or len(decisions) < read
         batch.again = full and size < cap
         batch.backlog = batch.backlog or full or wanted > len(won)
 

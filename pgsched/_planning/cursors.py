@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from .._records import CursorMove, Row
+from .._records import CursorMove, DueCursor
 from .dynamic import CatchUpRules
 from .recurrence import (
     CadenceRecurrence,
@@ -100,7 +100,7 @@ def due_at(job: CursorRules, kind: str, ident: str, plan: datetime | None) -> da
 
 
 def decide_cursors(
-    job: CursorRules, rows: list[Row], now: datetime, lookback: timedelta, room: int
+    job: CursorRules, rows: Sequence[DueCursor], now: datetime, lookback: timedelta, room: int
 ) -> list[CursorDecision]:
     """The decisions for the due cursors ``rows``, claiming at most ``room`` plans in all
     (cursors past that are left as they are, for a later claim)."""
@@ -117,7 +117,7 @@ def decide_cursors(
     for row in rows:
         if room <= 0:
             break
-        kind, ident = row["scope_kind"], row["scope_id"]
+        kind, ident = row.scope_kind, row.scope_id
         first = _first_unclaimed(steps, spec, row, lookback)
         if shared is None:
             decision = _decide(steps, kind, ident, first, now, room)
@@ -133,7 +133,7 @@ def decide_cursors(
 def decide_cursor(
     job: CursorRules,
     spec: str,
-    row: Row,
+    row: DueCursor,
     now: datetime,
     lookback: timedelta,
     room: int = 1,
@@ -142,7 +142,7 @@ def decide_cursor(
     ``room`` plans; ``spec`` is the job's :func:`spec_key`."""
     steps = _Steps(job, job.schedule)
     first = _first_unclaimed(steps, spec, row, lookback)
-    return _decide(steps, row["scope_kind"], row["scope_id"], first, now, room)
+    return _decide(steps, row.scope_kind, row.scope_id, first, now, room)
 
 
 def _decide(
@@ -165,14 +165,16 @@ def _for_scope(decision: CursorDecision, kind: str, ident: str) -> CursorDecisio
     )
 
 
-def _first_unclaimed(steps: _Steps, spec: str, row: Row, lookback: timedelta) -> datetime | None:
-    if row["spec"] == spec:
-        nxt: datetime | None = row["next_plan_time"]
+def _first_unclaimed(
+    steps: _Steps, spec: str, row: DueCursor, lookback: timedelta
+) -> datetime | None:
+    if row.spec == spec:
+        nxt: datetime | None = row.next_plan_time
         return nxt
-    last = row["last_plan_time"]
+    last = row.last_plan_time
     if last is not None:
         return steps.schedule.next_after(last)
-    return first_plan(steps.job, row["first_seen_at"], lookback)
+    return first_plan(steps.job, row.first_seen_at, lookback)
 
 
 def _latest(steps: _Steps, kind: str, ident: str, first: datetime, now: datetime) -> CursorDecision:

@@ -17,12 +17,13 @@ from uuid import UUID
 
 import psycopg
 from psycopg import AsyncConnection, sql
-from psycopg.rows import class_row, dict_row
+from psycopg.rows import args_row, class_row, dict_row
 
 from .._model import Scope
 from .._records import (
     ClaimTerms,
     CursorMove,
+    DueCursor,
     Finish,
     Probe,
     Renewal,
@@ -409,10 +410,12 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
 
     async def due_cursors(
         self, conn: Conn, terms: ClaimTerms, delay: timedelta, limit: int
-    ) -> list[Row]:
+    ) -> list[DueCursor]:
         """Lock up to ``limit`` due cursors of the job (SKIP LOCKED), soonest first."""
         params = {"job": terms.job, "forbid": terms.forbid, "delay": delay, "limit": limit}
-        return await self._rows(conn, "due_cursors", params, prepare=_PLAN_EACH_TIME)
+        async with conn.cursor(row_factory=args_row(DueCursor)) as cur:
+            await cur.execute(self._q["due_cursors"], params, prepare=_PLAN_EACH_TIME)
+            return await cur.fetchall()
 
     async def claim_cursors(
         self, conn: Conn, terms: ClaimTerms, spec: str, moves: Sequence[CursorMove]

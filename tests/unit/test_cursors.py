@@ -19,6 +19,7 @@ from pgsched._planning.cursors import (
     first_plan,
     spec_key,
 )
+from pgsched._records import DueCursor
 
 # The default first sight a deployment has ("next"), not the suite's "latest".
 pytestmark = pytest.mark.first_sight
@@ -38,18 +39,11 @@ def cursor(
     seen: datetime,
     last: datetime | None = None,
     ident: str = "1",
-) -> dict[str, Any]:
-    return {
-        "scope_kind": "tenant",
-        "scope_id": ident,
-        "next_plan_time": next_plan,
-        "spec": spec,
-        "first_seen_at": seen,
-        "last_plan_time": last,
-    }
+) -> DueCursor:
+    return DueCursor("tenant", ident, next_plan, spec, seen, last, seen)
 
 
-def seen_now(j: Any, now: datetime, **cols: Any) -> dict[str, Any]:
+def seen_now(j: Any, now: datetime, **cols: Any) -> DueCursor:
     """A cursor as first sight at ``now`` writes it."""
     return cursor(spec_key(j.schedule), first_plan(j, now, TICK), seen=now, **cols)
 
@@ -239,10 +233,10 @@ def _drive(j: Any, seen: datetime, gaps: list[int]) -> tuple[list[datetime], dat
         now += timedelta(seconds=gap)
         # claimed again at once while a full batch leaves the cursor due (the runtime's
         # "again"); a cursor not due is not read at all
-        while row["next_plan_time"] is not None and row["next_plan_time"] <= now:
+        while row.next_plan_time is not None and row.next_plan_time <= now:
             move = decide_cursor(j, spec, row, now, TICK, room=1000).move
             claimed.extend(move.plans)
-            last = max(move.plans, default=row["last_plan_time"])
+            last = max(move.plans, default=row.last_plan_time)
             row = cursor(spec, move.next_plan, seen=seen, last=last)
             if not move.plans:
                 break
