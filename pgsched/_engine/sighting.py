@@ -24,6 +24,8 @@ from .._storage.store import Conn, Store
 from .recorder import Recorder
 
 Known = Mapping[tuple[str, str], Scope]
+# A sighting that wrote this many new cursors has the table analyzed (see analyze_cursors).
+ANALYZE_AFTER = 1_000
 
 
 @dataclass
@@ -69,6 +71,8 @@ class Sightings:
         known = {(s.kind, s.id): s for s in scopes}
         sighting = self._sighting(job, known, spec, now)
         written = await self._store.sight_cursors(conn, job.name, sighting)
+        if written["seen"] >= ANALYZE_AFTER:
+            await self._store.analyze_cursors(conn)
         agreed = bool(written["agreed"])
         if not agreed:
             self._recorder.log.info("scopes_retirement_deferred", job=job.name)

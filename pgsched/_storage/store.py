@@ -232,6 +232,11 @@ class _JobStatements(_Statements):
             await self._rows(conn, "lock_sight", {"key": f"pgsched.sight:{self.schema}\x1f{job}"})
             return await self._one(conn, "sight_cursors", params)
 
+    async def analyze_cursors(self, conn: Conn) -> None:
+        """Refresh the planner's statistics of the cursor table (owner only; skipped else)."""
+        async with conn.cursor() as cur:
+            await cur.execute(self._q["analyze_cursors"])
+
     async def scope_digests(self, conn: Conn) -> list[Row]:
         """The live replicas' runner ids, jobs and scope-list digests by job."""
         return await self._rows(conn, "scope_digests")

@@ -314,3 +314,34 @@ def test_a_changed_schedule_moves_the_cursors_to_the_new_one(
     newest = recorder.runs[-1].plan_time
     assert newest >= before["first_seen_at"] - timedelta(seconds=1)
     assert newest.microsecond == 0 and after["last_plan_time"] == newest
+
+
+def _estimated_cursors(db: Any, schema: str) -> float:
+    """The planner's row count of the cursor table (-1 or 0 until it is first analyzed)."""
+    name = sql.SQL("{}").format(table(schema, "cron_cursors")).as_string(db)
+    row = db.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", (name,))
+    return float(row.fetchone()[0])
+
+
+def test_a_first_sight_of_thousands_of_scopes_refreshes_the_planners_figures(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    """Claims planned on the figures of the empty table sorted every due cursor of a
+    100,000-scope job to take the first 2,000: a sighting that writes thousands of cursors
+    analyzes the table (a few scopes more do not). Only the table's owner may: a runtime
+    role's sighting goes on without (the server skips it with a warning)."""
+    runtime = make_scheduler("r1")
+    runtime.register(lambda run: None, name="big", every="1h", scopes=_scopes(1_200))
+    assert runtime.run_once().errors == 0
+    assert _estimated_cursors(db, migrated) <= 0  # never analyzed
+    owner = make_scheduler("r2", role="owner")
+    owner.register(lambda run: None, name="few", every="1h", scopes=_scopes(10))
+    owner.run_once()
+    assert _estimated_cursors(db, migrated) <= 0
+    owner.register(lambda run: None, name="many", every="1h", scopes=_scopes(1_500))
+    assert owner.run_once().errors == 0
+    assert _estimated_cursors(db, migrated) == 1_200 + 10 + 1_500
+
+
+def _scopes(count: int) -> list[pgsched.Scope]:
+    return [pgsched.Scope("t", i) for i in range(count)]
