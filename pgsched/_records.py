@@ -66,6 +66,18 @@ class DueCursor(NamedTuple):
     now: datetime
 
 
+class WonPlan(NamedTuple):
+    """A plan a claim of due cursors inserted: RUNNING (first attempt) under a new lease."""
+
+    id: UUID
+    scope_kind: str
+    scope_id: str
+    plan_time: datetime
+    lease_token: UUID
+    fencing_token: int
+    started_at: datetime
+
+
 @dataclass(frozen=True, slots=True)
 class CursorMove:
     """What one claim does with a code-defined job's cursor: the plans it claims (none: the

@@ -415,8 +415,8 @@ ins AS (
           AND r.status = 'RUNNING' AND (r.exclusive OR r.stale_after >= now.t))
     ORDER BY p.kind, p.id, p.plan_time
     ON CONFLICT DO NOTHING
-    RETURNING x.id, x.scope_kind, x.scope_id, x.plan_time, x.attempt, x.max_attempts,
-              x.lease_token, x.fencing_token, x.started_at
+    RETURNING x.id, x.scope_kind, x.scope_id, x.plan_time, x.lease_token, x.fencing_token,
+              x.started_at
 ),
 -- The plans that have a row now: inserted here, or there already (the statement's snapshot
 -- does not see the rows it inserts, hence the union). Only the plans this insert did not
@@ -454,8 +454,9 @@ moved AS (
       AND NOT EXISTS (SELECT 1 FROM lacking x WHERE x.kind = m.kind AND x.id = m.id)
     RETURNING c.scope_kind
 )
-SELECT (SELECT count(*) FROM moved) AS moved, ins.*
-FROM (SELECT 1) AS one
+SELECT ins.id, ins.scope_kind, ins.scope_id, ins.plan_time, ins.lease_token, ins.fencing_token,
+       ins.started_at
+FROM (SELECT (SELECT count(*) FROM moved) AS moved) AS one
 LEFT JOIN ins ON true
 
 -- name: heartbeat

@@ -16,7 +16,7 @@ from .._config import JobSpec
 from .._model import Scope
 from .._planning.cursors import CursorDecision, decide_cursors, spec_key
 from .._planning.dynamic import Decision, decide
-from .._records import ClaimTerms, Probe, Row
+from .._records import ClaimTerms, Probe, Row, WonPlan
 from .._storage.store import Conn, ScheduleStore, Store
 from .._views import trusted_scope
 from .recorder import Recorder
@@ -29,6 +29,11 @@ from .values import Claim, ClaimBatch, ClaimKind
 # batch started, and with batches of 1,000 a 10,000-scope fan-out over three replicas took
 # 2.4-2.9 s against 1.6-2.0 s.
 CLAIM_BATCH = 2_000
+# A tick's first claim of a job's due plans takes at most this many, and each claim after it
+# (while they come back full) twice as many, up to CLAIM_BATCH: replicas that woke for the
+# same plans share a small fan-out (one replica claiming all 200 scopes of a plan ran them one
+# after another while the others found nothing), and the first handlers start sooner.
+FIRST_CLAIM = 64
 # Under overlap="forbid" a claim of existing rows (retries, PENDING runs, steals) holds a lock
 # per scope until it commits, in PostgreSQL's shared lock table (64 entries per connection by
 # default, shared by every session of the server): a retry storm of every scope at once is
@@ -77,11 +82,13 @@ class Claimer:
         *,
         due: bool = False,
         known: Known | None = None,
+        most: int = CLAIM_BATCH,
     ) -> ClaimBatch:
         """Claim what ``job`` may claim now, in one transaction. Only the ``first`` call of a
         tick closes out stale leases and takes over existing rows. ``due``: a cursor may be
         due though the probe did not say so (just written, or a full batch before);
-        ``known``: the job's scopes by key, so a claim carries the job's own ``Scope``."""
+        ``known``: the job's scopes by key, so a claim carries the job's own ``Scope``;
+        ``most``: at most this many due plans (``batch.again`` says when more may wait)."""
         close_stale = first and job.name in probe.stale_jobs
         existing = (
             first
@@ -96,7 +103,8 @@ class Claimer:
         if not (close_stale or existing or cursors):
             return batch
         try:
-            await self._transaction(conn, job, batch, free, (close_stale, existing, cursors), known)
+            parts = (close_stale, existing, cursors)
+            await self._transaction(conn, job, batch, (free, most), parts, known)
         except psycopg.errors.LockNotAvailable:  # rolled back: the plans wait for a tick
             self._recorder.claim_blocked(job.name, CLAIM_LOCK_TIMEOUT.total_seconds())
             return ClaimBatch(backlog=True)
@@ -107,13 +115,14 @@ class Claimer:
         conn: Conn,
         job: JobSpec,
         batch: ClaimBatch,
-        free: int,
+        bounds: tuple[int, int],
         parts: tuple[bool, bool, bool],
         known: Known | None,
     ) -> None:
-        """The claim transaction, filling ``batch``; ``parts``: whether it closes out stale
-        leases, takes over existing rows, claims due cursors."""
-        close_stale, existing, cursors = parts
+        """The claim transaction, filling ``batch``; ``bounds``: the free slots and the most
+        due plans to take; ``parts``: whether it closes out stale leases, takes over existing
+        rows, claims due cursors."""
+        (free, most), (close_stale, existing, cursors) = bounds, parts
         async with conn.transaction():
             await self._store.claim_begin(
                 conn, CLAIM_IDLE_TIMEOUT, CLAIM_LOCK_TIMEOUT, synchronous=self._synchronous
@@ -136,18 +145,24 @@ class Claimer:
                 batch.backlog = batch.backlog or capped
                 cap -= len(taken)
             if cursors:
-                await self._cursors(conn, job, cap, batch, known)
+                await self._cursors(conn, job, (cap, most), batch, known)
 
     async def _cursors(
-        self, conn: Conn, job: JobSpec, cap: int, batch: ClaimBatch, known: Known | None
+        self,
+        conn: Conn,
+        job: JobSpec,
+        bounds: tuple[int, int],
+        batch: ClaimBatch,
+        known: Known | None,
     ) -> None:
-        """Claim the plans of the job's due cursors (at most ``cap`` rows, a batch at a
-        time) and move each cursor on, in the claim transaction. ``cap`` is what the rows
-        taken over earlier in this transaction left."""
+        """Claim the plans of the job's due cursors (at most ``most`` and ``cap`` rows) and
+        move each cursor on, in the claim transaction. ``cap`` is what the rows taken over
+        earlier in this transaction left of the free slots."""
+        cap, most = bounds
         if cap <= 0:
             batch.backlog = True
             return
-        size = min(cap, CLAIM_BATCH)
+        size = min(cap, most, CLAIM_BATCH)
         terms = self._terms(job)
         if job.dynamic:
             rows = await self._schedules.due_schedules(conn, terms, job.schedule_delay, size)
@@ -165,9 +180,9 @@ class Claimer:
             read = len(cursors)
         if not read:
             return
-        won = await self._write(conn, job, terms, decisions)
+        won = await self._write(conn, job, terms, decisions, known)
         self._count(job, decisions, len(won))
-        batch.claims.extend(_claim(row, "won", known) for row in won)
+        batch.claims.extend(won)
         wanted = sum(d.claims for d in decisions)
         full = read >= size or len(decisions) < read
         batch.again = full and size < cap
@@ -179,14 +194,17 @@ class Claimer:
         job: JobSpec,
         terms: ClaimTerms,
         decisions: Sequence[Decision | CursorDecision],
-    ) -> list[Row]:
-        """Insert the chosen plans' RUNNING rows and move the cursors on."""
+        known: Known | None,
+    ) -> list[Claim]:
+        """Insert the chosen plans' RUNNING rows and move the cursors on: the claims won."""
         if job.dynamic:
             moves = [d.move for d in decisions if isinstance(d, Decision) and d.move is not None]
-            return await self._schedules.claim_schedules(conn, terms, moves) if moves else []
+            rows = await self._schedules.claim_schedules(conn, terms, moves) if moves else []
+            return [_claim(row, "won", known) for row in rows]
         cursor_moves = [d.move for d in decisions if isinstance(d, CursorDecision)]
         spec = spec_key(job.schedule)
-        return await self._store.claim_cursors(conn, terms, spec, cursor_moves)
+        won = await self._store.claim_cursors(conn, terms, spec, cursor_moves)
+        return [_won(plan, job.max_attempts, known) for plan in won]
 
     def _count(
         self, job: JobSpec, decisions: Sequence[Decision | CursorDecision], won: int
@@ -235,6 +253,23 @@ class Claimer:
             _claim(row, _KIND_OF.get(row["previous_status"], "won"), None)  # type: ignore[arg-type]
             for row in rows
         ]
+
+
+def _won(plan: WonPlan, max_attempts: int, known: Known | None) -> Claim:
+    """The claim of a plan won from its due cursor: a first scheduled attempt."""
+    key = (plan.scope_kind, plan.scope_id)
+    return Claim(
+        kind="won",
+        execution_id=plan.id,
+        scope=(known or {}).get(key) or trusted_scope(*key),
+        plan_time=plan.plan_time,
+        trigger="schedule",
+        attempt=1,
+        max_attempts=max_attempts,
+        lease_token=plan.lease_token,
+        fencing_token=plan.fencing_token,
+        started_at=plan.started_at,
+    )
 
 
 def _claim(row: Row, kind: ClaimKind, known: Known | None) -> Claim:

@@ -37,7 +37,7 @@ from .._storage.connection import (
 )
 from .._storage.servers import ServerWatch
 from .._storage.store import Conn, Store
-from .claims import Claimer
+from .claims import CLAIM_BATCH, FIRST_CLAIM, Claimer
 from .execution import Executor
 from .leases import LeaseTable, open_lease
 from .recorder import Recorder
@@ -307,12 +307,12 @@ class Runtime:
         """Claim and start ``job``'s work; a large fan-out takes several transactions, one
         batch each, so replicas take turns and the first handlers start early. False when
         the job's claim failed (the other jobs still get theirs)."""
-        first, due, known = True, False, None
+        first, due, known, most = True, False, None, FIRST_CLAIM
         while not self._stopping.is_set():
             try:
                 if first and not job.dynamic:
                     known, due = await self.sightings.see(conn, job, probe.now)
-                batch = await self._claim(conn, job, probe, first, due, known)
+                batch = await self._claim(conn, job, probe, (first, due), known, most)
             except Exception as exc:
                 self.sightings.forget(job.name)  # its scopes may not have been written
                 if conn.broken or unavailable(exc):  # the whole tick fails: no use going on
@@ -322,7 +322,7 @@ class Runtime:
             self._start(job, batch)
             if not batch.again:
                 break
-            first, due = False, True
+            first, due, most = False, True, min(2 * most, CLAIM_BATCH)
         return True
 
     async def _claim(
@@ -330,13 +330,13 @@ class Runtime:
         conn: Conn,
         job: JobSpec,
         probe: Probe,
-        first: bool,
-        due: bool,
+        turn: tuple[bool, bool],
         known: Mapping[tuple[str, str], Scope] | None,
+        most: int,
     ) -> ClaimBatch:
-        free = self.leases.free
+        (first, due), free = turn, self.leases.free
         batch = await self.claimer.claim(
-            conn, job, probe, free, first, due=due and free > 0, known=known
+            conn, job, probe, free, first, due=due and free > 0, known=known, most=most
         )
         if batch.backlog:
             self.leases.note_backlog()

@@ -34,6 +34,7 @@ from .._records import (
     ScheduleMove,
     ScheduleRows,
     Sighting,
+    WonPlan,
 )
 from .._views import (
     Attempt,
@@ -424,9 +425,9 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
 
     async def claim_cursors(
         self, conn: Conn, terms: ClaimTerms, spec: str, moves: Sequence[CursorMove]
-    ) -> list[Row]:
+    ) -> list[WonPlan]:
         """Insert RUNNING rows for the moves' plans and move each cursor on; returns the
-        rows this replica won."""
+        plans this replica won."""
         plans = [(m.kind, m.id, p) for m in moves for p in m.plans]
         params = {
             **terms.params(),
@@ -441,8 +442,9 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
             "lasts": [max(m.plans, default=None) for m in moves],
             **_plan_span(p for _, _, p in plans),
         }
-        rows = await self._rows(conn, "claim_cursors", params, prepare=_PLAN_EACH_TIME)
-        return [r for r in rows if r["id"] is not None]
+        async with conn.cursor() as cur:  # tuples: a dict row costs per column, per plan
+            await cur.execute(self._q["claim_cursors"], params, prepare=_PLAN_EACH_TIME)
+            return [WonPlan(*row) for row in await cur.fetchall() if row[0] is not None]
 
     async def heartbeat(self, conn: Conn, leases: Sequence[Renewal]) -> set[UUID]:
         """Renew the leases; returns the ids still held."""
