@@ -117,6 +117,9 @@ class Runtime:
         self.last_tick_at: float | None = None  # any tick, failed or not: the loop is alive
         self.recorder = Recorder(metrics, runner_id)
         self.leases = LeaseTable(max_concurrency, self.recorder, self.wake)
+        # Per job, how many due plans its next claim takes: FIRST_CLAIM once a fan-out is
+        # drained, doubling while claims come back full (a long fan-out keeps its size).
+        self._claim_sizes: dict[str, int] = {}
         self.registration = Registration(
             store, pool, self.recorder, runner_id, settings.replica_expiry
         )
@@ -307,8 +310,9 @@ class Runtime:
         """Claim and start ``job``'s work; a large fan-out takes several transactions, one
         batch each, so replicas take turns and the first handlers start early. False when
         the job's claim failed (the other jobs still get theirs)."""
-        first, due, known, most = True, False, None, FIRST_CLAIM
+        first, due, known = True, False, None
         while not self._stopping.is_set():
+            most = self._claim_sizes.get(job.name, FIRST_CLAIM)
             try:
                 if first and not job.dynamic:
                     known, due = await self.sightings.see(conn, job, probe.now)
@@ -320,9 +324,11 @@ class Runtime:
                 self.recorder.error("tick_error", job=job.name, error=describe_error(exc))
                 return False
             self._start(job, batch)
+            more = batch.again or batch.backlog
+            self._claim_sizes[job.name] = min(2 * most, CLAIM_BATCH) if more else FIRST_CLAIM
             if not batch.again:
                 break
-            first, due, most = False, True, min(2 * most, CLAIM_BATCH)
+            first, due = False, True
         return True
 
     async def _claim(
