@@ -456,7 +456,7 @@ moved AS (
 )
 SELECT ins.id, ins.scope_kind, ins.scope_id, ins.plan_time, ins.lease_token, ins.fencing_token,
        ins.started_at
-FROM (SELECT (SELECT count(*) FROM moved) AS moved) AS one
+FROM (SELECT 1) AS one
 LEFT JOIN ins ON true
 
 -- name: heartbeat

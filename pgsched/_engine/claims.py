@@ -29,10 +29,10 @@ from .values import Claim, ClaimBatch, ClaimKind
 # batch started, and with batches of 1,000 a 10,000-scope fan-out over three replicas took
 # 2.4-2.9 s against 1.6-2.0 s.
 CLAIM_BATCH = 2_000
-# A tick's first claim of a job's due plans takes at most this many, and each claim after it
-# (while they come back full) twice as many, up to CLAIM_BATCH: replicas that woke for the
-# same plans share a small fan-out (one replica claiming all 200 scopes of a plan ran them one
-# after another while the others found nothing), and the first handlers start sooner.
+# A job's claims take at most this many due plans once a fan-out is drained, and twice as
+# many each time one comes back full, up to CLAIM_BATCH (the runtime keeps the size per job):
+# replicas that woke for the same plans share a small fan-out (one replica claiming all 200
+# scopes of a plan ran them one after another while the others found nothing).
 FIRST_CLAIM = 64
 # Under overlap="forbid" a claim of existing rows (retries, PENDING runs, steals) holds a lock
 # per scope until it commits, in PostgreSQL's shared lock table (64 entries per connection by

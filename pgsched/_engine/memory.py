@@ -25,8 +25,8 @@ REMEMBER_S = 600.0
 REMEMBER_MAX = 50_000
 
 # Restore's fields kept as they are, in this order after when it was written, the id and the
-# token.
-_PLAIN = (
+# token: first those of the claim (:func:`_claimed`), then its status and next retry.
+_CLAIMED = (
     "job",
     "scope_kind",
     "scope_id",
@@ -40,9 +40,8 @@ _PLAIN = (
     "payload_json",
     "started_at",
     "stale_timeout_s",
-    "status",
-    "next_retry_at",
 )
+_PLAIN = (*_CLAIMED, "status", "next_retry_at")
 # The outcome's fields after those (its id, token, plan time and status are the row's). Not
 # its traceback: a row put back carries none (the attempt history has it), and 16 KiB each
 # would make 50,000 remembered failures 800 MB.
@@ -90,41 +89,21 @@ def claim_row(
 ) -> Restore:
     """``lease``'s execution as claimed (RUNNING, under this replica's lease), or as
     ``stored`` once its terminal write landed."""
-    run, job = lease.run, lease.job
+    run = lease.run
     return Restore(
         id=run.execution_id,
-        job=run.job,
-        scope_kind=run.scope.kind,
-        scope_id=run.scope.id,
-        plan_time=run.plan_time,
-        trigger=run.trigger,
-        attempt=run.attempt,
-        max_attempts=run.max_attempts,
-        runner_id=run.runner_id,
         token=run.lease_token,
-        fencing_token=run.fencing_token,
-        exclusive=job.overlap == "forbid",
-        payload_json=json.dumps(run.payload) if run.payload else "{}",
-        started_at=lease.started_at,
-        stale_timeout_s=job.stale_timeout.total_seconds(),
+        **dict(zip(_CLAIMED, _claimed(lease), strict=True)),
         status="RUNNING" if stored is None else stored.status,
         outcome=stored,
         next_retry_at=next_retry_at,
     )
 
 
-def _packed(
-    at: float, lease: Lease, stored: Finish, next_retry_at: datetime | None
-) -> tuple[Any, ...]:
-    """``claim_row(lease, stored, next_retry_at)`` as :func:`_unpacked` reads it back: when,
-    the id and token as integers, then the ``_PLAIN`` and ``_OUTCOME`` fields in order
-    (built here field by field: a ``Restore`` first costs as much as the rest of a run's
-    bookkeeping)."""
+def _claimed(lease: Lease) -> tuple[Any, ...]:
+    """The ``_CLAIMED`` fields of ``lease``'s row, in order."""
     run, job = lease.run, lease.job
     return (
-        at,
-        run.execution_id.int,
-        run.lease_token.int,
         run.job,
         run.scope.kind,
         run.scope.id,
@@ -138,6 +117,22 @@ def _packed(
         json.dumps(run.payload) if run.payload else "{}",
         lease.started_at,
         job.stale_timeout.total_seconds(),
+    )
+
+
+def _packed(
+    at: float, lease: Lease, stored: Finish, next_retry_at: datetime | None
+) -> tuple[Any, ...]:
+    """``claim_row(lease, stored, next_retry_at)`` as :func:`_unpacked` reads it back: when,
+    the id and token as integers, then the ``_PLAIN`` and ``_OUTCOME`` fields in order
+    (built here field by field: a ``Restore`` first costs as much as the rest of a run's
+    bookkeeping)."""
+    run = lease.run
+    return (
+        at,
+        run.execution_id.int,
+        run.lease_token.int,
+        *_claimed(lease),
         stored.status,
         next_retry_at,
         stored.error_code,

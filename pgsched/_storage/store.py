@@ -135,6 +135,15 @@ class _Statements:
             await cur.execute(self._q[name], params, prepare=prepare)
             return await cur.fetchall()
 
+    async def _tuples(
+        self, conn: Conn, name: str, cls: type[_V], params: dict[str, Any], *, prepare: bool
+    ) -> list[_V]:
+        """Rows as ``cls(*columns)`` (a NamedTuple): for statements read by the thousand,
+        where a dict or keyword arguments per row cost per column."""
+        async with conn.cursor(row_factory=args_row(cls)) as cur:
+            await cur.execute(self._q[name], params, prepare=prepare)
+            return await cur.fetchall()
+
     async def _rowcount(self, conn: Conn, name: str, params: dict[str, Any]) -> int:
         async with conn.cursor() as cur:
             await cur.execute(self._q[name], params)
@@ -235,8 +244,7 @@ class _JobStatements(_Statements):
 
     async def analyze_cursors(self, conn: Conn) -> None:
         """Refresh the planner's statistics of the cursor table (owner only; skipped else)."""
-        async with conn.cursor() as cur:
-            await cur.execute(self._q["analyze_cursors"])
+        await self._rows(conn, "analyze_cursors")
 
     async def scope_digests(self, conn: Conn) -> list[Row]:
         """The live replicas' runner ids, jobs and scope-list digests by job."""
@@ -419,9 +427,7 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
     ) -> list[DueCursor]:
         """Lock up to ``limit`` due cursors of the job (SKIP LOCKED), soonest first."""
         params = {"job": terms.job, "forbid": terms.forbid, "delay": delay, "limit": limit}
-        async with conn.cursor(row_factory=args_row(DueCursor)) as cur:
-            await cur.execute(self._q["due_cursors"], params, prepare=_PLAN_EACH_TIME)
-            return await cur.fetchall()
+        return await self._tuples(conn, "due_cursors", DueCursor, params, prepare=_PLAN_EACH_TIME)
 
     async def claim_cursors(
         self, conn: Conn, terms: ClaimTerms, spec: str, moves: Sequence[CursorMove]
@@ -442,9 +448,8 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
             "lasts": [max(m.plans, default=None) for m in moves],
             **_plan_span(p for _, _, p in plans),
         }
-        async with conn.cursor() as cur:  # tuples: a dict row costs per column, per plan
-            await cur.execute(self._q["claim_cursors"], params, prepare=_PLAN_EACH_TIME)
-            return [WonPlan(*row) for row in await cur.fetchall() if row[0] is not None]
+        won = await self._tuples(conn, "claim_cursors", WonPlan, params, prepare=_PLAN_EACH_TIME)
+        return [plan for plan in won if plan.id is not None]
 
     async def heartbeat(self, conn: Conn, leases: Sequence[Renewal]) -> set[UUID]:
         """Renew the leases; returns the ids still held."""
