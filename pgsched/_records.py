@@ -66,8 +66,24 @@ class DueCursor(NamedTuple):
     now: datetime
 
 
+class DueSchedule(NamedTuple):
+    """A dynamic job's due schedule as a claim reads it (locked), with the database's clock
+    at the read: its spec, window and first unclaimed plan."""
+
+    scope_kind: str
+    scope_id: str
+    every_us: int | None
+    cron: str | None
+    timezone: str
+    starts_at: datetime | None
+    ends_at: datetime | None
+    next_plan_time: datetime
+    now: datetime
+
+
 class WonPlan(NamedTuple):
-    """A plan a claim of due cursors inserted: RUNNING (first attempt) under a new lease."""
+    """A plan a claim of due cursors or schedules inserted: RUNNING (first attempt) under a
+    new lease, with the schedule's payload (a dynamic job's)."""
 
     id: UUID
     scope_kind: str
@@ -76,6 +92,7 @@ class WonPlan(NamedTuple):
     lease_token: UUID
     fencing_token: int
     started_at: datetime
+    payload: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

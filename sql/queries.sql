@@ -1137,7 +1137,9 @@ due AS MATERIALIZED (
     LIMIT %(limit)s
     FOR UPDATE OF s SKIP LOCKED
 )
-SELECT * FROM due ORDER BY due.next_plan_time
+SELECT due.scope_kind, due.scope_id, due.every_us, due.cron, due.timezone, due.starts_at,
+       due.ends_at, due.next_plan_time, due.now
+FROM due ORDER BY due.next_plan_time
 
 -- name: claim_schedules
 -- The claim of a dynamic job, second half: RUNNING rows for the chosen plans (with the
@@ -1168,8 +1170,8 @@ ins AS (
               AND r.status = 'RUNNING' AND (r.exclusive OR r.stale_after >= now.t)))
     ORDER BY p.kind, p.id, p.plan_time
     ON CONFLICT DO NOTHING
-    RETURNING x.id, x.scope_kind, x.scope_id, x.plan_time, x.attempt, x.max_attempts,
-              x.lease_token, x.fencing_token, x.started_at, x.payload
+    RETURNING x.id, x.scope_kind, x.scope_id, x.plan_time, x.lease_token, x.fencing_token,
+              x.started_at, x.payload
 ),
 moved AS (
     UPDATE {schema}.schedules s
@@ -1185,7 +1187,8 @@ moved AS (
                         AND e.scope_id = p.id AND e.plan_time = p.plan_time))
     RETURNING s.scope_kind
 )
-SELECT (SELECT count(*) FROM moved) AS moved, ins.*
+SELECT ins.id, ins.scope_kind, ins.scope_id, ins.plan_time, ins.lease_token, ins.fencing_token,
+       ins.started_at, ins.payload
 FROM (SELECT 1) AS one
 LEFT JOIN ins ON true
 

@@ -15,7 +15,7 @@ import psycopg
 from .._config import JobSpec
 from .._model import Scope
 from .._planning.cursors import CursorDecision, decide_cursors, spec_key
-from .._planning.dynamic import Decision, decide
+from .._planning.dynamic import Decision, decide_schedules
 from .._records import ClaimTerms, Probe, Row, WonPlan
 from .._storage.store import Conn, ScheduleStore, Store
 from .._views import trusted_scope
@@ -166,9 +166,9 @@ class Claimer:
         terms = self._terms(job)
         if job.dynamic:
             rows = await self._schedules.due_schedules(conn, terms, job.schedule_delay, size)
-            decisions: Sequence[Decision | CursorDecision] = [
-                decide(job, row, row["now"]) for row in rows
-            ]
+            decisions: Sequence[Decision | CursorDecision] = (
+                decide_schedules(job, rows, rows[0].now) if rows else []
+            )
             read = len(rows)
         else:
             cursors = await self._store.due_cursors(conn, terms, job.schedule_delay, size)
@@ -199,8 +199,8 @@ class Claimer:
         """Insert the chosen plans' RUNNING rows and move the cursors on: the claims won."""
         if job.dynamic:
             moves = [d.move for d in decisions if isinstance(d, Decision) and d.move is not None]
-            rows = await self._schedules.claim_schedules(conn, terms, moves) if moves else []
-            return [_claim(row, "won", known) for row in rows]
+            won = await self._schedules.claim_schedules(conn, terms, moves) if moves else []
+            return [_won(plan, job.max_attempts, known) for plan in won]
         cursor_moves = [d.move for d in decisions if isinstance(d, CursorDecision)]
         spec = spec_key(job.schedule)
         won = await self._store.claim_cursors(conn, terms, spec, cursor_moves)
@@ -256,7 +256,7 @@ class Claimer:
 
 
 def _won(plan: WonPlan, max_attempts: int, known: Known | None) -> Claim:
-    """The claim of a plan won from its due cursor: a first scheduled attempt."""
+    """The claim of a plan won from its due cursor or schedule: a first scheduled attempt."""
     key = (plan.scope_kind, plan.scope_id)
     return Claim(
         kind="won",
@@ -269,6 +269,7 @@ def _won(plan: WonPlan, max_attempts: int, known: Known | None) -> Claim:
         lease_token=plan.lease_token,
         fencing_token=plan.fencing_token,
         started_at=plan.started_at,
+        payload=plan.payload,
     )
 
 

@@ -16,11 +16,12 @@ A stored schedule's ``next_plan_time`` is its first plan not yet claimed. When i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
-from .._records import Row, ScheduleMove
+from .._records import DueSchedule, ScheduleMove
 from .recurrence import CatchUp, count_plans_between, jitter_offset
 from .schedules import (
     ValidSchedule,
@@ -64,12 +65,41 @@ class Decision:
         return self.move is not None and self.move.plan is not None
 
 
-def decide(job: CatchUpRules, row: Row, now: datetime) -> Decision:
+def decide_schedules(
+    job: CatchUpRules, rows: Sequence[DueSchedule], now: datetime
+) -> list[Decision]:
+    """The decisions for the due schedules ``rows`` at ``now``, each as :func:`decide` makes
+    it alone."""
+    if job.jitter > timedelta(0):
+        return [decide(job, row, now) for row in rows]
+    # Without jitter a decision depends on the schedule's spec, window and next plan, never on
+    # its scope: schedules put in bulk share them, and each distinct one is decided once.
+    made: dict[tuple[Any, ...], Decision] = {}
+    out: list[Decision] = []
+    for row in rows:
+        key = (row.every_us, row.cron, row.timezone, row.starts_at, row.ends_at, row.next_plan_time)
+        shared = made.get(key)
+        if shared is None:
+            shared = made[key] = decide(job, row, now)
+        out.append(_for_scope(shared, row))
+    return out
+
+
+def _for_scope(decision: Decision, row: DueSchedule) -> Decision:
+    """``decision``, made for another schedule of the same spec, for ``row``'s scope."""
+    move = decision.move
+    if move is None or (move.kind, move.id) == (row.scope_kind, row.scope_id):
+        return decision
+    mine = ScheduleMove(row.scope_kind, row.scope_id, move.plan, move.next_plan)
+    return Decision(mine, decision.superseded, decision.late)
+
+
+def decide(job: CatchUpRules, row: DueSchedule, now: datetime) -> Decision:
     """The claim of the due schedule ``row`` of ``job`` at ``now`` (the database's clock)."""
-    valid = stored_schedule(job.name, row)
-    kind, ident = row["scope_kind"], row["scope_id"]
+    valid = stored_schedule(job.name, row._asdict())
+    kind, ident = row.scope_kind, row.scope_id
     horizon = now - job.schedule_delay
-    first = first_plan_after(valid, row["next_plan_time"] - _US)  # the window may have moved
+    first = first_plan_after(valid, row.next_plan_time - _US)  # the window may have moved
     if first is None or first > horizon:
         return Decision(ScheduleMove(kind, ident, None, first))
     plan, superseded = _pick(job, valid, first, horizon)

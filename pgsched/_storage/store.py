@@ -24,6 +24,7 @@ from .._records import (
     ClaimTerms,
     CursorMove,
     DueCursor,
+    DueSchedule,
     Finish,
     Probe,
     Renewal,
@@ -727,14 +728,16 @@ class ScheduleStore(_Statements):
 
     async def due_schedules(
         self, conn: Conn, terms: ClaimTerms, delay: timedelta, limit: int
-    ) -> list[Row]:
+    ) -> list[DueSchedule]:
         """Lock up to ``limit`` due schedules of the job (SKIP LOCKED), oldest next plan first."""
         params = {"job": terms.job, "forbid": terms.forbid, "delay": delay, "limit": limit}
-        return await self._rows(conn, "due_schedules", params, prepare=_PLAN_EACH_TIME)
+        return await self._tuples(
+            conn, "due_schedules", DueSchedule, params, prepare=_PLAN_EACH_TIME
+        )
 
     async def claim_schedules(
         self, conn: Conn, terms: ClaimTerms, moves: Sequence[ScheduleMove]
-    ) -> list[Row]:
+    ) -> list[WonPlan]:
         """Insert RUNNING rows for the moves with a plan, and move each schedule's next plan
         on; returns the rows this replica won."""
         params = {
@@ -744,5 +747,5 @@ class ScheduleStore(_Statements):
             "plans": [m.plan for m in moves],
             "nexts": [m.next_plan for m in moves],
         }
-        rows = await self._rows(conn, "claim_schedules", params, prepare=_PLAN_EACH_TIME)
-        return [r for r in rows if r["id"] is not None]
+        won = await self._tuples(conn, "claim_schedules", WonPlan, params, prepare=_PLAN_EACH_TIME)
+        return [plan for plan in won if plan.id is not None]

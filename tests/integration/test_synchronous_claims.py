@@ -27,14 +27,17 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the statements pgsched runs through its store (but the pool's checks and
     the sync handlers' transactional writes), in order."""
     names: list[str] = []
-    original = _Statements._rows
+    for method in ("_rows", "_tuples"):  # dict rows, and the claims' tuples
+        original = getattr(_Statements, method)
 
-    async def recording(self: _Statements, conn: Any, name: str, *args: Any, **kw: Any) -> Any:
-        if name not in POOL:
-            names.append(name)
-        return await original(self, conn, name, *args, **kw)
+        async def recording(
+            self: _Statements, conn: Any, name: str, *args: Any, _run: Any = original, **kw: Any
+        ) -> Any:
+            if name not in POOL:
+                names.append(name)
+            return await _run(self, conn, name, *args, **kw)
 
-    monkeypatch.setattr(_Statements, "_rows", recording)
+        monkeypatch.setattr(_Statements, method, recording)
     return names
 
 
