@@ -737,6 +737,13 @@ SET schedule = EXCLUDED.schedule, scopes = EXCLUDED.scopes, upcoming = EXCLUDED.
 -- the server skips it with a warning.
 ANALYZE {schema}.cron_cursors
 
+-- name: analyze_schedules
+-- After a put wrote thousands of schedules (a bulk put, a first import): until autovacuum came
+-- by, the planner took the job for a few rows, and each claim of 256 due schedules hashed all
+-- of the job's schedules twice (the insert's payload join and the schedules' move). Only the
+-- table's owner may: for any other role the server skips it with a warning.
+ANALYZE {schema}.schedules
+
 -- name: scope_digests
 -- The digests of the scope lists the live replicas last wrote, by job (sight_cursors): whether
 -- a job's replicas agree on its scopes, and whether the caller's own row still holds its own

@@ -20,12 +20,10 @@ from .._model import Scope
 from .._planning.cursors import due_at, first_plan, scope_digest, spec_key
 from .._records import Sighting
 from .._results import describe_error
-from .._storage.store import Conn, Store
+from .._storage.store import ANALYZE_AFTER, Conn, Store
 from .recorder import Recorder
 
 Known = Mapping[tuple[str, str], Scope]
-# A sighting that wrote this many new cursors has the table analyzed (see analyze_cursors).
-ANALYZE_AFTER = 1_000
 
 
 @dataclass

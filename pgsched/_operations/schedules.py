@@ -28,7 +28,7 @@ from .._planning.schedules import (
     stored_schedule,
 )
 from .._records import ScheduleRows
-from .._storage.store import Conn, ScheduleStore, Store
+from .._storage.store import ANALYZE_AFTER, Conn, ScheduleStore, Store
 from .._times import Duration
 
 MAX_PAGE = 1000
@@ -103,6 +103,8 @@ class ScheduleOperations:
             nexts=[first_plan_after(v, now) for v in valid],
         )
         written = await self._schedules.put_schedules(conn, job, rows)
+        if written >= ANALYZE_AFTER:
+            await self._schedules.analyze_schedules(conn)
         await self._notify(conn, "schedules", job)
         return written
 

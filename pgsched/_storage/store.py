@@ -56,6 +56,9 @@ Conn = AsyncConnection[Any]
 # use) stays in the session and can turn a claim's index probes into scans of a table that
 # has since grown, seconds per claim. Planning them costs well under a millisecond.
 _PLAN_EACH_TIME = False
+# A write of this many new cursors or schedules has the table analyzed (analyze_cursors,
+# analyze_schedules): claims planned on the figures of before read every row of the job.
+ANALYZE_AFTER = 1_000
 # A migration that misses its lock (it set a short lock_timeout) is tried again this often,
 # for this long.
 MIGRATION_LOCK_RETRY_S = 1.0
@@ -704,6 +707,10 @@ class ScheduleStore(_Statements):
         params: dict[str, Any] = {"job": job}
         params.update((f.name, getattr(rows, f.name)) for f in fields(rows))
         return await self._rowcount(conn, "put_schedules", params)
+
+    async def analyze_schedules(self, conn: Conn) -> None:
+        """Refresh the planner's statistics of the schedules (owner only; skipped else)."""
+        await self._rows(conn, "analyze_schedules")
 
     async def get_schedule(self, conn: Conn, job: str, kind: str, ident: str) -> Row | None:
         rows = await self._rows(conn, "get_schedule", {"job": job, "kind": kind, "id": ident})

@@ -367,3 +367,31 @@ def test_narrowing_the_window_moves_the_next_plan(
     assert moved.next_plan_time == later + timedelta(minutes=30)
     ended = s.put_schedule(JOB, scope, every="1h", ends_at=first.next_plan_time)
     assert ended.next_plan_time is None
+
+
+def _estimated_schedules(db: Any, schema: str) -> float:
+    """The planner's row count of the schedules table (-1 or 0 until it is first analyzed)."""
+    name = sql.SQL("{}").format(table(schema, "schedules")).as_string(db)
+    row = db.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", (name,))
+    return float(row.fetchone()[0])
+
+
+def test_a_bulk_put_refreshes_the_planners_figures(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    """Claims planned on the figures of the empty table hashed every schedule of the job
+    twice per claim: a put that writes thousands of schedules analyzes the table (a few more
+    do not). Only the table's owner may: a runtime role's put goes on without (the server
+    skips it with a warning)."""
+
+    def specs(kind: str, count: int) -> list[pgsched.ScheduleSpec]:
+        return [pgsched.ScheduleSpec(Scope(kind, str(i)), every="1h") for i in range(count)]
+
+    runtime = dynamic_scheduler(make_scheduler)
+    assert runtime.put_schedules(JOB, specs("a", 1_200)) == 1_200
+    assert _estimated_schedules(db, migrated) <= 0  # never analyzed
+    owner = dynamic_scheduler(make_scheduler, "r2", role="owner")
+    assert owner.put_schedules(JOB, specs("b", 10)) == 10
+    assert _estimated_schedules(db, migrated) <= 0
+    assert owner.put_schedules(JOB, specs("c", 1_500)) == 1_500
+    assert _estimated_schedules(db, migrated) == 1_200 + 10 + 1_500
