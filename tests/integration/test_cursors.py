@@ -20,7 +20,7 @@ from pgsched._planning.cursors import scope_digest
 from pgsched._records import ReplicaEntry, Sighting
 from pgsched._storage.store import Store, _query_texts
 from tests.support.plans import FixedPlans, past_plan
-from tests.support.rows import db_now, insert_due_cursors, insert_row, rows, table
+from tests.support.rows import db_now, estimated_rows, insert_due_cursors, insert_row, rows, table
 from tests.support.threads import Recorder, run_together, running
 from tests.support.waiting import wait_until
 
@@ -316,13 +316,6 @@ def test_a_changed_schedule_moves_the_cursors_to_the_new_one(
     assert newest.microsecond == 0 and after["last_plan_time"] == newest
 
 
-def _estimated_cursors(db: Any, schema: str) -> float:
-    """The planner's row count of the cursor table (-1 or 0 until it is first analyzed)."""
-    name = sql.SQL("{}").format(table(schema, "cron_cursors")).as_string(db)
-    row = db.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", (name,))
-    return float(row.fetchone()[0])
-
-
 def test_a_first_sight_of_thousands_of_scopes_refreshes_the_planners_figures(
     make_scheduler: Any, migrated: str, db: Any
 ) -> None:
@@ -333,14 +326,14 @@ def test_a_first_sight_of_thousands_of_scopes_refreshes_the_planners_figures(
     runtime = make_scheduler("r1")
     runtime.register(lambda run: None, name="big", every="1h", scopes=_scopes(1_200))
     assert runtime.run_once().errors == 0
-    assert _estimated_cursors(db, migrated) <= 0  # never analyzed
+    assert estimated_rows(db, migrated, "cron_cursors") <= 0  # never analyzed
     owner = make_scheduler("r2", role="owner")
     owner.register(lambda run: None, name="few", every="1h", scopes=_scopes(10))
     owner.run_once()
-    assert _estimated_cursors(db, migrated) <= 0
+    assert estimated_rows(db, migrated, "cron_cursors") <= 0
     owner.register(lambda run: None, name="many", every="1h", scopes=_scopes(1_500))
     assert owner.run_once().errors == 0
-    assert _estimated_cursors(db, migrated) == 1_200 + 10 + 1_500
+    assert estimated_rows(db, migrated, "cron_cursors") == 1_200 + 10 + 1_500
 
 
 def _scopes(count: int) -> list[pgsched.Scope]:

@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql
 
 import pgsched
-from tests.support.rows import count, db_now, floor_to, rows, table
+from tests.support.rows import count, db_now, estimated_rows, floor_to, rows, table
 from tests.support.threads import Recorder, run_together, running
 from tests.support.waiting import wait_until
 
@@ -369,13 +369,6 @@ def test_narrowing_the_window_moves_the_next_plan(
     assert ended.next_plan_time is None
 
 
-def _estimated_schedules(db: Any, schema: str) -> float:
-    """The planner's row count of the schedules table (-1 or 0 until it is first analyzed)."""
-    name = sql.SQL("{}").format(table(schema, "schedules")).as_string(db)
-    row = db.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", (name,))
-    return float(row.fetchone()[0])
-
-
 def test_a_bulk_put_refreshes_the_planners_figures(
     make_scheduler: Any, migrated: str, db: Any
 ) -> None:
@@ -389,9 +382,9 @@ def test_a_bulk_put_refreshes_the_planners_figures(
 
     runtime = dynamic_scheduler(make_scheduler)
     assert runtime.put_schedules(JOB, specs("a", 1_200)) == 1_200
-    assert _estimated_schedules(db, migrated) <= 0  # never analyzed
+    assert estimated_rows(db, migrated, "schedules") <= 0  # never analyzed
     owner = dynamic_scheduler(make_scheduler, "r2", role="owner")
     assert owner.put_schedules(JOB, specs("b", 10)) == 10
-    assert _estimated_schedules(db, migrated) <= 0
+    assert estimated_rows(db, migrated, "schedules") <= 0
     assert owner.put_schedules(JOB, specs("c", 1_500)) == 1_500
-    assert _estimated_schedules(db, migrated) == 1_200 + 10 + 1_500
+    assert estimated_rows(db, migrated, "schedules") == 1_200 + 10 + 1_500

@@ -24,3 +24,17 @@ def past_plan(db: Any, ago: timedelta = timedelta(minutes=1)) -> datetime:
     row = db.execute("SELECT now()").fetchone()
     now: datetime = row[0]
     return now.replace(microsecond=0) - ago
+
+
+def catch_up_options(catch_up: str, jitter_s: int, max_lateness: str | None) -> dict[str, Any]:
+    """A job's catch-up options as the batch-decision properties draw them (``every_plan``
+    with the options it requires)."""
+    every_plan: dict[str, Any] = (
+        {"max_plans_per_tick": 3, "catch_up_window": "1h"} if catch_up == "every_plan" else {}
+    )
+    return {
+        "catch_up": catch_up,
+        "jitter": timedelta(seconds=jitter_s),
+        "max_lateness": max_lateness,
+        **every_plan,
+    }

@@ -172,3 +172,12 @@ def as_role(db: Conn, role: str | None) -> Iterator[None]:
         yield
     finally:
         db.execute("RESET ROLE")
+
+
+def estimated_rows(db: Conn, schema: str, name: str) -> float:
+    """The planner's row count of the table ``name`` (-1 or 0 until it is first analyzed)."""
+    qualified = sql.SQL("{}").format(table(schema, name)).as_string(db)
+    row = db.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", (qualified,))
+    found = row.fetchone()
+    assert found is not None
+    return float(found[0])

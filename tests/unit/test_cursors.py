@@ -20,6 +20,7 @@ from pgsched._planning.cursors import (
     spec_key,
 )
 from pgsched._records import DueCursor
+from tests.support.plans import catch_up_options
 
 # The default first sight a deployment has ("next"), not the suite's "latest".
 pytestmark = pytest.mark.first_sight
@@ -311,16 +312,7 @@ def test_a_batch_decides_each_cursor_as_it_would_alone(
 ) -> None:
     """The batch shares a decision between cursors that would get the same one (the same
     first unclaimed plan, no jitter): each scope still gets its own, as decided alone."""
-    every_plan: dict[str, Any] = (
-        {"max_plans_per_tick": 3, "catch_up_window": "1h"} if catch_up == "every_plan" else {}
-    )
-    j = job(
-        **schedule,
-        catch_up=catch_up,
-        jitter=timedelta(seconds=jitter_s),
-        max_lateness=max_lateness,
-        **every_plan,
-    )
+    j = job(**schedule, **catch_up_options(catch_up, jitter_s, max_lateness))
     now = datetime(2027, 3, 10, 12, 1, 30, tzinfo=UTC)
     spec = spec_key(j.schedule)
     nexts = [now - timedelta(minutes=m) for m in (0, 7, 95)]

@@ -15,6 +15,7 @@ from pgsched._config import build_job
 from pgsched._planning.dynamic import decide, decide_schedules
 from pgsched._planning.schedules import read_schedule
 from pgsched._records import DueSchedule
+from tests.support.plans import catch_up_options
 
 T0 = datetime(2027, 3, 10, 12, 0, tzinfo=UTC)  # a Wednesday, no DST change near
 
@@ -188,15 +189,7 @@ def test_a_batch_decides_each_schedule_as_it_would_alone(
 ) -> None:
     """The batch shares a decision between schedules of one spec and next plan (no jitter):
     each scope still gets its own, as decided alone."""
-    every_plan: dict[str, Any] = (
-        {"max_plans_per_tick": 3, "catch_up_window": "1h"} if catch_up == "every_plan" else {}
-    )
-    j = job(
-        catch_up=catch_up,
-        jitter=timedelta(seconds=jitter_s),
-        max_lateness=max_lateness,
-        **every_plan,
-    )
+    j = job(**catch_up_options(catch_up, jitter_s, max_lateness))
     now = T0 + timedelta(minutes=30, seconds=45)  # half a jitter after the newest plan
     rows = [
         due(now - timedelta(minutes=ago), scope_id=str(i), **_SPECS[which])
