@@ -200,10 +200,10 @@ class Claimer:
         if job.dynamic:
             moves = [d.move for d in decisions if isinstance(d, Decision) and d.move is not None]
             won = await self._schedules.claim_schedules(conn, terms, moves) if moves else []
-            return [_won(plan, job.max_attempts, known) for plan in won]
-        cursor_moves = [d.move for d in decisions if isinstance(d, CursorDecision)]
-        spec = spec_key(job.schedule)
-        won = await self._store.claim_cursors(conn, terms, spec, cursor_moves)
+        else:
+            cursor_moves = [d.move for d in decisions if isinstance(d, CursorDecision)]
+            spec = spec_key(job.schedule)
+            won = await self._store.claim_cursors(conn, terms, spec, cursor_moves)
         return [_won(plan, job.max_attempts, known) for plan in won]
 
     def _count(
