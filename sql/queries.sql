@@ -1180,6 +1180,26 @@ ins AS (
     RETURNING x.id, x.scope_kind, x.scope_id, x.plan_time, x.lease_token, x.fencing_token,
               x.started_at, x.payload
 ),
+-- The schedules whose plan has a row now: inserted here, or there already (as in
+-- claim_cursors: only the plans this insert did not take are looked up, one probe of the
+-- plan key each; an EXISTS over the ledger beside the others was planned as a hash of the
+-- job's whole ledger, built whenever one insert met another row).
+untaken AS MATERIALIZED (
+    SELECT p.kind, p.id, p.plan_time FROM p
+    LEFT JOIN ins i ON i.scope_kind = p.kind AND i.scope_id = p.id AND i.plan_time = p.plan_time
+    WHERE p.plan_time IS NOT NULL AND i.scope_id IS NULL
+),
+held AS MATERIALIZED (
+    SELECT i.scope_kind AS kind, i.scope_id AS id FROM ins i
+    UNION
+    SELECT u.kind, u.id FROM untaken u
+    WHERE (SELECT true FROM {schema}.cron_executions e
+           WHERE e.job_name = %(job)s AND e.scope_kind = u.kind AND e.scope_id = u.id
+             AND e.plan_time = u.plan_time
+             -- the claim's first and last plans: the planner leaves out the other partitions
+             AND e.plan_time BETWEEN %(first_plan)s AND %(last_plan)s
+           LIMIT 1)
+),
 moved AS (
     UPDATE {schema}.schedules s
     SET next_plan_time = p.next_plan,
@@ -1188,10 +1208,7 @@ moved AS (
     FROM p
     WHERE s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id
       AND (p.plan_time IS NULL
-           OR EXISTS (SELECT 1 FROM ins WHERE ins.scope_kind = p.kind AND ins.scope_id = p.id)
-           OR EXISTS (SELECT 1 FROM {schema}.cron_executions e
-                      WHERE e.job_name = %(job)s AND e.scope_kind = p.kind
-                        AND e.scope_id = p.id AND e.plan_time = p.plan_time))
+           OR EXISTS (SELECT 1 FROM held h WHERE h.kind = p.kind AND h.id = p.id))
     RETURNING s.scope_kind
 )
 SELECT ins.id, ins.scope_kind, ins.scope_id, ins.plan_time, ins.lease_token, ins.fencing_token,

@@ -753,6 +753,7 @@ class ScheduleStore(_Statements):
             "ids": [m.id for m in moves],
             "plans": [m.plan for m in moves],
             "nexts": [m.next_plan for m in moves],
+            **_plan_span(m.plan for m in moves if m.plan is not None),
         }
         won = await self._tuples(conn, "claim_schedules", WonPlan, params, prepare=_PLAN_EACH_TIME)
         return [plan for plan in won if plan.id is not None]

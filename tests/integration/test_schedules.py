@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql
 
 import pgsched
-from tests.support.rows import count, db_now, estimated_rows, floor_to, rows, table
+from tests.support.rows import count, db_now, estimated_rows, floor_to, insert_row, rows, table
 from tests.support.threads import Recorder, run_together, running
 from tests.support.waiting import wait_until
 
@@ -388,3 +388,29 @@ def test_a_bulk_put_refreshes_the_planners_figures(
     assert estimated_rows(db, migrated, "schedules") <= 0
     assert owner.put_schedules(JOB, specs("c", 1_500)) == 1_500
     assert estimated_rows(db, migrated, "schedules") == 1_200 + 10 + 1_500
+
+
+def test_a_plan_that_already_has_a_row_moves_its_schedule_on(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    """A due plan a backfill or trigger already ran is not claimed again, and the schedule
+    still moves on past it (not left due on that plan forever)."""
+    s = dynamic_scheduler(make_scheduler)
+    scope = Scope("user", "9")
+    s.put_schedule(JOB, scope, every="1h")
+    plan = floor_to(db_now(db), timedelta(hours=1))
+    moved_back = sql.SQL("UPDATE {} SET next_plan_time = %s WHERE scope_id = %s")
+    db.execute(moved_back.format(table(migrated, "schedules")), (plan, "9"))
+    insert_row(
+        db,
+        migrated,
+        job_name=JOB,
+        scope_kind="user",
+        scope_id="9",
+        plan_time=plan,
+        trigger="backfill",
+        status="SUCCESS",
+    )
+    s.run_once()
+    assert s.recorder.runs == []  # that plan had its row: nothing claimed again
+    assert s.get_schedule(JOB, scope).next_plan_time == plan + timedelta(hours=1)
