@@ -29,9 +29,23 @@ class Probe:
         return nxt is not None and nxt + delay <= self.now
 
 
+# How far past a tick's database clock its statements look for RUNNING rows (see
+# running_before): an hour, so a probe leaves out the ledger's partitions of later plans
+# (made days ahead) and a new primary whose clock runs behind the old one's (by less than
+# this) still finds the rows the old one claimed.
+RUNNING_HORIZON = timedelta(hours=1)
+
+
+def running_before(clock: datetime | None) -> datetime | None:
+    """The bound on the plan times of RUNNING rows for statements run after a tick read the
+    database's ``clock``: no such row is planned later than the clock when it started. None
+    (no clock yet): no bound."""
+    return None if clock is None else clock + RUNNING_HORIZON
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimTerms:
-    """What every claim of one job by one replica shares."""
+    """What every claim of one job by one replica shares, and the tick's database clock."""
 
     job: str
     runner: str
@@ -40,9 +54,11 @@ class ClaimTerms:
     forbid: bool  # overlap="forbid"
     max_attempts: int
     dynamic: bool = False  # its scopes' next plans are stored schedules, not cursors
+    clock: datetime | None = None  # the tick's: probes of RUNNING rows are bounded by it
 
     def params(self) -> dict[str, Any]:
         return {
+            "running_before": running_before(self.clock),
             "job": self.job,
             "runner": self.runner,
             "stale_timeout": self.stale_timeout,

@@ -1,24 +1,35 @@
 -- Every statement pgsched runs, loaded by name ("-- name: x"). {schema} is the quoted schema;
 -- braces that belong to SQL are doubled. All times come from clock_timestamp(), taken once
 -- per statement in the "now" CTE so it is usable as an index bound.
+--
+-- running_before: a RUNNING (or FAILED, or due PENDING) row's plan time is never later than
+-- the database's clock when it became so: a plan is claimed once due, a PENDING row once its
+-- plan time has come. Statements that look for such rows get a bound past the clock (the
+-- tick's clock plus an hour, NULL for none) so the planner leaves out the ledger's partitions
+-- of later plans, made days ahead. A claim run past its bound claims nothing (a RUNNING row
+-- could hide in a partition left out): the next tick brings a new bound.
 
 -- name: tick_probe
 -- One statement per tick: the database clock, pause flags, and which jobs have stale
 -- leases, due retries or due PENDING rows (each read from a partial index), and when each
--- job's earliest cursor (or stored schedule) falls due.
+-- job's earliest cursor (or stored schedule) falls due. Its running_before is the previous
+-- tick's (a tick an hour late may miss a row: the next finds it).
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 SELECT (SELECT t FROM now) AS now,
        ARRAY(SELECT job_name FROM {schema}.job_state
              WHERE paused AND job_name = ANY(%(jobs)s)) AS paused,
        ARRAY(SELECT DISTINCT job_name FROM {schema}.cron_executions
              WHERE status = 'RUNNING' AND job_name = ANY(%(jobs)s)
+               AND plan_time < coalesce(%(running_before)s::timestamptz, 'infinity')
                AND stale_after < (SELECT t FROM now)) AS stale_jobs,
        ARRAY(SELECT DISTINCT job_name FROM {schema}.cron_executions
              WHERE status = 'FAILED' AND next_retry_at IS NOT NULL AND job_name = ANY(%(jobs)s)
+               AND plan_time < coalesce(%(running_before)s::timestamptz, 'infinity')
                AND next_retry_at <= (SELECT t FROM now)) AS retry,
        ARRAY(SELECT DISTINCT job_name FROM {schema}.cron_executions
              WHERE status = 'PENDING' AND job_name = ANY(%(jobs)s)
-               AND plan_time <= (SELECT t FROM now)) AS pending,
+               AND plan_time <= (SELECT t FROM now)
+               AND plan_time < coalesce(%(running_before)s::timestamptz, 'infinity')) AS pending,
        -- per dynamic job, in the order given: its earliest next plan (one index probe each)
        ARRAY(SELECT (SELECT min(s.next_plan_time) FROM {schema}.schedules s
                      WHERE s.job_name = d.job AND NOT s.paused
@@ -195,10 +206,12 @@ locked AS (
       AND (NOT %(forbid)s OR (
             (c.scope_kind, c.scope_id) IN (
                 SELECT * FROM unnest(%(locked_kinds)s::text[], %(locked_ids)s::text[]))
+            AND (SELECT t FROM now) < coalesce(%(running_before)s::timestamptz, 'infinity')
             AND NOT EXISTS (
                 SELECT 1 FROM {schema}.cron_executions r
                 WHERE r.job_name = c.job_name AND r.scope_kind = c.scope_kind
                   AND r.scope_id = c.scope_id AND r.status = 'RUNNING' AND r.id <> c.id
+                  AND r.plan_time < coalesce(%(running_before)s::timestamptz, 'infinity')
                   AND (r.exclusive OR r.stale_after >= (SELECT t FROM now)))))
     ORDER BY c.plan_time, c.scope_kind, c.scope_id
     LIMIT %(limit)s
@@ -374,11 +387,14 @@ SELECT c.scope_kind, c.scope_id, c.next_plan_time, c.spec, c.first_seen_at, c.la
 FROM {schema}.cron_cursors c
 WHERE c.job_name = %(job)s AND c.due_at IS NOT NULL
   AND c.due_at <= (SELECT t FROM now) - %(delay)s
-  AND (NOT %(forbid)s OR NOT EXISTS (
-        SELECT 1 FROM {schema}.cron_executions r
-        WHERE r.job_name = c.job_name AND r.scope_kind = c.scope_kind
-          AND r.scope_id = c.scope_id AND r.status = 'RUNNING'
-          AND (r.exclusive OR r.stale_after >= (SELECT t FROM now))))
+  AND (NOT %(forbid)s OR (
+        (SELECT t FROM now) < coalesce(%(running_before)s::timestamptz, 'infinity')
+        AND NOT EXISTS (
+            SELECT 1 FROM {schema}.cron_executions r
+            WHERE r.job_name = c.job_name AND r.scope_kind = c.scope_kind
+              AND r.scope_id = c.scope_id AND r.status = 'RUNNING'
+              AND r.plan_time < coalesce(%(running_before)s::timestamptz, 'infinity')
+              AND (r.exclusive OR r.stale_after >= (SELECT t FROM now)))))
 ORDER BY c.due_at
 LIMIT %(limit)s
 FOR UPDATE OF c SKIP LOCKED
@@ -409,10 +425,12 @@ ins AS (
     FROM p, now
     -- overlap="forbid": not while the scope has a RUNNING row (this statement starts after
     -- due_cursors locked the scope's cursor, so it sees every claim that held it before)
-    WHERE NOT %(forbid)s OR NOT EXISTS (
-        SELECT 1 FROM {schema}.cron_executions r
-        WHERE r.job_name = %(job)s AND r.scope_kind = p.kind AND r.scope_id = p.id
-          AND r.status = 'RUNNING' AND (r.exclusive OR r.stale_after >= now.t))
+    WHERE NOT %(forbid)s OR (
+        now.t < coalesce(%(running_before)s::timestamptz, 'infinity') AND NOT EXISTS (
+            SELECT 1 FROM {schema}.cron_executions r
+            WHERE r.job_name = %(job)s AND r.scope_kind = p.kind AND r.scope_id = p.id
+              AND r.status = 'RUNNING' AND r.plan_time < coalesce(%(running_before)s::timestamptz, 'infinity')
+              AND (r.exclusive OR r.stale_after >= now.t)))
     ORDER BY p.kind, p.id, p.plan_time
     ON CONFLICT DO NOTHING
     RETURNING x.id, x.scope_kind, x.scope_id, x.plan_time, x.lease_token, x.fencing_token,
@@ -1135,11 +1153,14 @@ due AS MATERIALIZED (
     FROM {schema}.schedules s
     WHERE s.job_name = %(job)s AND NOT s.paused AND s.next_plan_time IS NOT NULL
       AND s.next_plan_time <= (SELECT t FROM now) - %(delay)s
-      AND (NOT %(forbid)s OR NOT EXISTS (
-            SELECT 1 FROM {schema}.cron_executions r
-            WHERE r.job_name = s.job_name AND r.scope_kind = s.scope_kind
-              AND r.scope_id = s.scope_id AND r.status = 'RUNNING'
-              AND (r.exclusive OR r.stale_after >= (SELECT t FROM now))))
+      AND (NOT %(forbid)s OR (
+            (SELECT t FROM now) < coalesce(%(running_before)s::timestamptz, 'infinity')
+            AND NOT EXISTS (
+                SELECT 1 FROM {schema}.cron_executions r
+                WHERE r.job_name = s.job_name AND r.scope_kind = s.scope_kind
+                  AND r.scope_id = s.scope_id AND r.status = 'RUNNING'
+                  AND r.plan_time < coalesce(%(running_before)s::timestamptz, 'infinity')
+                  AND (r.exclusive OR r.stale_after >= (SELECT t FROM now)))))
     ORDER BY s.next_plan_time
     LIMIT %(limit)s
     FOR UPDATE OF s SKIP LOCKED
@@ -1171,10 +1192,13 @@ ins AS (
     CROSS JOIN now
     WHERE p.plan_time IS NOT NULL
       -- overlap="forbid": as in claim_cursors
-      AND (NOT %(forbid)s OR NOT EXISTS (
-            SELECT 1 FROM {schema}.cron_executions r
-            WHERE r.job_name = %(job)s AND r.scope_kind = p.kind AND r.scope_id = p.id
-              AND r.status = 'RUNNING' AND (r.exclusive OR r.stale_after >= now.t)))
+      AND (NOT %(forbid)s OR (
+            now.t < coalesce(%(running_before)s::timestamptz, 'infinity') AND NOT EXISTS (
+                SELECT 1 FROM {schema}.cron_executions r
+                WHERE r.job_name = %(job)s AND r.scope_kind = p.kind AND r.scope_id = p.id
+                  AND r.status = 'RUNNING'
+                  AND r.plan_time < coalesce(%(running_before)s::timestamptz, 'infinity')
+                  AND (r.exclusive OR r.stale_after >= now.t))))
     ORDER BY p.kind, p.id, p.plan_time
     ON CONFLICT DO NOTHING
     RETURNING x.id, x.scope_kind, x.scope_id, x.plan_time, x.lease_token, x.fencing_token,

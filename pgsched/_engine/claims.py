@@ -8,7 +8,7 @@ the database are where each scope is).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 
@@ -104,7 +104,8 @@ class Claimer:
             return batch
         try:
             parts = (close_stale, existing, cursors)
-            await self._transaction(conn, job, batch, (free, most), parts, known)
+            terms = self._terms(job, probe.now)
+            await self._transaction(conn, terms, job, batch, (free, most), parts, known)
         except psycopg.errors.LockNotAvailable:  # rolled back: the plans wait for a tick
             self._recorder.claim_blocked(job.name, CLAIM_LOCK_TIMEOUT.total_seconds())
             return ClaimBatch(backlog=True)
@@ -113,6 +114,7 @@ class Claimer:
     async def _transaction(
         self,
         conn: Conn,
+        terms: ClaimTerms,
         job: JobSpec,
         batch: ClaimBatch,
         bounds: tuple[int, int],
@@ -139,17 +141,18 @@ class Claimer:
                     self._recorder.stale_closed(job.name, row)
             if existing and cap > 0:
                 limit = min(cap, EXISTING_SCOPE_LOCKS) if job.overlap == "forbid" else cap
-                taken = await self._existing(conn, job, limit)
+                taken = await self._existing(conn, terms, limit)
                 batch.claims.extend(taken)
                 capped = limit < cap and len(taken) >= limit  # more may wait: claim again soon
                 batch.backlog = batch.backlog or capped
                 cap -= len(taken)
             if cursors:
-                await self._cursors(conn, job, (cap, most), batch, known)
+                await self._cursors(conn, terms, job, (cap, most), batch, known)
 
     async def _cursors(
         self,
         conn: Conn,
+        terms: ClaimTerms,
         job: JobSpec,
         bounds: tuple[int, int],
         batch: ClaimBatch,
@@ -163,7 +166,6 @@ class Claimer:
             batch.backlog = True
             return
         size = min(cap, most, CLAIM_BATCH)
-        terms = self._terms(job)
         if job.dynamic:
             rows = await self._schedules.due_schedules(conn, terms, job.schedule_delay, size)
             decisions: Sequence[Decision | CursorDecision] = (
@@ -228,7 +230,7 @@ class Claimer:
             return None
         return min(free, job.max_running - await self._store.running_count(conn, job.name))
 
-    def _terms(self, job: JobSpec) -> ClaimTerms:
+    def _terms(self, job: JobSpec, clock: datetime) -> ClaimTerms:
         return ClaimTerms(
             job=job.name,
             runner=self._runner,
@@ -237,17 +239,18 @@ class Claimer:
             forbid=job.overlap == "forbid",
             max_attempts=job.max_attempts,
             dynamic=job.dynamic,
+            clock=clock,
         )
 
-    async def _existing(self, conn: Conn, job: JobSpec, cap: int) -> list[Claim]:
+    async def _existing(self, conn: Conn, terms: ClaimTerms, cap: int) -> list[Claim]:
         try:
             async with conn.transaction():  # a savepoint
-                rows = await self._store.claim_existing(conn, self._terms(job), cap)
+                rows = await self._store.claim_existing(conn, terms, cap)
         except psycopg.errors.UniqueViolation:
             # A guard only: these updates change no column of a unique index of the
             # partitioned ledger (row and scope locks keep overlap="forbid", migration 0014). Should
             # one be raised, the rows wait for the next tick.
-            self._recorder.conflicts(job.name, 1)
+            self._recorder.conflicts(terms.job, 1)
             return []
         return [
             _claim(row, _KIND_OF.get(row["previous_status"], "won"), None)  # type: ignore[arg-type]

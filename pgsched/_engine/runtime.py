@@ -15,7 +15,7 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -146,6 +146,7 @@ class Runtime:
         self.watch.on_adopted(self.sightings.forget_all)
         self._wake = asyncio.Event()
         self._next_due: float | None = None  # monotonic time the next plan falls due
+        self._clock: datetime | None = None  # the database's, at the last tick's probe
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         # The last tick the database served to its end (a job's own claim error aside: one
@@ -289,7 +290,8 @@ class Runtime:
         ok = True
         async with pooled(self.pool) as conn:
             dynamic = [name for name, job in jobs.items() if job.dynamic]
-            probe = await self._store.tick_probe(conn, list(jobs), dynamic)
+            probe = await self._store.tick_probe(conn, list(jobs), dynamic, self._clock)
+            self._clock = probe.now
             probed_at = time.monotonic()
             if not self._standbys_checked:
                 await _warn_unprotected(self._store, self.recorder, conn, self._hosts)

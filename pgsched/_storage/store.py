@@ -36,6 +36,7 @@ from .._records import (
     ScheduleRows,
     Sighting,
     WonPlan,
+    running_before,
 )
 from .._views import (
     Attempt,
@@ -351,11 +352,22 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
     # -- the tick -----------------------------------------------------------------------
 
     async def tick_probe(
-        self, conn: Conn, jobs: Sequence[str], dynamic: Sequence[str] = ()
+        self,
+        conn: Conn,
+        jobs: Sequence[str],
+        dynamic: Sequence[str] = (),
+        clock: datetime | None = None,
     ) -> Probe:
-        """The tick's one read; ``dynamic`` are the jobs whose schedules are their cursors."""
+        """The tick's one read; ``dynamic`` are the jobs whose schedules are their cursors,
+        ``clock`` the database's clock at the previous tick (the bound of its reads of RUNNING,
+        FAILED and PENDING rows, see running_before)."""
         static = [job for job in jobs if job not in set(dynamic)]
-        params = {"jobs": list(jobs), "dynamic": list(dynamic), "static": static}
+        params = {
+            "jobs": list(jobs),
+            "dynamic": list(dynamic),
+            "static": static,
+            "running_before": running_before(clock),
+        }
         row = await self._one(conn, "tick_probe", params)
         next_due = dict(zip(dynamic, row["dynamic_next"], strict=True))
         next_due.update(zip(static, row["static_next"], strict=True))
@@ -430,7 +442,7 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
         self, conn: Conn, terms: ClaimTerms, delay: timedelta, limit: int
     ) -> list[DueCursor]:
         """Lock up to ``limit`` due cursors of the job (SKIP LOCKED), soonest first."""
-        params = {"job": terms.job, "forbid": terms.forbid, "delay": delay, "limit": limit}
+        params = {**terms.params(), "delay": delay, "limit": limit}
         return await self._tuples(conn, "due_cursors", DueCursor, params, prepare=_PLAN_EACH_TIME)
 
     async def claim_cursors(
@@ -737,7 +749,7 @@ class ScheduleStore(_Statements):
         self, conn: Conn, terms: ClaimTerms, delay: timedelta, limit: int
     ) -> list[DueSchedule]:
         """Lock up to ``limit`` due schedules of the job (SKIP LOCKED), oldest next plan first."""
-        params = {"job": terms.job, "forbid": terms.forbid, "delay": delay, "limit": limit}
+        params = {**terms.params(), "delay": delay, "limit": limit}
         return await self._tuples(
             conn, "due_schedules", DueSchedule, params, prepare=_PLAN_EACH_TIME
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import ExitStack
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -17,7 +17,7 @@ from psycopg.rows import dict_row
 
 import pgsched
 from pgsched._planning.cursors import scope_digest
-from pgsched._records import ReplicaEntry, Sighting
+from pgsched._records import RUNNING_HORIZON, ClaimTerms, ReplicaEntry, Sighting
 from pgsched._storage.store import Store, _query_texts
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import db_now, estimated_rows, insert_due_cursors, insert_row, rows, table
@@ -281,17 +281,58 @@ def test_claims_never_read_the_ledger_history(make_scheduler: Any, migrated: str
     assert len(recorder) == 1
 
 
+def _terms(clock: datetime | None) -> ClaimTerms:
+    return ClaimTerms(
+        job="j", runner="r", stale_timeout=timedelta(minutes=5), reentry=False, forbid=True,
+        max_attempts=1, clock=clock,
+    )  # fmt: skip
+
+
+def _due_read_plan(db: Any, schema: str, clock: datetime | None) -> str:
+    text = _query_texts()["due_cursors"]
+    query = sql.SQL("EXPLAIN " + text).format(schema=sql.Identifier(schema))
+    params = {**_terms(clock).params(), "delay": timedelta(0), "limit": 100}
+    return "\n".join(r[0] for r in db.execute(query, params).fetchall())
+
+
 def test_the_due_read_goes_through_the_cursor_index(migrated: str, db: Any) -> None:
     """The claim's read of due cursors touches the cursors' due index and, for the overlap
     check, only RUNNING rows of the ledger (its partial index): never its history."""
     insert_due_cursors(db, migrated, 2000)
     db.execute(sql.SQL("ANALYZE {}").format(table(migrated, "cron_cursors")))
-    text = _query_texts()["due_cursors"]
-    query = sql.SQL("EXPLAIN " + text).format(schema=sql.Identifier(migrated))
-    params = {"job": "j", "forbid": True, "delay": timedelta(0), "limit": 100, "lock_ns": "t"}
-    plan = "\n".join(r[0] for r in db.execute(query, params).fetchall())
+    plan = _due_read_plan(db, migrated, db_now(db))
     assert "cron_cursors_due_idx" in plan, plan
     assert "Seq Scan on cron_executions" not in plan, plan
+
+
+def test_the_overlap_check_leaves_out_the_partitions_of_later_plans(migrated: str, db: Any) -> None:
+    """No RUNNING row is planned after the clock it started at: a claim's check for one reads
+    the partitions up to its tick's clock and an hour, not those made days ahead."""
+    now = db_now(db)
+    ensure = sql.SQL("SELECT {}(%s::timestamptz[])").format(
+        sql.Identifier(migrated, "cron_ensure_partitions")
+    )
+    db.execute(ensure, ([now, now + timedelta(days=3)],))
+    ahead = db.execute(
+        sql.SQL("SELECT name FROM {} WHERE lo > %s").format(table(migrated, "cron_partitions")),
+        (now + RUNNING_HORIZON,),
+    ).fetchall()
+    assert ahead, "a partition of later plans"
+    bounded, unbounded = _due_read_plan(db, migrated, now), _due_read_plan(db, migrated, None)
+    for (name,) in ahead:
+        assert name not in bounded, bounded
+        assert name in unbounded, unbounded
+
+
+def test_a_claim_past_its_bound_waits_for_the_next_tick(migrated: str, db: Any) -> None:
+    """A claim run more than an hour after its tick's clock (a process stopped and resumed)
+    could miss a RUNNING row planned in between: its due read takes nothing."""
+    insert_due_cursors(db, migrated, 3)
+    text = sql.SQL(_query_texts()["due_cursors"]).format(schema=sql.Identifier(migrated))
+    now = db_now(db)
+    for clock, expected in ((now, 3), (now - 2 * RUNNING_HORIZON, 0)):
+        params = {**_terms(clock).params(), "delay": timedelta(0), "limit": 100}
+        assert len(db.execute(text, params).fetchall()) == expected, clock
 
 
 def test_a_changed_schedule_moves_the_cursors_to_the_new_one(
