@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any
 
+from .._config import JobSpec
 from .._errors import LeaseLost
 from .._results import InvalidResult, describe_error, describe_traceback
 from .._run import Run
@@ -70,8 +71,11 @@ class Executor:
             started = time.monotonic()
             if lease.claim_lag is not None:
                 self._recorder.started(lease, lease.claim_lag + started - lease.claimed_at)
+            # Only a transactional run can run again: the others await their attempt directly
+            # (every await level is crossed at each step of the handler).
+            attempt = self._with_reruns if lease.job.transactional else self._attempt
             with run_span(lease.run, lease.kind) if traced else UNTRACED as record:
-                outcome = await self._run(lease, started)
+                outcome = await attempt(lease, started)
                 record(outcome)
         except asyncio.CancelledError:
             if not lease.abandoned:
@@ -80,7 +84,7 @@ class Executor:
         if outcome is not None:
             self._deliver(lease, outcome)
 
-    async def _run(self, lease: Lease, started: float) -> Outcome | None:
+    async def _with_reruns(self, lease: Lease, started: float) -> Outcome | None:
         """The handler's outcome; None when there is nothing left to write (the lease was
         lost, or a transactional run already wrote it). A transactional run whose transaction
         the database failed runs again under the same lease, each time within
@@ -95,10 +99,23 @@ class Executor:
             started = time.monotonic()
 
     async def _attempt(self, lease: Lease, started: float) -> Outcome | None:
+        """One attempt within ``run_timeout``: its outcome (None for a transactional run's,
+        written with its transaction, or a lost lease)."""
         job, run = lease.job, lease.run
+        self._deadlines.arm(lease, job.run_timeout.total_seconds())
         try:
-            value = await self._bounded(lease, started)
-        except _RunTimedOut:
+            if job.transactional:
+                self._committed(lease, await self._transactional(lease, started))
+                return None
+            if job.is_async:
+                value = await _StepTimed(job.handler(run), lease, self._blocked)
+            else:
+                value = await in_thread(job.handler, run)
+        except asyncio.CancelledError:
+            task = lease.task
+            # Another cancellation (shutdown) asked too: that one is not a timeout.
+            if not (self._deadlines.disarm(lease) and (task is None or not task.cancelling())):
+                raise
             why = f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout})"
             return failed(job, run, started, "run_timeout", why)
         except LeaseLost:
@@ -114,8 +131,12 @@ class Executor:
             return failed(
                 job, run, started, "handler_error", error, traceback=describe_traceback(exc)
             )
-        if value is _COMMITTED:
-            return None
+        finally:
+            self._deadlines.disarm(lease)
+        return self._returned(job, run, started, value)
+
+    def _returned(self, job: JobSpec, run: Run, started: float, value: Any) -> Outcome:
+        """The outcome of a handler that returned ``value``."""
         overran = time.monotonic() - started - job.run_timeout.total_seconds()
         if overran > 0:  # it blocked the loop past its deadline: asyncio could not cancel it
             why = (
@@ -127,27 +148,6 @@ class Executor:
             return succeeded(started, value)
         except Exception as exc:  # InvalidResult, or anything odd a custom object raises
             return failed(job, run, started, "invalid_result", describe_error(exc))
-
-    async def _bounded(self, lease: Lease, started: float) -> Any:
-        """What the handler returned (``_COMMITTED`` for a transactional run, written with
-        its transaction), within ``run_timeout``: raises ``_RunTimedOut`` past it."""
-        job = lease.job
-        self._deadlines.arm(lease, job.run_timeout.total_seconds())
-        try:
-            if job.transactional:
-                self._committed(lease, await self._transactional(lease, started))
-                return _COMMITTED
-            if job.is_async:
-                return await _StepTimed(job.handler(lease.run), lease, self._blocked)
-            return await in_thread(job.handler, lease.run)
-        except asyncio.CancelledError:
-            task = lease.task
-            # Another cancellation (shutdown) asked too: that one is not a timeout.
-            if self._deadlines.disarm(lease) and (task is None or not task.cancelling()):
-                raise _RunTimedOut from None
-            raise
-        finally:
-            self._deadlines.disarm(lease)
 
     def _blocked(self, lease: Lease, seconds: float, core_wait: float) -> None:
         if seconds >= LOOP_BLOCKED_S:
@@ -246,11 +246,6 @@ def in_thread(fn: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
 
 
 LOOP_BLOCKED_S = 1.0  # an async handler's step longer than this stalled every other job
-_COMMITTED = object()  # a transactional run's value: its outcome is written already
-
-
-class _RunTimedOut(Exception):
-    """The attempt's ``run_timeout`` passed and cancelled it."""
 
 
 class _CoreWait:

@@ -127,6 +127,7 @@ def open_lease(job: JobSpec, claim: Claim, runner_id: str, log: FilteringBoundLo
         run,
         liveness,
         next_beat=time.monotonic() + job.heartbeat_interval.total_seconds(),
+        execution_id=claim.execution_id,
         kind=claim.kind,
         started_at=claim.started_at,
     )

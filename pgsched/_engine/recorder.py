@@ -6,13 +6,15 @@ Owns no I/O beyond logging; never decides anything.
 from __future__ import annotations
 
 import logging
+from collections import Counter
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from .._logging import bound_logger
 from .._metrics import Metrics
 from .._records import Server
-from .values import ClaimKind, Lease, Outcome, TickReport
+from .values import Claim, Lease, Outcome, TickReport
 
 _REPORT_FIELD = {"won": "claimed", "stole": "stolen", "retry": "retried"}
 
@@ -30,17 +32,26 @@ class Recorder:
 
     # -- claims -----------------------------------------------------------------------------
 
-    def claimed(self, lease: Lease, kind: ClaimKind, previous_runner: str | None) -> None:
-        counter = _REPORT_FIELD[kind]
-        setattr(self.report, counter, getattr(self.report, counter) + 1)
-        self.metrics.claims(lease.job.name, kind, 1)
+    def claimed(self, job: str, started: Sequence[tuple[Lease, Claim]]) -> None:
+        """The leases of one claim transaction, started: counted once per kind (a metric
+        update per run costs as much as the rest of recording it), logged per run."""
+        for kind, count in Counter(claim.kind for _, claim in started).items():
+            counter = _REPORT_FIELD[kind]
+            setattr(self.report, counter, getattr(self.report, counter) + count)
+            self.metrics.claims(job, kind, count)
         if not self._per_run:
             return
-        run = lease.run
-        extra = {"previous_runner": previous_runner} if kind == "stole" else {}
-        run.log.info(
-            "claimed", outcome=kind, trigger=run.trigger, fencing_token=run.fencing_token, **extra
-        )
+        for lease, claim in started:
+            run = lease.run
+            stole = claim.kind == "stole"
+            extra = {"previous_runner": claim.previous_runner} if stole else {}
+            run.log.info(
+                "claimed",
+                outcome=claim.kind,
+                trigger=run.trigger,
+                fencing_token=run.fencing_token,
+                **extra,
+            )
 
     def conflicts(self, job: str, count: int) -> None:
         self.report.conflicts += count

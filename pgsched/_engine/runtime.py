@@ -355,11 +355,14 @@ class Runtime:
         later failure can orphan these claims. Oldest plan first, so chained plans of one
         scope run in plan order."""
         traced = recording()
+        started = []
         for claim in sorted(batch.claims, key=lambda c: c.plan_time):
             lease = open_lease(job, claim, self.runner_id, self.recorder.log)
             self.leases.hold(lease)
-            self.recorder.claimed(lease, claim.kind, claim.previous_runner)
+            started.append((lease, claim))
             self.executor.start(lease, traced)
+        if started:
+            self.recorder.claimed(job.name, started)
 
     async def _listen_loop(self) -> None:
         """Wake the tick loop on NOTIFY (trigger, pause, resume, backfill); the tick stays

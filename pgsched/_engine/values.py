@@ -55,6 +55,7 @@ class Lease:
     run: Run
     liveness: Liveness
     next_beat: float
+    execution_id: UUID  # the run's, kept here: every write and settle reads it
     claim_lag: float | None = None  # seconds late at claim, for first scheduled attempts
     started_at: datetime | None = None  # the claim's database time (re-applied after a failover)
     kind: str = "won"  # how it was claimed: won, stole, retry
@@ -64,10 +65,6 @@ class Lease:
     previous: Lease | None = None  # overlap="forbid": the scope's earlier plan, still running here
     task: asyncio.Task[Any] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def execution_id(self) -> UUID:
-        return self.run.execution_id
 
 
 Status = Literal["SUCCESS", "FAILED"]
