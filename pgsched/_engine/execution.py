@@ -315,23 +315,20 @@ class _StepTimed:
             began = clock()
             waited = core.recent(began)
             try:
-                pending = send(sent) if thrown is None else throw(thrown)
+                try:
+                    pending = send(sent) if thrown is None else throw(thrown)
+                finally:  # inline, not a call: every step of every run comes here
+                    if clock() - began >= LOOP_BLOCKED_S:
+                        self._long_step(began, waited, core)
             except StopIteration as done:
-                self._timed(began, waited, core)
                 return done.value
-            except BaseException:
-                self._timed(began, waited, core)
-                raise
-            self._timed(began, waited, core)
             thrown = None
             try:
                 sent = yield pending
             except BaseException as exc:  # a cancellation (run_timeout, shutdown) goes in
                 sent, thrown = None, exc
 
-    def _timed(self, began: float, waited: float, core: _CoreWait) -> None:
-        if time.monotonic() - began < LOOP_BLOCKED_S:
-            return
+    def _long_step(self, began: float, waited: float, core: _CoreWait) -> None:
         # The clock is read again after the core wait: a wait for a core between the two
         # reads (a loaded machine preempting the thread) is then in both terms, not
         # subtracted from a step that never included it.

@@ -144,10 +144,9 @@ class Runtime:
         self.watch.on_adopted(self.recorder.database_server)
         # A new server (a failover that lost commits) may lack the cursors first sight wrote.
         self.watch.on_adopted(self.sightings.forget_all)
-        self._wake = asyncio.Event()
+        self._wake, self._stopping = asyncio.Event(), asyncio.Event()
         self._next_due: float | None = None  # monotonic time the next plan falls due
         self._clock: datetime | None = None  # the database's, at the last tick's probe
-        self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         # The last tick the database served to its end (a job's own claim error aside: one
         # bad job must not get the replica restarted); /healthz.

@@ -368,7 +368,12 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
             "static": static,
             "running_before": running_before(clock),
         }
-        row = await self._one(conn, "tick_probe", params)
+        if conn.prepare_threshold is None:  # behind a transaction pooler: nowhere to keep a plan
+            row = await self._one(conn, "tick_probe", params)
+        else:
+            async with conn.transaction():
+                await self._rows(conn, "generic_plans")
+                (row,) = await self._rows(conn, "tick_probe", params, prepare=True)
         next_due = dict(zip(dynamic, row["dynamic_next"], strict=True))
         next_due.update(zip(static, row["static_next"], strict=True))
         return Probe(

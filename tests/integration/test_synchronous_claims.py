@@ -79,7 +79,11 @@ def test_without_the_option_no_statement_is_added(
     assert on.index("synchronous_commit") == on.index("finish") - 1
     same = [{"claim_begin_synchronous": "claim_begin"}.get(n, n) for n in on]
     assert [n for n in same if n not in SYNC_ONLY] == off
-    assert off[off.index("--idle--") :] == on[on.index("--idle--") :] == ["--idle--", "tick_probe"]
+    assert (
+        off[off.index("--idle--") :]
+        == on[on.index("--idle--") :]
+        == ["--idle--", "generic_plans", "tick_probe"]
+    )
 
 
 def test_one_warning_when_the_server_has_no_synchronous_standby(
