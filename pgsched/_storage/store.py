@@ -149,6 +149,12 @@ class _Statements:
             await cur.execute(self._q[name], params, prepare=prepare)
             return await cur.fetchall()
 
+    async def _plain(self, conn: Conn, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Rows as tuples of their columns: for statements that return a row per run."""
+        async with conn.cursor() as cur:
+            await cur.execute(self._q[name], params)
+            return await cur.fetchall()
+
     async def _rowcount(self, conn: Conn, name: str, params: dict[str, Any]) -> int:
         async with conn.cursor() as cur:
             await cur.execute(self._q[name], params)
@@ -474,13 +480,11 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
 
     async def heartbeat(self, conn: Conn, leases: Sequence[Renewal]) -> set[UUID]:
         """Renew the leases; returns the ids still held."""
-        rows = await self._rows(conn, "heartbeat", _renewal_params(leases))
-        return {r["id"] for r in rows}
+        return {ident for (ident,) in await self._plain(conn, "heartbeat", _renewal_params(leases))}
 
     async def finish(self, conn: Conn, batch: Sequence[Finish]) -> dict[UUID, datetime | None]:
         """Write terminal rows; returns ``{id: next_retry_at}`` for the writes that held."""
-        rows = await self._rows(conn, "finish", _finish_params(batch))
-        return {r["id"]: r["next_retry_at"] for r in rows}
+        return dict(await self._plain(conn, "finish", _finish_params(batch)))
 
     async def lease_status(
         self, conn: Conn, execution_id: UUID, token: UUID, plan_time: datetime

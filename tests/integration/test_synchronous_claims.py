@@ -27,7 +27,7 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the statements pgsched runs through its store (but the pool's checks and
     the sync handlers' transactional writes), in order."""
     names: list[str] = []
-    for method in ("_rows", "_tuples"):  # dict rows, and the claims' tuples
+    for method in ("_rows", "_tuples", "_plain"):  # dict rows, typed tuples, plain tuples
         original = getattr(_Statements, method)
 
         async def recording(
