@@ -73,7 +73,10 @@ benchmark cannot rot.
   as run (as a previous run of the scheduler would have left it), so nobody starts with a
   stale burst. The replicas warm up for 8 s (+1 s per 25,000 scopes); then whole periods are
   measured (a: 4, b and c: 3, d: 2), and the run ends when every measured plan has run or
-  one period (at most 60 s) after the last one was due.
+  one period (at most 60 s) after the last one was due. The catch-up storm (e) brings the
+  replicas back half a second after a plan fell due and measures the backlog due at that
+  moment (10 plans per scope), so no scheduler's storm holds one plan more than another's
+  because of where in the minute the run began.
 * **Statements per tick** are `pg_stat_statements` calls of the scheduler's database during
   the measured window, transaction control included and the ledger's INSERTs excluded,
   divided by the window's seconds and the replicas (pgsched ticks once a second; for the

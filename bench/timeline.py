@@ -7,8 +7,9 @@ one workload and returns the measured :class:`Window`; what is measured in that 
 * :class:`Periods`: the plan current when the replicas start is marked as run, they warm up,
   then whole periods are measured until every measured plan has run or one period (at most
   ``drain_cap_s``) after the last one was due.
-* :class:`CatchUpStorm`: the replicas come back after ``downtime_s`` with every missed plan
-  due at once; measured from their start until the backlog has run (or ``window_s``).
+* :class:`CatchUpStorm`: the replicas come back after ``downtime_s``, just after a plan fell
+  due, with every missed plan due at once; measured from their start until that backlog
+  has run (or ``window_s``).
 * :class:`Idle`: nothing falls due; ``window_s`` of idle ticks after the warm-up.
 """
 
@@ -22,6 +23,9 @@ from typing import Protocol
 
 from bench.peers.common import floor_plan
 from bench.workloads import Workload
+
+# A catch-up storm starts this long after a plan fell due (the clock read is not exact).
+STORM_OFFSET_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -109,18 +113,19 @@ class CatchUpStorm:
     wl: Workload
 
     def run(self, stage: Stage, now: datetime) -> Window:
+        # The replicas come back just after a plan fell due and the backlog measured is the
+        # plans due then: where in the period the bench happened to be must not decide
+        # whether a scheduler's storm holds one more plan (one that falls due while it runs).
         wl = self.wl
-        base = floor_plan(now, wl.every_s) - timedelta(seconds=wl.downtime_s)
+        back = floor_plan(now, wl.every_s) + timedelta(seconds=wl.every_s)
+        base = back - timedelta(seconds=wl.downtime_s)
         stage.prepopulate(base)
+        stage.sleep_until(back + timedelta(seconds=STORM_OFFSET_S))
         stage.begin_measurement(from_zero=True)  # the replicas' start-up is part of it
         spawned = stage.start_replicas()
-        deadline = spawned + timedelta(seconds=wl.window_s)
-
-        def due() -> list[datetime]:
-            return plans_between(base, stage.now(), wl.every_s)
-
-        wait_for_plans(stage, wl, due, deadline, poll_s=2)
-        return Window(spawned, due(), origin=spawned)
+        backlog = plans_between(base, spawned, wl.every_s)
+        wait_for_plans(stage, wl, lambda: backlog, spawned + timedelta(seconds=wl.window_s), 2)
+        return Window(spawned, backlog, origin=spawned)
 
 
 @dataclass(frozen=True)
