@@ -112,6 +112,18 @@ class WonPlan(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionFigures:
+    """One partition of the ledger and whether the planner has figures for its rows:
+    ``unanalyzed`` when it holds rows but was never analyzed (or only while empty)."""
+
+    name: str
+    lo: datetime
+    hi: datetime
+    unanalyzed: bool
+    empty: bool
+
+
+@dataclass(frozen=True, slots=True)
 class CursorMove:
     """What one claim does with a code-defined job's cursor: the plans it claims (none: the
     cursor only moves), its next unclaimed plan (None: none left) and when that is due."""

@@ -39,6 +39,7 @@ from .._storage.servers import ServerWatch
 from .._storage.store import Conn, Store
 from .claims import CLAIM_BATCH, FIRST_CLAIM, Claimer
 from .execution import Executor
+from .figures import PartitionFigures
 from .leases import LeaseTable, open_lease
 from .recorder import Recorder
 from .registration import Registration
@@ -105,8 +106,7 @@ class Runtime:
         settings: ReplicaSettings,
     ) -> None:
         store = Store(settings.schema)
-        self.jobs, self.pool, self.settings = jobs, pool, settings
-        self._store = store
+        self.jobs, self.pool, self.settings, self._store = jobs, pool, settings, store
         runner_id, max_concurrency = settings.runner_id, settings.max_concurrency
         self.runner_id = runner_id
         self.tick_interval = settings.tick_interval.total_seconds()
@@ -125,6 +125,7 @@ class Runtime:
         )
         every = self.registration.every  # the peers' scope lists read as often as it registers
         self.sightings = Sightings(store, self.recorder, settings.tick_interval, runner_id, every)
+        self.figures = PartitionFigures(store)
         self.claimer = Claimer(
             store,
             runner_id,
@@ -325,6 +326,7 @@ class Runtime:
                 self.recorder.error("tick_error", job=job.name, error=describe_error(exc))
                 return False
             self._start(job, batch)
+            await self.figures.after_claim(conn, batch.claims)
             more = batch.again or batch.backlog
             self._claim_sizes[job.name] = min(2 * most, CLAIM_BATCH) if more else FIRST_CLAIM
             if not batch.again:

@@ -26,6 +26,7 @@ from .._records import (
     DueCursor,
     DueSchedule,
     Finish,
+    PartitionFigures,
     Probe,
     Renewal,
     ReplicaEntry,
@@ -111,6 +112,8 @@ class _Statements:
         ident = sql.Identifier(schema)
         texts = dict(_query_texts())  # a copy: the texts are read once per process
         prune = texts.pop("prune_batch")
+        # Named per call: the partition is an identifier, never a parameter.
+        self._analyze_partition = sql.SQL(texts.pop("analyze_partition"))
         self._q = {name: sql.SQL(text).format(schema=ident) for name, text in texts.items()}
         for name, partition in _PRUNED_WHOLE_ROWS.items():
             self._q[name] = sql.SQL(prune).format(schema=ident, partition=sql.Identifier(partition))
@@ -292,6 +295,20 @@ class _LedgerStatements(_Statements):
         if not times:
             return 0
         return int((await self._one(conn, "ensure_partitions", {"times": list(times)}))["made"])
+
+    async def partition_figures(
+        self, conn: Conn, first_plan: datetime, last_plan: datetime
+    ) -> list[PartitionFigures]:
+        """The partitions holding plans from ``first_plan`` to ``last_plan``, with whether the
+        planner has figures for their rows."""
+        params = {"schema": self.schema, "first_plan": first_plan, "last_plan": last_plan}
+        return await self._typed(conn, "partition_figures", PartitionFigures, params)
+
+    async def analyze_partition(self, conn: Conn, name: str) -> None:
+        """Analyze one partition (skipped by the server unless this role owns it)."""
+        ident = sql.Identifier(self.schema)
+        statement = self._analyze_partition.format(schema=ident, partition=sql.Identifier(name))
+        await conn.execute(statement)
 
     async def partitions_ahead(self, conn: Conn) -> int:
         """Create the partitions from yesterday's to ``ahead`` past now that are missing."""

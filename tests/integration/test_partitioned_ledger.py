@@ -22,7 +22,15 @@ from pgsched import Admin
 from pgsched._storage.connection import connect_options
 from pgsched._storage.store import Store, migration_files
 from tests.support.replica import Replica, clean_env
-from tests.support.rows import count, db_now, insert_row, row_by_id, seed_running, table
+from tests.support.rows import (
+    count,
+    db_now,
+    estimated_rows,
+    insert_row,
+    row_by_id,
+    seed_running,
+    table,
+)
 from tests.support.threads import run_together
 from tests.support.waiting import wait_until
 
@@ -342,3 +350,42 @@ def test_the_tick_probe_is_planned_once_per_connection(pg_dsn: str, migrated: st
     # one prepared statement for the first tick's probe (no clock yet), one for the others
     assert asyncio.run(_tick_probes(pg_dsn, migrated, pooled=False)) == [(1, 0), (2, 0)]
     assert asyncio.run(_tick_probes(pg_dsn, migrated, pooled=True)) == []
+
+
+def _partition_of(db: Any, schema: str, job: str) -> str:
+    """The partition holding ``job``'s rows (one plan: one partition)."""
+    found = db.execute(
+        sql.SQL(
+            "SELECT DISTINCT c.relname FROM {} e JOIN pg_class c ON c.oid = e.tableoid"
+            " WHERE e.job_name = %s"
+        ).format(table(schema)),
+        (job,),
+    ).fetchall()
+    assert len(found) == 1, found
+    return str(found[0][0])
+
+
+def test_a_first_claim_into_a_partition_gives_the_planner_its_figures(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    """A partition made ahead has no figures until it is analyzed. On its first day, the
+    claims' check of each scope for a RUNNING row took the index of (job, plan time) for as
+    cheap as the one of RUNNING rows, and read every row of the job in the partition, until
+    autovacuum analyzed it (up to a minute later). An owner's first claim into such a partition
+    analyzes it; a runtime role's claims go on without (the server skips it: not its table)."""
+    scopes = [pgsched.Scope("t", str(i)) for i in range(20)]
+    runtime = make_scheduler("r1", max_concurrency=20)
+    runtime.register(lambda run: None, name="a", every="1h", scopes=scopes)
+    report = runtime.run_once()
+    assert (report.claimed, report.errors) == (20, 0)
+    assert estimated_rows(db, migrated, _partition_of(db, migrated, "a")) <= 0
+
+    owner = make_scheduler("r2", role="owner", max_concurrency=20)
+    owner.register(lambda run: None, name="b", every="1h", scopes=scopes)
+    report = owner.run_once()
+    assert (report.claimed, report.errors) == (20, 0)
+    part = _partition_of(db, migrated, "b")
+    found = db.execute(sql.SQL("SELECT count(*) FROM {}").format(table(migrated, part)))
+    held = found.fetchone()[0]
+    assert held >= 20
+    assert estimated_rows(db, migrated, part) == held  # its rows as the claim left them
