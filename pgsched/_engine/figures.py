@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from .._storage.store import Conn, Store
 from .values import Claim
 
 # Partitions remembered (a day each by default): the current ones and a few before.
 _REMEMBERED = 16
+_INSTANT = timedelta(microseconds=1)
 
 
 class PartitionFigures:
@@ -35,7 +36,10 @@ class PartitionFigures:
         first, last = min(plans), max(plans)
         if any(lo <= first and last < hi for lo, hi in self._known):
             return
-        for part in await self._store.partition_figures(conn, first, last):
+        parts = await self._store.partition_figures(conn, first, last)
+        if not parts:  # the DEFAULT partition's plans: autovacuum's to analyze
+            self._known.append((first, last + _INSTANT))
+        for part in parts:
             if part.unanalyzed:
                 await self._store.analyze_partition(conn, part.name)
             if not part.empty:  # analyzed now, or already had its figures
