@@ -124,7 +124,8 @@ class CatchUpStorm:
         stage.begin_measurement(from_zero=True)  # the replicas' start-up is part of it
         spawned = stage.start_replicas()
         backlog = plans_between(base, spawned, wl.every_s)
-        wait_for_plans(stage, wl, lambda: backlog, spawned + timedelta(seconds=wl.window_s), 2)
+        deadline = spawned + timedelta(seconds=wl.window_s)
+        wait_for_plans(stage, wl, lambda: backlog, deadline, poll_s=2)
         return Window(spawned, backlog, origin=spawned)
 
 
