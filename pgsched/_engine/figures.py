@@ -20,7 +20,7 @@ _REMEMBERED = 16
 _INSTANT = timedelta(microseconds=1)
 
 
-class PartitionFigures:
+class LedgerFigures:
     """The partitions (as plan-time spans) that this replica knows have the planner's figures."""
 
     def __init__(self, store: Store) -> None:

@@ -39,7 +39,7 @@ from .._storage.servers import ServerWatch
 from .._storage.store import Conn, Store
 from .claims import CLAIM_BATCH, FIRST_CLAIM, Claimer
 from .execution import Executor
-from .figures import PartitionFigures
+from .figures import LedgerFigures
 from .leases import LeaseTable, open_lease
 from .recorder import Recorder
 from .registration import Registration
@@ -125,7 +125,7 @@ class Runtime:
         )
         every = self.registration.every  # the peers' scope lists read as often as it registers
         self.sightings = Sightings(store, self.recorder, settings.tick_interval, runner_id, every)
-        self.figures = PartitionFigures(store)
+        self.figures = LedgerFigures(store)
         self.claimer = Claimer(
             store,
             runner_id,

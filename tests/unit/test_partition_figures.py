@@ -8,7 +8,7 @@ import asyncio
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from pgsched._engine.figures import PartitionFigures
+from pgsched._engine.figures import LedgerFigures
 from pgsched._records import PartitionFigures as Figures
 from pgsched._storage.store import Store
 from tests.unit.engine_fakes import PLAN, claim
@@ -41,8 +41,8 @@ def claims_at(*plans: datetime, kind: str = "won") -> list[Any]:
     return [claim(plan=p, kind=kind) for p in plans]
 
 
-def figures(store: FigureStore) -> PartitionFigures:
-    return PartitionFigures(cast(Store, store))
+def figures(store: FigureStore) -> LedgerFigures:
+    return LedgerFigures(cast(Store, store))
 
 
 def test_a_partition_without_figures_is_analyzed_once_then_never_looked_up_again() -> None:
