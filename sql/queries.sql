@@ -1005,9 +1005,9 @@ SELECT {schema}.cron_drop_partition(%(name)s) AS dropped
 -- (job, plan time) look as cheap as the one of RUNNING rows by scope: each check then read
 -- every row of the job in the partition (0.43 ms a check at 960 rows, against 2-9 us), until
 -- autovacuum analyzed it, up to a minute later. `unanalyzed`: rows, and no figures for them,
--- in at most 8 MB: the estimates go wrong only while the partition looks tiny (from 1,000 rows
--- on the planner chose right without figures), and a larger one (a restored database's) would
--- keep its ANALYZE from answering within the engine's bound on a statement.
+-- in at most 8 MB: the estimates go wrong only while the partition looks tiny (at 1,000 and
+-- 3,000 rows the planner chose right without figures), and a larger one (a restored
+-- database's) could keep its ANALYZE from answering within the engine's bound on a statement.
 SELECT p.name, p.lo, p.hi,
        c.reltuples <= 0 AND pg_relation_size(c.oid) BETWEEN 1 AND 8388608 AS unanalyzed,
        pg_relation_size(c.oid) = 0 AS empty
