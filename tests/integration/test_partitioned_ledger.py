@@ -28,6 +28,7 @@ from tests.support.rows import (
     estimated_rows,
     insert_row,
     row_by_id,
+    rows,
     seed_running,
     table,
 )
@@ -354,15 +355,9 @@ def test_the_tick_probe_is_planned_once_per_connection(pg_dsn: str, migrated: st
 
 def _partition_of(db: Any, schema: str, job: str) -> str:
     """The partition holding ``job``'s rows (one plan: one partition)."""
-    found = db.execute(
-        sql.SQL(
-            "SELECT DISTINCT c.relname FROM {} e JOIN pg_class c ON c.oid = e.tableoid"
-            " WHERE e.job_name = %s"
-        ).format(table(schema)),
-        (job,),
-    ).fetchall()
-    assert len(found) == 1, found
-    return str(found[0][0])
+    found = {_partition_holding(db, schema, row["id"]) for row in rows(db, schema, job)}
+    assert len(found) == 1 and None not in found, found
+    return str(found.pop())
 
 
 def test_a_first_claim_into_a_partition_gives_the_planner_its_figures(
