@@ -269,9 +269,9 @@ def _start_and_run(args: argparse.Namespace, guard: _StartGuard) -> int:
 # The young generation is collected after this many new container objects (Python's
 # default: 700). A replica's runs free their objects by reference counting, but every 700
 # allocations a collection traversed what the runs in flight held, and promoted it to older
-# generations whose full collections followed: 20 full collections in three fan-outs of 10,000
-# runs, 1.5 s of collection in all, against none and 0.8-0.9 s at 10,000 (about 20 us less
-# CPU per run). Cyclic garbage waits a little longer; a few thousand objects at most.
+# generations whose full collections followed: one replica's first five fan-outs of 10,000
+# runs made 20 full collections and 1.5-1.6 s of collection in all, against none and 0.8-0.9 s
+# at 10,000 (about 13 us less CPU per run). Cyclic garbage waits a little longer.
 YOUNG_COLLECTION_EVERY = 10_000
 
 
