@@ -19,15 +19,8 @@ from psycopg.rows import dict_row
 
 import pgsched
 from pgsched import Admin
-from pgsched._records import Finish, Renewal
 from pgsched._storage.connection import connect_options
-from pgsched._storage.store import (
-    Store,
-    _finish_params,
-    _query_texts,
-    _renewal_params,
-    migration_files,
-)
+from pgsched._storage.store import Store, migration_files
 from tests.support.replica import Replica, clean_env
 from tests.support.rows import (
     count,
@@ -391,52 +384,3 @@ def test_a_first_claim_into_a_partition_gives_the_planner_its_figures(
     held = found.fetchone()[0]
     assert held >= 20
     assert estimated_rows(db, migrated, part) == held  # its rows as the claim left them
-
-
-def test_terminal_writes_and_renewals_find_rows_by_id_whatever_the_statistics(
-    pg_dsn: str, migrated: str, db: Any
-) -> None:
-    """A plan's rows gone back to RUNNING after the planner's figures were taken (as a fan-out's
-    are: its partition was analyzed while most rows had finished) are found by id, not by
-    reading every entry of the partial RUNNING index for the batch's plan times - a read that
-    grew with the fan-out and with the entries finished runs leave there until vacuum."""
-    plan = db_now(db).replace(microsecond=0)
-    db.execute(
-        sql.SQL("SELECT {}(%s::timestamptz[])").format(
-            sql.Identifier(migrated, "cron_ensure_partitions")
-        ),
-        ([plan],),
-    )
-    db.execute(
-        sql.SQL(
-            "INSERT INTO {} (job_name, scope_kind, scope_id, plan_time, trigger, status,"
-            " finished_at) SELECT 'j', 'n', g::text, %s, 'schedule', 'SUCCESS', clock_timestamp()"
-            " FROM generate_series(1, 3000) g"
-        ).format(table(migrated)),
-        (plan,),
-    )
-    db.execute(sql.SQL("ANALYZE {}").format(table(migrated, _partition_of(db, migrated, "j"))))
-    held = db.execute(
-        sql.SQL(
-            "UPDATE {} SET status = 'RUNNING', finished_at = NULL,"
-            " stale_after = clock_timestamp() + interval '5 minutes' RETURNING id, lease_token"
-        ).format(table(migrated))
-    ).fetchall()[:200]
-    texts = _query_texts()
-    finishes = [Finish(i, t, plan, "SUCCESS", None, None, None, None, 5, None) for i, t in held]
-    renewals = [Renewal(i, t, plan, 300.0) for i, t in held]
-    for name, params in (
-        ("finish", _finish_params(finishes)),
-        ("heartbeat", _renewal_params(renewals)),
-    ):
-        query = sql.SQL("EXPLAIN " + texts[name]).format(schema=sql.Identifier(migrated))
-        plan_text = "\n".join(r[0] for r in db.execute(query, params).fetchall())
-        assert "running_scope" not in plan_text, plan_text
-    written = asyncio.run(_finish(pg_dsn, migrated, finishes))
-    assert set(written) == {i for i, _ in held}
-    assert count(db, migrated, "status = 'SUCCESS'") == len(held) == 200
-
-
-async def _finish(dsn: str, schema: str, rows: list[Finish]) -> dict[UUID, datetime | None]:
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        return await Store(schema).finish(conn, rows)
