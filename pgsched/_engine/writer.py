@@ -180,7 +180,12 @@ class LeaseWriter:
 
     async def _finish(self, rows: list[Finish]) -> dict[UUID, datetime | None]:
         async with self._lock, pooled(self._pool) as conn:
-            written = await self._store.finish_batch(conn, rows, synchronous=self._synchronous)
+            if not self._synchronous:
+                written = await self._store.finish(conn, rows)
+            else:
+                async with conn.transaction():  # SET LOCAL needs one (also behind PgBouncer)
+                    await self._store.synchronous_commit(conn)
+                    written = await self._store.finish(conn, rows)
         self._landed.update((row.id, row) for row in rows if row.id in written)
         return written
 

@@ -152,33 +152,11 @@ class _Statements:
             await cur.execute(self._q[name], params, prepare=prepare)
             return await cur.fetchall()
 
-    async def _plain(
-        self, conn: Conn, name: str, params: dict[str, Any], *, prepare: bool | None = None
-    ) -> list[tuple[Any, ...]]:
+    async def _plain(self, conn: Conn, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """Rows as tuples of their columns: for statements that return a row per run."""
         async with conn.cursor() as cur:
-            await cur.execute(self._q[name], params, prepare=prepare)
+            await cur.execute(self._q[name], params)
             return await cur.fetchall()
-
-    async def _lease_write(
-        self, conn: Conn, name: str, params: dict[str, Any], *, synchronous: bool = False
-    ) -> list[tuple[Any, ...]]:
-        """A batched write of leases by id (finish, heartbeat) from one generic plan per
-        connection, and with ``synchronous`` committed once a synchronous standby has it. A
-        custom plan is made for the batch's plan times, which the statistics often do not know
-        yet (a fan-out's rows are newer than the partition's last analyze): promised few rows,
-        it read every entry of those plan times in the partial index of RUNNING rows - those
-        finished runs leave there until vacuum included - for each batch, so a fan-out's writes
-        cost more a row the larger it was. The generic plan looks each row up by id."""
-        pooler = conn.prepare_threshold is None  # nowhere to keep a plan
-        if pooler and not synchronous:
-            return await self._plain(conn, name, params)
-        async with conn.transaction():  # SET LOCAL needs one (also behind PgBouncer)
-            if not pooler:
-                await self._rows(conn, "generic_plans")
-            if synchronous:
-                await self._rows(conn, "synchronous_commit")
-            return await self._plain(conn, name, params, prepare=not pooler)
 
     async def _rowcount(self, conn: Conn, name: str, params: dict[str, Any]) -> int:
         async with conn.cursor() as cur:
@@ -440,6 +418,10 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
         params = {"idle_ms": _ms(idle), "lock_ms": _ms(lock)}
         await self._rows(conn, name, params)
 
+    async def synchronous_commit(self, conn: Conn) -> None:
+        """The current transaction commits only once a synchronous standby has it."""
+        await self._rows(conn, "synchronous_commit")
+
     async def commit_phase(self, conn: Conn, idle: timedelta, *, synchronous: bool) -> None:
         """A transactional run's handler has returned: the transaction may now sit idle for
         ``idle`` at most and, ``synchronous``, commits once a synchronous standby has it."""
@@ -515,21 +497,11 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
 
     async def heartbeat(self, conn: Conn, leases: Sequence[Renewal]) -> set[UUID]:
         """Renew the leases; returns the ids still held."""
-        held = await self._lease_write(conn, "heartbeat", _renewal_params(leases))
-        return {ident for (ident,) in held}
+        return {ident for (ident,) in await self._plain(conn, "heartbeat", _renewal_params(leases))}
 
     async def finish(self, conn: Conn, batch: Sequence[Finish]) -> dict[UUID, datetime | None]:
-        """Write terminal rows in the caller's transaction (a transactional run's); returns
-        ``{id: next_retry_at}`` for the writes that held."""
+        """Write terminal rows; returns ``{id: next_retry_at}`` for the writes that held."""
         return dict(await self._plain(conn, "finish", _finish_params(batch)))
-
-    async def finish_batch(
-        self, conn: Conn, batch: Sequence[Finish], *, synchronous: bool = False
-    ) -> dict[UUID, datetime | None]:
-        """:meth:`finish` for the writer, on an autocommit connection; ``synchronous``:
-        committed once a synchronous standby has the rows."""
-        params = _finish_params(batch)
-        return dict(await self._lease_write(conn, "finish", params, synchronous=synchronous))
 
     async def lease_status(
         self, conn: Conn, execution_id: UUID, token: UUID, plan_time: datetime

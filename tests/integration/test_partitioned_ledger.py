@@ -19,7 +19,6 @@ from psycopg.rows import dict_row
 
 import pgsched
 from pgsched import Admin
-from pgsched._records import Finish
 from pgsched._storage.connection import connect_options
 from pgsched._storage.store import Store, migration_files
 from tests.support.replica import Replica, clean_env
@@ -352,53 +351,6 @@ def test_the_tick_probe_is_planned_once_per_connection(pg_dsn: str, migrated: st
     # one prepared statement for the first tick's probe (no clock yet), one for the others
     assert asyncio.run(_tick_probes(pg_dsn, migrated, pooled=False)) == [(1, 0), (2, 0)]
     assert asyncio.run(_tick_probes(pg_dsn, migrated, pooled=True)) == []
-
-
-async def _terminal_writes(
-    dsn: str, schema: str, batches: list[list[Finish]], *, pooled: bool
-) -> list[tuple[int, int]]:
-    """The writer's terminal writes of ``batches`` on one connection; the (generic, custom)
-    plans the server made for their statement, if it kept it as a prepared statement."""
-    store = Store(schema)
-    options = connect_options(dsn, "test", transaction_pooling=pooled)
-    async with await psycopg.AsyncConnection.connect(dsn, **options) as conn:
-        for batch in batches:
-            written = await store.finish_batch(conn, batch)
-            assert set(written) == {row.id for row in batch}
-        cur = await conn.execute(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
-            " WHERE statement LIKE %s",
-            ("%Terminal writes of a batch%",),
-        )
-        return sorted((int(g), int(c)) for g, c in await cur.fetchall())
-
-
-def test_terminal_writes_are_planned_once_per_connection(
-    pg_dsn: str, migrated: str, db: Any
-) -> None:
-    """A custom plan of a terminal write was made for its batch's plan times, which the
-    statistics often do not know yet (a fan-out's rows are newer than the last analyze): it
-    read the partial index of RUNNING rows for those plan times whole, for every batch, and
-    cost more a row the larger the fan-out. The writer's statement gets one generic plan per
-    connection; behind a transaction pooler nothing is prepared, and the rows land all the
-    same."""
-    plan = db_now(db).replace(microsecond=0) - timedelta(minutes=1)
-
-    def batches(job: str) -> list[list[Finish]]:
-        held = [
-            seed_running(db, migrated, job, plan, stale_in=timedelta(minutes=5),
-                         scope=pgsched.Scope("t", str(i)))
-            for i in range(6)
-        ]  # fmt: skip
-        rows = [
-            Finish(r["id"], r["lease_token"], plan, "SUCCESS", None, None, None, None, 5, None)
-            for r in held
-        ]
-        return [rows[0:2], rows[2:4], rows[4:6]]
-
-    assert asyncio.run(_terminal_writes(pg_dsn, migrated, batches("a"), pooled=False)) == [(3, 0)]
-    assert asyncio.run(_terminal_writes(pg_dsn, migrated, batches("b"), pooled=True)) == []
-    assert count(db, migrated, "status = 'SUCCESS'") == 12
 
 
 def _partition_of(db: Any, schema: str, job: str) -> str:

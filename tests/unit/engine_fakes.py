@@ -143,7 +143,7 @@ class FakeStore:
     batches: list[list[Finish]] = field(default_factory=list)
     beats: list[list[UUID]] = field(default_factory=list)
     reapplied: list[list[Restore]] = field(default_factory=list)
-    synchronous_writes: list[bool] = field(default_factory=list)  # each batch's `synchronous`
+    synchronous_in_transaction: list[bool] = field(default_factory=list)
     fail: Callable[[object], None] = lambda statement: None
     gate: asyncio.Event | None = None
     busy: int = 0  # statements in progress right now
@@ -163,10 +163,7 @@ class FakeStore:
         finally:
             self.busy -= 1
 
-    async def finish_batch(
-        self, conn: FakeConn, rows: list[Finish], *, synchronous: bool = False
-    ) -> dict[UUID, datetime | None]:
-        self.synchronous_writes.append(synchronous)
+    async def finish(self, conn: FakeConn, rows: list[Finish]) -> dict[UUID, datetime | None]:
         self.batches.append(list(rows))
         async with self._statement(rows):
             if self.gate is not None:
@@ -184,6 +181,9 @@ class FakeStore:
         self.beats.append([lease.id for lease in leases])
         async with self._statement("heartbeat"):
             return {lease.id for lease in leases if self.held.get(lease.id) == lease.token}
+
+    async def synchronous_commit(self, conn: FakeConn) -> None:
+        self.synchronous_in_transaction.append(conn.in_transaction)
 
     async def reapply(self, conn: FakeConn, rows: list[Restore]) -> dict[str, int]:
         self.reapplied.append(list(rows))

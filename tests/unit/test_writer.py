@@ -220,7 +220,7 @@ def test_a_row_refused_twice_is_given_up_and_its_slot_freed() -> None:
     assert r.rec.report.leases_lost == 1 and len(r.leases) == 0
 
 
-def test_synchronous_terminal_writes_ask_for_a_synchronous_commit() -> None:
+def test_synchronous_terminal_writes_set_synchronous_commit_in_their_transaction() -> None:
     r = rig(synchronous=True)
     (one,) = r.held(1)
 
@@ -229,7 +229,7 @@ def test_synchronous_terminal_writes_ask_for_a_synchronous_commit() -> None:
         await idle(r.leases)
 
     run(r, scenario)
-    assert r.store.synchronous_writes == [True]
+    assert r.store.synchronous_in_transaction == [True]
     assert one.execution_id in r.store.finished
 
 
