@@ -61,7 +61,10 @@ benchmark cannot rot.
 * **Replicas.** N processes (3 by default) per scheduler, all on the same machine as the
   database. pgsched replicas are real `python -m pgsched run bench.peers.pgsched_app
   --no-http` processes with `PGSCHED_LOG_LEVEL=warning`, `tick_interval=1s` and
-  `max_concurrency=2000`.
+  `max_concurrency=2000`. Their job keeps the default `overlap="forbid"` except in the
+  catch-up storm (e), where it is `"allow"`: the limits start every plan they claim at
+  once, a scope's ten missed plans together, while under `"forbid"` pgsched starts a scope's
+  next plan only once the previous one has finished (a rule the limits do not keep).
 * **The handler** is the same trivial one everywhere: one `INSERT` per execution into an
   unlogged ledger table `(job, scope, plan_time, runner, started_at)` through a pool of 8
   connections per replica (`started_at` is the database's `clock_timestamp()`). The ledger

@@ -181,6 +181,7 @@ class Trial:
             "catch_up": "every_plan" if wl.catch_up else "latest_only",
             "catch_up_window_s": wl.downtime_s + 60 if wl.catch_up else 0,
             "max_plans_per_tick": 100 if wl.catch_up else 1,
+            "overlap": wl.overlap,
             "replica": replica,
             "replicas": self.opts.replicas,
             "run_dir": str(self.run_dir),

@@ -35,6 +35,7 @@ if cfg.catch_up == "every_plan":
     every=cfg.every_s,
     scopes=[pgsched.Scope("tenant", s) for s in cfg.scope_ids()],
     run_timeout="5m",
+    overlap=cfg.overlap,
     **_options,
 )
 async def bench(run: pgsched.Run) -> None:
