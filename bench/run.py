@@ -121,6 +121,7 @@ def selected_workloads(args: argparse.Namespace) -> list[Workload]:
             ("periods", args.periods),
             ("window_s", args.window),
             ("churn_per_s", args.churn_per_s),
+            ("overlap", args.overlap),
         )
         if v is not None
     }
@@ -313,6 +314,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--periods", type=int, help="override the periods measured")
     p.add_argument("--window", type=int, help="override the idle / catch-up window (s)")
     p.add_argument("--churn-per-s", type=int, help="override the churn's operations/s (i)")
+    p.add_argument(
+        "--overlap",
+        choices=("forbid", "allow"),
+        help="override the overlap rule of pgsched's code-defined job (a-f; e: allow)",
+    )
     p.add_argument(
         "--put-cap", type=float, default=600.0, help="longest bulk put of schedules (s), g"
     )
