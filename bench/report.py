@@ -486,10 +486,17 @@ def intro(report: dict[str, Any]) -> list[str]:
         f"{(report.get('loadavg_end') or ['?'])[0]}).",
         "",
         "Workloads: "
-        + "; ".join(f"**{k}** {w['title']}" for k, w in report.get("workloads", {}).items())
+        + "; ".join(f"**{k}** {_titled(w)}" for k, w in report.get("workloads", {}).items())
         + ".",
         "",
     ]
+
+
+def _titled(workload: dict[str, Any]) -> str:
+    """A workload's title, with pgsched's overlap rule where it is not the default."""
+    overlap = workload.get("overlap", "forbid")
+    rule = f" (pgsched's job: overlap={overlap})" if overlap != "forbid" else ""
+    return f"{workload['title']}{rule}"
 
 
 def render(report: dict[str, Any], chart: bool, notes: str) -> str:
