@@ -481,22 +481,21 @@ LEFT JOIN ins ON true
 -- (Array parameters go in binary, "b" placeholders: dumping them as text costs the replica several
 -- times the CPU per row.)
 -- Renews every lease this replica holds in one statement; ids missing from the result
--- were lost (stolen or closed out). Each lease is found by its id in its plan time's
--- partition (pruned row by row as the statement runs), never through the partial index of
--- RUNNING rows, for the reasons given at finish.
-WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
-b AS MATERIALIZED (
-    SELECT b.*, 'RUNNING'::text AS running
-    FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(plans)b::timestamptz[],
-                %(stale_timeouts)b::float8[])
-         AS b(id, token, plan_time, stale_timeout_s)
-)
+-- were lost (stolen or closed out). Each lease's plan time names its partition (pruned as
+-- the statement runs), so a lookup by id reads one partition's id index, not every one's;
+-- the batch's first and last plan times prune the partitions before it runs, so the
+-- per-lease pruning chooses among those few rather than among every partition.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 UPDATE {schema}.cron_executions e
 SET heartbeat_at = now.t, stale_after = now.t + make_interval(secs => b.stale_timeout_s),
     updated_at = now.t
-FROM b, now
+FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(plans)b::timestamptz[],
+            %(stale_timeouts)b::float8[])
+     AS b(id, token, plan_time, stale_timeout_s),
+     now
 WHERE e.id = b.id AND e.lease_token = b.token AND e.plan_time = b.plan_time
-  AND e.status = b.running
+  AND e.plan_time BETWEEN %(first_plan)s AND %(last_plan)s
+  AND e.status = 'RUNNING'
 RETURNING e.id
 
 -- name: finish

@@ -686,6 +686,7 @@ def _renewal_params(leases: Sequence[Renewal]) -> dict[str, Any]:
         "tokens": [lease.token for lease in ordered],
         "plans": [lease.plan_time for lease in ordered],
         "stale_timeouts": [lease.stale_timeout_s for lease in ordered],
+        **_plan_span(lease.plan_time for lease in ordered),
     }
 
 
