@@ -501,26 +501,9 @@ RETURNING e.id
 -- name: finish
 -- Terminal writes of a batch, each guarded by its lease token; ids missing from the
 -- result lost their lease and wrote nothing. A FAILED attempt (retried or final) is kept in
--- cron_attempts by the same statement, with its traceback. Each row is found by its id in
--- its plan time's partition (pruned row by row as the statement runs), never through the
--- partial index of RUNNING rows: the planner, whose figures predate the batch's plan times,
--- took that index and read every RUNNING entry of the plan for each batch, live and left by
--- rows finished since the last vacuum (one batch of 316 rows while 100,000 of a plan ran:
--- 25-37 ms that way, 5-6 ms by id). So the status is compared with a value of the batch
--- (`b.running`), which no index predicate matches, and no constant bounds the plan times
--- (the planner read such bounds, past its figures, as one row, and scanned the batch once
--- per ledger row). The status test and the token stay in the UPDATE's own condition: a row
--- another replica changed meanwhile is checked again as it now is.
+-- cron_attempts by the same statement, with its traceback. The plan times prune the
+-- partitions read, as for heartbeat.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
-b AS MATERIALIZED (
-    SELECT b.*, 'RUNNING'::text AS running
-    FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(plans)b::timestamptz[],
-                %(statuses)b::text[], %(error_codes)b::text[], %(error_msgs)b::text[],
-                %(rows)b::bigint[], %(results)b::text[], %(durations)b::integer[],
-                %(retry_delays)b::float8[], %(tracebacks)b::text[])
-         AS b(id, token, plan_time, status, error_code, error_msg, rows_affected, result,
-              duration_ms, retry_delay, traceback)
-),
 done AS (
     UPDATE {schema}.cron_executions e
     SET status = b.status, finished_at = now.t, updated_at = now.t,
@@ -529,9 +512,16 @@ done AS (
         error_msg = left(b.error_msg, 4000),
         next_retry_at = CASE WHEN b.status = 'FAILED' AND e.attempt < e.max_attempts
                              THEN now.t + make_interval(secs => b.retry_delay) END
-    FROM b, now
+    FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(plans)b::timestamptz[],
+                %(statuses)b::text[], %(error_codes)b::text[], %(error_msgs)b::text[],
+                %(rows)b::bigint[], %(results)b::text[], %(durations)b::integer[],
+                %(retry_delays)b::float8[], %(tracebacks)b::text[])
+         AS b(id, token, plan_time, status, error_code, error_msg, rows_affected, result,
+              duration_ms, retry_delay, traceback),
+         now
     WHERE e.id = b.id AND e.lease_token = b.token AND e.plan_time = b.plan_time
-      AND e.status = b.running
+      AND e.plan_time BETWEEN %(first_plan)s AND %(last_plan)s
+      AND e.status = 'RUNNING'
     RETURNING e.id, e.next_retry_at, e.status, e.fencing_token, e.attempt, e.runner_id,
               e.started_at, e.finished_at, e.error_code, e.error_msg, b.traceback, e.plan_time
 ),

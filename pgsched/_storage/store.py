@@ -704,6 +704,7 @@ def _finish_params(batch: Sequence[Finish]) -> dict[str, Any]:
         "durations": [f.duration_ms for f in ordered],
         "retry_delays": _column([f.retry_delay_s for f in ordered]),
         "tracebacks": _column([f.traceback for f in ordered]),
+        **_plan_span(f.plan_time for f in ordered),
     }
 
 

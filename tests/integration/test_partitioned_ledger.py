@@ -19,7 +19,6 @@ from psycopg.rows import dict_row
 
 import pgsched
 from pgsched import Admin
-from pgsched._records import Finish
 from pgsched._storage.connection import connect_options
 from pgsched._storage.store import Store, migration_files
 from tests.support.replica import Replica, clean_env
@@ -27,8 +26,6 @@ from tests.support.rows import (
     count,
     db_now,
     estimated_rows,
-    floor_to,
-    in_schema,
     insert_row,
     row_by_id,
     rows,
@@ -387,51 +384,3 @@ def test_a_first_claim_into_a_partition_gives_the_planner_its_figures(
     held = found.fetchone()[0]
     assert held >= 20
     assert estimated_rows(db, migrated, part) == held  # its rows as the claim left them
-
-
-def test_a_terminal_write_finds_its_rows_by_id_not_through_the_running_index(
-    db: Any, pg_dsn: str, migrated: str
-) -> None:
-    """While a fan-out runs, the planner's figures predate its plan time. A batch's terminal
-    write then read every entry of the partial index of RUNNING rows of that plan (live, and
-    left by the rows already finished) for each batch of a few hundred rows; each row is now
-    found by its id, in its own partition, and that index is not read at all."""
-    s = migrated
-    plan = floor_to(db_now(db), timedelta(minutes=1)) - timedelta(minutes=1)
-    history = plan - timedelta(minutes=5)
-    fill = (
-        "INSERT INTO {s}.cron_executions (job_name, scope_kind, scope_id, plan_time, trigger,"
-        " status, runner_id, started_at, heartbeat_at, stale_after)"
-        " SELECT 'fan', 'tenant', lpad(i::text, 5, '0'), %s, 'schedule', %s, 'r', now(), now(),"
-        " now() + interval '5 minutes' FROM generate_series(0, %s) AS i"
-    )
-    in_schema(db, s, fill + " RETURNING 1", (history, "SUCCESS", 4_999))
-    db.execute(sql.SQL("ANALYZE {}").format(table(s)))  # the figures, before the fan-out
-    in_schema(db, s, fill + " RETURNING 1", (plan, "RUNNING", 2_999))
-    held = in_schema(
-        db,
-        s,
-        "SELECT id, lease_token, plan_time FROM {s}.cron_executions"
-        " WHERE status = 'RUNNING' ORDER BY scope_id LIMIT 300",
-    )
-    batch = [Finish(i, tok, p, "SUCCESS", None, None, None, None, 3, None) for i, tok, p in held]
-    running_index_reads = (
-        "SELECT coalesce(sum(pg_stat_get_xact_tuples_returned(c.oid)), 0)::bigint"
-        " FROM pg_class c WHERE c.relnamespace = %s::regnamespace AND c.relkind = 'i'"
-        " AND pg_get_indexdef(c.oid) LIKE '%%WHERE (status = ''RUNNING''%%'"
-    )
-
-    async def finish() -> tuple[dict[UUID, datetime | None], int]:
-        async with (
-            await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn,
-            conn.transaction(),  # the index reads of this transaction alone
-        ):
-            written = await Store(s).finish(conn, batch)
-            cur = await conn.execute(running_index_reads, (s,))
-            (reads,) = await cur.fetchone() or (0,)
-        return written, int(reads)
-
-    written, reads = asyncio.run(finish())
-    assert set(written) == {i for i, _, _ in held}
-    assert count(db, s, "status = 'SUCCESS' AND plan_time = %s", (plan,)) == 300
-    assert reads == 0
