@@ -301,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         with psycopg.connect(dsn, autocommit=True) as conn:
             result["at_rest"] = at_rest(conn, args)
             result["retention"] = retention(dsn, conn)
+        with psycopg.connect(server.admin_dsn, autocommit=True) as admin:  # as bench.history
+            admin.execute("DROP DATABASE ledger_cost WITH (FORCE)")
     finally:
         server.stop()
     args.results_dir.mkdir(parents=True, exist_ok=True)
