@@ -53,7 +53,7 @@ class Config:
     run_dir: str
     concurrency: int
     ledger_pool: int
-    overlap: str = "forbid"  # pgsched's rule (the other schedulers have no such setting)
+    overlap: str  # pgsched's rule (the other schedulers have no such setting)
 
     @property
     def runner(self) -> str:
