@@ -115,8 +115,10 @@ class Metrics:
     def lease_lost(self, job: str) -> None:
         self.leases_lost.labels(job).inc()
 
-    def run_finished(self, job: str, status: str, seconds: float) -> None:
-        self._child(self.runs, job, "success" if status == "SUCCESS" else "failed").inc()
+    def runs_finished(self, job: str, status: str, count: int) -> None:
+        self._child(self.runs, job, "success" if status == "SUCCESS" else "failed").inc(count)
+
+    def run_duration_of(self, job: str, seconds: float) -> None:
         self._child(self.run_duration, job).observe(seconds)
 
     def tick(self, seconds: float) -> None:

@@ -123,8 +123,7 @@ class PartitionFigures:
     empty: bool
 
 
-@dataclass(frozen=True, slots=True)
-class CursorMove:
+class CursorMove(NamedTuple):
     """What one claim does with a code-defined job's cursor: the plans it claims (none: the
     cursor only moves), its next unclaimed plan (None: none left) and when that is due."""
 
@@ -149,8 +148,7 @@ class Sighting:
     digest: str  # of its scope list: whether the job's live replicas agree on it
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Renewal:
+class Renewal(NamedTuple):
     """A heartbeat of one lease (sorted by id: the lock order of a batch)."""
 
     id: UUID
@@ -159,8 +157,7 @@ class Renewal:
     stale_timeout_s: float
 
 
-@dataclass(frozen=True, slots=True)
-class Finish:
+class Finish(NamedTuple):
     """A terminal write for one lease."""
 
     id: UUID
@@ -217,8 +214,7 @@ class ScheduleRows:
     nexts: list[datetime | None]
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduleMove:
+class ScheduleMove(NamedTuple):
     """One due schedule's claim: the plan to run (None: none now) and its next plan after."""
 
     kind: str

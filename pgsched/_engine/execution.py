@@ -211,7 +211,7 @@ class Executor:
             self._leases.lose(lease, "SUCCESS write matched no row holding this lease: rolled back")
             return
         outcome, next_retry_at = written
-        self._recorder.finished(lease, outcome, next_retry_at)
+        self._recorder.finished([(lease, outcome, next_retry_at)])
         self._leases.release(lease)
 
 

@@ -114,26 +114,34 @@ class Recorder:
         self.metrics.lease_lost(lease.job.name)
         lease.run.log.warning("lease_lost", reason=why)
 
-    def finished(self, lease: Lease, outcome: Outcome, next_retry_at: datetime | None) -> None:
-        """The outcome of ``lease`` was written (its lease held)."""
-        if outcome.status == "SUCCESS":
-            self.report.succeeded += 1
-            if self._per_run:
-                lease.run.log.info(
-                    "run_succeeded",
+    def finished(self, landed: Sequence[tuple[Lease, Outcome, datetime | None]]) -> None:
+        """The outcomes of these leases were written (their leases held), each with its next
+        retry: counted once per job and status (as claims are), logged and timed per run."""
+        counts: Counter[tuple[str, str]] = Counter()
+        for lease, outcome, next_retry_at in landed:
+            counts[lease.job.name, outcome.status] += 1
+            if outcome.status == "SUCCESS":
+                if self._per_run:
+                    lease.run.log.info(
+                        "run_succeeded",
+                        duration_ms=outcome.duration_ms,
+                        rows_affected=outcome.rows_affected,
+                    )
+            else:
+                lease.run.log.warning(
+                    "run_failed",
+                    error_code=outcome.error_code,
+                    error=outcome.error_msg,
                     duration_ms=outcome.duration_ms,
-                    rows_affected=outcome.rows_affected,
+                    next_retry_at=None if next_retry_at is None else iso(next_retry_at),
                 )
-        else:
-            self.report.failed += 1
-            lease.run.log.warning(
-                "run_failed",
-                error_code=outcome.error_code,
-                error=outcome.error_msg,
-                duration_ms=outcome.duration_ms,
-                next_retry_at=None if next_retry_at is None else iso(next_retry_at),
-            )
-        self.metrics.run_finished(lease.job.name, outcome.status, outcome.duration_ms / 1000)
+            self.metrics.run_duration_of(lease.job.name, outcome.duration_ms / 1000)
+        for (job, status), count in counts.items():
+            if status == "SUCCESS":
+                self.report.succeeded += count
+            else:
+                self.report.failed += count
+            self.metrics.runs_finished(job, status, count)
 
     def unstorable(self, lease: Lease, error: str) -> None:
         lease.run.log.error("outcome_unstorable", error=error)

@@ -9,7 +9,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from uuid import UUID
 
 from .._config import JobSpec
@@ -20,8 +20,7 @@ from .._run import Liveness, Run
 ClaimKind = Literal["won", "stole", "retry"]
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
+class Claim(NamedTuple):
     """A row this replica now holds with a fresh lease."""
 
     kind: ClaimKind
@@ -47,7 +46,7 @@ class ClaimBatch:
     backlog: bool = False  # work was left for want of slots
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True, weakref_slot=True)
 class Lease:
     """One execution this replica claimed, from its claim until its outcome is written."""
 
@@ -70,8 +69,7 @@ class Lease:
 Status = Literal["SUCCESS", "FAILED"]
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """The terminal write of one execution (before its lease token guards it)."""
 
     status: Status

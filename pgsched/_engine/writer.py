@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -27,6 +26,7 @@ from .values import Lease, Outcome
 _FINISH_BATCH = 2_000
 # With other leases still running, the writer waits up to this long for more outcomes.
 _FINISH_LINGER_S = 0.2
+_MISSED: Any = object()  # a lease whose terminal write matched no row
 
 
 class LeaseWriter:
@@ -57,7 +57,6 @@ class LeaseWriter:
         self._queued = asyncio.Event()
         self._lock = asyncio.Lock()
         self.memory = WriteMemory()
-        self._landed: dict[UUID, Finish] = {}  # the row each landed write stored, until settled
 
     def submit(self, lease: Lease, outcome: Outcome) -> None:
         """Queue ``lease``'s terminal write; its slot is freed once it is written."""
@@ -71,28 +70,35 @@ class LeaseWriter:
         while True:
             batch = await self._next_batch()
             try:
-                self._settle(batch, await self._write(batch))
+                self._settle(batch, *await self._write(batch))
             except Exception as exc:  # not the database's (that is retried): a bug of ours
                 self._recorder.log.error("writer_error", error=describe_error(exc))
                 for lease, _ in batch:  # a slot must never stay held for good
                     self._leases.release(lease)
 
     def _settle(
-        self, batch: list[tuple[Lease, Outcome]], written: dict[UUID, datetime | None]
+        self,
+        batch: list[tuple[Lease, Outcome]],
+        rows: list[Finish],
+        written: dict[UUID, datetime | None],
     ) -> None:
-        for lease, outcome in batch:
-            if lease.execution_id not in written:
+        """Record and release the batch's leases; ``rows[i]`` is the row written (or tried)
+        for ``batch[i]``, ``written`` the ids that landed with their next retry."""
+        landed: list[tuple[Lease, Outcome, datetime | None]] = []
+        stored: list[Finish] = []
+        for (lease, outcome), row in zip(batch, rows, strict=True):
+            retry_at = written.get(lease.execution_id, _MISSED)
+            if retry_at is _MISSED:
                 self._leases.lose(lease, "terminal write matched no row holding this lease")
                 continue
-            stored = self._landed.pop(lease.execution_id, None)
-            if stored is not None and stored.status != outcome.status:
-                outcome = _as_stored(outcome, stored)  # the outcome could not be stored as is
-            self._recorder.finished(lease, outcome, written[lease.execution_id])
-            if stored is not None:
-                self.memory.remember(lease, stored, written[lease.execution_id])
+            if row.status != outcome.status:  # the outcome could not be stored as is
+                outcome = _as_stored(outcome, row)
+            landed.append((lease, outcome, retry_at))
+            stored.append(row)
+        self._recorder.finished(landed)
+        for (lease, _, retry_at), row in zip(landed, stored, strict=True):
+            self.memory.remember(lease, row, retry_at)
             self._leases.release(lease)
-        for lease, _ in batch:
-            self._landed.pop(lease.execution_id, None)
 
     async def _next_batch(self) -> list[tuple[Lease, Outcome]]:
         """The next outcome, and those that follow it closely: while other leases may still
@@ -117,37 +123,44 @@ class LeaseWriter:
         del self._outbox[:most]
         return taken
 
-    async def _write(self, batch: list[tuple[Lease, Outcome]]) -> dict[UUID, datetime | None]:
-        """Write a batch; while the database is unavailable it is retried (the lease tokens
-        decide, once it is back, whether the rows still count); when the batch itself is
-        refused, row by row."""
+    async def _write(
+        self, batch: list[tuple[Lease, Outcome]]
+    ) -> tuple[list[Finish], dict[UUID, datetime | None]]:
+        """Write a batch: the rows written (or tried), one per lease, and the ids that landed.
+        While the database is unavailable it is retried (the lease tokens decide, once it is
+        back, whether the rows still count); when the batch itself is refused, row by row."""
         rows = [outcome.finish(lease.run) for lease, outcome in batch]
         try:
-            return await self._finish_retrying(rows)
+            return rows, await self._finish_retrying(rows)
         except Exception as exc:  # a statement error: something in the batch is unstorable
             if len(batch) > 1:
                 self._recorder.log.warning(
                     "writer_batch_refused", error=describe_error(exc), pending=len(batch)
                 )
         written: dict[UUID, datetime | None] = {}
-        for (lease, _), row in zip(batch, rows, strict=True):
-            written.update(await self._write_one(lease, row))
-        return written
+        for i, ((lease, _), row) in enumerate(zip(batch, rows, strict=True)):
+            rows[i], landed = await self._write_one(lease, row)
+            written.update(landed)
+        return rows, written
 
-    async def _write_one(self, lease: Lease, row: Finish) -> dict[UUID, datetime | None]:
-        """One row; refused, it is written as FAILED ``invalid_result`` without the value it
-        could not store; refused again, it is given up: its slot is freed and the row, left
-        RUNNING, is closed out or taken over by a replica once its lease goes stale."""
+    async def _write_one(
+        self, lease: Lease, row: Finish
+    ) -> tuple[Finish, dict[UUID, datetime | None]]:
+        """One row, and the row tried last; refused, it is written as FAILED
+        ``invalid_result`` without the value it could not store; refused again, it is given
+        up: its slot is freed and the row, left RUNNING, is closed out or taken over by a
+        replica once its lease goes stale."""
         try:
-            return await self._finish_retrying([row])
+            return row, await self._finish_retrying([row])
         except Exception as exc:
             self._recorder.unstorable(lease, describe_error(exc))
+            row = _unstorable(row, exc)
             try:
-                return await self._finish_retrying([_unstorable(row, exc)])
+                return row, await self._finish_retrying([row])
             except Exception as again:
                 lease.run.log.error("outcome_dropped", error=describe_error(again))
                 self._leases.lose(lease, "terminal write refused twice: given up")
-                return {}
+                return row, {}
 
     async def _finish_retrying(self, rows: list[Finish]) -> dict[UUID, datetime | None]:
         """:meth:`_finish`, tried again with backoff for as long as the database is
@@ -179,15 +192,9 @@ class LeaseWriter:
             return written
 
     async def _finish(self, rows: list[Finish]) -> dict[UUID, datetime | None]:
-        async with self._lock, pooled(self._pool) as conn:
-            if not self._synchronous:
-                written = await self._store.finish(conn, rows)
-            else:
-                async with conn.transaction():  # SET LOCAL needs one (also behind PgBouncer)
-                    await self._store.synchronous_commit(conn)
-                    written = await self._store.finish(conn, rows)
-        self._landed.update((row.id, row) for row in rows if row.id in written)
-        return written
+        async with self._lock, pooled(self._pool) as conn, conn.transaction():
+            # A transaction for the statement's settings (SET LOCAL; also behind PgBouncer)
+            return await self._store.finish_batch(conn, rows, synchronous=self._synchronous)
 
     # -- after a failover -----------------------------------------------------------------
 
@@ -265,8 +272,7 @@ class LeaseWriter:
 def _as_stored(outcome: Outcome, stored: Finish) -> Outcome:
     """``outcome`` as the row it landed as (a SUCCESS whose value was refused: FAILED
     ``invalid_result``), so logs, metrics and the tick report say what the ledger says."""
-    return replace(
-        outcome,
+    return outcome._replace(
         status="FAILED",
         error_code=stored.error_code,
         error_msg=stored.error_msg,
@@ -278,8 +284,7 @@ def _as_stored(outcome: Outcome, stored: Finish) -> Outcome:
 
 def _unstorable(row: Finish, exc: Exception) -> Finish:
     """``row`` as a FAILED ``invalid_result`` without the value that could not be stored."""
-    return replace(
-        row,
+    return row._replace(
         status="FAILED",
         error_code="invalid_result",
         rows_affected=None,

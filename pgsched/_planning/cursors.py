@@ -23,7 +23,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from .._records import CursorMove, DueCursor
 from .dynamic import CatchUpRules
@@ -52,8 +52,7 @@ class CursorRules(CatchUpRules, Protocol):
     def first_sight(self) -> str: ...
 
 
-@dataclass(frozen=True, slots=True)
-class CursorDecision:
+class CursorDecision(NamedTuple):
     """What the claim does with one due cursor: ``move`` (its plans to claim and its next
     plan) and the plans it skipped, superseded or too late."""
 

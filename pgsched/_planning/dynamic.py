@@ -17,9 +17,8 @@ A stored schedule's ``next_plan_time`` is its first plan not yet claimed. When i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from .._records import DueSchedule, ScheduleMove
 from .recurrence import CatchUp, count_plans_between, jitter_offset
@@ -51,8 +50,7 @@ class CatchUpRules(Protocol):
     def jitter(self) -> timedelta: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """What the claim does with one due schedule: ``move`` (None: leave it as it is) and the
     plans it skipped, superseded or too late."""
 

@@ -152,10 +152,12 @@ class _Statements:
             await cur.execute(self._q[name], params, prepare=prepare)
             return await cur.fetchall()
 
-    async def _plain(self, conn: Conn, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    async def _plain(
+        self, conn: Conn, name: str, params: dict[str, Any], *, prepare: bool | None = None
+    ) -> list[tuple[Any, ...]]:
         """Rows as tuples of their columns: for statements that return a row per run."""
         async with conn.cursor() as cur:
-            await cur.execute(self._q[name], params)
+            await cur.execute(self._q[name], params, prepare=prepare)
             return await cur.fetchall()
 
     async def _rowcount(self, conn: Conn, name: str, params: dict[str, Any]) -> int:
@@ -418,10 +420,6 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
         params = {"idle_ms": _ms(idle), "lock_ms": _ms(lock)}
         await self._rows(conn, name, params)
 
-    async def synchronous_commit(self, conn: Conn) -> None:
-        """The current transaction commits only once a synchronous standby has it."""
-        await self._rows(conn, "synchronous_commit")
-
     async def commit_phase(self, conn: Conn, idle: timedelta, *, synchronous: bool) -> None:
         """A transactional run's handler has returned: the transaction may now sit idle for
         ``idle`` at most and, ``synchronous``, commits once a synchronous standby has it."""
@@ -502,6 +500,16 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
     async def finish(self, conn: Conn, batch: Sequence[Finish]) -> dict[UUID, datetime | None]:
         """Write terminal rows; returns ``{id: next_retry_at}`` for the writes that held."""
         return dict(await self._plain(conn, "finish", _finish_params(batch)))
+
+    async def finish_batch(
+        self, conn: Conn, batch: Sequence[Finish], *, synchronous: bool
+    ) -> dict[UUID, datetime | None]:
+        """:meth:`finish` for the writer, in a transaction the caller opened: each row found
+        by its id (see queries.sql); with ``synchronous``, it commits once a synchronous
+        standby has it."""
+        await self._rows(conn, "finish_batch_begin", {"synchronous": synchronous})
+        params = {**_finish_params(batch), "first_plan": None, "last_plan": None}
+        return dict(await self._plain(conn, "finish", params, prepare=_PLAN_EACH_TIME))
 
     async def lease_status(
         self, conn: Conn, execution_id: UUID, token: UUID, plan_time: datetime

@@ -6,7 +6,6 @@ the garbage collector must scan."""
 from __future__ import annotations
 
 import gc
-from dataclasses import replace
 from datetime import timedelta
 
 import pgsched
@@ -46,7 +45,7 @@ def test_each_write_comes_back_as_the_row_it_was_but_its_traceback() -> None:
     rows = {row.id: row for row in memory.rows([held])}
 
     assert rows == {
-        failed.execution_id: claim_row(failed, replace(failure, traceback=None), retry_at),
+        failed.execution_id: claim_row(failed, failure._replace(traceback=None), retry_at),
         done.execution_id: claim_row(done, success, None),
         held.execution_id: claim_row(held),
     }
