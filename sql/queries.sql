@@ -72,6 +72,11 @@ SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true),
                   least(current_setting('random_page_cost')::float8, 1.1)::text, true),
        set_config('synchronous_commit', 'on', true)
 
+-- name: synchronous_commit
+-- The current transaction (a terminal write with synchronous_claims) commits only once a
+-- synchronous standby has flushed it ('on': see claim_begin_synchronous).
+SELECT set_config('synchronous_commit', 'on', true)
+
 -- name: commit_phase
 -- A transactional run's handler has returned; its terminal write and COMMIT follow at once.
 -- From here the transaction may sit idle for the job's stale_timeout at most, not for
@@ -493,31 +498,11 @@ WHERE e.id = b.id AND e.lease_token = b.token AND e.plan_time = b.plan_time
   AND e.status = 'RUNNING'
 RETURNING e.id
 
--- name: finish_batch_begin
--- The first statement of the writer's transaction for a batch of terminal writes, which it
--- runs without plan-time bounds (see finish): with no hash or merge join to choose, each row
--- is found by its id, one probe of its partition's id index, the partition chosen as the
--- statement runs. With synchronous_claims the COMMIT also waits for a synchronous standby
--- (see claim_begin_synchronous).
-SELECT set_config('enable_hashjoin', 'off', true),
-       set_config('enable_mergejoin', 'off', true),
-       set_config('synchronous_commit',
-                  CASE WHEN %(synchronous)s THEN 'on'
-                       ELSE current_setting('synchronous_commit') END, true)
-
 -- name: finish
 -- Terminal writes of a batch, each guarded by its lease token; ids missing from the
 -- result lost their lease and wrote nothing. A FAILED attempt (retried or final) is kept in
--- cron_attempts by the same statement, with its traceback. A single write (a transactional
--- run's) gives its plan time as both bounds, which prune the partitions before the statement
--- is planned. The writer's batches give none (NULL): bounded, the planner estimated a plan's
--- rows from figures taken before that plan time (a few) and hashed every RUNNING index entry
--- of the plan, live and dead, for each batch (25-37 ms for 316 rows at 40,000 RUNNING,
--- against 5-6 ms by id); unbounded, it weighs the whole ledger, and finish_batch_begin leaves
--- it nothing but a probe by id per row (unsteered, a small partition was read whole and
--- hashed). The status is compared with a value the planner cannot see: against a constant it
--- may read the partial index of RUNNING rows, whose figures can be as old (10,000 entries
--- read for each row of a batch: 650 ms for 400 rows).
+-- cron_attempts by the same statement, with its traceback. The plan times prune the
+-- partitions read, as for heartbeat.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 done AS (
     UPDATE {schema}.cron_executions e
@@ -535,9 +520,8 @@ done AS (
               duration_ms, retry_delay, traceback),
          now
     WHERE e.id = b.id AND e.lease_token = b.token AND e.plan_time = b.plan_time
-      AND (%(first_plan)s::timestamptz IS NULL
-           OR e.plan_time BETWEEN %(first_plan)s AND %(last_plan)s)
-      AND e.status = (SELECT 'RUNNING')  -- not a constant: the RUNNING index is no way in
+      AND e.plan_time BETWEEN %(first_plan)s AND %(last_plan)s
+      AND e.status = 'RUNNING'
     RETURNING e.id, e.next_retry_at, e.status, e.fencing_token, e.attempt, e.runner_id,
               e.started_at, e.finished_at, e.error_code, e.error_msg, b.traceback, e.plan_time
 ),

@@ -192,9 +192,12 @@ class LeaseWriter:
             return written
 
     async def _finish(self, rows: list[Finish]) -> dict[UUID, datetime | None]:
-        async with self._lock, pooled(self._pool) as conn, conn.transaction():
-            # A transaction for the statement's settings (SET LOCAL; also behind PgBouncer)
-            return await self._store.finish_batch(conn, rows, synchronous=self._synchronous)
+        async with self._lock, pooled(self._pool) as conn:
+            if not self._synchronous:
+                return await self._store.finish(conn, rows)
+            async with conn.transaction():  # SET LOCAL needs one (also behind PgBouncer)
+                await self._store.synchronous_commit(conn)
+                return await self._store.finish(conn, rows)
 
     # -- after a failover -----------------------------------------------------------------
 

@@ -147,17 +147,17 @@ class _Statements:
         self, conn: Conn, name: str, cls: type[_V], params: dict[str, Any], *, prepare: bool
     ) -> list[_V]:
         """Rows as ``cls(*columns)`` (a NamedTuple): for statements read by the thousand,
-        where a dict or keyword arguments per row cost per column."""
+        where a dict or keyword arguments per row cost per column. Their columns come in
+        binary: a timestamp is then read from a number, not parsed from text (0.7 against
+        1.2 us a column)."""
         async with conn.cursor(row_factory=args_row(cls)) as cur:
-            await cur.execute(self._q[name], params, prepare=prepare)
+            await cur.execute(self._q[name], params, prepare=prepare, binary=True)
             return await cur.fetchall()
 
-    async def _plain(
-        self, conn: Conn, name: str, params: dict[str, Any], *, prepare: bool | None = None
-    ) -> list[tuple[Any, ...]]:
+    async def _plain(self, conn: Conn, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """Rows as tuples of their columns: for statements that return a row per run."""
         async with conn.cursor() as cur:
-            await cur.execute(self._q[name], params, prepare=prepare)
+            await cur.execute(self._q[name], params)
             return await cur.fetchall()
 
     async def _rowcount(self, conn: Conn, name: str, params: dict[str, Any]) -> int:
@@ -420,6 +420,10 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
         params = {"idle_ms": _ms(idle), "lock_ms": _ms(lock)}
         await self._rows(conn, name, params)
 
+    async def synchronous_commit(self, conn: Conn) -> None:
+        """The current transaction commits only once a synchronous standby has it."""
+        await self._rows(conn, "synchronous_commit")
+
     async def commit_phase(self, conn: Conn, idle: timedelta, *, synchronous: bool) -> None:
         """A transactional run's handler has returned: the transaction may now sit idle for
         ``idle`` at most and, ``synchronous``, commits once a synchronous standby has it."""
@@ -500,16 +504,6 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
     async def finish(self, conn: Conn, batch: Sequence[Finish]) -> dict[UUID, datetime | None]:
         """Write terminal rows; returns ``{id: next_retry_at}`` for the writes that held."""
         return dict(await self._plain(conn, "finish", _finish_params(batch)))
-
-    async def finish_batch(
-        self, conn: Conn, batch: Sequence[Finish], *, synchronous: bool
-    ) -> dict[UUID, datetime | None]:
-        """:meth:`finish` for the writer, in a transaction the caller opened: each row found
-        by its id (see queries.sql); with ``synchronous``, it commits once a synchronous
-        standby has it."""
-        await self._rows(conn, "finish_batch_begin", {"synchronous": synchronous})
-        params = {**_finish_params(batch), "first_plan": None, "last_plan": None}
-        return dict(await self._plain(conn, "finish", params, prepare=_PLAN_EACH_TIME))
 
     async def lease_status(
         self, conn: Conn, execution_id: UUID, token: UUID, plan_time: datetime

@@ -17,7 +17,7 @@ from tests.support.rows import count, rows
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("migrated")
-SYNC_ONLY = {"claim_begin_synchronous", "synchronous_standbys"}
+SYNC_ONLY = {"claim_begin_synchronous", "synchronous_commit", "synchronous_standbys"}
 # The pool's checks of the connections it opens and lends: as many as it happens to open.
 POOL = {"server_state", "configure_session"}
 
@@ -25,8 +25,7 @@ POOL = {"server_state", "configure_session"}
 @pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the statements pgsched runs through its store (but the pool's checks and
-    the sync handlers' transactional writes), in order; "[synchronous]" marks one told to
-    commit once a synchronous standby has it."""
+    the sync handlers' transactional writes), in order."""
     names: list[str] = []
     for method in ("_rows", "_tuples", "_plain"):  # dict rows, typed tuples, plain tuples
         original = getattr(_Statements, method)
@@ -35,9 +34,7 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             self: _Statements, conn: Any, name: str, *args: Any, _run: Any = original, **kw: Any
         ) -> Any:
             if name not in POOL:
-                params = args[0] if args else kw.get("params")
-                synchronous = isinstance(params, dict) and params.get("synchronous")
-                names.append(f"{name}[synchronous]" if synchronous else name)
+                names.append(name)
             return await _run(self, conn, name, *args, **kw)
 
         monkeypatch.setattr(_Statements, method, recording)
@@ -75,19 +72,12 @@ def test_without_the_option_no_statement_is_added(
     on = _ticks(make_scheduler, statements, "on", synchronous_claims=True)
     assert not SYNC_ONLY & set(off)
     assert "claim_begin" in off and "finish" in off
-    # With it: the claim's and the terminal write's first statements also set
-    # synchronous_commit (no extra round trip), and each replica start checks the standbys once.
+    # With it: the claim's first statement also sets synchronous_commit (no extra round
+    # trip), the terminal write gets one, and each replica start checks the standbys once.
     assert on.count("synchronous_standbys") == 1  # once per replica
-    assert "finish_batch_begin[synchronous]" in on
-    same = [
-        {
-            "claim_begin_synchronous": "claim_begin",
-            "finish_batch_begin[synchronous]": "finish_batch_begin",
-        }.get(n, n)
-        for n in on
-    ]
-    for names in (off, same):
-        assert names.index("finish_batch_begin") == names.index("finish") - 1
+    assert on.count("synchronous_commit") == 1
+    assert on.index("synchronous_commit") == on.index("finish") - 1
+    same = [{"claim_begin_synchronous": "claim_begin"}.get(n, n) for n in on]
     assert [n for n in same if n not in SYNC_ONLY] == off
     assert (
         off[off.index("--idle--") :]

@@ -143,8 +143,7 @@ class FakeStore:
     batches: list[list[Finish]] = field(default_factory=list)
     beats: list[list[UUID]] = field(default_factory=list)
     reapplied: list[list[Restore]] = field(default_factory=list)
-    # Per batch of the writer's: (synchronous, inside a transaction)
-    batch_transactions: list[tuple[bool, bool]] = field(default_factory=list)
+    synchronous_in_transaction: list[bool] = field(default_factory=list)
     fail: Callable[[object], None] = lambda statement: None
     gate: asyncio.Event | None = None
     busy: int = 0  # statements in progress right now
@@ -183,11 +182,8 @@ class FakeStore:
         async with self._statement("heartbeat"):
             return {lease.id for lease in leases if self.held.get(lease.id) == lease.token}
 
-    async def finish_batch(
-        self, conn: FakeConn, rows: list[Finish], *, synchronous: bool
-    ) -> dict[UUID, datetime | None]:
-        self.batch_transactions.append((synchronous, conn.in_transaction))
-        return await self.finish(conn, rows)
+    async def synchronous_commit(self, conn: FakeConn) -> None:
+        self.synchronous_in_transaction.append(conn.in_transaction)
 
     async def reapply(self, conn: FakeConn, rows: list[Restore]) -> dict[str, int]:
         self.reapplied.append(list(rows))

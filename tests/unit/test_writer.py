@@ -220,10 +220,8 @@ def test_a_row_refused_twice_is_given_up_and_its_slot_freed() -> None:
     assert r.rec.report.leases_lost == 1 and len(r.leases) == 0
 
 
-@pytest.mark.parametrize("synchronous", [False, True])
-def test_terminal_writes_run_in_a_transaction_of_their_own(synchronous: bool) -> None:
-    """For their SET LOCAL settings (the planner's, synchronous_commit with synchronous)."""
-    r = rig(synchronous=synchronous)
+def test_synchronous_terminal_writes_set_synchronous_commit_in_their_transaction() -> None:
+    r = rig(synchronous=True)
     (one,) = r.held(1)
 
     async def scenario() -> None:
@@ -231,7 +229,7 @@ def test_terminal_writes_run_in_a_transaction_of_their_own(synchronous: bool) ->
         await idle(r.leases)
 
     run(r, scenario)
-    assert r.store.batch_transactions == [(synchronous, True)]
+    assert r.store.synchronous_in_transaction == [True]
     assert one.execution_id in r.store.finished
 
 
