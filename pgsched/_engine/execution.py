@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import gc
 import os
 import threading
 import time
@@ -149,11 +150,11 @@ class Executor:
         except Exception as exc:  # InvalidResult, or anything odd a custom object raises
             return failed(job, run, started, "invalid_result", describe_error(exc))
 
-    def _blocked(self, lease: Lease, seconds: float, core_wait: float) -> None:
+    def _blocked(self, lease: Lease, seconds: float, core_wait: float, collector: float) -> None:
         if seconds >= LOOP_BLOCKED_S:
             self._recorder.loop_blocked(lease, seconds)
-        elif seconds + core_wait >= LOOP_BLOCKED_S:
-            self._recorder.loop_stalled(lease, seconds, core_wait)
+        elif seconds + core_wait + collector >= LOOP_BLOCKED_S:
+            self._recorder.loop_stalled(lease, seconds, core_wait, collector)
 
     def _deliver(self, lease: Lease, outcome: Outcome) -> None:
         if lease.abandoned:
@@ -290,18 +291,47 @@ class _CoreWait:
             return 0.0
 
 
+class _CollectorTime:
+    """Seconds this process has spent in the garbage collector, every thread's collections
+    (each holds the interpreter): a step that set one off did not cause its length. A large
+    fan-out keeps many objects alive, and a full collection then takes a while (0.2-0.5 s
+    with 100,000 runs held, over a second on a loaded machine), which was reported as the
+    handler that happened to be running blocking the loop."""
+
+    _instance: _CollectorTime | None = None
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._began = 0.0
+        gc.callbacks.append(self._observe)
+
+    @classmethod
+    def of_process(cls) -> _CollectorTime:
+        if cls._instance is None:
+            cls._instance = cls()
+        return cls._instance
+
+    def _observe(self, phase: str, info: dict[str, int]) -> None:
+        # Collections do not nest: each "start" is followed by its "stop".
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._began
+
+
 class _StepTimed:
     """Awaits ``coro``, timing each of its steps (the code between two awaits, run with the
-    event loop held): ``on_long_step(lease, seconds, core_wait)`` after a step that held the
-    loop ``LOOP_BLOCKED_S`` or more, so the handler that blocked the loop is named (a thread
-    watching the loop could only say that it was blocked). Such a step is its wall time less
-    ``core_wait``, the time its thread waited for a core meanwhile. Short steps cost two
-    clock reads: every run of every async handler goes through here."""
+    event loop held): ``on_long_step(lease, seconds, core_wait, collector)`` after a step that
+    held the loop ``LOOP_BLOCKED_S`` or more, so the handler that blocked the loop is named (a
+    thread watching the loop could only say that it was blocked). Such a step is its wall time
+    less ``core_wait``, the time its thread waited for a core meanwhile, and ``collector``,
+    the garbage collector's time meanwhile. Short steps cost two clock reads: every run of
+    every async handler goes through here."""
 
     __slots__ = ("_coro", "_lease", "_on_long_step")
 
     def __init__(
-        self, coro: Any, lease: Lease, on_long_step: Callable[[Lease, float, float], None]
+        self, coro: Any, lease: Lease, on_long_step: Callable[[Lease, float, float, float], None]
     ) -> None:
         self._coro, self._lease, self._on_long_step = coro, lease, on_long_step
 
@@ -310,16 +340,16 @@ class _StepTimed:
         send, throw, clock = steps.send, steps.throw, time.monotonic
         sent: Any = None
         thrown: BaseException | None = None
-        core = _CoreWait.of_this_thread()
+        core, collector = _CoreWait.of_this_thread(), _CollectorTime.of_process()
         while True:
             began = clock()
-            waited = core.recent(began)
+            waited, collected = core.recent(began), collector.seconds
             try:
                 try:
                     pending = send(sent) if thrown is None else throw(thrown)
                 finally:  # inline, not a call: every step of every run comes here
                     if clock() - began >= LOOP_BLOCKED_S:
-                        self._long_step(began, waited, core)
+                        self._long_step(began, (waited, core), collector.seconds - collected)
             except StopIteration as done:
                 return done.value
             thrown = None
@@ -328,10 +358,11 @@ class _StepTimed:
             except BaseException as exc:  # a cancellation (run_timeout, shutdown) goes in
                 sent, thrown = None, exc
 
-    def _long_step(self, began: float, waited: float, core: _CoreWait) -> None:
+    def _long_step(self, began: float, core: tuple[float, _CoreWait], collected: float) -> None:
         # The clock is read again after the core wait: a wait for a core between the two
         # reads (a loaded machine preempting the thread) is then in both terms, not
         # subtracted from a step that never included it.
-        core_waited = core.seconds() - waited
-        took = time.monotonic() - began - core_waited
-        self._on_long_step(self._lease, took, core_waited)
+        waited, reading = core
+        core_waited = reading.seconds() - waited
+        took = time.monotonic() - began - core_waited - collected
+        self._on_long_step(self._lease, took, core_waited, collected)

@@ -102,11 +102,17 @@ class Recorder:
             hint="an async handler must not block: await, or make it a def (run in a thread)",
         )
 
-    def loop_stalled(self, lease: Lease, seconds: float, core_wait: float) -> None:
-        """A step of an async handler held the loop ``seconds + core_wait`` but its thread
-        waited ``core_wait`` of it for a core: the machine's load, not the handler."""
+    def loop_stalled(
+        self, lease: Lease, seconds: float, core_wait: float, collector: float
+    ) -> None:
+        """A step of an async handler held the loop ``seconds + core_wait + collector`` but
+        its thread waited ``core_wait`` of it for a core and the garbage collector ran
+        ``collector`` of it: the machine's load and the process's heap, not the handler."""
         lease.run.log.info(
-            "event_loop_stalled", step_s=round(seconds, 3), core_wait_s=round(core_wait, 3)
+            "event_loop_stalled",
+            step_s=round(seconds, 3),
+            core_wait_s=round(core_wait, 3),
+            collector_s=round(collector, 3),
         )
 
     def lease_lost(self, lease: Lease, why: str) -> None:

@@ -7,6 +7,7 @@ same lease."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -453,17 +454,18 @@ class _FakeCoreWait:
 
 def _timed_step(
     monkeypatch: pytest.MonkeyPatch, core: _FakeCoreWait, body: Any
-) -> list[tuple[float, float]]:
+) -> list[tuple[float, float, float]]:
+    """The long steps of a handler running ``body`` (step, core wait, collector)."""
     monkeypatch.setattr(_execution, "LOOP_BLOCKED_S", 0.05)  # a short step counts as long
     monkeypatch.setattr(_execution._CoreWait._local, "core_wait", core, raising=False)
-    steps: list[tuple[float, float]] = []
+    steps: list[tuple[float, float, float]] = []
 
     async def handler() -> None:
         body()
 
     async def timed() -> None:
         await _execution._StepTimed(
-            handler(), None, lambda _, step, wait: steps.append((step, wait))
+            handler(), None, lambda _, step, wait, gc_s: steps.append((step, wait, gc_s))
         )
 
     asyncio.run(timed())
@@ -477,7 +479,7 @@ def test_a_step_is_its_time_less_the_core_wait_inside_it(monkeypatch: pytest.Mon
         time.sleep(0.3)
         core.total += 0.2
 
-    [(step, core_wait)] = _timed_step(monkeypatch, core, body)
+    [(step, core_wait, _)] = _timed_step(monkeypatch, core, body)
     assert 0.09 <= step < 0.2 and core_wait == 0.2, (step, core_wait)
 
 
@@ -485,5 +487,30 @@ def test_a_core_wait_after_the_step_is_not_taken_off_it(monkeypatch: pytest.Monk
     # The thread is preempted for 0.5 s after the step ended, while its wait is read: the
     # step blocked the loop for 0.2 s and is reported so (it was reported as -0.3 s, so a
     # blocking handler on a loaded machine went unnamed).
-    [(step, _)] = _timed_step(monkeypatch, _FakeCoreWait(read_wait=0.5), lambda: time.sleep(0.2))
+    [(step, _, _)] = _timed_step(monkeypatch, _FakeCoreWait(read_wait=0.5), lambda: time.sleep(0.2))
     assert 0.2 <= step < 0.45, step
+
+
+def test_a_collection_inside_a_step_is_not_the_handlers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A full collection while a fan-out held 100,000 runs took 0.2-0.5 s (more on a loaded
+    # machine) and was reported as the handler that happened to be running blocking the loop.
+    # Here a step of 0.3 s spends 0.25 s inside a collection, as the collector reports it.
+    collector = _execution._CollectorTime.of_process()
+
+    def body() -> None:
+        time.sleep(0.05)
+        collector._observe("start", {})
+        time.sleep(0.25)
+        collector._observe("stop", {})
+
+    [(step, _, gc_s)] = _timed_step(monkeypatch, _FakeCoreWait(), body)
+    assert 0.24 <= gc_s < 0.3 and 0.04 <= step < 0.1, (step, gc_s)
+
+
+def test_the_collector_time_counts_real_collections() -> None:
+    collector = _execution._CollectorTime.of_process()
+    before = collector.seconds
+    garbage = [[i] for i in range(200_000)]  # something for a full collection to traverse
+    gc.collect()
+    del garbage
+    assert collector.seconds > before
