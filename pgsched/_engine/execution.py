@@ -349,7 +349,7 @@ class _StepTimed:
                     pending = send(sent) if thrown is None else throw(thrown)
                 finally:  # inline, not a call: every step of every run comes here
                     if clock() - began >= LOOP_BLOCKED_S:
-                        self._long_step(began, (waited, core), collector.seconds - collected)
+                        self._long_step(began, waited, core, collector.seconds - collected)
             except StopIteration as done:
                 return done.value
             thrown = None
@@ -358,11 +358,10 @@ class _StepTimed:
             except BaseException as exc:  # a cancellation (run_timeout, shutdown) goes in
                 sent, thrown = None, exc
 
-    def _long_step(self, began: float, core: tuple[float, _CoreWait], collected: float) -> None:
+    def _long_step(self, began: float, waited: float, core: _CoreWait, collected: float) -> None:
         # The clock is read again after the core wait: a wait for a core between the two
         # reads (a loaded machine preempting the thread) is then in both terms, not
         # subtracted from a step that never included it.
-        waited, reading = core
-        core_waited = reading.seconds() - waited
+        core_waited = core.seconds() - waited
         took = time.monotonic() - began - core_waited - collected
         self._on_long_step(self._lease, took, core_waited, collected)

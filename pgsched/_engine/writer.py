@@ -85,7 +85,6 @@ class LeaseWriter:
         """Record and release the batch's leases; ``rows[i]`` is the row written (or tried)
         for ``batch[i]``, ``written`` the ids that landed with their next retry."""
         landed: list[tuple[Lease, Outcome, datetime | None]] = []
-        stored: list[Finish] = []
         for (lease, outcome), row in zip(batch, rows, strict=True):
             retry_at = written.get(lease.execution_id, _MISSED)
             if retry_at is _MISSED:
@@ -94,10 +93,9 @@ class LeaseWriter:
             if row.status != outcome.status:  # the outcome could not be stored as is
                 outcome = _as_stored(outcome, row)
             landed.append((lease, outcome, retry_at))
-            stored.append(row)
-        self._recorder.finished(landed)
-        for (lease, _, retry_at), row in zip(landed, stored, strict=True):
             self.memory.remember(lease, row, retry_at)
+        self._recorder.finished(landed)
+        for lease, _, _ in landed:
             self._leases.release(lease)
 
     async def _next_batch(self) -> list[tuple[Lease, Outcome]]:
