@@ -74,8 +74,13 @@ def _rows(value: int) -> int:
 
 
 def describe_error(exc: BaseException) -> str:
-    """``Type: message``, DSN passwords redacted, cut to what ``error_msg`` holds."""
-    text = redact(f"{type(exc).__name__}: {exc}").replace("\x00", "\\0")
+    """``Type: message``, DSN passwords redacted, cut to what ``error_msg`` holds. An error
+    of one of pgsched's own statements names it: ``... (statement due_cursors)``."""
+    text = f"{type(exc).__name__}: {exc}"
+    statement = getattr(exc, "pgsched_statement", None)  # set by the storage layer
+    if statement is not None:
+        text += f" (statement {statement})"
+    text = redact(text).replace("\x00", "\\0")
     # Lone surrogates (from undecodable file names, say) cannot be sent as UTF-8.
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text[:MAX_ERROR_CHARS]

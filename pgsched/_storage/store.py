@@ -69,6 +69,14 @@ _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
 
+def _name_statement(exc: psycopg.Error, name: str) -> None:
+    """Name the statement ``exc`` came from (describe_error says it): a tick runs a dozen, and
+    "canceling statement due to statement timeout" alone does not tell which one ran long."""
+    if getattr(exc, "pgsched_statement", None) is None:
+        exc.pgsched_statement = name  # type: ignore[attr-defined]
+        exc.add_note(f"(pgsched's {name} statement)")
+
+
 def sql_dir() -> Traversable:
     """The packaged ``sql/`` directory (inside the wheel), or the source checkout's."""
     packaged = resources.files("pgsched").joinpath("sql")
@@ -127,7 +135,7 @@ class _Statements:
         prepare: bool | None = None,
     ) -> list[Row]:
         async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(self._q[name], params, prepare=prepare)
+            await self._execute(cur, name, params, prepare=prepare)
             return await cur.fetchall() if cur.description else []
 
     async def _typed(
@@ -140,7 +148,7 @@ class _Statements:
         prepare: bool | None = None,
     ) -> list[_V]:
         async with conn.cursor(row_factory=class_row(cls)) as cur:
-            await cur.execute(self._q[name], params, prepare=prepare)
+            await self._execute(cur, name, params, prepare=prepare)
             return await cur.fetchall()
 
     async def _tuples(
@@ -151,19 +159,34 @@ class _Statements:
         binary: a timestamp is then read from a number, not parsed from text (0.7 against
         1.2 us a column)."""
         async with conn.cursor(row_factory=args_row(cls)) as cur:
-            await cur.execute(self._q[name], params, prepare=prepare, binary=True)
+            await self._execute(cur, name, params, prepare=prepare, binary=True)
             return await cur.fetchall()
 
     async def _plain(self, conn: Conn, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """Rows as tuples of their columns: for statements that return a row per run."""
         async with conn.cursor() as cur:
-            await cur.execute(self._q[name], params)
+            await self._execute(cur, name, params)
             return await cur.fetchall()
 
     async def _rowcount(self, conn: Conn, name: str, params: dict[str, Any]) -> int:
         async with conn.cursor() as cur:
-            await cur.execute(self._q[name], params)
+            await self._execute(cur, name, params)
             return cur.rowcount
+
+    async def _execute(
+        self,
+        cur: psycopg.AsyncCursor[Any],
+        name: str,
+        params: dict[str, Any] | None,
+        *,
+        prepare: bool | None = None,
+        binary: bool | None = None,
+    ) -> None:
+        try:
+            await cur.execute(self._q[name], params, prepare=prepare, binary=binary)
+        except psycopg.Error as exc:
+            _name_statement(exc, name)
+            raise
 
     async def _one(self, conn: Conn, name: str, params: dict[str, Any] | None = None) -> Row:
         rows = await self._rows(conn, name, params)

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from structlog.testing import capture_logs
 
 import pgsched
 from tests.support.plans import FixedPlans, past_plan
@@ -457,3 +458,22 @@ def test_exception_message_with_lone_surrogate_does_not_block_outcomes(
     assert (got["bad"]["status"], got["bad"]["error_code"]) == ("FAILED", "handler_error")
     assert "FileNotFoundError" in got["bad"]["error_msg"]
     assert reports and reports[0].failed == 1
+
+
+def test_a_tick_error_names_the_statement_that_failed(
+    make_scheduler: Any, migrated: str, pg_dsn: str
+) -> None:
+    # "canceling statement due to statement timeout" alone does not say which of a tick's
+    # statements ran long; the log line does.
+    s = make_scheduler(statement_timeout="1s")
+    s.register(lambda run: None, name="held_up", every="1s")
+    locked = psycopg.sql.SQL("LOCK TABLE {}.job_state IN ACCESS EXCLUSIVE MODE").format(
+        psycopg.sql.Identifier(migrated)
+    )
+    with psycopg.connect(pg_dsn) as holder, capture_logs() as events:
+        holder.execute(locked)
+        with pytest.raises(pgsched.PgschedError):
+            s.run_once()
+    errors = [e["error"] for e in events if e["event"] == "tick_error"]
+    assert errors, events
+    assert "statement timeout (statement tick_probe)" in errors[0], errors
