@@ -8,6 +8,15 @@
 -- tick's clock plus an hour, NULL for none) so the planner leaves out the ledger's partitions
 -- of later plans, made days ahead. A claim run past its bound claims nothing (a RUNNING row
 -- could hide in a partition left out): the next tick brings a new bound.
+--
+-- job_name = (SELECT %(job)s::text): in the checks made once per scope (a RUNNING row of the
+-- scope, a plan's row, the scope's latest plan), the job's name is kept from the planner's
+-- estimates. Figures taken before the job had rows in a partition (a new job, or a partition
+-- autovacuum analyzed while it held other jobs' rows) estimate one row for it, and the index
+-- of (job, plan time) then looks as cheap as the one by scope: each check read every row of
+-- the job in the partition (a 100,000-scope job's claims of 2,000 took 5-7 s each and grew
+-- until one met the statement timeout). A name it does not know is estimated at the
+-- partition's rows per job, and the index by scope wins.
 
 -- name: tick_probe
 -- One statement per tick: the database clock, pause flags, and which jobs have stale
@@ -216,7 +225,7 @@ locked AS (
             AND (SELECT t FROM now) < coalesce(%(running_before)s::timestamptz, 'infinity')
             AND NOT EXISTS (
                 SELECT 1 FROM {schema}.cron_executions r
-                WHERE r.job_name = c.job_name AND r.scope_kind = c.scope_kind
+                WHERE r.job_name = (SELECT %(job)s::text) AND r.scope_kind = c.scope_kind
                   AND r.scope_id = c.scope_id AND r.status = 'RUNNING' AND r.id <> c.id
                   AND r.plan_time < coalesce(%(running_before)s::timestamptz, 'infinity')
                   AND (r.exclusive OR r.stale_after >= (SELECT t FROM now)))))
@@ -346,7 +355,7 @@ inserted AS (
     CROSS JOIN now
     LEFT JOIN LATERAL (  -- never had a cursor: the upgrade path
         SELECT max(e.plan_time) AS latest FROM {schema}.cron_executions e
-        WHERE e.job_name = %(job)s AND e.scope_kind = p.kind AND e.scope_id = p.id
+        WHERE e.job_name = (SELECT %(job)s::text) AND e.scope_kind = p.kind AND e.scope_id = p.id
           AND e.trigger = 'schedule'
     ) AS l ON true
     WHERE p.id IS NOT NULL AND p.scope_id IS NULL
@@ -398,7 +407,7 @@ WHERE c.job_name = %(job)s AND c.due_at IS NOT NULL
         (SELECT t FROM now) < coalesce(%(running_before)s::timestamptz, 'infinity')
         AND NOT EXISTS (
             SELECT 1 FROM {schema}.cron_executions r
-            WHERE r.job_name = c.job_name AND r.scope_kind = c.scope_kind
+            WHERE r.job_name = (SELECT %(job)s::text) AND r.scope_kind = c.scope_kind
               AND r.scope_id = c.scope_id AND r.status = 'RUNNING'
               AND r.plan_time < coalesce(%(running_before)s::timestamptz, 'infinity')
               AND (r.exclusive OR r.stale_after >= (SELECT t FROM now)))))
@@ -435,7 +444,7 @@ ins AS (
     WHERE NOT %(forbid)s OR (
         now.t < coalesce(%(running_before)s::timestamptz, 'infinity') AND NOT EXISTS (
             SELECT 1 FROM {schema}.cron_executions r
-            WHERE r.job_name = %(job)s AND r.scope_kind = p.kind AND r.scope_id = p.id
+            WHERE r.job_name = (SELECT %(job)s::text) AND r.scope_kind = p.kind AND r.scope_id = p.id
               AND r.status = 'RUNNING' AND r.plan_time < coalesce(%(running_before)s::timestamptz, 'infinity')
               AND (r.exclusive OR r.stale_after >= now.t)))
     ORDER BY p.kind, p.id, p.plan_time
@@ -456,7 +465,7 @@ untaken AS MATERIALIZED (
 lacking AS MATERIALIZED (  -- cursors with a chosen plan that has no row: they stay due
     SELECT DISTINCT u.kind, u.id FROM untaken u
     WHERE (SELECT true FROM {schema}.cron_executions e
-           WHERE e.job_name = %(job)s AND e.scope_kind = u.kind AND e.scope_id = u.id
+           WHERE e.job_name = (SELECT %(job)s::text) AND e.scope_kind = u.kind AND e.scope_id = u.id
              AND e.plan_time = u.plan_time
              -- the claim's first and last plans: the planner leaves out the other partitions
              AND e.plan_time BETWEEN %(first_plan)s AND %(last_plan)s
@@ -1220,7 +1229,7 @@ ins AS (
       AND (NOT %(forbid)s OR (
             now.t < coalesce(%(running_before)s::timestamptz, 'infinity') AND NOT EXISTS (
                 SELECT 1 FROM {schema}.cron_executions r
-                WHERE r.job_name = %(job)s AND r.scope_kind = p.kind AND r.scope_id = p.id
+                WHERE r.job_name = (SELECT %(job)s::text) AND r.scope_kind = p.kind AND r.scope_id = p.id
                   AND r.status = 'RUNNING'
                   AND r.plan_time < coalesce(%(running_before)s::timestamptz, 'infinity')
                   AND (r.exclusive OR r.stale_after >= now.t))))
@@ -1241,7 +1250,7 @@ untaken AS MATERIALIZED (
 lacking AS MATERIALIZED (
     SELECT u.kind, u.id FROM untaken u
     WHERE (SELECT true FROM {schema}.cron_executions e
-           WHERE e.job_name = %(job)s AND e.scope_kind = u.kind AND e.scope_id = u.id
+           WHERE e.job_name = (SELECT %(job)s::text) AND e.scope_kind = u.kind AND e.scope_id = u.id
              AND e.plan_time = u.plan_time
              -- the claim's first and last plans: the planner leaves out the other partitions
              AND e.plan_time BETWEEN %(first_plan)s AND %(last_plan)s
@@ -1379,7 +1388,7 @@ SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger
 FROM unnest(%(kinds)s::text[], %(ids)s::text[]) AS sc(kind, id)
 CROSS JOIN unnest(%(plans)s::timestamptz[]) AS p(plan_time)
 JOIN {schema}.cron_executions e
-  ON e.job_name = %(job)s AND e.scope_kind = sc.kind AND e.scope_id = sc.id
+  ON e.job_name = (SELECT %(job)s::text) AND e.scope_kind = sc.kind AND e.scope_id = sc.id
  AND e.plan_time = p.plan_time
 
 -- name: dash_scope_runs
@@ -1392,7 +1401,7 @@ CROSS JOIN LATERAL (
            e.rows_affected, e.result, e.error_code, e.error_msg, e.created_at,
            (e.status = 'RUNNING' AND e.stale_after < clock_timestamp()) AS stale
     FROM {schema}.cron_executions e
-    WHERE e.job_name = %(job)s AND e.scope_kind = sc.kind AND e.scope_id = sc.id
+    WHERE e.job_name = (SELECT %(job)s::text) AND e.scope_kind = sc.kind AND e.scope_id = sc.id
     ORDER BY e.plan_time DESC
     LIMIT %(per_scope)s
 ) AS r

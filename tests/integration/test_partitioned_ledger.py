@@ -27,8 +27,9 @@ from tests.support.rows import (
     db_now,
     estimated_rows,
     insert_row,
+    partition_holding,
+    partition_of,
     row_by_id,
-    rows,
     seed_running,
     table,
 )
@@ -233,9 +234,9 @@ def test_any_plan_time_gets_a_partition_and_retention_drops_only_finished_ones(
     ahead = s.trigger("far", at=now + timedelta(days=900))
     assert ahead.created
     backfilled = [r["id"] for r in _rows_where(db, migrated, "trigger = 'backfill'")]
-    held = {_partition_holding(db, migrated, ident) for ident in backfilled}
+    held = {partition_holding(db, migrated, ident) for ident in backfilled}
     assert len(backfilled) >= 2 and "cron_executions_default" not in held, held
-    assert _partition_holding(db, migrated, ahead.id) not in (None, "cron_executions_default")
+    assert partition_holding(db, migrated, ahead.id) not in (None, "cron_executions_default")
     # a finished partition and one with a PENDING row, both older than the cutoff
     done_at = now - 10 * DAY
     insert_row(db, migrated, job_name="far", plan_time=done_at, status="SUCCESS", finished_at=now)
@@ -275,14 +276,6 @@ def _rows_where(db: Any, schema: str, where: str) -> list[Any]:
     with db.cursor(row_factory=dict_row) as cur:
         cur.execute(sql.SQL("SELECT * FROM {} WHERE ").format(table(schema)) + sql.SQL(where))
         return cur.fetchall()
-
-
-def _partition_holding(db: Any, schema: str, ident: UUID) -> str | None:
-    row = db.execute(
-        sql.SQL("SELECT tableoid::regclass::text FROM {} WHERE id = %s").format(table(schema)),
-        (ident,),
-    ).fetchone()
-    return None if row is None else str(row[0]).split(".")[-1].strip('"')
 
 
 def test_dropping_the_created_index_makes_way_while_a_transaction_holds_the_ledger(
@@ -353,13 +346,6 @@ def test_the_tick_probe_is_planned_once_per_connection(pg_dsn: str, migrated: st
     assert asyncio.run(_tick_probes(pg_dsn, migrated, pooled=True)) == []
 
 
-def _partition_of(db: Any, schema: str, job: str) -> str:
-    """The partition holding ``job``'s rows (one plan: one partition)."""
-    found = {_partition_holding(db, schema, row["id"]) for row in rows(db, schema, job)}
-    assert len(found) == 1 and None not in found, found
-    return str(found.pop())
-
-
 def test_a_first_claim_into_a_partition_gives_the_planner_its_figures(
     make_scheduler: Any, migrated: str, db: Any
 ) -> None:
@@ -373,14 +359,15 @@ def test_a_first_claim_into_a_partition_gives_the_planner_its_figures(
     runtime.register(lambda run: None, name="a", every="1h", scopes=scopes)
     report = runtime.run_once()
     assert (report.claimed, report.errors) == (20, 0)
-    assert estimated_rows(db, migrated, _partition_of(db, migrated, "a")) <= 0
+    assert estimated_rows(db, migrated, partition_of(db, migrated, "a")) <= 0
 
     owner = make_scheduler("r2", role="owner", max_concurrency=20)
     owner.register(lambda run: None, name="b", every="1h", scopes=scopes)
     report = owner.run_once()
     assert (report.claimed, report.errors) == (20, 0)
-    part = _partition_of(db, migrated, "b")
+    part = partition_of(db, migrated, "b")
     found = db.execute(sql.SQL("SELECT count(*) FROM {}").format(table(migrated, part)))
     held = found.fetchone()[0]
     assert held >= 20
     assert estimated_rows(db, migrated, part) == held  # its rows as the claim left them
+

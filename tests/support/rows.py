@@ -181,3 +181,42 @@ def estimated_rows(db: Conn, schema: str, name: str) -> float:
     found = row.fetchone()
     assert found is not None
     return float(found[0])
+
+
+def partition_holding(db: Conn, schema: str, ident: UUID) -> str | None:
+    """The name of the ledger's partition that holds the row ``ident``."""
+    row = db.execute(
+        sql.SQL("SELECT tableoid::regclass::text FROM {} WHERE id = %s").format(table(schema)),
+        (ident,),
+    ).fetchone()
+    return None if row is None else str(row[0]).split(".")[-1].strip('"')
+
+
+def partition_of(db: Conn, schema: str, job: str) -> str:
+    """The partition holding ``job``'s rows (one plan: one partition)."""
+    found = {partition_holding(db, schema, row["id"]) for row in rows(db, schema, job)}
+    assert len(found) == 1 and None not in found, found
+    return str(found.pop())
+
+
+def inserted(db: Conn, schema: str, name: str) -> int:
+    """Rows inserted into the table ``name`` as the server's statistics count them (a
+    session's counts reach them when it ends, or in its idle moments)."""
+    row = db.execute(
+        "SELECT n_tup_ins FROM pg_stat_user_tables WHERE schemaname = %s AND relname = %s",
+        (schema, name),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def job_index_reads(db: Conn, schema: str, name: str) -> int:
+    """Entries read so far in the ledger partition ``name``'s index of (job, plan time)."""
+    row = db.execute(
+        "SELECT coalesce(sum(s.idx_tup_read), 0) FROM pg_stat_user_indexes s"
+        " JOIN pg_indexes i ON i.schemaname = s.schemaname AND i.indexname = s.indexrelname"
+        " WHERE s.schemaname = %s AND s.relname = %s"
+        " AND i.indexdef LIKE '%%(job_name, plan_time DESC)'",
+        (schema, name),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
