@@ -370,4 +370,3 @@ def test_a_first_claim_into_a_partition_gives_the_planner_its_figures(
     held = found.fetchone()[0]
     assert held >= 20
     assert estimated_rows(db, migrated, part) == held  # its rows as the claim left them
-
