@@ -1191,7 +1191,7 @@ due AS MATERIALIZED (
             (SELECT t FROM now) < coalesce(%(running_before)s::timestamptz, 'infinity')
             AND NOT EXISTS (
                 SELECT 1 FROM {schema}.cron_executions r
-                WHERE r.job_name = s.job_name AND r.scope_kind = s.scope_kind
+                WHERE r.job_name = (SELECT %(job)s::text) AND r.scope_kind = s.scope_kind
                   AND r.scope_id = s.scope_id AND r.status = 'RUNNING'
                   AND r.plan_time < coalesce(%(running_before)s::timestamptz, 'infinity')
                   AND (r.exclusive OR r.stale_after >= (SELECT t FROM now)))))
