@@ -210,13 +210,18 @@ def inserted(db: Conn, schema: str, name: str) -> int:
 
 
 def job_index_reads(db: Conn, schema: str, name: str) -> int:
-    """Entries read so far in the ledger partition ``name``'s index of (job, plan time)."""
+    """Entries read so far in the ledger partition ``name``'s index of (job, plan time).
+    Found by its columns in the catalog, not by ``pg_indexes``: that view formats every
+    index of the database, and one dropped meanwhile by a concurrent test fails it."""
     row = db.execute(
         "SELECT coalesce(sum(s.idx_tup_read), 0) FROM pg_stat_user_indexes s"
-        " JOIN pg_indexes i ON i.schemaname = s.schemaname AND i.indexname = s.indexrelname"
-        " WHERE s.schemaname = %s AND s.relname = %s"
-        " AND i.indexdef LIKE '%%(job_name, plan_time DESC)'",
-        (schema, name),
+        " JOIN pg_index x ON x.indexrelid = s.indexrelid"
+        " WHERE s.relid = to_regclass(%s) AND x.indpred IS NULL"
+        " AND (SELECT array_agg(a.attname ORDER BY k.n)"
+        "      FROM unnest(x.indkey::int2[]) WITH ORDINALITY AS k(attnum, n)"
+        "      JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum)"
+        "     = ARRAY['job_name', 'plan_time']::name[]",
+        (sql.SQL("{}").format(table(schema, name)).as_string(db),),
     ).fetchone()
     assert row is not None
     return int(row[0])
