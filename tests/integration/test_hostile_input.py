@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -246,6 +247,47 @@ def _fan_out_seconds(s: pgsched.Scheduler, name: str, plan: datetime, n: int) ->
     return elapsed
 
 
+_WAITING = (
+    "SELECT a.pid, a.state, a.wait_event_type, a.wait_event,"
+    " round(extract(epoch FROM clock_timestamp() - a.query_start)::numeric, 1) AS running_s,"
+    " left(regexp_replace(a.query, '\\s+', ' ', 'g'), 70) AS query,"
+    " (SELECT array_agg(l.mode || ' ' || coalesce(l.relation::regclass::text, l.locktype))"
+    "  FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted) AS waiting_for,"
+    " pg_blocking_pids(a.pid) AS blocked_by"
+    " FROM pg_stat_activity a"
+    " WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.state <> 'idle'"
+)
+
+
+class _Watch:
+    """What the database's sessions are doing, every few seconds once a step has run longer
+    than it should: a statement that meets the statement timeout then says whether it was
+    working or waiting, and for whom."""
+
+    def __init__(self, db: Any, after_s: float, every_s: float = 3.0) -> None:
+        self.seen: list[tuple[float, list[Any]]] = []
+        self._db, self._after_s, self._every_s = db, after_s, every_s
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> _Watch:
+        self._began = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(10)
+
+    def _watch(self) -> None:
+        if self._done.wait(self._after_s):
+            return
+        while not self._done.is_set():
+            found = self._db.execute(_WAITING).fetchall()
+            self.seen.append((round(time.monotonic() - self._began, 1), found))
+            self._done.wait(self._every_s)
+
+
 def test_a_hundred_thousand_scopes_each_run_exactly_once(
     make_scheduler: Any, migrated: str, db: Any
 ) -> None:
@@ -266,11 +308,13 @@ def test_a_hundred_thousand_scopes_each_run_exactly_once(
     # run_once ended its sessions: their counts are in once the tenth's inserts all are
     wait_until(lambda: inserted(db, migrated, part) >= n // 10, 30, "the tenth's counts")
     reads_before = job_index_reads(db, migrated, part)
-    with capture_logs() as events:
+    # Past 15 s (twice what the fan-out takes here under the full suite's load) the server's
+    # sessions are looked at every 3 s, for the failure message.
+    with capture_logs() as events, _Watch(db, after_s=15) as watch:
         try:
             elapsed = _fan_out_seconds(s, "fan_out", plan, n)
         except pgsched.PgschedError as exc:  # the tick failed: say why (its events are here)
-            raise AssertionError(f"{exc}: {alarming(events)[:3]}") from exc
+            raise AssertionError(f"{exc}: {alarming(events)[:3]}; {watch.seen[-6:]}") from exc
     assert alarming(events) == [], alarming(events)[:3]
     # Each scope's check for a RUNNING row goes through the index of RUNNING rows by scope.
     # Planned through the index of (job, plan time) on those figures, it read every row of
