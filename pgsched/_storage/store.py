@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime, timedelta
 from functools import cache
@@ -69,12 +70,18 @@ _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_(\w+)\.sql$")
 
 
-def _name_statement(exc: psycopg.Error, name: str) -> None:
-    """Name the statement ``exc`` came from (describe_error says it): a tick runs a dozen, and
-    "canceling statement due to statement timeout" alone does not tell which one ran long."""
-    if getattr(exc, "pgsched_statement", None) is None:
-        exc.pgsched_statement = name  # type: ignore[attr-defined]
-        exc.add_note(f"(pgsched's {name} statement)")
+@contextmanager
+def _naming(name: str) -> Iterator[None]:
+    """A database error inside names the statement ``name`` (describe_error says it): a tick
+    runs a dozen, and "canceling statement due to statement timeout" alone does not tell which
+    one ran long."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        if getattr(exc, "pgsched_statement", None) is None:
+            exc.pgsched_statement = name  # type: ignore[attr-defined]
+            exc.add_note(f"(pgsched's {name} statement)")
+        raise
 
 
 def sql_dir() -> Traversable:
@@ -182,11 +189,8 @@ class _Statements:
         prepare: bool | None = None,
         binary: bool | None = None,
     ) -> None:
-        try:
+        with _naming(name):
             await cur.execute(self._q[name], params, prepare=prepare, binary=binary)
-        except psycopg.Error as exc:
-            _name_statement(exc, name)
-            raise
 
     async def _one(self, conn: Conn, name: str, params: dict[str, Any] | None = None) -> Row:
         rows = await self._rows(conn, name, params)
@@ -333,7 +337,8 @@ class _LedgerStatements(_Statements):
         """Analyze one partition (skipped by the server unless this role owns it)."""
         ident = sql.Identifier(self.schema)
         statement = self._analyze_partition.format(schema=ident, partition=sql.Identifier(name))
-        await conn.execute(statement)
+        with _naming("analyze_partition"):
+            await conn.execute(statement)
 
     async def partitions_ahead(self, conn: Conn) -> int:
         """Create the partitions from yesterday's to ``ahead`` past now that are missing."""
@@ -456,7 +461,8 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
         self, conn: psycopg.Connection[Any], idle: timedelta, *, synchronous: bool
     ) -> None:
         """:meth:`commit_phase` on a sync connection."""
-        conn.execute(self._q["commit_phase"], _commit_params(idle, synchronous))
+        with _naming("commit_phase"):
+            conn.execute(self._q["commit_phase"], _commit_params(idle, synchronous))
 
     async def synchronous_standbys(self, conn: Conn) -> Row:
         """``names`` (synchronous_standby_names), ``synchronous`` (connected sync or quorum
@@ -540,7 +546,7 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
         self, conn: psycopg.Connection[Any], batch: Sequence[Finish]
     ) -> dict[UUID, datetime | None]:
         """:meth:`finish` on a sync connection (a sync handler's transactional ``run.conn``)."""
-        with conn.cursor(row_factory=dict_row) as cur:
+        with conn.cursor(row_factory=dict_row) as cur, _naming("finish"):
             cur.execute(self._q["finish"], _finish_params(batch))
             return {r["id"]: r["next_retry_at"] for r in cur.fetchall()}
 
@@ -570,7 +576,7 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
 
     def server_state_sync(self, conn: psycopg.Connection[Any]) -> Row:
         """:meth:`server_state` on a sync connection."""
-        with conn.cursor(row_factory=dict_row) as cur:
+        with conn.cursor(row_factory=dict_row) as cur, _naming("server_state"):
             cur.execute(self._q["server_state"])
             row = cur.fetchone()
         assert row is not None
@@ -586,7 +592,8 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
         no_jit: bool = True,
     ) -> None:
         params = _session_params(statement, idle, local, no_jit)
-        conn.execute(self._q["configure_session"], params)
+        with _naming("configure_session"):
+            conn.execute(self._q["configure_session"], params)
 
     # -- operations ---------------------------------------------------------------------
 

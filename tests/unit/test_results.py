@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import psycopg
 import pytest
 
 import pgsched
@@ -17,6 +18,7 @@ from pgsched._results import (
     describe_traceback,
     encode_result,
 )
+from pgsched._storage.store import _naming
 
 
 def test_none() -> None:
@@ -135,6 +137,18 @@ def test_describe_error() -> None:
     assert len(long) == MAX_ERROR_CHARS
     assert long.startswith("RuntimeError: xxx")
     assert "\x00" not in describe_error(ValueError("a\x00b"))
+
+
+def test_an_error_of_a_named_statement_says_which_statement() -> None:
+    # the innermost name is the statement's
+    with pytest.raises(psycopg.errors.QueryCanceled) as raised, _naming("finish"), _naming("inner"):
+        raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
+    assert describe_error(raised.value) == (
+        "QueryCanceled: canceling statement due to statement timeout (statement inner)"
+    )
+    with pytest.raises(ValueError) as other, _naming("finish"):
+        raise ValueError("not the database's")
+    assert describe_error(other.value) == "ValueError: not the database's"
 
 
 def _raised(message: str) -> BaseException:
