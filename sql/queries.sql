@@ -10,13 +10,15 @@
 -- could hide in a partition left out): the next tick brings a new bound.
 --
 -- job_name = (SELECT %(job)s::text): in the checks made once per scope (a RUNNING row of the
--- scope, a plan's row, the scope's latest plan), the job's name is kept from the planner's
--- estimates. Figures taken before the job had rows in a partition (a new job, or a partition
--- autovacuum analyzed while it held other jobs' rows) estimate one row for it, and the index
--- of (job, plan time) then looks as cheap as the one by scope: each check read every row of
--- the job in the partition (a 100,000-scope job's claims of 2,000 took 5-7 s each and grew
--- until one met the statement timeout). A name it does not know is estimated at the
--- partition's rows per job, and the index by scope wins.
+-- scope, a plan's row, the scope's latest plan, first sight's cursor updates), the job's name
+-- is kept from the planner's estimates. Figures taken before the job had rows in a partition
+-- (a new job, or a partition autovacuum analyzed while it held other jobs' rows) estimate one
+-- row for it, and the index of (job, plan time) then looks as cheap as the one by scope:
+-- each check read every row of the job in the partition (a 100,000-scope job's claims of
+-- 2,000 took 5-7 s each and grew until one met the statement timeout). A name it does not know is estimated at the
+-- partition's rows per job, and the index by scope wins. The same with the cursors: on figures
+-- from before a job's 100,000 cursors, first sight's updates joined each of them (taken for
+-- one) with every listed scope, and a sight of an unchanged list met the statement timeout.
 
 -- name: tick_probe
 -- One statement per tick: the database clock, pause flags, and which jobs have stale
@@ -326,7 +328,7 @@ retired AS (
     SET retired_at = now.t, next_plan_time = NULL, due_at = NULL, updated_at = now.t
     FROM pairs p, now
     WHERE p.id IS NULL AND p.retired_at IS NULL AND (SELECT ok FROM agreed)
-      AND c.job_name = %(job)s AND c.scope_kind = p.scope_kind AND c.scope_id = p.scope_id
+      AND c.job_name = (SELECT %(job)s::text) AND c.scope_kind = p.scope_kind AND c.scope_id = p.scope_id
     RETURNING 1
 ),
 respecified AS (
@@ -335,7 +337,7 @@ respecified AS (
     FROM pairs p, now
     WHERE p.id IS NOT NULL AND p.scope_id IS NOT NULL AND p.retired_at IS NULL
       AND p.spec IS DISTINCT FROM %(spec)s AND p.spec IS NOT NULL
-      AND c.job_name = %(job)s AND c.scope_kind = p.kind AND c.scope_id = p.id
+      AND c.job_name = (SELECT %(job)s::text) AND c.scope_kind = p.kind AND c.scope_id = p.id
       AND c.retired_at IS NULL AND c.spec IS DISTINCT FROM %(spec)s AND c.spec IS NOT NULL
     RETURNING 1
 ),
@@ -371,7 +373,7 @@ revived AS (
         first_seen_at = now.t, retired_at = NULL, updated_at = now.t
     FROM pairs p, now
     WHERE p.id IS NOT NULL AND p.retired_at IS NOT NULL
-      AND c.job_name = %(job)s AND c.scope_kind = p.kind AND c.scope_id = p.id
+      AND c.job_name = (SELECT %(job)s::text) AND c.scope_kind = p.kind AND c.scope_id = p.id
       AND c.retired_at IS NOT NULL
     RETURNING 1
 ),
