@@ -1098,15 +1098,21 @@ SELECT pg_is_in_recovery() AS in_recovery,
 -- name: configure_session
 -- Applied to every pgsched connection: a stuck statement or an abandoned transaction cannot
 -- hold row locks for ever. Behind a transaction-pooling PgBouncer only inside a transaction
--- (local), since a server connection's session is shared. No JIT compilation (`no_jit`; not
--- on a transactional handler's connection, whose own statements keep the server's setting):
--- pgsched's statements each read few rows, but over a partitioned ledger with a long history
--- they are estimated costly enough to be compiled, which took longer than the statements
--- themselves (4 s of a `status` that runs in 12 ms; see no_jit, its form for a pooled
--- connection).
+-- (local), since a server connection's session is shared. Two settings only for pgsched's own
+-- statements, not on a transactional handler's connection (`handler`), whose statements keep
+-- the server's: no JIT compilation (pgsched's statements each read few rows, but over a
+-- partitioned ledger with a long history they are estimated costly enough to be compiled,
+-- which took longer than the statements themselves: 4 s of a `status` that runs in 12 ms; see
+-- no_jit, its form for a pooled connection), and timestamps in UTC (psycopg then returns
+-- them with datetime.UTC rather than the server's named zone: cheaper to load, convert and
+-- compare, which a replica does for every run it claims; no statement depends on the
+-- session's zone).
 SELECT set_config('statement_timeout', %(statement_ms)s, %(local)s),
        set_config('idle_in_transaction_session_timeout', %(idle_ms)s, %(local)s),
-       set_config('jit', CASE WHEN %(no_jit)s THEN 'off' ELSE current_setting('jit') END,
+       set_config('jit', CASE WHEN %(handler)s THEN current_setting('jit') ELSE 'off' END,
+                  %(local)s),
+       set_config('TimeZone',
+                  CASE WHEN %(handler)s THEN current_setting('TimeZone') ELSE 'UTC' END,
                   %(local)s)
 
 -- name: put_schedules

@@ -143,9 +143,9 @@ class Transactions:
         async with conn:
             try:
                 await conn.set_autocommit(False)
-                # The handler's own statements keep the server's JIT setting.
+                # The handler's own statements keep the server's JIT and TimeZone settings.
                 await self._store.configure_session(
-                    conn, timeout, timeout + _IDLE_MARGIN, local=self._local, no_jit=False
+                    conn, timeout, timeout + _IDLE_MARGIN, local=self._local, handler=True
                 )
                 run.conn = conn
                 conn.answer_timeout = timeout.total_seconds() + ANSWER_GRACE_S
@@ -175,7 +175,7 @@ class Transactions:
             try:
                 conn.autocommit = False
                 self._store.configure_session_sync(
-                    conn, timeout, timeout + _IDLE_MARGIN, local=self._local, no_jit=False
+                    conn, timeout, timeout + _IDLE_MARGIN, local=self._local, handler=True
                 )
                 run.conn = conn
                 conn.answer_timeout = timeout.total_seconds() + ANSWER_GRACE_S

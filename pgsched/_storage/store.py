@@ -562,11 +562,12 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
         idle: timedelta,
         *,
         local: bool = False,
-        no_jit: bool = True,
+        handler: bool = False,
     ) -> None:
         """Statement and idle-in-transaction timeouts for the session (or, ``local``, for
-        the current transaction only), and JIT off unless ``no_jit`` is false."""
-        params = _session_params(statement, idle, local, no_jit)
+        the current transaction only); unless it is a transactional ``handler``'s connection,
+        JIT off and timestamps in UTC."""
+        params = _session_params(statement, idle, local, handler)
         await self._rows(conn, "configure_session", params)
 
     async def server_state(self, conn: Conn) -> Row:
@@ -589,9 +590,9 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
         idle: timedelta,
         *,
         local: bool = False,
-        no_jit: bool = True,
+        handler: bool = False,
     ) -> None:
-        params = _session_params(statement, idle, local, no_jit)
+        params = _session_params(statement, idle, local, handler)
         with _naming("configure_session"):
             conn.execute(self._q["configure_session"], params)
 
@@ -759,13 +760,13 @@ def _commit_params(idle: timedelta, synchronous: bool) -> dict[str, Any]:
 
 
 def _session_params(
-    statement: timedelta, idle: timedelta, local: bool, no_jit: bool
+    statement: timedelta, idle: timedelta, local: bool, handler: bool
 ) -> dict[str, Any]:
     return {
         "statement_ms": str(int(statement.total_seconds() * 1000)),
         "idle_ms": str(int(idle.total_seconds() * 1000)),
         "local": local,
-        "no_jit": no_jit,
+        "handler": handler,
     }
 
 

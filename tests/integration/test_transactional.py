@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 import pgsched
 from tests.support.roles import DbRoles
@@ -158,27 +159,29 @@ def test_run_conn_has_session_timeouts(make_scheduler: Any, migrated: str, db: A
     assert seen == {"statement_timeout": "45s", "idle_in_transaction_session_timeout": "55s"}
 
 
-def test_jit_is_off_for_pgsched_and_left_to_the_server_for_the_handler(
-    make_scheduler: Any, migrated: str, db: Any, runtime_dsn: str
+def test_jit_and_time_zone_are_pgsched_s_own_and_left_to_the_server_for_the_handler(
+    migrated: str, db: Any, runtime_dsn: str
 ) -> None:
     """pgsched's own statements run without JIT compilation (over a long partitioned history
-    it cost more than the statements), but a transactional handler's statements on
-    ``run.conn`` keep the server's setting."""
-    server = db.execute("SHOW jit").fetchone()[0]
-    assert server == "on"  # PostgreSQL's default, so the handler's "on" is not pgsched's doing
-    seen: list[str] = []
+    it cost more than the statements) and in UTC (cheaper timestamps for every run claimed),
+    but a transactional handler's statements on ``run.conn`` keep the server's settings (here
+    a session default of America/New_York, given in the DSN)."""
+    assert db.execute("SHOW jit").fetchone()[0] == "on"  # PostgreSQL's default
+    dsn = make_conninfo(runtime_dsn, options="-c TimeZone=America/New_York")
+    show = "SELECT current_setting('jit'), current_setting('TimeZone')"
+    seen: list[tuple[str, str]] = []
 
     async def handler(run: pgsched.Run) -> None:
-        seen.append((await (await run.conn.execute("SHOW jit")).fetchone())[0])
+        seen.append(await (await run.conn.execute(show)).fetchone())
 
-    s = make_scheduler()
+    s = pgsched.Scheduler(dsn=dsn, schema=migrated, runner_id="r1")
     s.register(handler, name="tx", every="1h", transactional=True)
     s.run_once()
-    assert seen == [server]
+    assert seen == [("on", "America/New_York")]
 
-    async def operator_session() -> str:
-        admin = pgsched.AsyncAdmin(runtime_dsn, schema=migrated)
+    async def operator_session() -> tuple[str, str]:
+        admin = pgsched.AsyncAdmin(dsn, schema=migrated)
         async with admin, admin._conn() as conn:  # the connection its operations use
-            return str((await (await conn.execute("SHOW jit")).fetchone())[0])
+            return await (await conn.execute(show)).fetchone()
 
-    assert asyncio.run(operator_session()) == "off"
+    assert asyncio.run(operator_session()) == ("off", "UTC")
