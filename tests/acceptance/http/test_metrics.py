@@ -274,14 +274,26 @@ def test_claims_and_skips_match_the_rows_this_replica_claimed(cluster: Cluster) 
                 (r,),
             )
         )
-        # latest_only: every schedule plan between a replica's claim and the scope's previous
-        # stored plan was superseded. Only `tick` and `boom` (every 1s) can skip here.
+        # latest_only: every schedule plan from where the scope started to its latest claimed
+        # one that has no row was superseded. Only `tick` and `boom` (every 1s) can skip here.
+        # A scope starts after its latest scheduled row from before its cursor (tick's seeded
+        # row), else at its first plan at or after its first sight less the tick interval
+        # (0.5 s): a first claim that came a second or more after that (a loaded machine)
+        # superseded plans before the job's first row, which the rows alone do not show.
         spans = dict(
             (job, int(span) - n)
             for job, span, n in cluster.q(
-                "SELECT job_name, extract(epoch FROM max(plan_time) - min(plan_time)),"
-                " count(*) - 1 FROM {s}.cron_executions"
-                " WHERE job_name IN ('tick', 'boom') AND trigger = 'schedule' GROUP BY 1"
+                "WITH start AS ("
+                "  SELECT e.job_name, least(min(e.plan_time),"
+                "    (SELECT to_timestamp(ceil(extract(epoch FROM min(c.first_seen_at)) - 0.5))"
+                "     FROM {s}.cron_cursors c WHERE c.job_name = e.job_name) - interval '1 s'"
+                "  ) AS t"
+                "  FROM {s}.cron_executions e"
+                "  WHERE e.job_name IN ('tick', 'boom') AND e.trigger = 'schedule' GROUP BY 1)"
+                " SELECT e.job_name, extract(epoch FROM max(e.plan_time) - start.t),"
+                "  count(*) FILTER (WHERE e.plan_time > start.t)"
+                " FROM {s}.cron_executions e JOIN start USING (job_name)"
+                " WHERE e.trigger = 'schedule' GROUP BY e.job_name, start.t"
             )
         )
         m2 = scrape(cluster.main)
