@@ -1098,21 +1098,28 @@ SELECT pg_is_in_recovery() AS in_recovery,
 -- name: configure_session
 -- Applied to every pgsched connection: a stuck statement or an abandoned transaction cannot
 -- hold row locks for ever. Behind a transaction-pooling PgBouncer only inside a transaction
--- (local), since a server connection's session is shared. Two settings only for pgsched's own
--- statements, not on a transactional handler's connection (`handler`), whose statements keep
--- the server's: no JIT compilation (pgsched's statements each read few rows, but over a
+-- (local), since a server connection's session is shared. Three settings only for pgsched's
+-- own statements, not on a transactional handler's connection (`handler`), whose statements
+-- keep the server's: no JIT compilation (pgsched's statements each read few rows, but over a
 -- partitioned ledger with a long history they are estimated costly enough to be compiled,
 -- which took longer than the statements themselves: 4 s of a `status` that runs in 12 ms; see
--- no_jit, its form for a pooled connection), and timestamps in UTC (psycopg then returns
--- them with datetime.UTC rather than the server's named zone: cheaper to load, convert and
+-- no_jit, its form for a pooled connection); timestamps in UTC (psycopg then returns them
+-- with datetime.UTC rather than the server's named zone: cheaper to load, convert and
 -- compare, which a replica does for every run it claims; no statement depends on the
--- session's zone).
+-- session's zone); and random_page_cost at most 1.1, as in claim transactions (claim_begin):
+-- pgsched's statements find rows by key in pages read moments ago, and at the default 4 a
+-- batch of 400 terminal writes into a partition of 10,000 rows hashed the whole partition
+-- (a sequential scan) rather than probe its id index 400 times (25 against 13 ms).
 SELECT set_config('statement_timeout', %(statement_ms)s, %(local)s),
        set_config('idle_in_transaction_session_timeout', %(idle_ms)s, %(local)s),
        set_config('jit', CASE WHEN %(handler)s THEN current_setting('jit') ELSE 'off' END,
                   %(local)s),
        set_config('TimeZone',
                   CASE WHEN %(handler)s THEN current_setting('TimeZone') ELSE 'UTC' END,
+                  %(local)s),
+       set_config('random_page_cost',
+                  CASE WHEN %(handler)s THEN current_setting('random_page_cost')
+                       ELSE least(current_setting('random_page_cost')::float8, 1.1)::text END,
                   %(local)s)
 
 -- name: put_schedules

@@ -566,7 +566,7 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
     ) -> None:
         """Statement and idle-in-transaction timeouts for the session (or, ``local``, for
         the current transaction only); unless it is a transactional ``handler``'s connection,
-        JIT off and timestamps in UTC."""
+        JIT off, timestamps in UTC and ``random_page_cost`` at most 1.1."""
         params = _session_params(statement, idle, local, handler)
         await self._rows(conn, "configure_session", params)
 

@@ -163,13 +163,17 @@ def test_jit_and_time_zone_are_pgsched_s_own_and_left_to_the_server_for_the_hand
     migrated: str, db: Any, runtime_dsn: str
 ) -> None:
     """pgsched's own statements run without JIT compilation (over a long partitioned history
-    it cost more than the statements) and in UTC (cheaper timestamps for every run claimed),
-    but a transactional handler's statements on ``run.conn`` keep the server's settings (here
-    a session default of America/New_York, given in the DSN)."""
+    it cost more than the statements), in UTC (cheaper timestamps for every run claimed) and
+    with random_page_cost at most 1.1 (rows found by key), but a transactional handler's
+    statements on ``run.conn`` keep the server's settings (here a session default of
+    America/New_York and 4, PostgreSQL's default random_page_cost, given in the DSN)."""
     assert db.execute("SHOW jit").fetchone()[0] == "on"  # PostgreSQL's default
-    dsn = make_conninfo(runtime_dsn, options="-c TimeZone=America/New_York")
-    show = "SELECT current_setting('jit'), current_setting('TimeZone')"
-    seen: list[tuple[str, str]] = []
+    dsn = make_conninfo(runtime_dsn, options="-c TimeZone=America/New_York -c random_page_cost=4")
+    show = (
+        "SELECT current_setting('jit'), current_setting('TimeZone'),"
+        " current_setting('random_page_cost')"
+    )
+    seen: list[tuple[str, str, str]] = []
 
     async def handler(run: pgsched.Run) -> None:
         seen.append(await (await run.conn.execute(show)).fetchone())
@@ -177,11 +181,11 @@ def test_jit_and_time_zone_are_pgsched_s_own_and_left_to_the_server_for_the_hand
     s = pgsched.Scheduler(dsn=dsn, schema=migrated, runner_id="r1")
     s.register(handler, name="tx", every="1h", transactional=True)
     s.run_once()
-    assert seen == [("on", "America/New_York")]
+    assert seen == [("on", "America/New_York", "4")]
 
-    async def operator_session() -> tuple[str, str]:
+    async def operator_session() -> tuple[str, str, str]:
         admin = pgsched.AsyncAdmin(dsn, schema=migrated)
         async with admin, admin._conn() as conn:  # the connection its operations use
             return await (await conn.execute(show)).fetchone()
 
-    assert asyncio.run(operator_session()) == ("off", "UTC")
+    assert asyncio.run(operator_session()) == ("off", "UTC", "1.1")
