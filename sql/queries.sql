@@ -15,10 +15,11 @@
 -- (a new job, or a partition autovacuum analyzed while it held other jobs' rows) estimate one
 -- row for it, and the index of (job, plan time) then looks as cheap as the one by scope:
 -- each check read every row of the job in the partition (a 100,000-scope job's claims of
--- 2,000 took 5-7 s each and grew until one met the statement timeout). A name it does not know is estimated at the
--- partition's rows per job, and the index by scope wins. The same with the cursors: on figures
--- from before a job's 100,000 cursors, first sight's updates joined each of them (taken for
--- one) with every listed scope, and a sight of an unchanged list met the statement timeout.
+-- 2,000 took 5-7 s each and grew until one met the statement timeout). A name it does not
+-- know is estimated at the partition's rows per job, and the index by scope wins. The same
+-- with the cursors: on figures from before a job's 100,000 cursors, first sight's updates
+-- joined each of them (taken for one) with every listed scope, and a sight of an unchanged
+-- list met the statement timeout.
 
 -- name: tick_probe
 -- One statement per tick: the database clock, pause flags, and which jobs have stale
@@ -328,7 +329,8 @@ retired AS (
     SET retired_at = now.t, next_plan_time = NULL, due_at = NULL, updated_at = now.t
     FROM pairs p, now
     WHERE p.id IS NULL AND p.retired_at IS NULL AND (SELECT ok FROM agreed)
-      AND c.job_name = (SELECT %(job)s::text) AND c.scope_kind = p.scope_kind AND c.scope_id = p.scope_id
+      AND c.job_name = (SELECT %(job)s::text)
+      AND c.scope_kind = p.scope_kind AND c.scope_id = p.scope_id
     RETURNING 1
 ),
 respecified AS (
