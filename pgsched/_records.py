@@ -114,13 +114,17 @@ class WonPlan(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class PartitionFigures:
     """One partition of the ledger and whether the planner has figures for its rows:
-    ``unanalyzed`` when it holds rows but was never analyzed (or only while empty)."""
+    ``unanalyzed`` when it holds rows but was never analyzed (or only while empty),
+    ``outgrown`` when it has four times the pages it had when analyzed; ``rows`` is the
+    planner's estimate."""
 
     name: str
     lo: datetime
     hi: datetime
     unanalyzed: bool
     empty: bool
+    outgrown: bool = False
+    rows: int = 0
 
 
 class CursorMove(NamedTuple):

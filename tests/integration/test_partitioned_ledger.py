@@ -14,11 +14,14 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
 import pgsched
 from pgsched import Admin
+from pgsched._engine import figures as figures_module
+from pgsched._engine.figures import LedgerFigures
 from pgsched._storage.connection import connect_options
 from pgsched._storage.store import Store, migration_files
 from tests.support.replica import Replica, clean_env
@@ -35,6 +38,7 @@ from tests.support.rows import (
 )
 from tests.support.threads import run_together
 from tests.support.waiting import wait_until
+from tests.unit.engine_fakes import claim
 
 DAY = timedelta(days=1)
 
@@ -370,3 +374,39 @@ def test_a_first_claim_into_a_partition_gives_the_planner_its_figures(
     held = found.fetchone()[0]
     assert held >= 20
     assert estimated_rows(db, migrated, part) == held  # its rows as the claim left them
+
+
+async def _claimed_into(dsn: str, figures: LedgerFigures, plan: datetime) -> None:
+    """What the engine does after a claim that won one row at ``plan``."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await figures.after_claim(conn, [claim(plan=plan)])
+
+
+def test_a_partition_that_outgrew_its_figures_is_analyzed_again(
+    owner_dsn: str, migrated: str, db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement planned once per connection (the tick's probe, a prepared one) keeps the
+    plan made on the figures of when it was planned until the partition is analyzed again: a
+    probe planned on a partition of 64 rows read the day's 20,000 at every tick (16 ms) until
+    autovacuum came, or never with autovacuum off. A claim into a partition with four times the
+    pages of its figures has it analyzed, after this replica claimed enough to look again."""
+    monkeypatch.setattr(figures_module, "LOOK_AGAIN_AFTER", 1)
+    plan = db_now(db).replace(microsecond=0)  # one plan time: one partition
+    filler = sql.SQL(
+        "INSERT INTO {} (job_name, scope_kind, scope_id, plan_time, trigger, status)"
+        " SELECT 'filler', 't', %s || g, %s, 'schedule', 'SUCCESS'"
+        " FROM generate_series(1, %s) g"
+    ).format(table(migrated))
+    db.execute(filler, ("a", plan, 20))
+    part = partition_of(db, migrated, "filler")
+    figures = LedgerFigures(Store(migrated))
+    asyncio.run(_claimed_into(owner_dsn, figures, plan))
+    assert estimated_rows(db, migrated, part) == 20  # its first figures
+
+    db.execute(filler, ("b", plan, 5_000))
+    asyncio.run(_claimed_into(owner_dsn, figures, plan))  # the one row since: looks again
+    assert estimated_rows(db, migrated, part) == 5_020
+
+    db.execute(filler, ("c", plan, 100))  # not four times the pages: left to autovacuum
+    asyncio.run(_claimed_into(owner_dsn, figures, plan))
+    assert estimated_rows(db, migrated, part) == 5_020

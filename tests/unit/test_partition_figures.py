@@ -8,7 +8,7 @@ import asyncio
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from pgsched._engine.figures import LedgerFigures
+from pgsched._engine.figures import LOOK_AGAIN_AFTER, LedgerFigures
 from pgsched._records import PartitionFigures as Figures
 from pgsched._storage.store import Store
 from tests.unit.engine_fakes import PLAN, claim
@@ -33,8 +33,16 @@ class FigureStore:
         self.analyzed.append(name)
 
 
-def part(name: str, lo: datetime, *, unanalyzed: bool = False, empty: bool = False) -> Figures:
-    return Figures(name, lo, lo + DAY, unanalyzed, empty)
+def part(
+    name: str,
+    lo: datetime,
+    *,
+    unanalyzed: bool = False,
+    empty: bool = False,
+    outgrown: bool = False,
+    rows: int = 0,
+) -> Figures:
+    return Figures(name, lo, lo + DAY, unanalyzed, empty, outgrown, rows)
 
 
 def claims_at(*plans: datetime, kind: str = "won") -> list[Any]:
@@ -88,3 +96,33 @@ def test_only_new_plans_count_and_plans_with_no_partition_are_remembered() -> No
     asyncio.run(known.after_claim(None, claims_at(PLAN)))
     asyncio.run(known.after_claim(None, claims_at(PLAN)))
     assert (store.analyzed, store.looked_up) == ([], [(PLAN, PLAN)])
+
+
+def test_a_remembered_partition_is_looked_up_again_once_this_replica_filled_it_as_much() -> None:
+    """Remembered with the planner's 5,000 rows, the partition is looked up again once this
+    replica has claimed 5,000 more into it, and analyzed if it outgrew its figures; the new
+    figures' count sets the next lookup."""
+    store = FigureStore([part("today", TODAY, rows=5_000)])
+    known = figures(store)
+    asyncio.run(known.after_claim(None, claims_at(PLAN)))
+    for _ in range(4_999):  # the claims that fill it, one row each
+        asyncio.run(known.after_claim(None, claims_at(PLAN)))
+    assert (store.analyzed, len(store.looked_up)) == ([], 1)
+    store.parts["today"] = part("today", TODAY, outgrown=True, rows=20_000)
+    asyncio.run(known.after_claim(None, claims_at(PLAN)))
+    assert (store.analyzed, len(store.looked_up)) == (["today"], 2)
+    for _ in range(3):
+        asyncio.run(known.after_claim(None, claims_at(PLAN)))
+    assert len(store.looked_up) == 2
+
+
+def test_a_small_partition_is_looked_up_again_after_a_thousand_rows_kept_if_not_outgrown() -> None:
+    store = FigureStore([part("today", TODAY, rows=64)])
+    known = figures(store)
+    asyncio.run(known.after_claim(None, claims_at(PLAN)))  # looked up, remembered
+    asyncio.run(known.after_claim(None, claims_at(*[PLAN] * (LOOK_AGAIN_AFTER - 1))))
+    assert len(store.looked_up) == 1
+    asyncio.run(known.after_claim(None, claims_at(PLAN)))  # the 1,000th row since: look again
+    assert (store.analyzed, len(store.looked_up)) == ([], 2)
+    asyncio.run(known.after_claim(None, claims_at(PLAN)))
+    assert len(store.looked_up) == 2
