@@ -1024,7 +1024,7 @@ SELECT {schema}.cron_drop_partition(%(name)s) AS dropped
 -- `outgrown`: figures taken when it held a quarter of its pages or fewer, in at most 64 MB. A
 -- statement planned once per connection (the tick's probe, psycopg's prepared ones) keeps
 -- the plan made on those figures until the partition is analyzed again: a probe planned on
--- 64 rows read all of the day's 20,000 rows at every tick (16 ms) until autovacuum came.
+-- 64 rows read all of the day's 20,000 or so at every tick (16 ms) until autovacuum came.
 -- `rows`: the planner's estimate of its rows.
 SELECT p.name, p.lo, p.hi,
        c.reltuples <= 0 AND pg_relation_size(c.oid) BETWEEN 1 AND 8388608 AS unanalyzed,

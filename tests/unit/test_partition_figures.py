@@ -105,8 +105,7 @@ def test_a_remembered_partition_is_looked_up_again_once_this_replica_filled_it_a
     store = FigureStore([part("today", TODAY, rows=5_000)])
     known = figures(store)
     asyncio.run(known.after_claim(None, claims_at(PLAN)))
-    for _ in range(4_999):  # the claims that fill it, one row each
-        asyncio.run(known.after_claim(None, claims_at(PLAN)))
+    asyncio.run(known.after_claim(None, claims_at(*[PLAN] * 4_999)))  # the claims that fill it
     assert (store.analyzed, len(store.looked_up)) == ([], 1)
     store.parts["today"] = part("today", TODAY, outgrown=True, rows=20_000)
     asyncio.run(known.after_claim(None, claims_at(PLAN)))
