@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import REPO, measure, pg, report_dynamic
+from bench import REPO, measure, pg, report_dynamic, rounds
 from bench.dynamic_schedulers import DYNAMIC
 from bench.dynamic_trial import DynamicTrial
 from bench.schedulers import CEILINGS, ORDER, REGISTRY
@@ -200,18 +200,28 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     results_dir.mkdir(parents=True, exist_ok=True)
     run_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="pgsched-bench-"))
     report = new_report(server, args, opts, workloads)
+    trials: list[dict[str, Any]] = []
     try:
         for wl in workloads:
-            for key in schedulers:
-                if contender_for(wl, key) is None:
-                    continue
-                res = run_one(server, wl, key, opts, venvs, run_dir)
-                report["results"].append(res)
-                log(summary_line(res))
-                (results_dir / "latest.json").write_text(json.dumps(report, indent=1))
+            for round_no in range(args.rounds):
+                for key in rounds.order(schedulers, round_no):
+                    if contender_for(wl, key) is None:
+                        continue
+                    res = run_one(server, wl, key, opts, venvs, run_dir)
+                    trials.append({**res, "round": round_no} if args.rounds > 1 else res)
+                    log(summary_line(res))
+                    report["results"] = trials
+                    (results_dir / "latest.json").write_text(json.dumps(report, indent=1))
     finally:
         server.stop()
-    measure.add_ratios(report["results"])
+    if args.rounds > 1:
+        report["trials"] = trials
+        report["results"] = rounds.settle(trials)
+        for r in report["results"]:
+            if "rounds" in r:
+                log(f"  {r['workload']}/pgsched, round by round: {r['rounds']}")
+    else:
+        measure.add_ratios(report["results"])
     for line in ratio_lines(report["results"]):
         log(line)
     report["finished"] = datetime.now(UTC).isoformat()
@@ -323,6 +333,13 @@ def parser() -> argparse.ArgumentParser:
         "--put-cap", type=float, default=600.0, help="longest bulk put of schedules (s), g"
     )
     p.add_argument("--dsn", help="use this server instead of starting a private one")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run each workload's schedulers this many times, alternating their order; the "
+        "round with pgsched's median fan-out ratio stands for the workload (bench/rounds.py)",
+    )
     p.add_argument("--results-dir", default=str(RESULTS))
     p.add_argument("--work-dir", help="replica logs and counters (default: a temp dir)")
     p.add_argument("--keep-work", action="store_true", help="keep replica logs")
