@@ -33,6 +33,8 @@ python -m bench.report               # rewrite this page from bench/results/late
 python -m bench --workloads g,h,i --merge bench/results/results-STAMP.json
                                      # run g-i and add them to an earlier run's page
 python -m bench.report OLD.json NEW.json   # the same from two results files
+python -m bench --workloads a,b,c,h --schedulers raw,raw_handler,pgsched --rounds 3
+                                     # each workload three times over; the median round stands
 ```
 
 Run it from the repository with pgsched installed (`pip install -e . --group dev`). The first
@@ -45,7 +47,12 @@ reason. oban-py needs Python 3.12 or later: it gets `bench/.venv-oban` from
 to `bench/results/latest.json` (and a timestamped copy); this page and its chart are
 regenerated from them. With `--merge OLD.json` (or several files given to
 `python -m bench.report`) a later file's result replaces an earlier one's for the same
-workload and scheduler, and the page lists every run its results come from.
+workload and scheduler, and the page lists every run its results come from. With
+`--rounds N` every workload runs each scheduler N times, round after round in alternating
+order, ratios are taken within a round, and the round in which pgsched's fan-out ratio to
+raw + handler is the median stands for the workload (every round's ratios are in the
+results file): on a small machine whose speed drifts within minutes, one trial's ratio is
+not the engine's.
 `tests/bench/test_smoke.py` runs the benchmark's pgsched, seed and both limits' paths, and
 pgsched's schedules-as-data workloads, with tiny numbers in the default test run, so the
 benchmark cannot rot.
