@@ -355,7 +355,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    cli = parser()
+    args = cli.parse_args(argv)
+    if args.rounds < 1:
+        cli.error(f"--rounds {args.rounds}: at least 1")
     report = run_benchmark(args)
     if not args.no_docs:
         from bench import report as report_mod
