@@ -201,6 +201,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     run_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="pgsched-bench-"))
     report = new_report(server, args, opts, workloads)
     trials: list[dict[str, Any]] = []
+    report["results"] = trials  # as the trials come, for latest.json
     try:
         for wl in workloads:
             for round_no in range(args.rounds):
@@ -210,7 +211,6 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                     res = run_one(server, wl, key, opts, venvs, run_dir)
                     trials.append({**res, "round": round_no} if args.rounds > 1 else res)
                     log(summary_line(res))
-                    report["results"] = trials
                     (results_dir / "latest.json").write_text(json.dumps(report, indent=1))
     finally:
         server.stop()

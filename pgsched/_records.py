@@ -115,8 +115,8 @@ class WonPlan(NamedTuple):
 class PartitionFigures:
     """One partition of the ledger and whether the planner has figures for its rows:
     ``unanalyzed`` when it holds rows but was never analyzed (or only while empty),
-    ``outgrown`` when it has four times the pages it had when analyzed; ``rows`` is the
-    planner's estimate."""
+    ``outgrown`` when it has four times the pages it had when analyzed; ``rows``, the rows
+    its figures count (as of that analysis)."""
 
     name: str
     lo: datetime

@@ -1025,7 +1025,7 @@ SELECT {schema}.cron_drop_partition(%(name)s) AS dropped
 -- statement planned once per connection (the tick's probe, psycopg's prepared ones) keeps
 -- the plan made on those figures until the partition is analyzed again: a probe planned on
 -- 64 rows read all of the day's 20,000 or so at every tick (16 ms) until autovacuum came.
--- `rows`: the planner's estimate of its rows.
+-- `rows`: the rows its figures count (as of its last ANALYZE, not its pages now).
 SELECT p.name, p.lo, p.hi,
        c.reltuples <= 0 AND pg_relation_size(c.oid) BETWEEN 1 AND 8388608 AS unanalyzed,
        pg_relation_size(c.oid) = 0 AS empty,

@@ -100,8 +100,8 @@ def test_only_new_plans_count_and_plans_with_no_partition_are_remembered() -> No
 
 def test_a_remembered_partition_is_looked_up_again_once_this_replica_filled_it_as_much() -> None:
     """Remembered with the planner's 5,000 rows, the partition is looked up again once this
-    replica has claimed 5,000 more into it, and analyzed if it outgrew its figures; the new
-    figures' count sets the next lookup."""
+    replica has claimed 5,000 more into it, and analyzed if it outgrew its figures; the
+    count that lookup read sets the next one."""
     store = FigureStore([part("today", TODAY, rows=5_000)])
     known = figures(store)
     asyncio.run(known.after_claim(None, claims_at(PLAN)))
