@@ -16,7 +16,7 @@ from .._config import JobSpec
 from .._model import Scope
 from .._planning.cursors import CursorDecision, decide_cursors, spec_key
 from .._planning.dynamic import Decision, decide_schedules
-from .._records import ClaimTerms, Probe, Row, WonPlan
+from .._records import ClaimTerms, DueCursor, DueSchedule, Probe, Row, WonPlan
 from .._storage.store import Conn, ScheduleStore, Store
 from .._views import trusted_scope
 from .recorder import Recorder
@@ -166,23 +166,26 @@ class Claimer:
             batch.backlog = True
             return
         size = min(cap, most, CLAIM_BATCH)
+        rows: Sequence[DueSchedule | DueCursor]
         if job.dynamic:
-            rows = await self._schedules.due_schedules(conn, terms, job.schedule_delay, size)
-            decisions: Sequence[Decision | CursorDecision] = (
-                decide_schedules(job, rows, rows[0].now) if rows else []
+            rows = schedules = await self._schedules.due_schedules(
+                conn, terms, job.schedule_delay, size
             )
-            read = len(rows)
+            decisions: Sequence[Decision | CursorDecision] = (
+                decide_schedules(job, schedules, schedules[0].now) if schedules else []
+            )
         else:
-            cursors = await self._store.due_cursors(conn, terms, job.schedule_delay, size)
+            rows = cursors = await self._store.due_cursors(conn, terms, job.schedule_delay, size)
             decisions = (
                 decide_cursors(job, cursors, cursors[0].now, self._lookback, size)
                 if cursors
                 else []
             )
-            read = len(cursors)
+        read = len(rows)
         if not read:
             return
-        won = await self._write(conn, job, terms, decisions, known)
+        tids = {(row.scope_kind, row.scope_id): row.tid for row in rows}
+        won = await self._write(conn, job, terms, decisions, (known, tids))
         self._count(job, decisions, len(won))
         batch.claims.extend(won)
         wanted = sum(d.claims for d in decisions)
@@ -196,16 +199,20 @@ class Claimer:
         job: JobSpec,
         terms: ClaimTerms,
         decisions: Sequence[Decision | CursorDecision],
-        known: Known | None,
+        scopes: tuple[Known | None, Mapping[tuple[str, str], str]],
     ) -> list[Claim]:
-        """Insert the chosen plans' RUNNING rows and move the cursors on: the claims won."""
+        """Insert the chosen plans' RUNNING rows and move the cursors on: the claims won.
+        ``scopes``: the job's scopes by key, and where the claim read each cursor."""
+        known, tids = scopes
         if job.dynamic:
             moves = [d.move for d in decisions if isinstance(d, Decision) and d.move is not None]
-            won = await self._schedules.claim_schedules(conn, terms, moves) if moves else []
+            at = [tids[m.kind, m.id] for m in moves]
+            won = await self._schedules.claim_schedules(conn, terms, moves, at) if moves else []
         else:
             cursor_moves = [d.move for d in decisions if isinstance(d, CursorDecision)]
+            at = [tids[m.kind, m.id] for m in cursor_moves]
             spec = spec_key(job.schedule)
-            won = await self._store.claim_cursors(conn, terms, spec, cursor_moves)
+            won = await self._store.claim_cursors(conn, terms, spec, cursor_moves, at)
         return [_won(plan, job.max_attempts, known) for plan in won]
 
     def _count(
