@@ -109,6 +109,7 @@ class Claimer:
         except psycopg.errors.LockNotAvailable:  # rolled back: the plans wait for a tick
             self._recorder.claim_blocked(job.name, CLAIM_LOCK_TIMEOUT.total_seconds())
             return ClaimBatch(backlog=True)
+        self._count(job.name, batch)
         return batch
 
     async def _transaction(
@@ -186,9 +187,11 @@ class Claimer:
             return
         tids = {(row.scope_kind, row.scope_id): row.tid for row in rows}
         won = await self._write(conn, job, terms, decisions, (known, tids))
-        self._count(job, decisions, len(won))
         batch.claims.extend(won)
         wanted = sum(d.claims for d in decisions)
+        batch.superseded += sum(d.superseded for d in decisions)
+        batch.late += sum(d.late for d in decisions)
+        batch.conflicts += max(0, wanted - len(won))
         full = read >= size or len(decisions) < read
         batch.again = full and size < cap
         batch.backlog = batch.backlog or full or wanted > len(won)
@@ -215,18 +218,14 @@ class Claimer:
             won = await self._store.claim_cursors(conn, terms, spec, cursor_moves, at)
         return [_won(plan, job.max_attempts, known) for plan in won]
 
-    def _count(
-        self, job: JobSpec, decisions: Sequence[Decision | CursorDecision], won: int
-    ) -> None:
-        superseded = sum(d.superseded for d in decisions)
-        late = sum(d.late for d in decisions)
-        if superseded:
-            self._recorder.skipped(job.name, "superseded", superseded)
-        if late:
-            self._recorder.skipped(job.name, "max_lateness", late)
-        wanted = sum(d.claims for d in decisions)
-        if wanted > won:
-            self._recorder.conflicts(job.name, wanted - won)
+    def _count(self, job: str, batch: ClaimBatch) -> None:
+        """The plans a committed claim passed over or lost to another claim."""
+        if batch.superseded:
+            self._recorder.skipped(job, "superseded", batch.superseded)
+        if batch.late:
+            self._recorder.skipped(job, "max_lateness", batch.late)
+        if batch.conflicts:
+            self._recorder.conflicts(job, batch.conflicts)
 
     async def _cap(self, conn: Conn, job: JobSpec, free: int) -> int | None:
         """How many rows this claim may take: the free slots, and for a ``max_running`` job

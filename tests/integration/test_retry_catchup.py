@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
+from prometheus_client import CollectorRegistry
 from psycopg import sql
 
 import pgsched
@@ -326,3 +328,40 @@ def test_schedule_delay_shifts_the_plan(make_scheduler: Any, migrated: str, db: 
     (run,) = recorder.runs
     delay = timedelta(minutes=30)
     assert run.plan_time in (floor_to(before - delay, HOUR), floor_to(after - delay, HOUR))
+
+
+def test_a_claim_rolled_back_at_commit_counts_no_skipped_plan(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    # A deferred constraint trigger on the cursors fails the first claim's COMMIT; once it is
+    # dropped, the next claim decides the same plans again, and only its count stands.
+    plan = floor_to(db_now(db), HOUR)
+    seed_success(db, migrated, "latest", plan - 5 * HOUR)
+    schema = sql.Identifier(migrated)
+    db.execute(
+        sql.SQL(
+            "CREATE FUNCTION {s}.fail_commit() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN RAISE EXCEPTION 'commit refused (test)'; END $$;"
+            " CREATE CONSTRAINT TRIGGER fail_commit AFTER UPDATE ON {s}.cron_cursors"
+            " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {s}.fail_commit();"
+        ).format(s=schema)
+    )
+    registry = CollectorRegistry()
+    recorder = Recorder()
+    s = make_scheduler(registry=registry, role="superuser")
+
+    @s.job(every="1h")
+    def latest(run: pgsched.Run) -> None:
+        recorder.enter(run)
+
+    with pytest.raises(pgsched.PgschedError, match="tick failed"):
+        s.run_once()
+    assert recorder.runs == []
+    superseded = {"job": "latest", "reason": "superseded"}
+    assert registry.get_sample_value("pgsched_plans_skipped_total", superseded) is None
+    db.execute(sql.SQL("DROP TRIGGER fail_commit ON {s}.cron_cursors").format(s=schema))
+    report = s.run_once()
+    (run,) = recorder.runs
+    missed = int((run.plan_time - (plan - 5 * HOUR)) / HOUR) - 1
+    assert (report.claimed, report.skipped) == (1, missed)
+    assert registry.get_sample_value("pgsched_plans_skipped_total", superseded) == missed > 0
