@@ -80,9 +80,6 @@ class DueCursor(NamedTuple):
     first_seen_at: datetime
     last_plan_time: datetime | None
     now: datetime
-    # Where the row is (its ctid): the claim moves the cursor there, under the row lock the
-    # read took, rather than looking it up again among the job's cursors.
-    tid: str = ""
 
 
 class DueSchedule(NamedTuple):
@@ -98,7 +95,6 @@ class DueSchedule(NamedTuple):
     ends_at: datetime | None
     next_plan_time: datetime
     now: datetime
-    tid: str = ""  # where the row is, as DueCursor's
 
 
 class WonPlan(NamedTuple):

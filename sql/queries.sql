@@ -403,7 +403,7 @@ SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))
 -- which every session of the server shares (64 entries per connection by default).
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 SELECT c.scope_kind, c.scope_id, c.next_plan_time, c.spec, c.first_seen_at, c.last_plan_time,
-       (SELECT t FROM now) AS now, c.ctid::text AS tid
+       (SELECT t FROM now) AS now
 FROM {schema}.cron_cursors c
 WHERE c.job_name = %(job)s AND c.due_at IS NOT NULL
   AND c.due_at <= (SELECT t FROM now) - %(delay)s
@@ -433,9 +433,8 @@ p AS MATERIALIZED (
 ),
 m AS MATERIALIZED (
     SELECT * FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(nexts)b::timestamptz[],
-                         %(dues)b::timestamptz[], %(lasts)b::timestamptz[],
-                         %(tids)b::text[]::tid[])
-             AS m(kind, id, next_plan, due_at, last_plan, tid)
+                         %(dues)b::timestamptz[], %(lasts)b::timestamptz[])
+             AS m(kind, id, next_plan, due_at, last_plan)
 ),
 ins AS (
     INSERT INTO {schema}.cron_executions AS x
@@ -482,10 +481,7 @@ moved AS (
         -- a cursor moved has a row for each of its plans: the latest is its last one
         last_plan_time = greatest(c.last_plan_time, m.last_plan)
     FROM m, now
-    -- each cursor where due_cursors read it (its row lock, held since, keeps it there): a
-    -- fetch by address, not a join of the job's cursors (planned as a hash of all of them)
-    WHERE c.ctid = m.tid
-      AND c.job_name = %(job)s AND c.scope_kind = m.kind AND c.scope_id = m.id
+    WHERE c.job_name = %(job)s AND c.scope_kind = m.kind AND c.scope_id = m.id
       AND NOT EXISTS (SELECT 1 FROM lacking x WHERE x.kind = m.kind AND x.id = m.id)
     RETURNING c.scope_kind
 )
@@ -1214,7 +1210,7 @@ RETURNING scope_id
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 due AS MATERIALIZED (
     SELECT s.scope_kind, s.scope_id, s.every_us, s.cron, s.timezone, s.starts_at, s.ends_at,
-           s.next_plan_time, (SELECT t FROM now) AS now, s.ctid::text AS tid
+           s.next_plan_time, (SELECT t FROM now) AS now
     FROM {schema}.schedules s
     WHERE s.job_name = %(job)s AND NOT s.paused AND s.next_plan_time IS NOT NULL
       AND s.next_plan_time <= (SELECT t FROM now) - %(delay)s
@@ -1231,7 +1227,7 @@ due AS MATERIALIZED (
     FOR UPDATE OF s SKIP LOCKED
 )
 SELECT due.scope_kind, due.scope_id, due.every_us, due.cron, due.timezone, due.starts_at,
-       due.ends_at, due.next_plan_time, due.now, due.tid
+       due.ends_at, due.next_plan_time, due.now
 FROM due ORDER BY due.next_plan_time
 
 -- name: claim_schedules
@@ -1242,8 +1238,7 @@ FROM due ORDER BY due.next_plan_time
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 p AS MATERIALIZED (
     SELECT * FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(plans)b::timestamptz[],
-                         %(nexts)b::timestamptz[], %(tids)b::text[]::tid[])
-             AS p(kind, id, plan_time, next_plan, tid)
+                         %(nexts)b::timestamptz[]) AS p(kind, id, plan_time, next_plan)
 ),
 ins AS (
     INSERT INTO {schema}.cron_executions AS x
@@ -1253,9 +1248,8 @@ ins AS (
     SELECT %(job)s, p.kind, p.id, p.plan_time, 'schedule', 'RUNNING', 1, %(max_attempts)s,
            %(forbid)s, %(runner)s, now.t, now.t + %(stale_timeout)s, now.t, now.t, now.t, s.payload
     FROM p
-    -- each schedule where due_schedules read it (as in claim_cursors' move)
     JOIN {schema}.schedules s
-      ON s.ctid = p.tid AND s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id
+      ON s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id
     CROSS JOIN now
     WHERE p.plan_time IS NOT NULL
       -- overlap="forbid": as in claim_cursors
@@ -1295,7 +1289,7 @@ moved AS (
         last_plan_time = CASE WHEN p.plan_time IS NULL THEN s.last_plan_time
                               ELSE greatest(s.last_plan_time, p.plan_time) END
     FROM p
-    WHERE s.ctid = p.tid AND s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id
+    WHERE s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id
       AND NOT EXISTS (SELECT 1 FROM lacking x WHERE x.kind = p.kind AND x.id = p.id)
     RETURNING s.scope_kind
 )

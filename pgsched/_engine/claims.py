@@ -16,7 +16,7 @@ from .._config import JobSpec
 from .._model import Scope
 from .._planning.cursors import CursorDecision, decide_cursors, spec_key
 from .._planning.dynamic import Decision, decide_schedules
-from .._records import ClaimTerms, DueCursor, DueSchedule, Probe, Row, WonPlan
+from .._records import ClaimTerms, Probe, Row, WonPlan
 from .._storage.store import Conn, ScheduleStore, Store
 from .._views import trusted_scope
 from .recorder import Recorder
@@ -167,26 +167,23 @@ class Claimer:
             batch.backlog = True
             return
         size = min(cap, most, CLAIM_BATCH)
-        rows: Sequence[DueSchedule | DueCursor]
         if job.dynamic:
-            rows = schedules = await self._schedules.due_schedules(
-                conn, terms, job.schedule_delay, size
-            )
+            rows = await self._schedules.due_schedules(conn, terms, job.schedule_delay, size)
             decisions: Sequence[Decision | CursorDecision] = (
-                decide_schedules(job, schedules, schedules[0].now) if schedules else []
+                decide_schedules(job, rows, rows[0].now) if rows else []
             )
+            read = len(rows)
         else:
-            rows = cursors = await self._store.due_cursors(conn, terms, job.schedule_delay, size)
+            cursors = await self._store.due_cursors(conn, terms, job.schedule_delay, size)
             decisions = (
                 decide_cursors(job, cursors, cursors[0].now, self._lookback, size)
                 if cursors
                 else []
             )
-        read = len(rows)
+            read = len(cursors)
         if not read:
             return
-        tids = {(row.scope_kind, row.scope_id): row.tid for row in rows}
-        won = await self._write(conn, job, terms, decisions, (known, tids))
+        won = await self._write(conn, job, terms, decisions, known)
         batch.claims.extend(won)
         wanted = sum(d.claims for d in decisions)
         batch.superseded += sum(d.superseded for d in decisions)
@@ -202,20 +199,16 @@ class Claimer:
         job: JobSpec,
         terms: ClaimTerms,
         decisions: Sequence[Decision | CursorDecision],
-        scopes: tuple[Known | None, Mapping[tuple[str, str], str]],
+        known: Known | None,
     ) -> list[Claim]:
-        """Insert the chosen plans' RUNNING rows and move the cursors on: the claims won.
-        ``scopes``: the job's scopes by key, and where the claim read each cursor."""
-        known, tids = scopes
+        """Insert the chosen plans' RUNNING rows and move the cursors on: the claims won."""
         if job.dynamic:
             moves = [d.move for d in decisions if isinstance(d, Decision) and d.move is not None]
-            at = [tids[m.kind, m.id] for m in moves]
-            won = await self._schedules.claim_schedules(conn, terms, moves, at) if moves else []
+            won = await self._schedules.claim_schedules(conn, terms, moves) if moves else []
         else:
             cursor_moves = [d.move for d in decisions if isinstance(d, CursorDecision)]
-            at = [tids[m.kind, m.id] for m in cursor_moves]
             spec = spec_key(job.schedule)
-            won = await self._store.claim_cursors(conn, terms, spec, cursor_moves, at)
+            won = await self._store.claim_cursors(conn, terms, spec, cursor_moves)
         return [_won(plan, job.max_attempts, known) for plan in won]
 
     def _count(self, job: str, batch: ClaimBatch) -> None:
