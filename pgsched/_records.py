@@ -80,6 +80,9 @@ class DueCursor(NamedTuple):
     first_seen_at: datetime
     last_plan_time: datetime | None
     now: datetime
+    # Where the row is (its ctid): the claim moves the cursor there, under the row lock the
+    # read took, rather than looking it up again among the job's cursors.
+    tid: str = ""
 
 
 class DueSchedule(NamedTuple):
@@ -95,6 +98,7 @@ class DueSchedule(NamedTuple):
     ends_at: datetime | None
     next_plan_time: datetime
     now: datetime
+    tid: str = ""  # where the row is, as DueCursor's
 
 
 class WonPlan(NamedTuple):
@@ -109,6 +113,9 @@ class WonPlan(NamedTuple):
     fencing_token: int
     started_at: datetime
     payload: dict[str, Any] | None = None
+    # The claim statement's count, on each of its rows, of the cursors (schedules) it did
+    # not find where the claim read them: never expected; the claim is then rolled back.
+    unmoved: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -403,7 +403,7 @@ SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))
 -- which every session of the server shares (64 entries per connection by default).
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 SELECT c.scope_kind, c.scope_id, c.next_plan_time, c.spec, c.first_seen_at, c.last_plan_time,
-       (SELECT t FROM now) AS now
+       (SELECT t FROM now) AS now, c.ctid::text AS tid
 FROM {schema}.cron_cursors c
 WHERE c.job_name = %(job)s AND c.due_at IS NOT NULL
   AND c.due_at <= (SELECT t FROM now) - %(delay)s
@@ -425,7 +425,10 @@ FOR UPDATE OF c SKIP LOCKED
 -- moved only once every plan chosen for it has a row: inserted here, or there already (a
 -- backfill, a trigger, or a replica of an earlier version had it). One whose insert met a
 -- concurrent claim's exclusive row (overlap="forbid") stays due. Under overlap="forbid" the
--- row is its scope's `exclusive` one.
+-- row is its scope's `exclusive` one. Each cursor is moved where due_cursors read it (its
+-- `tid`; the row lock taken then keeps it there): a fetch by address, where a join of the
+-- moves with the job's cursors by key was planned as a hash of all of them. `unmoved` counts
+-- cursors not found at their address (never expected): the caller then rolls the claim back.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 p AS MATERIALIZED (
     SELECT * FROM unnest(%(plan_kinds)b::text[], %(plan_ids)b::text[],
@@ -433,8 +436,9 @@ p AS MATERIALIZED (
 ),
 m AS MATERIALIZED (
     SELECT * FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(nexts)b::timestamptz[],
-                         %(dues)b::timestamptz[], %(lasts)b::timestamptz[])
-             AS m(kind, id, next_plan, due_at, last_plan)
+                         %(dues)b::timestamptz[], %(lasts)b::timestamptz[],
+                         %(tids)b::text[]::tid[])
+             AS m(kind, id, next_plan, due_at, last_plan, tid)
 ),
 ins AS (
     INSERT INTO {schema}.cron_executions AS x
@@ -481,12 +485,15 @@ moved AS (
         -- a cursor moved has a row for each of its plans: the latest is its last one
         last_plan_time = greatest(c.last_plan_time, m.last_plan)
     FROM m, now
-    WHERE c.job_name = %(job)s AND c.scope_kind = m.kind AND c.scope_id = m.id
+    WHERE c.ctid = m.tid
+      AND c.job_name = %(job)s AND c.scope_kind = m.kind AND c.scope_id = m.id
       AND NOT EXISTS (SELECT 1 FROM lacking x WHERE x.kind = m.kind AND x.id = m.id)
     RETURNING c.scope_kind
 )
 SELECT ins.id, ins.scope_kind, ins.scope_id, ins.plan_time, ins.lease_token, ins.fencing_token,
-       ins.started_at
+       ins.started_at, NULL::jsonb AS payload,
+       (SELECT count(*) FROM m) - (SELECT count(*) FROM moved) - (SELECT count(*) FROM lacking)
+         AS unmoved
 FROM (SELECT 1) AS one
 LEFT JOIN ins ON true
 
@@ -1210,7 +1217,7 @@ RETURNING scope_id
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 due AS MATERIALIZED (
     SELECT s.scope_kind, s.scope_id, s.every_us, s.cron, s.timezone, s.starts_at, s.ends_at,
-           s.next_plan_time, (SELECT t FROM now) AS now
+           s.next_plan_time, (SELECT t FROM now) AS now, s.ctid::text AS tid
     FROM {schema}.schedules s
     WHERE s.job_name = %(job)s AND NOT s.paused AND s.next_plan_time IS NOT NULL
       AND s.next_plan_time <= (SELECT t FROM now) - %(delay)s
@@ -1227,18 +1234,26 @@ due AS MATERIALIZED (
     FOR UPDATE OF s SKIP LOCKED
 )
 SELECT due.scope_kind, due.scope_id, due.every_us, due.cron, due.timezone, due.starts_at,
-       due.ends_at, due.next_plan_time, due.now
+       due.ends_at, due.next_plan_time, due.now, due.tid
 FROM due ORDER BY due.next_plan_time
 
 -- name: claim_schedules
 -- The claim of a dynamic job, second half: RUNNING rows for the chosen plans (with the
 -- schedule's payload as of now), and each schedule's next plan moved on. A schedule whose
 -- insert met another row is moved on only when that row is the same plan (a backfill or
--- trigger had it); one that met a concurrent claim's exclusive row stays due.
+-- trigger had it); one that met a concurrent claim's exclusive row stays due. Each schedule
+-- is read and moved where due_schedules read it, as in claim_cursors (`unmoved` likewise).
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 p AS MATERIALIZED (
     SELECT * FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(plans)b::timestamptz[],
-                         %(nexts)b::timestamptz[]) AS p(kind, id, plan_time, next_plan)
+                         %(nexts)b::timestamptz[], %(tids)b::text[]::tid[])
+             AS p(kind, id, plan_time, next_plan, tid)
+),
+f AS MATERIALIZED (  -- the schedules, with their payload as of now
+    SELECT p.kind, p.id, p.plan_time, p.next_plan, p.tid, s.payload
+    FROM p
+    JOIN {schema}.schedules s
+      ON s.ctid = p.tid AND s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id
 ),
 ins AS (
     INSERT INTO {schema}.cron_executions AS x
@@ -1246,10 +1261,8 @@ ins AS (
          exclusive, runner_id, heartbeat_at, stale_after, started_at, created_at, updated_at,
          payload)
     SELECT %(job)s, p.kind, p.id, p.plan_time, 'schedule', 'RUNNING', 1, %(max_attempts)s,
-           %(forbid)s, %(runner)s, now.t, now.t + %(stale_timeout)s, now.t, now.t, now.t, s.payload
-    FROM p
-    JOIN {schema}.schedules s
-      ON s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id
+           %(forbid)s, %(runner)s, now.t, now.t + %(stale_timeout)s, now.t, now.t, now.t, p.payload
+    FROM f AS p
     CROSS JOIN now
     WHERE p.plan_time IS NOT NULL
       -- overlap="forbid": as in claim_cursors
@@ -1270,7 +1283,7 @@ ins AS (
 -- are looked up, one probe of the plan key each (an EXISTS over the ledger beside the others
 -- was planned as a hash of the job's whole ledger, built whenever one insert met another row).
 untaken AS MATERIALIZED (
-    SELECT p.kind, p.id, p.plan_time FROM p
+    SELECT p.kind, p.id, p.plan_time FROM f AS p
     LEFT JOIN ins i ON i.scope_kind = p.kind AND i.scope_id = p.id AND i.plan_time = p.plan_time
     WHERE p.plan_time IS NOT NULL AND i.scope_id IS NULL
 ),
@@ -1288,13 +1301,16 @@ moved AS (
     SET next_plan_time = p.next_plan,
         last_plan_time = CASE WHEN p.plan_time IS NULL THEN s.last_plan_time
                               ELSE greatest(s.last_plan_time, p.plan_time) END
-    FROM p
-    WHERE s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id
+    FROM f AS p
+    WHERE s.ctid = p.tid
+      AND s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id
       AND NOT EXISTS (SELECT 1 FROM lacking x WHERE x.kind = p.kind AND x.id = p.id)
     RETURNING s.scope_kind
 )
 SELECT ins.id, ins.scope_kind, ins.scope_id, ins.plan_time, ins.lease_token, ins.fencing_token,
-       ins.started_at, ins.payload
+       ins.started_at, ins.payload,
+       (SELECT count(*) FROM p) - (SELECT count(*) FROM moved) - (SELECT count(*) FROM lacking)
+         AS unmoved
 FROM (SELECT 1) AS one
 LEFT JOIN ins ON true
 

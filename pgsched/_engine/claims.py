@@ -16,7 +16,7 @@ from .._config import JobSpec
 from .._model import Scope
 from .._planning.cursors import CursorDecision, decide_cursors, spec_key
 from .._planning.dynamic import Decision, decide_schedules
-from .._records import ClaimTerms, Probe, Row, WonPlan
+from .._records import ClaimTerms, DueCursor, DueSchedule, Probe, Row, WonPlan
 from .._storage.store import Conn, ScheduleStore, Store
 from .._views import trusted_scope
 from .recorder import Recorder
@@ -51,6 +51,10 @@ CLAIM_IDLE_TIMEOUT = timedelta(seconds=10)
 CLAIM_LOCK_TIMEOUT = timedelta(seconds=2)
 _KIND_OF = {"RUNNING": "stole", "FAILED": "retry"}
 Known = Mapping[tuple[str, str], Scope]
+
+
+class _Unmoved(Exception):
+    """A claim found cursors (schedules) elsewhere than where it read them: rolled back."""
 
 
 class Claimer:
@@ -109,6 +113,9 @@ class Claimer:
         except psycopg.errors.LockNotAvailable:  # rolled back: the plans wait for a tick
             self._recorder.claim_blocked(job.name, CLAIM_LOCK_TIMEOUT.total_seconds())
             return ClaimBatch(backlog=True)
+        except _Unmoved as exc:  # rolled back: the next claim reads them again
+            self._recorder.log.warning("claim_rolled_back", job=job.name, unmoved=exc.args[0])
+            return ClaimBatch(backlog=True)
         self._count(job.name, batch)
         return batch
 
@@ -142,7 +149,7 @@ class Claimer:
                     self._recorder.stale_closed(job.name, row)
             if existing and cap > 0:
                 limit = min(cap, EXISTING_SCOPE_LOCKS) if job.overlap == "forbid" else cap
-                taken = await self._existing(conn, terms, limit)
+                taken = await self._existing(conn, terms, limit, batch)
                 batch.claims.extend(taken)
                 capped = limit < cap and len(taken) >= limit  # more may wait: claim again soon
                 batch.backlog = batch.backlog or capped
@@ -167,23 +174,26 @@ class Claimer:
             batch.backlog = True
             return
         size = min(cap, most, CLAIM_BATCH)
+        rows: Sequence[DueSchedule | DueCursor]
         if job.dynamic:
-            rows = await self._schedules.due_schedules(conn, terms, job.schedule_delay, size)
-            decisions: Sequence[Decision | CursorDecision] = (
-                decide_schedules(job, rows, rows[0].now) if rows else []
+            rows = schedules = await self._schedules.due_schedules(
+                conn, terms, job.schedule_delay, size
             )
-            read = len(rows)
+            decisions: Sequence[Decision | CursorDecision] = (
+                decide_schedules(job, schedules, schedules[0].now) if schedules else []
+            )
         else:
-            cursors = await self._store.due_cursors(conn, terms, job.schedule_delay, size)
+            rows = cursors = await self._store.due_cursors(conn, terms, job.schedule_delay, size)
             decisions = (
                 decide_cursors(job, cursors, cursors[0].now, self._lookback, size)
                 if cursors
                 else []
             )
-            read = len(cursors)
+        read = len(rows)
         if not read:
             return
-        won = await self._write(conn, job, terms, decisions, known)
+        tids = {(row.scope_kind, row.scope_id): row.tid for row in rows}
+        won = await self._write(conn, job, terms, decisions, (known, tids))
         batch.claims.extend(won)
         wanted = sum(d.claims for d in decisions)
         batch.superseded += sum(d.superseded for d in decisions)
@@ -199,16 +209,25 @@ class Claimer:
         job: JobSpec,
         terms: ClaimTerms,
         decisions: Sequence[Decision | CursorDecision],
-        known: Known | None,
+        scopes: tuple[Known | None, Mapping[tuple[str, str], str]],
     ) -> list[Claim]:
-        """Insert the chosen plans' RUNNING rows and move the cursors on: the claims won."""
+        """Insert the chosen plans' RUNNING rows and move the cursors on: the claims won.
+        ``scopes``: the job's scopes by key, and where the claim read each cursor."""
+        known, tids = scopes
+        unmoved = 0
         if job.dynamic:
             moves = [d.move for d in decisions if isinstance(d, Decision) and d.move is not None]
-            won = await self._schedules.claim_schedules(conn, terms, moves) if moves else []
+            at = [tids[m.kind, m.id] for m in moves]
+            won, unmoved = (
+                await self._schedules.claim_schedules(conn, terms, moves, at) if moves else ([], 0)
+            )
         else:
             cursor_moves = [d.move for d in decisions if isinstance(d, CursorDecision)]
+            at = [tids[m.kind, m.id] for m in cursor_moves]
             spec = spec_key(job.schedule)
-            won = await self._store.claim_cursors(conn, terms, spec, cursor_moves)
+            won, unmoved = await self._store.claim_cursors(conn, terms, spec, cursor_moves, at)
+        if unmoved:
+            raise _Unmoved(unmoved)
         return [_won(plan, job.max_attempts, known) for plan in won]
 
     def _count(self, job: str, batch: ClaimBatch) -> None:
@@ -241,7 +260,9 @@ class Claimer:
             clock=clock,
         )
 
-    async def _existing(self, conn: Conn, terms: ClaimTerms, cap: int) -> list[Claim]:
+    async def _existing(
+        self, conn: Conn, terms: ClaimTerms, cap: int, batch: ClaimBatch
+    ) -> list[Claim]:
         try:
             async with conn.transaction():  # a savepoint
                 rows = await self._store.claim_existing(conn, terms, cap)
@@ -249,7 +270,7 @@ class Claimer:
             # A guard only: these updates change no column of a unique index of the
             # partitioned ledger (row and scope locks keep overlap="forbid", migration 0014). Should
             # one be raised, the rows wait for the next tick.
-            self._recorder.conflicts(terms.job, 1)
+            batch.conflicts += 1
             return []
         return [
             _claim(row, _KIND_OF.get(row["previous_status"], "won"), None)  # type: ignore[arg-type]

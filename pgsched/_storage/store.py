@@ -505,10 +505,16 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
         return await self._tuples(conn, "due_cursors", DueCursor, params, prepare=_PLAN_EACH_TIME)
 
     async def claim_cursors(
-        self, conn: Conn, terms: ClaimTerms, spec: str, moves: Sequence[CursorMove]
-    ) -> list[WonPlan]:
-        """Insert RUNNING rows for the moves' plans and move each cursor on; returns the
-        plans this replica won."""
+        self,
+        conn: Conn,
+        terms: ClaimTerms,
+        spec: str,
+        moves: Sequence[CursorMove],
+        tids: Sequence[str],
+    ) -> tuple[list[WonPlan], int]:
+        """Insert RUNNING rows for the moves' plans and move each cursor on (``tids``: where
+        due_cursors read each move's cursor, in the same order); returns the plans this
+        replica won, and how many cursors were not where it read them."""
         plans = [(m.kind, m.id, p) for m in moves for p in m.plans]
         params = {
             **terms.params(),
@@ -521,10 +527,11 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
             "nexts": [m.next_plan for m in moves],
             "dues": [m.due_at for m in moves],
             "lasts": [max(m.plans, default=None) for m in moves],
+            "tids": list(tids),
             **_plan_span(p for _, _, p in plans),
         }
         won = await self._tuples(conn, "claim_cursors", WonPlan, params, prepare=_PLAN_EACH_TIME)
-        return [plan for plan in won if plan.id is not None]
+        return [plan for plan in won if plan.id is not None], won[0].unmoved
 
     async def heartbeat(self, conn: Conn, leases: Sequence[Renewal]) -> set[UUID]:
         """Renew the leases; returns the ids still held."""
@@ -814,17 +821,20 @@ class ScheduleStore(_Statements):
         )
 
     async def claim_schedules(
-        self, conn: Conn, terms: ClaimTerms, moves: Sequence[ScheduleMove]
-    ) -> list[WonPlan]:
+        self, conn: Conn, terms: ClaimTerms, moves: Sequence[ScheduleMove], tids: Sequence[str]
+    ) -> tuple[list[WonPlan], int]:
         """Insert RUNNING rows for the moves with a plan, and move each schedule's next plan
-        on; returns the rows this replica won."""
+        on (``tids``: where due_schedules read each move's schedule, in the same order);
+        returns the rows this replica won, and how many schedules were not where it read
+        them."""
         params = {
             **terms.params(),
             "kinds": [m.kind for m in moves],
             "ids": [m.id for m in moves],
             "plans": [m.plan for m in moves],
             "nexts": [m.next_plan for m in moves],
+            "tids": list(tids),
             **_plan_span(m.plan for m in moves if m.plan is not None),
         }
         won = await self._tuples(conn, "claim_schedules", WonPlan, params, prepare=_PLAN_EACH_TIME)
-        return [plan for plan in won if plan.id is not None]
+        return [plan for plan in won if plan.id is not None], won[0].unmoved

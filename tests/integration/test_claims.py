@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from prometheus_client import CollectorRegistry
 from psycopg import sql
 from structlog.testing import capture_logs
 
@@ -22,7 +23,15 @@ from pgsched._engine.claims import EXISTING_SCOPE_LOCKS
 from pgsched._records import ClaimTerms
 from pgsched._storage.store import Store
 from tests.support.plans import FixedPlans, past_plan
-from tests.support.rows import count, db_now, insert_due_cursors, insert_row, rows, table
+from tests.support.rows import (
+    count,
+    db_now,
+    floor_to,
+    insert_due_cursors,
+    insert_row,
+    rows,
+    table,
+)
 from tests.support.threads import Recorder, run_together, running
 from tests.support.waiting import wait_until
 
@@ -388,3 +397,51 @@ def test_a_retry_storm_is_claimed_a_bounded_number_of_scopes_at_a_time(
     assert s.run_once().retried == EXISTING_SCOPE_LOCKS
     assert s.run_once().retried == 40
     assert count(db, migrated, "status = 'FAILED'") == 0
+
+
+def test_a_claim_that_finds_its_cursor_moved_since_its_read_rolls_back(
+    make_scheduler: Any, migrated: str, db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim moves each cursor where due_cursors read it (its address, kept by the row
+    lock). A cursor found elsewhere (here: written again after the read, in the claim's own
+    transaction) rolls the whole claim back with a warning: no row inserted, nothing counted,
+    and the next claim takes the plan once."""
+    # A scheduled row an hour before the current plan: the new cursor resumes after it, due.
+    plan = floor_to(db_now(db), timedelta(hours=1))
+    insert_row(
+        db, migrated, job_name="hourly", plan_time=plan - timedelta(hours=1), status="SUCCESS"
+    )
+    registry = CollectorRegistry()
+    s = make_scheduler(registry=registry)
+    recorder = Recorder()
+
+    @s.job(every="1h")
+    def hourly(run: pgsched.Run) -> None:
+        recorder.enter(run)
+
+    read = Store.due_cursors
+    schema = sql.Identifier(migrated)
+
+    async def read_then_rewrite(self: Store, conn: Any, *args: Any) -> Any:
+        due = await read(self, conn, *args)
+        rewrite = sql.SQL("UPDATE {s}.cron_cursors SET updated_at = updated_at").format(s=schema)
+        await conn.execute(rewrite)  # a new row version: the cursor's address changes
+        return due
+
+    monkeypatch.setattr(Store, "due_cursors", read_then_rewrite)
+    with capture_logs() as events:
+        report = s.run_once()
+    assert (report.claimed, report.errors, recorder.runs) == (0, 0, [])
+    rolled = [(e["job"], e["unmoved"]) for e in events if e["event"] == "claim_rolled_back"]
+    assert rolled == [("hourly", 1)]
+    assert [r["plan_time"] for r in rows(db, migrated, "hourly")] == [plan - timedelta(hours=1)]
+    won = {"job": "hourly", "outcome": "won"}
+    assert registry.get_sample_value("pgsched_claims_total", won) in (None, 0.0)
+    monkeypatch.setattr(Store, "due_cursors", read)
+    report = s.run_once()
+    assert (report.claimed, report.succeeded, len(recorder.runs)) == (1, 1, 1)
+    assert sorted(r["plan_time"] for r in rows(db, migrated, "hourly")) == [
+        plan - timedelta(hours=1),
+        plan,
+    ]
+    assert registry.get_sample_value("pgsched_claims_total", won) == 1.0

@@ -48,7 +48,9 @@ def row(next_plan: datetime | None, **cols: Any) -> dict[str, Any]:
 def due(next_plan: datetime, **cols: Any) -> DueSchedule:
     """The due schedule a claim reads: ``row``'s spec, window and next plan."""
     full = row(next_plan, **cols)
-    return DueSchedule(**{f: full[f] for f in DueSchedule._fields if f != "now"}, now=T0)
+    return DueSchedule(
+        **{f: full[f] for f in DueSchedule._fields if f not in ("now", "tid")}, now=T0
+    )
 
 
 @pytest.mark.parametrize(
