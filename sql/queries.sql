@@ -1242,18 +1242,14 @@ FROM due ORDER BY due.next_plan_time
 -- schedule's payload as of now), and each schedule's next plan moved on. A schedule whose
 -- insert met another row is moved on only when that row is the same plan (a backfill or
 -- trigger had it); one that met a concurrent claim's exclusive row stays due. Each schedule
--- is read and moved where due_schedules read it, as in claim_cursors (`unmoved` likewise).
+-- is read and moved where due_schedules read it, as in claim_cursors; `unmoved` counts the
+-- schedules not found there (a plan of one is not inserted: it is left out of `lacking`'s
+-- count, which is of the schedules found that stay due).
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 p AS MATERIALIZED (
     SELECT * FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(plans)b::timestamptz[],
                          %(nexts)b::timestamptz[], %(tids)b::text[]::tid[])
              AS p(kind, id, plan_time, next_plan, tid)
-),
-f AS MATERIALIZED (  -- the schedules, with their payload as of now
-    SELECT p.kind, p.id, p.plan_time, p.next_plan, p.tid, s.payload
-    FROM p
-    JOIN {schema}.schedules s
-      ON s.ctid = p.tid AND s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id
 ),
 ins AS (
     INSERT INTO {schema}.cron_executions AS x
@@ -1261,8 +1257,10 @@ ins AS (
          exclusive, runner_id, heartbeat_at, stale_after, started_at, created_at, updated_at,
          payload)
     SELECT %(job)s, p.kind, p.id, p.plan_time, 'schedule', 'RUNNING', 1, %(max_attempts)s,
-           %(forbid)s, %(runner)s, now.t, now.t + %(stale_timeout)s, now.t, now.t, now.t, p.payload
-    FROM f AS p
+           %(forbid)s, %(runner)s, now.t, now.t + %(stale_timeout)s, now.t, now.t, now.t, s.payload
+    FROM p
+    JOIN {schema}.schedules s
+      ON s.ctid = p.tid AND s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id
     CROSS JOIN now
     WHERE p.plan_time IS NOT NULL
       -- overlap="forbid": as in claim_cursors
@@ -1283,7 +1281,7 @@ ins AS (
 -- are looked up, one probe of the plan key each (an EXISTS over the ledger beside the others
 -- was planned as a hash of the job's whole ledger, built whenever one insert met another row).
 untaken AS MATERIALIZED (
-    SELECT p.kind, p.id, p.plan_time FROM f AS p
+    SELECT p.kind, p.id, p.plan_time FROM p
     LEFT JOIN ins i ON i.scope_kind = p.kind AND i.scope_id = p.id AND i.plan_time = p.plan_time
     WHERE p.plan_time IS NOT NULL AND i.scope_id IS NULL
 ),
@@ -1301,7 +1299,7 @@ moved AS (
     SET next_plan_time = p.next_plan,
         last_plan_time = CASE WHEN p.plan_time IS NULL THEN s.last_plan_time
                               ELSE greatest(s.last_plan_time, p.plan_time) END
-    FROM f AS p
+    FROM p
     WHERE s.ctid = p.tid
       AND s.job_name = %(job)s AND s.scope_kind = p.kind AND s.scope_id = p.id
       AND NOT EXISTS (SELECT 1 FROM lacking x WHERE x.kind = p.kind AND x.id = p.id)
@@ -1309,8 +1307,12 @@ moved AS (
 )
 SELECT ins.id, ins.scope_kind, ins.scope_id, ins.plan_time, ins.lease_token, ins.fencing_token,
        ins.started_at, ins.payload,
-       (SELECT count(*) FROM p) - (SELECT count(*) FROM moved) - (SELECT count(*) FROM lacking)
-         AS unmoved
+       (SELECT count(*) FROM p) - (SELECT count(*) FROM moved) - (
+           SELECT count(*) FROM lacking x
+           JOIN p ON p.kind = x.kind AND p.id = x.id
+           JOIN {schema}.schedules s
+             ON s.ctid = p.tid AND s.job_name = %(job)s AND s.scope_kind = p.kind
+            AND s.scope_id = p.id) AS unmoved
 FROM (SELECT 1) AS one
 LEFT JOIN ins ON true
 
