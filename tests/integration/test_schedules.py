@@ -11,8 +11,10 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from structlog.testing import capture_logs
 
 import pgsched
+from pgsched._storage.store import ScheduleStore
 from tests.support.rows import count, db_now, estimated_rows, floor_to, insert_row, rows, table
 from tests.support.threads import Recorder, run_together, running
 from tests.support.waiting import wait_until
@@ -414,3 +416,40 @@ def test_a_plan_that_already_has_a_row_moves_its_schedule_on(
     s.run_once()
     assert s.recorder.runs == []  # that plan had its row: nothing claimed again
     assert s.get_schedule(JOB, scope).next_plan_time == plan + timedelta(hours=1)
+
+
+def test_a_claim_that_finds_its_schedule_moved_since_its_read_rolls_back(
+    make_scheduler: Any, migrated: str, db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As for a code-defined job's cursor (tests/integration/test_claims.py): a schedule found
+    elsewhere than where due_schedules read it rolls the whole claim back with a warning,
+    and the next claim takes the plan once."""
+    s = dynamic_scheduler(make_scheduler)
+    s.put_schedules(JOB, [pgsched.ScheduleSpec(Scope("user", "1"), every="1s")])
+    (due,) = [
+        r
+        for (r,) in db.execute(
+            sql.SQL("SELECT next_plan_time FROM {}").format(table(migrated, "schedules"))
+        )
+    ]
+    wait_until(lambda: db_now(db) > due, 5, "the schedule's first plan to fall due")
+    read = ScheduleStore.due_schedules
+    schema = sql.Identifier(migrated)
+
+    async def read_then_rewrite(self: ScheduleStore, conn: Any, *args: Any) -> Any:
+        found = await read(self, conn, *args)
+        rewrite = sql.SQL("UPDATE {s}.schedules SET payload = payload").format(s=schema)
+        await conn.execute(rewrite)  # a new row version: the schedule's address changes
+        return found
+
+    monkeypatch.setattr(ScheduleStore, "due_schedules", read_then_rewrite)
+    with capture_logs() as events:
+        report = s.run_once()
+    assert (report.claimed, report.errors, s.recorder.runs) == (0, 0, [])
+    rolled = [(e["job"], e["unmoved"]) for e in events if e["event"] == "claim_rolled_back"]
+    assert rolled == [(JOB, 1)]
+    assert rows(db, migrated, JOB) == []
+    monkeypatch.setattr(ScheduleStore, "due_schedules", read)
+    report = s.run_once()
+    assert (report.claimed, len(s.recorder.runs)) == (1, 1)
+    assert [r["plan_time"] for r in rows(db, migrated, JOB)] == [s.recorder.runs[0].plan_time]
