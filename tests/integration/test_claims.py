@@ -29,6 +29,7 @@ from tests.support.rows import (
     floor_to,
     insert_due_cursors,
     insert_row,
+    rewrite_after_read,
     rows,
     table,
 )
@@ -419,16 +420,10 @@ def test_a_claim_that_finds_its_cursor_moved_since_its_read_rolls_back(
     def hourly(run: pgsched.Run) -> None:
         recorder.enter(run)
 
-    read = Store.due_cursors
-    schema = sql.Identifier(migrated)
-
-    async def read_then_rewrite(self: Store, conn: Any, *args: Any) -> Any:
-        due = await read(self, conn, *args)
-        rewrite = sql.SQL("UPDATE {s}.cron_cursors SET updated_at = updated_at").format(s=schema)
-        await conn.execute(rewrite)  # a new row version: the cursor's address changes
-        return due
-
-    monkeypatch.setattr(Store, "due_cursors", read_then_rewrite)
+    rewrite = sql.SQL("UPDATE {}.cron_cursors SET updated_at = updated_at")
+    read = rewrite_after_read(
+        monkeypatch, Store, "due_cursors", rewrite.format(sql.Identifier(migrated))
+    )
     with capture_logs() as events:
         report = s.run_once()
     assert (report.claimed, report.errors, recorder.runs) == (0, 0, [])

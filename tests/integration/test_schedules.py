@@ -15,7 +15,16 @@ from structlog.testing import capture_logs
 
 import pgsched
 from pgsched._storage.store import ScheduleStore
-from tests.support.rows import count, db_now, estimated_rows, floor_to, insert_row, rows, table
+from tests.support.rows import (
+    count,
+    db_now,
+    estimated_rows,
+    floor_to,
+    insert_row,
+    rewrite_after_read,
+    rows,
+    table,
+)
 from tests.support.threads import Recorder, run_together, running
 from tests.support.waiting import wait_until
 
@@ -433,16 +442,10 @@ def test_a_claim_that_finds_its_schedule_moved_since_its_read_rolls_back(
         )
     ]
     wait_until(lambda: db_now(db) > due, 5, "the schedule's first plan to fall due")
-    read = ScheduleStore.due_schedules
-    schema = sql.Identifier(migrated)
-
-    async def read_then_rewrite(self: ScheduleStore, conn: Any, *args: Any) -> Any:
-        found = await read(self, conn, *args)
-        rewrite = sql.SQL("UPDATE {s}.schedules SET payload = payload").format(s=schema)
-        await conn.execute(rewrite)  # a new row version: the schedule's address changes
-        return found
-
-    monkeypatch.setattr(ScheduleStore, "due_schedules", read_then_rewrite)
+    rewrite = sql.SQL("UPDATE {}.schedules SET payload = payload")
+    read = rewrite_after_read(
+        monkeypatch, ScheduleStore, "due_schedules", rewrite.format(sql.Identifier(migrated))
+    )
     with capture_logs() as events:
         report = s.run_once()
     assert (report.claimed, report.errors, s.recorder.runs) == (0, 0, [])

@@ -225,3 +225,18 @@ def job_index_reads(db: Conn, schema: str, name: str) -> int:
     ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def rewrite_after_read(monkeypatch: Any, owner: type, read: str, rewrite: sql.Composable) -> Any:
+    """Patch ``owner.read`` (a claim's first statement, e.g. ``Store.due_cursors``) to run
+    ``rewrite`` in the claim's own transaction after it: a new version of the rows it read,
+    at another address. Returns the original, to put back with ``monkeypatch.setattr``."""
+    original = getattr(owner, read)
+
+    async def read_then_rewrite(self: Any, conn: Any, *args: Any) -> Any:
+        found = await original(self, conn, *args)
+        await conn.execute(rewrite)
+        return found
+
+    monkeypatch.setattr(owner, read, read_then_rewrite)
+    return original
