@@ -214,7 +214,6 @@ class Claimer:
         """Insert the chosen plans' RUNNING rows and move the cursors on: the claims won.
         ``scopes``: the job's scopes by key, and where the claim read each cursor."""
         known, tids = scopes
-        unmoved = 0
         if job.dynamic:
             moves = [d.move for d in decisions if isinstance(d, Decision) and d.move is not None]
             at = [tids[m.kind, m.id] for m in moves]
