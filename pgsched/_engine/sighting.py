@@ -21,6 +21,7 @@ from .._planning.cursors import due_at, first_plan, scope_digest, spec_key
 from .._records import Sighting
 from .._results import describe_error
 from .._storage.store import ANALYZE_AFTER, Conn, Store
+from .heap import TRIM_AFTER_SCOPES, release_free_heap
 from .recorder import Recorder
 
 Known = Mapping[tuple[str, str], Scope]
@@ -68,13 +69,17 @@ class Sightings:
             return last.known, False
         known = {(s.kind, s.id): s for s in scopes}
         sighting = self._sighting(job, known, spec, now)
+        digest = sighting.digest
         written = await self._store.sight_cursors(conn, job.name, sighting)
+        del sighting  # its lists (values per scope) are freed before the heap is trimmed
+        if len(known) >= TRIM_AFTER_SCOPES:
+            release_free_heap()
         if written["seen"] >= ANALYZE_AFTER:
             await self._store.analyze_cursors(conn)
         agreed = bool(written["agreed"])
         if not agreed:
             self._recorder.log.info("scopes_retirement_deferred", job=job.name)
-        self._seen[job.name] = _Seen(spec, scopes, known, sighting.digest, agreed)
+        self._seen[job.name] = _Seen(spec, scopes, known, digest, agreed)
         if self._checked_at is None:  # the write just compared: the next check is due later
             self._checked_at = time.monotonic()
         return known, True

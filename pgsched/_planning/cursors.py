@@ -75,8 +75,14 @@ def spec_key(recurrence: Recurrence) -> str:
 def scope_digest(keys: Sequence[tuple[str, str]]) -> str:
     """A digest of a job's scope list (sorted keys): equal on two replicas when they list the
     same scopes."""
-    text = "\x1e".join(f"{kind}\x1f{id_}" for kind, id_ in keys)
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    # Fed key by key (the bytes of the keys joined by \x1e): joined first, 100,000 scopes
+    # made a list of 100,000 strings and two copies of the text at once.
+    digest = hashlib.blake2b(digest_size=16)
+    separator = ""
+    for kind, id_ in keys:
+        digest.update(f"{separator}{kind}\x1f{id_}".encode())
+        separator = "\x1e"
+    return digest.hexdigest()
 
 
 def first_plan(job: CursorRules, seen_at: datetime, lookback: timedelta) -> datetime | None:
@@ -93,8 +99,8 @@ def first_plan(job: CursorRules, seen_at: datetime, lookback: timedelta) -> date
 
 def due_at(job: CursorRules, kind: str, ident: str, plan: datetime | None) -> datetime | None:
     """When ``plan`` is due for the scope, less ``schedule_delay``: the plan plus its jitter."""
-    if plan is None:
-        return None
+    if plan is None or job.jitter <= timedelta(0):
+        return plan  # one object for every scope of the job, not a copy of it each
     return plan + jitter_offset(job.name, kind, ident, plan, job.jitter)
 
 
