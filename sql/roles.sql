@@ -3,7 +3,7 @@
 --   psql "$ADMIN_DSN" -v schema=pgsched -v owner=pgsched_owner -v runtime=pgsched_runtime \
 --        -v owner_password="$OWNER_PW" -v runtime_password="$RUNTIME_PW" -f sql/roles.sql
 --
--- owner:   owns the schema and runs `pgsched migrate` (DDL). Used by the migration Job only.
+-- owner:   owns the schema and runs `pgsched migrate` (DDL). Used by the migration step only (the Deployment's init container).
 -- runtime: what every `pgsched run` replica and operator command uses: SELECT, INSERT,
 --          UPDATE, DELETE on pgsched's tables and USAGE on its sequence. No DDL, no
 --          superuser, nothing outside the schema. Tables added by later migrations (run by

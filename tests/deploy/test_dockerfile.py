@@ -104,7 +104,14 @@ def test_exec_form_entrypoint_and_default_command() -> None:
     entrypoint = json.loads(final["ENTRYPOINT"])
     assert entrypoint == ["pgsched"]
     cmd = json.loads(final["CMD"])
-    assert cmd[:2] == ["run", "myapp.jobs"]
+    assert cmd[0] == "run"
+    # The default command runs a config module the image holds (it ran `myapp.jobs`, which
+    # exists only in a derived image): the example jobs, copied from the builder.
+    copied = [args.split()[-1] for keyword, args in _stages()[-1] if keyword == "COPY"]
+    assert cmd[1] in copied, f"CMD runs {cmd[1]}, which the image does not hold"
+    assert (REPO / "examples" / Path(cmd[1]).name).is_file()
+    ignore = (REPO / ".dockerignore").read_text().splitlines()
+    assert "!examples/jobs.py" in ignore, "the build context must include the example jobs"
     assert cmd[cmd.index("--http-host") + 1] == "0.0.0.0"
 
 

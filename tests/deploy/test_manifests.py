@@ -24,7 +24,6 @@ BASE = REPO / "deploy" / "kubernetes"
 CORE_KINDS = (
     "Deployment",
     "Service",
-    "Job",
     "PodDisruptionBudget",
     "NetworkPolicy",
     "ServiceAccount",
@@ -88,6 +87,12 @@ def _container(obj: Obj) -> Obj:
     return containers[0]
 
 
+def _init_container(obj: Obj) -> Obj:
+    containers = _pod_spec(obj).get("initContainers", [])
+    assert len(containers) == 1, "one init container: migrate"
+    return containers[0]
+
+
 def _env(container: Obj) -> dict[str, Obj]:
     return {item["name"]: item for item in container.get("env", [])}
 
@@ -131,13 +136,16 @@ def test_core_object_matches_the_kubernetes_schema(rendered: list[Obj], kind: st
 
 def test_example_secrets_are_valid_and_use_the_expected_names() -> None:
     docs = [doc for doc in yaml.safe_load_all((BASE / "secret.example.yaml").read_text()) if doc]
-    names = set()
+    keys = {}
     for doc in docs:
         assert doc["kind"] == "Secret"
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
-        assert "dsn" in doc["stringData"]
-        names.add(doc["metadata"]["name"])
-    assert names == {"pgsched-runtime", "pgsched-owner"}
+        keys[doc["metadata"]["name"]] = set(doc["stringData"])
+    assert keys == {
+        "pgsched-runtime": {"dsn"},
+        "pgsched-owner": {"dsn"},
+        "pgsched-http": {"operator-token", "view-token"},
+    }
 
 
 # -- the scheduler Deployment --------------------------------------------------------------
@@ -162,7 +170,7 @@ def test_runner_id_is_the_pod_name(rendered: list[Obj]) -> None:
     assert args[args.index("--http-host") + 1] == "0.0.0.0"
     if "--http-port" in args:
         assert args[args.index("--http-port") + 1] == str(METRICS_PORT)
-    assert "--migrate" not in args, "migrations belong to the Job and the owner role"
+    assert "--migrate" not in args, "migrations belong to the init container and the owner role"
     assert "command" not in container, "keep the image's exec-form ENTRYPOINT"
 
 
@@ -186,11 +194,11 @@ def test_grace_period_outlasts_shutdown_grace(rendered: list[Obj]) -> None:
     assert grace > shutdown_grace >= 30
 
 
-@pytest.mark.parametrize("kind", ["Deployment", "Job"])
-def test_pods_are_locked_down(rendered: list[Obj], kind: str) -> None:
-    obj = _one(rendered, kind)
+@pytest.mark.parametrize("which", ["scheduler", "migrate"])
+def test_pods_are_locked_down(rendered: list[Obj], which: str) -> None:
+    obj = _one(rendered, "Deployment")
     pod = _pod_spec(obj)
-    container = _container(obj)
+    container = _container(obj) if which == "scheduler" else _init_container(obj)
     pod_sc = pod.get("securityContext", {})
     sc = container["securityContext"]
 
@@ -211,44 +219,46 @@ def test_pods_are_locked_down(rendered: list[Obj], kind: str) -> None:
     assert "emptyDir" in volumes[mounts["/tmp"]]
     resources = container["resources"]
     for section in ("requests", "limits"):
-        assert {"cpu", "memory"} <= resources[section].keys(), f"{kind} {section}"
+        assert {"cpu", "memory"} <= resources[section].keys(), f"{which} {section}"
 
 
 def test_service_account_has_no_token(rendered: list[Obj]) -> None:
     account = _one(rendered, "ServiceAccount")
     assert account["automountServiceAccountToken"] is False
-    for kind in ("Deployment", "Job"):
-        pod = _pod_spec(_one(rendered, kind))
-        assert pod["serviceAccountName"] == account["metadata"]["name"], kind
-        assert pod.get("automountServiceAccountToken", False) is False, kind
+    pod = _pod_spec(_one(rendered, "Deployment"))
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert pod.get("automountServiceAccountToken", False) is False
 
 
 # -- secrets: runtime role for the Deployment, owner role for the migration ---------------
 
 
-def test_deployment_and_job_use_their_own_roles(rendered: list[Obj]) -> None:
-    deployment, job = _one(rendered, "Deployment"), _one(rendered, "Job")
-    runner, migrate = _container(deployment), _container(job)
+def test_scheduler_and_migration_use_their_own_roles(rendered: list[Obj]) -> None:
+    deployment = _one(rendered, "Deployment")
+    runner, migrate = _container(deployment), _init_container(deployment)
     assert _secret_ref(runner, "PGSCHED_DSN") == ("pgsched-runtime", "dsn")
     assert _secret_ref(migrate, "PGSCHED_DSN") == ("pgsched-owner", "dsn")
-    assert "pgsched-owner" not in yaml.safe_dump(deployment), "the owner DSN leaks to runners"
+    assert "pgsched-owner" not in yaml.safe_dump(runner), "the owner DSN leaks to the scheduler"
     assert runner["image"] == migrate["image"]
     schema = {_env(c).get("PGSCHED_SCHEMA", {}).get("value") for c in (runner, migrate)}
-    assert len(schema) == 1, "the Job must migrate the schema the Deployment uses"
+    assert len(schema) == 1, "the init container must migrate the schema the scheduler uses"
 
 
-def test_migration_job(rendered: list[Obj]) -> None:
-    job = _one(rendered, "Job")
-    container = _container(job)
-    command = container.get("command", []) + container["args"]
+def test_migrations_run_before_the_scheduler_without_an_immutable_job(rendered: list[Obj]) -> None:
+    # A Job's pod template is immutable: applying the manifests again with a new image failed
+    # while the previous Job existed. `pgsched migrate` is idempotent and safe concurrently,
+    # so each pod runs it first.
+    assert not [obj for obj in rendered if obj["kind"] == "Job"]
+    migrate = _init_container(_one(rendered, "Deployment"))
+    command = migrate.get("command", []) + migrate["args"]
     assert command == ["migrate"], "run `pgsched migrate` through the image's ENTRYPOINT"
-    spec = job["spec"]
-    assert isinstance(spec["backoffLimit"], int) and spec["backoffLimit"] >= 1
-    assert isinstance(spec["ttlSecondsAfterFinished"], int)
-    assert _pod_spec(job)["restartPolicy"] in ("Never", "OnFailure")
-    # The migration pod must not receive metrics traffic meant for the scheduler.
-    service = _one(rendered, "Service")
-    assert not _matches(service["spec"]["selector"], _pod_labels(job))
+
+
+def test_the_http_tokens_come_from_an_optional_secret(rendered: list[Obj]) -> None:
+    runner = _container(_one(rendered, "Deployment"))
+    for name, key in (("PGSCHED_HTTP_TOKEN", "operator-token"), ("PGSCHED_HTTP_VIEW_TOKEN", "view-token")):
+        ref = _env(runner)[name]["valueFrom"]["secretKeyRef"]
+        assert (ref["name"], ref["key"], ref.get("optional")) == ("pgsched-http", key, True)
 
 
 # -- Service, PDB, NetworkPolicy -------------------------------------------------------------
