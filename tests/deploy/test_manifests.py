@@ -256,7 +256,10 @@ def test_migrations_run_before_the_scheduler_without_an_immutable_job(rendered: 
 
 def test_the_http_tokens_come_from_an_optional_secret(rendered: list[Obj]) -> None:
     runner = _container(_one(rendered, "Deployment"))
-    for name, key in (("PGSCHED_HTTP_TOKEN", "operator-token"), ("PGSCHED_HTTP_VIEW_TOKEN", "view-token")):
+    for name, key in (
+        ("PGSCHED_HTTP_TOKEN", "operator-token"),
+        ("PGSCHED_HTTP_VIEW_TOKEN", "view-token"),
+    ):
         ref = _env(runner)[name]["valueFrom"]["secretKeyRef"]
         assert (ref["name"], ref["key"], ref.get("optional")) == ("pgsched-http", key, True)
 
