@@ -1501,18 +1501,28 @@ WHERE id = %(id)s AND status = 'FAILED'
 RETURNING id, job_name
 
 -- name: record_action
-INSERT INTO {schema}.actions (actor, action, job_name, target, outcome, detail)
-VALUES (%(actor)s, %(action)s, %(job)s, %(target)s, %(outcome)s, left(%(detail)s, 4000))
+-- One operator action, at the database's clock. An action on an execution (cancel, retry)
+-- that names no job is filed under the execution's job, so the job's page shows it.
+INSERT INTO {schema}.actions
+    (surface, actor, action, job_name, scope, execution_id, target, details, outcome, detail)
+VALUES (%(surface)s, %(actor)s, %(action)s,
+        coalesce(%(job)s, (SELECT e.job_name FROM {schema}.cron_executions e
+                           WHERE %(execution_id)s::uuid IS NOT NULL
+                             AND e.id = %(execution_id)s::uuid LIMIT 1)),
+        %(scope)s, %(execution_id)s, coalesce(%(scope)s, %(execution_id)s::text),
+        %(details)s::jsonb, %(outcome)s, left(%(detail)s, 4000))
 
 -- name: list_actions
 -- The latest recorded actions, of one job or of all.
-SELECT id, at, actor, action, job_name AS job, target, outcome, detail
+SELECT id, at, surface, actor, action, job_name AS job, scope, execution_id, target, details,
+       outcome, detail
 FROM {schema}.actions
 ORDER BY at DESC
 LIMIT %(limit)s
 
 -- name: list_job_actions
-SELECT id, at, actor, action, job_name AS job, target, outcome, detail
+SELECT id, at, surface, actor, action, job_name AS job, scope, execution_id, target, details,
+       outcome, detail
 FROM {schema}.actions
 WHERE job_name = %(job)s
 ORDER BY at DESC
