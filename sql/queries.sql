@@ -134,7 +134,8 @@ closed AS (
     WHERE e.job_name = %(job)s AND e.status = 'RUNNING' AND e.stale_after < now.t
       AND (NOT %(reentry)s OR e.attempt >= e.max_attempts)
     RETURNING e.id, e.scope_kind, e.scope_id, e.plan_time, e.attempt, e.runner_id,
-              e.fencing_token, e.started_at, e.finished_at, e.error_code, e.error_msg
+              e.fencing_token, e.started_at, e.finished_at, e.error_code, e.error_msg,
+              e.max_attempts, e.trigger, e.lease_token, e.payload
 ),
 kept AS (
     INSERT INTO {schema}.cron_attempts
@@ -145,7 +146,9 @@ kept AS (
     FROM closed c
     ON CONFLICT DO NOTHING
 )
-SELECT id, scope_kind, scope_id, plan_time, attempt, runner_id FROM closed
+SELECT id, scope_kind, scope_id, plan_time, attempt, runner_id, max_attempts, trigger,
+       lease_token, fencing_token, error_msg, payload
+FROM closed
 
 -- name: lock_existing_scopes
 -- overlap="forbid", before claim_existing: the scopes of the rows it may take, each under
@@ -1580,3 +1583,17 @@ LIMIT 1000
 -- estimated high enough to trigger JIT compilation, which alone took 4 s for `job_summary`
 -- over 10,000,000 rows in 30 partitions (12 ms without).
 SELECT set_config('jit', 'off', true)
+
+-- name: previous_outcomes
+-- For the recovery hooks (only run when one is registered): per (job, scope, plan), the
+-- status of the scope's latest finished plan before it, newest plan first on the plan key.
+SELECT k.i, p.status
+FROM unnest(%(jobs)s::text[], %(kinds)s::text[], %(ids)s::text[], %(plans)s::timestamptz[])
+     WITH ORDINALITY AS k(job, kind, id, plan, i)
+CROSS JOIN LATERAL (
+    SELECT e.status FROM {schema}.cron_executions e
+    WHERE e.job_name = k.job AND e.scope_kind = k.kind AND e.scope_id = k.id
+      AND e.plan_time < k.plan AND e.status IN ('SUCCESS', 'FAILED')
+    ORDER BY e.plan_time DESC
+    LIMIT 1
+) AS p
