@@ -2,10 +2,11 @@
 wrote (or a stale lease its claim closed), ``on_recovery(run)`` for the first success after a
 failed attempt of the same (job, scope). Both the job's and the scheduler's are called.
 
-Called once the terminal write has landed (a lost lease calls nothing), each in a task of its
-own: an async hook on the loop, a sync one in a thread of its own, so a slow hook delays no
-terminal write and no other run. A hook that raises is logged (``hook_failed``) and changes
-nothing. Whether a success follows a failure: a retry claim follows its own failed attempt;
+Called once the terminal write has landed (a lost lease calls nothing), off the writer's path:
+queued, and run by at most ``HOOKS_AT_ONCE`` worker tasks (an async hook on the loop, a sync
+one in a thread of its own), so a slow hook delays no terminal write and no run, and a storm
+of failures starts no storm of threads. A hook that raises is logged (``hook_failed``) and
+changes nothing. Whether a success follows a failure: a retry claim follows its own failed attempt;
 otherwise one indexed lookup of the scope's previous finished plan, batched, in the hooks'
 task, and only for jobs with a recovery hook: a replica without hooks runs no statement more.
 """
@@ -13,8 +14,10 @@ task, and only for jobs with a recovery hook: a replica without hooks runs no st
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,6 +43,7 @@ _ERRORS: dict[str | None, type[RunFailed]] = {
     "invalid_result": UnstorableResult,
 }
 Landed = Sequence[tuple[Lease, Outcome, datetime | None]]
+HOOKS_AT_ONCE = 8  # hooks (and recovery lookups) running at a time; the others wait in turn
 
 
 def error_of(outcome: Outcome) -> BaseException:
@@ -69,7 +73,8 @@ class Hooks:
     ) -> None:
         self._scheduler, self._jobs = scheduler, jobs
         self._store, self._pool, self._log = store, pool, recorder.log
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._queue: deque[Callable[[], Awaitable[None]]] = deque()
+        self._workers: set[asyncio.Task[None]] = set()
         recorder.listener = self
 
     def landed(self, landed: Landed) -> None:
@@ -88,7 +93,7 @@ class Hooks:
                 else:
                     unsure.append(lease.run)
         if unsure:
-            self._spawn(self._after_failure(unsure))
+            self._spawn(functools.partial(self._after_failure, unsure))
 
     def stale_closed(self, job_name: str, row: Row) -> None:
         """Another holder's stale lease this replica's claim closed FAILED: ``on_failure``
@@ -103,24 +108,25 @@ class Hooks:
         """Wait up to ``within_s`` seconds for the hooks still running (at shutdown)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within_s
-        while self._tasks:  # a recovery lookup may start hooks of its own meanwhile
+        while self._workers:  # a recovery lookup may queue hooks of its own meanwhile
             left = deadline - loop.time()
             if left <= 0:
-                self._log.warning("hooks_unfinished", hooks=len(self._tasks), waited_s=within_s)
+                waiting = len(self._queue) + len(self._workers)
+                self._log.warning("hooks_unfinished", hooks=waiting, waited_s=within_s)
                 return
-            await asyncio.wait(set(self._tasks), timeout=left)
+            await asyncio.wait(set(self._workers), timeout=left)
 
     # -- calling ----------------------------------------------------------------------------
 
     def _failed(self, own: RunHooks, run: Run, error: BaseException) -> None:
         for hook in (own.on_failure, self._scheduler.on_failure):
             if hook is not None:
-                self._spawn(self._call(hook, run, error))
+                self._spawn(functools.partial(self._call, hook, run, error))
 
     def _recovered(self, own: RunHooks, run: Run) -> None:
         for hook in (own.on_recovery, self._scheduler.on_recovery):
             if hook is not None:
-                self._spawn(self._call(hook, run))
+                self._spawn(functools.partial(self._call, hook, run))
 
     async def _after_failure(self, runs: list[Run]) -> None:
         """The recovery hooks of the successes whose scope's previous plan FAILED."""
@@ -153,10 +159,16 @@ class Hooks:
                 exc_info=exc,
             )
 
-    def _spawn(self, work: Any) -> None:
-        task = asyncio.create_task(work, name="pgsched-hook")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _spawn(self, work: Callable[[], Awaitable[None]]) -> None:
+        self._queue.append(work)
+        if len(self._workers) < HOOKS_AT_ONCE:
+            task = asyncio.create_task(self._work(), name="pgsched-hooks")
+            self._workers.add(task)
+            task.add_done_callback(self._workers.discard)
+
+    async def _work(self) -> None:
+        while self._queue:
+            await self._queue.popleft()()  # each call catches its own errors
 
 
 def _is_async(hook: Callable[..., Any]) -> bool:

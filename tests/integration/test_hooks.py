@@ -17,6 +17,7 @@ import pgsched
 from pgsched._storage.store import Store
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import rows, seed_running
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -193,3 +194,42 @@ def test_no_lookup_without_a_recovery_hook(
     hooked.register(lambda run: None, name="hooked", planner=FixedPlans(plan), on_recovery=print)
     assert hooked.run_once().succeeded == 1
     assert looked_up == [1]
+
+
+def test_a_slow_hook_delays_no_other_runs_terminal_write(
+    db: Any, make_scheduler: Any, migrated: str
+) -> None:
+    """A failure hook still blocked; meanwhile another run of the replica lands SUCCESS."""
+    release, entered = threading.Event(), threading.Event()
+
+    def slow_hook(run: pgsched.Run, error: BaseException) -> None:
+        entered.set()
+        release.wait(30)
+
+    s = make_scheduler("r1", tick_interval="0.2s", on_failure=slow_hook)
+    plan = past_plan(db)
+
+    def broken(run: pgsched.Run) -> None:
+        raise ValueError("broken")
+
+    s.register(broken, name="broken", planner=FixedPlans(plan))
+    s.register(lambda run: None, name="later", planner=FixedPlans())  # triggered only
+
+    def later_status() -> str | None:
+        found = [r["status"] for r in rows(db, migrated, "later")]
+        return found[0] if found == ["SUCCESS"] else None
+
+    async def scenario() -> None:
+        server = asyncio.create_task(s.serve())
+        try:
+            await asyncio.to_thread(entered.wait, 30)
+            assert entered.is_set(), "the failure hook was never called"
+            await asyncio.to_thread(s.admin.trigger, "later")
+            await asyncio.to_thread(wait_until, later_status, 30, "later's SUCCESS")
+            assert not release.is_set()  # the hook is still running
+        finally:
+            release.set()
+            s.stop()
+            await asyncio.wait_for(server, 30)
+
+    asyncio.run(scenario())
