@@ -6,6 +6,7 @@ transaction as the action."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import getpass
 import socket
 from datetime import UTC, datetime
@@ -96,7 +97,7 @@ def test_async_admin_actions_are_recorded(migrated: str, db: Any, runtime_dsn: s
     assert _paused(db, migrated, "hourly")
 
 
-def test_http_api_actions_are_recorded_with_the_token_label_and_address(
+def test_http_api_and_dashboard_actions_are_recorded_and_shown(
     make_scheduler: Any, migrated: str, db: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PGSCHED_HTTP_TOKEN", "s3cret-operator")
@@ -104,28 +105,41 @@ def test_http_api_actions_are_recorded_with_the_token_label_and_address(
     s = make_scheduler("web")
     s.register(lambda run: None, name="api_job", every="1h")
 
-    async def serve_and_act() -> list[int]:
+    async def serve_and_act() -> tuple[list[int], str]:
         server = asyncio.create_task(s.serve(http_port=0))
         async with asyncio.timeout(30):  # a deadline: a failure, not a hang
             while s.http_port is None:
                 await asyncio.sleep(0.02)
-        base = f"http://127.0.0.1:{s.http_port}/api/jobs/api_job"
+        root = f"http://127.0.0.1:{s.http_port}"
+        base = f"{root}/api/jobs/api_job"
         token = "s3cret-operator"
-        statuses = [
-            (await asyncio.to_thread(http, "POST", f"{base}/pause", token=token)).status,
-            (await asyncio.to_thread(http, "POST", f"{base}/trigger", body={}, token=token)).status,
-            (await asyncio.to_thread(http, "POST", f"{base}/resume", token="wrong")).status,
+        form = b"action=resume&job=api_job&back=%2F"  # the dashboard's form, by a script
+        requests: list[tuple[str, dict[str, Any]]] = [
+            (f"{base}/pause", {"token": token}),
+            (f"{base}/trigger", {"body": {}, "token": token}),
+            (f"{base}/resume", {"token": "wrong"}),
+            (f"{root}/action", {"body": form, "token": token}),
         ]
+        statuses = [
+            (await asyncio.to_thread(functools.partial(http, "POST", url, **kw))).status
+            for url, kw in requests
+        ]
+        page = (await asyncio.to_thread(http, "GET", f"{root}/")).text
         s.stop()
         await asyncio.wait_for(server, 30)
-        return statuses
+        return statuses, page
 
-    assert asyncio.run(serve_and_act()) == [200, 201, 401]
+    statuses, page = asyncio.run(serve_and_act())
+    assert statuses[:3] == [200, 201, 401] and statuses[3] in (200, 303), statuses
     log = _log(db, migrated)
     assert [(r["surface"], r["action"], r["outcome"]) for r in log] == [
         ("http", "pause", "ok"),
         ("http", "trigger", "ok"),
+        ("dashboard", "resume", "ok"),
     ]
     assert all(r["actor"].startswith("oncall #") for r in log)
     assert all(r["actor"].endswith(" from 127.0.0.1") for r in log)
     assert "s3cret" not in repr(log)
+    # the overview's action log shows each action's surface
+    actions = page.split("who did what", 1)[1]
+    assert ">surface<" in actions and ">dashboard<" in actions and ">http<" in actions
