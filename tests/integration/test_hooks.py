@@ -233,3 +233,28 @@ def test_a_slow_hook_delays_no_other_runs_terminal_write(
             await asyncio.wait_for(server, 30)
 
     asyncio.run(scenario())
+
+
+def test_a_run_abandoned_at_shutdown_reaches_on_failure(
+    db: Any, make_scheduler: Any, migrated: str
+) -> None:
+    errors: list[BaseException] = []
+    s = make_scheduler("r1", shutdown_grace=0, on_failure=lambda run, e: errors.append(e))
+    started = asyncio.Event()
+
+    @s.job(planner=FixedPlans(past_plan(db)), max_attempts=2)
+    async def endless(run: pgsched.Run) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    async def scenario() -> None:
+        server = asyncio.create_task(s.serve())
+        await asyncio.wait_for(started.wait(), 30)
+        s.stop()
+        await asyncio.wait_for(server, 30)  # the hooks drained before serve() returns
+
+    asyncio.run(scenario())
+    (error,) = errors
+    assert isinstance(error, pgsched.RunAbandoned) and error.error_code == "shutdown"
+    (row,) = rows(db, migrated)
+    assert (row["status"], row["error_code"]) == ("FAILED", "shutdown")
