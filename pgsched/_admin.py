@@ -16,6 +16,7 @@ from uuid import UUID
 from ._config import JobSpec
 from ._dsn import resolve_dsn, resolve_transaction_pooling
 from ._model import Scope
+from ._operations.audit import Actor
 from ._operations.connectors import KeptConnections
 from ._operations.core import Operations, check_schema, no_jobs
 from ._operations.dashboard import JobGrid, SchedulePage
@@ -157,6 +158,8 @@ class Admin(ScheduleMethods, TriggerMethod):
     one this Admin kept from an earlier action, checked first, or a new one; up to
     ``KEEP_IDLE`` (4) stay open between actions, until :meth:`close` or the interpreter exits.
     Safe to share between threads. The same actions as coroutines: :class:`AsyncAdmin`.
+    Its actions are recorded in the action log as ``actor``'s (default ``python:user@host``),
+    surface ``admin``.
     """
 
     def __init__(
@@ -168,6 +171,8 @@ class Admin(ScheduleMethods, TriggerMethod):
         jobs: Callable[[], Mapping[str, JobSpec]] = no_jobs,
         app_name: str = "pgsched admin",
         transaction_pooling: bool | None = None,
+        actor: str | None = None,
+        surface: str = "admin",
     ) -> None:
         self._dsn = dsn
         self.schema = check_schema(schema)
@@ -182,7 +187,11 @@ class Admin(ScheduleMethods, TriggerMethod):
             transaction_pooling=self.transaction_pooling,
             statement_timeout=self.statement_timeout,
         )
-        self._ops = Operations(self.schema, self._connections.connect, jobs)
+        # Who its actions are recorded as: ``actor``, else python:user@host (``surface`` is
+        # the command line's "cli" when it is the one acting).
+        self._ops = Operations(
+            self.schema, self._connections.connect, jobs, actor=Actor.python(surface, actor)
+        )
         self._connections.close_with(self)  # collected, or the interpreter exits
 
     @property

@@ -10,6 +10,7 @@ from types import TracebackType
 
 from ._config import JobSpec
 from ._dsn import resolve_transaction_pooling
+from ._operations.audit import Actor
 from ._operations.connectors import PooledConnections
 from ._operations.core import Operations, check_schema, no_jobs
 from ._times import Duration, parse_duration
@@ -23,7 +24,8 @@ class AsyncAdmin(Operations):
     Use it as ``async with pgsched.AsyncAdmin(dsn) as admin:``; the pool (at most
     ``max_connections``) opens on entry, or on first use, and closes on exit or
     :meth:`aclose`. It belongs to the event loop it was opened on. The DSN is ``dsn``, else
-    ``PGSCHED_DSN``, else ``DATABASE_URL``.
+    ``PGSCHED_DSN``, else ``DATABASE_URL``. Its actions are recorded in the action log as
+    ``actor``'s (default ``python:user@host``), surface ``async_admin``.
     """
 
     def __init__(
@@ -36,6 +38,7 @@ class AsyncAdmin(Operations):
         jobs: Callable[[], Mapping[str, JobSpec]] = no_jobs,
         app_name: str = "pgsched admin",
         transaction_pooling: bool | None = None,
+        actor: str | None = None,
     ) -> None:
         timeout = parse_duration(statement_timeout, field="statement_timeout", allow_zero=False)
         self.transaction_pooling = resolve_transaction_pooling(transaction_pooling)
@@ -47,7 +50,9 @@ class AsyncAdmin(Operations):
             statement_timeout=timeout,
             max_connections=max_connections,
         )
-        super().__init__(schema, self._connections.connect, jobs)
+        super().__init__(
+            schema, self._connections.connect, jobs, actor=Actor.python("async_admin", actor)
+        )
 
     async def __aenter__(self) -> AsyncAdmin:
         await self.open()

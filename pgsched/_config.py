@@ -31,11 +31,37 @@ from ._planning.recurrence import (
 from ._times import parse_duration
 
 Handler = Callable[..., Any]
+# on_failure(run, error) and on_recovery(run) (a Run, not named: job definitions stay clear of
+# the driver, which Run's connection type names), sync or async (docs/hooks.md).
+FailureHook = Callable[[Any, BaseException], Any]
+RecoveryHook = Callable[[Any], Any]
 ScopesFn = Callable[[datetime], Iterable[Scope] | Awaitable[Iterable[Scope]]]
 Overlap = Literal["forbid", "allow"]
 FirstSight = Literal["next", "latest"]
 # The process-wide default of the job option first_sight (docs/reference.md).
 FIRST_SIGHT_ENV = "PGSCHED_FIRST_SIGHT"
+
+
+@dataclass(frozen=True, slots=True)
+class RunHooks:
+    """A job's (or a scheduler's, for every job) failure and recovery hooks."""
+
+    on_failure: FailureHook | None = None
+    on_recovery: RecoveryHook | None = None
+
+    @classmethod
+    def checked(cls, owner: str, on_failure: object, on_recovery: object) -> RunHooks:
+        """The hooks of ``owner`` (``job 'x'`` or ``scheduler``); ConfigError unless each is
+        a callable or None."""
+        for field_name, value in (("on_failure", on_failure), ("on_recovery", on_recovery)):
+            if value is not None and not callable(value):
+                raise ConfigError(f"{owner}: {field_name}={value!r} is not callable")
+        if on_failure is None and on_recovery is None:
+            return NO_HOOKS
+        return cls(on_failure, on_recovery)  # type: ignore[arg-type]
+
+
+NO_HOOKS = RunHooks()
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,6 +92,7 @@ class JobSpec:
     transactional: bool = False
     dynamic: bool = False  # each scope has a stored schedule of its own (docs/schedules.md)
     first_sight: FirstSight = "next"  # a new scope's first plan: the next one, or the latest due
+    hooks: RunHooks = NO_HOOKS  # on_failure / on_recovery
     options: dict[str, Any] = field(default_factory=dict)
 
     def new_cursor(self) -> PlanCursor:
@@ -115,6 +142,8 @@ JOB_DEFAULTS: dict[str, Any] = {
     "transactional": False,
     "dynamic": False,
     "first_sight": None,
+    "on_failure": None,
+    "on_recovery": None,
 }
 # What a dynamic job's stored schedules replace: giving one of these with dynamic=True is an
 # error. (The DST options too: stored schedules follow the default DST rules.)
@@ -178,6 +207,7 @@ def build_job(handler: Handler, **options: Any) -> JobSpec:
         transactional=v.flag("transactional", o["transactional"]),
         dynamic=dynamic,
         first_sight=v.first_sight(o["first_sight"]),
+        hooks=RunHooks.checked(f"job {v.job!r}", o["on_failure"], o["on_recovery"]),
     )
 
 

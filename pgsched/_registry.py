@@ -9,7 +9,16 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from ._config import FirstSight, Handler, JobSpec, Overlap, ScopesFn, build_job
+from ._config import (
+    FailureHook,
+    FirstSight,
+    Handler,
+    JobSpec,
+    Overlap,
+    RecoveryHook,
+    ScopesFn,
+    build_job,
+)
 from ._errors import ConfigError, NotFoundError
 from ._metrics import Metrics
 from ._model import Scope
@@ -56,6 +65,8 @@ class JobRegistry:
         transactional: bool = False,
         dynamic: bool = False,
         first_sight: FirstSight | None = None,
+        on_failure: FailureHook | None = None,
+        on_recovery: RecoveryHook | None = None,
     ) -> Callable[[_F], _F]:
         """Decorator form of :meth:`register` (durations: ``timedelta``, seconds or ``"1h30m"``).
 
@@ -84,7 +95,9 @@ class JobRegistry:
         - ``priority``: higher claims first when slots are scarce.
         - ``transactional``: ``run.conn`` commits with SUCCESS iff the lease holds.
         - ``dynamic``: each scope has its own schedule (``put_schedule``), not ``every``...
-        - ``first_sight``: a new scope waits for the ``"next"`` plan or runs the ``"latest"``."""
+        - ``first_sight``: a new scope waits for the ``"next"`` plan or runs the ``"latest"``.
+        - ``on_failure``: ``on_failure(run, error)`` after every failed attempt (sync or async).
+        - ``on_recovery``: ``on_recovery(run)`` at the first success after a failed attempt."""
         options = {k: v for k, v in locals().items() if k != "self"}
         return lambda handler: self._decorate(handler, options)
 

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from ._admin import Admin, AdminShortcuts, blocking
 from ._aio import AsyncAdmin
-from ._config import Handler
+from ._config import FailureHook, Handler, RecoveryHook, RunHooks
 from ._dsn import require_dsn, resolve_synchronous_claims, resolve_transaction_pooling
 from ._engine.runtime import ReplicaSettings, Runtime
 from ._engine.values import TickReport
@@ -63,8 +63,10 @@ class Scheduler(JobRegistry, AdminShortcuts):
     replicas after ``replica_expiry`` (else ``PGSCHED_REPLICA_EXPIRY``, else 10 minutes).
     With ``synchronous_claims`` (else ``PGSCHED_SYNCHRONOUS_CLAIMS``) claims and terminal
     writes commit only once a synchronous standby has them, so a failover cannot undo them
-    (docs/design.md). Operator actions on the jobs (``trigger``, ``pause``...) go through
-    ``self.admin``; ``self.aio`` offers them as coroutines.
+    (docs/design.md). ``on_failure(run, error)`` and ``on_recovery(run)`` are called for
+    every job, as well as each job's own (docs/hooks.md). Operator actions on the jobs
+    (``trigger``, ``pause``...) go through ``self.admin``; ``self.aio`` offers them as
+    coroutines.
     """
 
     def __init__(
@@ -83,6 +85,8 @@ class Scheduler(JobRegistry, AdminShortcuts):
         synchronous_claims: bool | None = None,
         answer_timeout: Duration | None = None,
         replica_expiry: Duration | None = None,
+        on_failure: FailureHook | None = None,
+        on_recovery: RecoveryHook | None = None,
     ) -> None:
         if (
             not isinstance(max_concurrency, int)
@@ -102,6 +106,7 @@ class Scheduler(JobRegistry, AdminShortcuts):
         self.answer_timeout = _setting(answer_timeout, "answer_timeout", "5s")
         self.replica_expiry = _setting(replica_expiry, "replica_expiry", "10m")
         self.max_concurrency = max_concurrency
+        self.hooks = RunHooks.checked("scheduler", on_failure, on_recovery)
         self.metrics = Metrics(registry)
         self.http_port: int | None = None  # the bound port while the replica serves HTTP
         self._dsn, self.schema = dsn, schema
@@ -263,6 +268,7 @@ class Scheduler(JobRegistry, AdminShortcuts):
             answer_timeout=self.answer_timeout,
             statement_timeout=self.statement_timeout,
             replica_expiry=self.replica_expiry,
+            hooks=self.hooks,
         )
         return Replica(Runtime(lambda: self.jobs, pool, self.metrics, settings))
 

@@ -245,14 +245,21 @@ class UpcomingPlan(_JsonView):
 
 @dataclass(frozen=True, slots=True)
 class ActionRecord(_JsonView):
-    """An operator action as recorded: when, who (the label of the token used), what, on
-    which job and target, and how it ended (``ok`` or the error)."""
+    """An operator action as recorded: when (the database's clock), through which surface
+    (``cli``, ``admin``, ``async_admin``, ``http``, ``dashboard``; None on rows written
+    before migration 0021) and by whom, what, on which job, scope and execution (``target`` names
+    either), its details (such as a trigger's ``at``) and how it ended (``ok`` or
+    ``error`` with the error in ``detail``)."""
 
     id: int
     at: datetime
+    surface: str | None
     actor: str
     action: str
     job: str | None
+    scope: str | None
+    execution_id: UUID | None
     target: str | None
+    details: dict[str, Any] | None
     outcome: str
     detail: str | None

@@ -134,7 +134,8 @@ closed AS (
     WHERE e.job_name = %(job)s AND e.status = 'RUNNING' AND e.stale_after < now.t
       AND (NOT %(reentry)s OR e.attempt >= e.max_attempts)
     RETURNING e.id, e.scope_kind, e.scope_id, e.plan_time, e.attempt, e.runner_id,
-              e.fencing_token, e.started_at, e.finished_at, e.error_code, e.error_msg
+              e.fencing_token, e.started_at, e.finished_at, e.error_code, e.error_msg,
+              e.max_attempts, e.trigger, e.lease_token, e.payload
 ),
 kept AS (
     INSERT INTO {schema}.cron_attempts
@@ -145,7 +146,9 @@ kept AS (
     FROM closed c
     ON CONFLICT DO NOTHING
 )
-SELECT id, scope_kind, scope_id, plan_time, attempt, runner_id FROM closed
+SELECT id, scope_kind, scope_id, plan_time, attempt, runner_id, max_attempts, trigger,
+       lease_token, fencing_token, error_msg, payload
+FROM closed
 
 -- name: lock_existing_scopes
 -- overlap="forbid", before claim_existing: the scopes of the rows it may take, each under
@@ -1501,18 +1504,28 @@ WHERE id = %(id)s AND status = 'FAILED'
 RETURNING id, job_name
 
 -- name: record_action
-INSERT INTO {schema}.actions (actor, action, job_name, target, outcome, detail)
-VALUES (%(actor)s, %(action)s, %(job)s, %(target)s, %(outcome)s, left(%(detail)s, 4000))
+-- One operator action, at the database's clock. An action on an execution (cancel, retry)
+-- that names no job is filed under the execution's job, so the job's page shows it.
+INSERT INTO {schema}.actions
+    (surface, actor, action, job_name, scope, execution_id, target, details, outcome, detail)
+VALUES (%(surface)s, %(actor)s, %(action)s,
+        coalesce(%(job)s, (SELECT e.job_name FROM {schema}.cron_executions e
+                           WHERE %(execution_id)s::uuid IS NOT NULL
+                             AND e.id = %(execution_id)s::uuid LIMIT 1)),
+        %(scope)s, %(execution_id)s, coalesce(%(scope)s, %(execution_id)s::text),
+        %(details)s::jsonb, %(outcome)s, left(%(detail)s, 4000))
 
 -- name: list_actions
 -- The latest recorded actions, of one job or of all.
-SELECT id, at, actor, action, job_name AS job, target, outcome, detail
+SELECT id, at, surface, actor, action, job_name AS job, scope, execution_id, target, details,
+       outcome, detail
 FROM {schema}.actions
 ORDER BY at DESC
 LIMIT %(limit)s
 
 -- name: list_job_actions
-SELECT id, at, actor, action, job_name AS job, target, outcome, detail
+SELECT id, at, surface, actor, action, job_name AS job, scope, execution_id, target, details,
+       outcome, detail
 FROM {schema}.actions
 WHERE job_name = %(job)s
 ORDER BY at DESC
@@ -1570,3 +1583,17 @@ LIMIT 1000
 -- estimated high enough to trigger JIT compilation, which alone took 4 s for `job_summary`
 -- over 10,000,000 rows in 30 partitions (12 ms without).
 SELECT set_config('jit', 'off', true)
+
+-- name: previous_outcomes
+-- For the recovery hooks (only run when one is registered): per (job, scope, plan), the
+-- status of the scope's latest finished plan before it, newest plan first on the plan key.
+SELECT k.i, p.status
+FROM unnest(%(jobs)s::text[], %(kinds)s::text[], %(ids)s::text[], %(plans)s::timestamptz[])
+     WITH ORDINALITY AS k(job, kind, id, plan, i)
+CROSS JOIN LATERAL (
+    SELECT e.status FROM {schema}.cron_executions e
+    WHERE e.job_name = k.job AND e.scope_kind = k.kind AND e.scope_id = k.id
+      AND e.plan_time < k.plan AND e.status IN ('SUCCESS', 'FAILED')
+    ORDER BY e.plan_time DESC
+    LIMIT 1
+) AS p

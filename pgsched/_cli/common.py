@@ -11,6 +11,7 @@ from .._admin import Admin
 from .._dsn import resolve_dsn
 from .._embedded import default_data_dir, running_embedded
 from .._errors import ConfigError
+from .._operations.audit import local_user
 
 
 def configured_dsn(explicit: str | None) -> str:
@@ -32,6 +33,8 @@ def admin_from(args: argparse.Namespace) -> Admin:
         dsn=configured_dsn(args.dsn),
         schema=args.schema or "pgsched",
         transaction_pooling=args.transaction_pooling or None,
+        actor=local_user(),  # the OS user of the command, on the surface "cli"
+        surface="cli",
     )
 
 

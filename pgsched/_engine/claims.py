@@ -143,10 +143,9 @@ class Claimer:
                 batch.backlog = cursors
                 return
             if close_stale:
-                for row in await self._store.close_stale(
+                batch.closed += await self._store.close_stale(
                     conn, job.name, reentry=job.allow_stale_reentry
-                ):
-                    self._recorder.stale_closed(job.name, row)
+                )
             if existing and cap > 0:
                 limit = min(cap, EXISTING_SCOPE_LOCKS) if job.overlap == "forbid" else cap
                 taken = await self._existing(conn, terms, limit, batch)
@@ -230,7 +229,10 @@ class Claimer:
         return [_won(plan, job.max_attempts, known) for plan in won]
 
     def _count(self, job: str, batch: ClaimBatch) -> None:
-        """The plans a committed claim passed over or lost to another claim."""
+        """The plans a committed claim passed over or lost to another claim, and the stale
+        leases it closed."""
+        for row in batch.closed:
+            self._recorder.stale_closed(job, row)
         if batch.superseded:
             self._recorder.skipped(job, "superseded", batch.superseded)
         if batch.late:

@@ -129,9 +129,8 @@ class Executor:
         except Exception as exc:
             error = describe_error(exc)
             self._recorder.handler_raised(lease, error, exc)
-            return failed(
-                job, run, started, "handler_error", error, traceback=describe_traceback(exc)
-            )
+            tb = describe_traceback(exc)
+            return failed(job, run, started, "handler_error", error, traceback=tb, error=exc)
         finally:
             self._deadlines.disarm(lease)
         return self._returned(job, run, started, value)

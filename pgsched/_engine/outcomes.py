@@ -38,6 +38,7 @@ def failed(
     *,
     retry_now: bool = False,
     traceback: str | None = None,
+    error: BaseException | None = None,
 ) -> Outcome:
     """FAILED with ``code`` (and the handler's ``traceback``, if it raised); the job's backoff
     decides when it is retried (``retry_now``: at once, for a run abandoned at shutdown), None
@@ -50,4 +51,5 @@ def failed(
         error_msg=message,
         retry_delay_s=None if delay is None else 0.0 if retry_now else delay.total_seconds(),
         traceback=traceback,
+        error=error,
     )

@@ -9,7 +9,7 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from .._logging import bound_logger
 from .._metrics import Metrics
@@ -17,6 +17,15 @@ from .._records import Server
 from .values import Claim, Lease, Outcome, TickReport
 
 _REPORT_FIELD = {"won": "claimed", "stole": "stolen", "retry": "retried"}
+Landed = Sequence[tuple[Lease, Outcome, datetime | None]]
+
+
+class Listener(Protocol):
+    """What hears of landed outcomes and closed stale leases (the failure hooks)."""
+
+    def landed(self, landed: Landed) -> None: ...
+
+    def stale_closed(self, job_name: str, row: dict[str, Any]) -> None: ...
 
 
 class Recorder:
@@ -29,6 +38,8 @@ class Recorder:
         # Whether the per-run events (claimed, run_succeeded) are logged at all: a run's
         # logger is bound only when it is used, and at level warning most runs never use it.
         self._per_run = self.log.is_enabled_for(logging.INFO)
+        # The failure hooks, when the scheduler or a job has any (None: nothing to call).
+        self.listener: Listener | None = None
 
     # -- claims -----------------------------------------------------------------------------
 
@@ -82,6 +93,8 @@ class Recorder:
             execution_id=str(row["id"]),
             previous_runner=row["runner_id"],
         )
+        if self.listener is not None:
+            self.listener.stale_closed(job, row)
 
     # -- executions -------------------------------------------------------------------------
 
@@ -120,7 +133,7 @@ class Recorder:
         self.metrics.lease_lost(lease.job.name)
         lease.run.log.warning("lease_lost", reason=why)
 
-    def finished(self, landed: Sequence[tuple[Lease, Outcome, datetime | None]]) -> None:
+    def finished(self, landed: Landed) -> None:
         """The outcomes of these leases were written (their leases held), each with its next
         retry: counted once per job and status (as claims are), logged and timed per run."""
         counts: Counter[tuple[str, str]] = Counter()
@@ -148,6 +161,8 @@ class Recorder:
             else:
                 self.report.failed += count
             self.metrics.runs_finished(job, status, count)
+        if self.listener is not None:
+            self.listener.landed(landed)
 
     def unstorable(self, lease: Lease, error: str) -> None:
         lease.run.log.error("outcome_unstorable", error=error)

@@ -20,7 +20,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from .._config import JobSpec
+from .._config import NO_HOOKS, JobSpec, RunHooks
 from .._metrics import Metrics
 from .._model import Scope
 from .._records import Probe
@@ -40,6 +40,7 @@ from .._storage.store import Conn, Store
 from .claims import CLAIM_BATCH, FIRST_CLAIM, Claimer
 from .execution import Executor
 from .figures import LedgerFigures
+from .hooks import Hooks
 from .leases import LeaseTable, open_lease
 from .recorder import Recorder
 from .registration import Registration
@@ -80,6 +81,8 @@ class ReplicaSettings:
     # The replica's row in `replicas` is removed once not refreshed for this long (a replica
     # that died); short only in tests.
     replica_expiry: timedelta = timedelta(minutes=10)
+    # The scheduler's on_failure / on_recovery, called for every job (docs/hooks.md).
+    hooks: RunHooks = NO_HOOKS
 
 
 def _transactions(settings: ReplicaSettings, store: Store, watch: ServerWatch) -> Transactions:
@@ -107,8 +110,7 @@ class Runtime:
     ) -> None:
         store = Store(settings.schema)
         self.jobs, self.pool, self.settings, self._store = jobs, pool, settings, store
-        runner_id, max_concurrency = settings.runner_id, settings.max_concurrency
-        self.runner_id = runner_id
+        self.runner_id = runner_id = settings.runner_id
         self.tick_interval = settings.tick_interval.total_seconds()
         # The server this replica writes to; on a change, what it lacks is put back first.
         self.watch = pool.watch if isinstance(pool, WritablePool) else ServerWatch()
@@ -116,7 +118,7 @@ class Runtime:
         self.last_tick_ok: float | None = None
         self.last_tick_at: float | None = None  # any tick, failed or not: the loop is alive
         self.recorder = Recorder(metrics, runner_id)
-        self.leases = LeaseTable(max_concurrency, self.recorder, self.wake)
+        self.leases = LeaseTable(settings.max_concurrency, self.recorder, self.wake)
         # Per job, how many due plans its next claim takes: FIRST_CLAIM once a fan-out is
         # drained, doubling while claims come back full (a long fan-out keeps its size).
         self._claim_sizes: dict[str, int] = {}
@@ -141,6 +143,7 @@ class Runtime:
             synchronous=settings.synchronous_claims,
         )
         self.executor = Executor(self.leases, self.recorder, transactions, self.writer.submit)
+        self.hooks = Hooks(settings.hooks, jobs, store, pool, self.recorder)
         self.watch.on_adopting(self.writer.reapply)
         self.watch.on_adopted(self.recorder.database_server)
         # A new server (a failover that lost commits) may lack the cursors first sight wrote.
@@ -255,6 +258,7 @@ class Runtime:
             await asyncio.wait_for(self.wait_idle(), max(5.0, self.tick_interval * 5))
         except TimeoutError:
             self.recorder.log.warning("shutdown_unwritten", leases=len(self.leases))
+        await self.hooks.drain(max(5.0, grace.total_seconds()))
         await self.registration.unregister()
         for task in self._loops:
             task.cancel()

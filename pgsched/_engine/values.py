@@ -50,6 +50,7 @@ class ClaimBatch:
     superseded: int = 0
     late: int = 0
     conflicts: int = 0
+    closed: list[dict[str, Any]] = field(default_factory=list)  # stale leases closed FAILED
 
 
 @dataclass(eq=False, slots=True, weakref_slot=True)
@@ -86,6 +87,7 @@ class Outcome(NamedTuple):
     result_json: str | None = None
     retry_delay_s: float | None = None  # FAILED: the delay before the next attempt, if any
     traceback: str | None = None  # FAILED by an exception: the handler's, at most 16 KiB
+    error: BaseException | None = None  # FAILED by an exception: it, for on_failure
 
     def finish(self, run: Run) -> Finish:
         """The row write for ``run``, guarded by its lease token."""

@@ -1,6 +1,6 @@
-"""The dashboard's actions: a posted form translated into calls of the operations core, each
-recorded in the action log under the caller's label (``Operations.act`` / ``act_many``).
-A form with several ``target`` values is a bulk action: one call per target."""
+"""The dashboard's actions: a posted form translated into calls of the operations core, which
+records each in the action log as the caller's (surface ``dashboard``). A form with several
+``target`` values is a bulk action: one call per target."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from typing import Any
 
 from .._errors import ConfigError, NotFoundError
 from .._model import Scope
+from .._operations.audit import Actor, acting
 from .._operations.core import Operations
+from .._operations.dashboard import each
 from .._times import parse_time
 
 Form = Mapping[str, Sequence[str]]
@@ -48,8 +50,8 @@ def question(form: Form) -> str | None:
 class ActionForm:
     """One posted action by ``actor``; :meth:`run` returns what to tell the operator."""
 
-    def __init__(self, ops: Operations, actor: str, form: Form) -> None:
-        self._ops, self._actor, self._form = ops, actor, form
+    def __init__(self, ops: Operations, actor: Actor, form: Form) -> None:
+        self._ops, self._form = acting(ops, actor), form
         self.action = one(form, "action")
         if self.action not in ACTIONS:
             raise ConfigError(f"unknown action {self.action!r}")
@@ -59,13 +61,8 @@ class ActionForm:
         handler: Callable[[], Awaitable[str]] = getattr(self, "_" + self.action)
         return await handler()
 
-    async def _bulk(
-        self, job: str | None, work: Callable[[str], Awaitable[object]], *, jobs: bool = False
-    ) -> str:
-        log = self._ops.action_log
-        errors = await log.act_many(
-            self._actor, self.action, job, self.targets, work, targets_are_jobs=jobs
-        )
+    async def _bulk(self, work: Callable[[str], Awaitable[object]]) -> str:
+        errors = await each(self.targets, work)
         failed = {t: e for t, e in errors.items() if e}
         text = f"{self.action}: {len(errors) - len(failed)} of {len(errors)} done"
         if failed:
@@ -73,22 +70,17 @@ class ActionForm:
             text += f"; {len(failed)} failed (first: {first[0]}: {first[1]})"
         return text
 
-    async def _act(self, job: str | None, target: str | None, work: Awaitable[Any]) -> Any:
-        return await self._ops.action_log.act(self._actor, self.action, job, target, work)
-
     async def _trigger(self) -> str:
         job = self._job()
         at = _at(one(self._form, "at"))
         if self.targets:
-            return await self._bulk(job, lambda t: self._ops.trigger(job, Scope.parse(t), at))
+            return await self._bulk(lambda t: self._ops.trigger(job, Scope.parse(t), at))
         if one(self._form, "all_scopes"):
-            rows = await self._act(
-                job, "all scopes", self._ops.trigger(job, None, at, all_scopes=True)
-            )
+            rows = await self._ops.trigger(job, None, at, all_scopes=True)
             return f"triggered {job}: {len(rows)} run(s) queued"
         text = one(self._form, "scope")
         scope = Scope.parse(text) if text else None
-        done = await self._act(job, text or None, self._ops.trigger(job, scope, at))
+        done = await self._ops.trigger(job, scope, at)
         verb = "queued" if done.created else "already queued"
         return f"triggered {job} ({done.scope}): run {done.id} {verb}"
 
@@ -100,9 +92,9 @@ class ActionForm:
 
     async def _jobs(self, work: Callable[[str], Awaitable[None]], done: str) -> str:
         if self.targets:
-            return await self._bulk(None, work, jobs=True)
+            return await self._bulk(work)
         job = self._job()
-        await self._act(job, None, work(job))
+        await work(job)
         return f"{job} {done}"
 
     async def _cancel(self) -> str:
@@ -112,11 +104,10 @@ class ActionForm:
         return await self._runs(self._ops.retry_now, "due for a retry now")
 
     async def _runs(self, work: Callable[[str], Awaitable[object]], done: str) -> str:
-        job = one(self._form, "job") or None
         if self.targets:
-            return await self._bulk(job, work)
+            return await self._bulk(work)
         ident = one(self._form, "id")
-        await self._act(job, ident, work(ident))
+        await work(ident)
         return f"run {ident} {done}"
 
     async def _schedule_put(self) -> str:
@@ -130,7 +121,7 @@ class ActionForm:
             fields["every"] = every
         fields["payload"] = _payload(one(self._form, "payload"))
         fields["paused"] = bool(one(self._form, "paused"))
-        await self._act(job, text, self._ops.put_schedule(job, scope, **fields))
+        await self._ops.put_schedule(job, scope, **fields)
         return f"schedule {scope} of {job} saved"
 
     async def _schedule_pause(self) -> str:
@@ -149,9 +140,9 @@ class ActionForm:
     async def _schedules(self, work: Callable[[str, Scope], Awaitable[None]], done: str) -> str:
         job = self._job()
         if self.targets:
-            return await self._bulk(job, lambda t: work(job, Scope.parse(t)))
+            return await self._bulk(lambda t: work(job, Scope.parse(t)))
         text = one(self._form, "scope")
-        await self._act(job, text, work(job, Scope.parse(text)))
+        await work(job, Scope.parse(text))
         return f"schedule {text} of {job} {done}"
 
     def _job(self) -> str:

@@ -73,6 +73,11 @@ def identify(tokens: Tokens, headers: Mapping[str, str], cookies: Mapping[str, s
     return Caller(None, by_cookie, "anonymous")
 
 
+def caller_name(label: str, remote: str | None) -> str:
+    """A caller as the action log names it: its token's label and its address."""
+    return f"{label} from {remote}" if remote else label
+
+
 def fingerprint(token: str) -> str:
     """Eight hex digits naming a token in the action log (not enough to guess it)."""
     return hashlib.sha256(token.encode()).hexdigest()[:8]

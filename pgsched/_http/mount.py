@@ -45,6 +45,7 @@ def aiohttp_handler(dashboard: Dashboard) -> Callable[[web.Request], Awaitable[w
             cookies=dict(request.cookies),
             root=root,
             secure=request.secure,
+            remote=request.remote or "",
         )
         answer = await dashboard.handle(req)
         response = web.Response(status=answer.status, text=answer.body or None)
@@ -112,6 +113,7 @@ async def _request(scope: ASGIScope, receive: Receive) -> WebRequest:
         cookies={k: m.value for k, m in jar.items()},
         root=(root_path.rstrip("/") + "/"),
         secure=scope.get("scheme") == "https",
+        remote=str((scope.get("client") or ("",))[0]),
     )
 
 

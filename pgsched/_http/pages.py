@@ -233,19 +233,27 @@ def recent_runs(runs: Sequence[Execution]) -> str:
 
 
 def actions_log(items: Sequence[ActionRecord]) -> str:
-    headers = ["when", "who", "action", "job", "target", "outcome"]
+    headers = ["when", "surface", "who", "action", "job", "target", "outcome"]
     rows = [
         [
             when(a.at),
+            esc(a.surface or ""),
             esc(a.actor),
             esc(a.action),
             esc(a.job or ""),
-            f'<span class="mono">{esc(a.target or "")}</span>',
+            f'<span class="mono">{esc(_action_target(a))}</span>',
             esc(a.outcome) + (f': <span class="mono">{esc(a.detail)}</span>' if a.detail else ""),
         ]
         for a in items
     ]
     return section("Actions", "who did what, newest first", table(headers, rows), "actions")
+
+
+def _action_target(a: ActionRecord) -> str:
+    """What an action was applied to, with its ``at`` (a trigger's) when it had one."""
+    text = a.target or ""
+    at = (a.details or {}).get("at")
+    return f"{text} at {at}" if at else text
 
 
 def run_page(found: RunHistory, *, can_act: bool, back: str) -> str:

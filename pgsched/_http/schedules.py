@@ -17,7 +17,7 @@ from .._model import Scope
 from .._operations.core import Operations
 from .._times import parse_time
 
-Authorise = Callable[[web.Request], str]
+Authorise = Callable[[web.Request], Operations]  # the core acting as the caller
 Body = Callable[[web.Request], Awaitable[dict[str, Any]]]
 Reply = Callable[[Any, int], web.Response]
 _PUT_FIELDS = ("every", "cron", "timezone", "payload", "starts_at", "ends_at", "paused")
@@ -72,7 +72,7 @@ class ScheduleRoutes:
         return self._reply(found.to_json(), 200)
 
     async def put(self, request: web.Request) -> web.Response:
-        actor = self._authorise(request)
+        ops = self._authorise(request)
         job, scope = _target(request)
         body = await self._body(request)
         unknown = sorted(set(body) - set(_PUT_FIELDS))
@@ -81,17 +81,13 @@ class ScheduleRoutes:
         for field in ("starts_at", "ends_at"):
             if isinstance(body.get(field), str):
                 body[field] = parse_time(body[field], field)
-        work = self._ops.put_schedule(job, scope, **body)
-        put = await self._db(self._ops.action_log.act(actor, "schedule_put", job, str(scope), work))
+        put = await self._db(ops.put_schedule(job, scope, **body))
         return self._reply(put.to_json(), 200)
 
     async def delete(self, request: web.Request) -> web.Response:
-        actor = self._authorise(request)
+        ops = self._authorise(request)
         job, scope = _target(request)
-        work = self._ops.delete_schedule(job, scope)
-        if not await self._db(
-            self._ops.action_log.act(actor, "schedule_delete", job, str(scope), work)
-        ):
+        if not await self._db(ops.delete_schedule(job, scope)):
             raise NotFoundError(f"job {job!r}, scope {scope}: no such schedule")
         return self._reply({"job": job, "scope": _scope_json(scope), "deleted": True}, 200)
 
@@ -102,11 +98,10 @@ class ScheduleRoutes:
         return await self._set_paused(request, False)
 
     async def _set_paused(self, request: web.Request, paused: bool) -> web.Response:
-        actor = self._authorise(request)
+        ops = self._authorise(request)
         job, scope = _target(request)
-        action = self._ops.pause_schedule if paused else self._ops.resume_schedule
-        name = "schedule_pause" if paused else "schedule_resume"
-        await self._db(self._ops.action_log.act(actor, name, job, str(scope), action(job, scope)))
+        action = ops.pause_schedule if paused else ops.resume_schedule
+        await self._db(action(job, scope))
         return self._reply({"job": job, "scope": _scope_json(scope), "paused": paused}, 200)
 
 

@@ -24,10 +24,11 @@ from structlog.typing import FilteringBoundLogger
 from .._errors import ConfigError, NotFoundError, PgschedError
 from .._metrics import Metrics
 from .._model import Scope
+from .._operations.audit import Actor, acting
 from .._operations.core import MAX_LIMIT, DriverError, Operations
 from .._results import describe_error
 from .._times import parse_time
-from .auth import Tokens, identify
+from .auth import Tokens, caller_name, identify
 from .mount import aiohttp_handler
 from .schedules import ScheduleRoutes
 from .web import Dashboard
@@ -235,8 +236,9 @@ class HttpServer:
                 headers={"WWW-Authenticate": "Bearer"},
             )
 
-    def _authorise(self, request: web.Request) -> str:
-        """The label of the operator token the request carries, for the action log."""
+    def _authorise(self, request: web.Request) -> Operations:
+        """The operations core acting as the request's caller (surface ``http``: its token's
+        label and address in the action log); refused without the operator token."""
         tokens = Tokens.from_env()
         if tokens.operator is None:
             raise web.HTTPForbidden(
@@ -250,10 +252,10 @@ class HttpServer:
                 content_type="application/json",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-        return caller.actor
+        return acting(self._ops, Actor("http", caller_name(caller.actor, request.remote)))
 
     async def api_trigger(self, request: web.Request) -> web.Response:
-        actor = self._authorise(request)
+        ops = self._authorise(request)
         job = request.match_info["job"]
         body = await _body(request)
         unknown = sorted(set(body) - set(_TRIGGER_FIELDS))
@@ -264,41 +266,35 @@ class HttpServer:
         every = body.get("all_scopes", False)
         if not isinstance(every, bool):
             raise ConfigError(f"job {job!r}: all_scopes={every!r} must be true or false")
-        act = self._ops.action_log.act
         if every:
-            every_scope = self._ops.trigger(job, scope, at, all_scopes=True)
-            rows = await self._db(act(actor, "trigger", job, "all scopes", every_scope))
+            rows = await self._db(ops.trigger(job, scope, at, all_scopes=True))
             created = any(r.created for r in rows)
             return _json({"runs": [r.to_json() for r in rows]}, 201 if created else 200)
-        target = None if scope is None else str(scope)
-        done = await self._db(act(actor, "trigger", job, target, self._ops.trigger(job, scope, at)))
+        done = await self._db(ops.trigger(job, scope, at))
         return _json(done.to_json(), 201 if done.created else 200)
 
     async def api_pause(self, request: web.Request) -> web.Response:
-        actor = self._authorise(request)
+        ops = self._authorise(request)
         job = request.match_info["job"]
-        await self._db(self._ops.action_log.act(actor, "pause", job, None, self._ops.pause(job)))
+        await self._db(ops.pause(job))
         return _json({"job": job, "paused": True}, 200)
 
     async def api_resume(self, request: web.Request) -> web.Response:
-        actor = self._authorise(request)
+        ops = self._authorise(request)
         job = request.match_info["job"]
-        await self._db(self._ops.action_log.act(actor, "resume", job, None, self._ops.resume(job)))
+        await self._db(ops.resume(job))
         return _json({"job": job, "paused": False}, 200)
 
     async def api_cancel(self, request: web.Request) -> web.Response:
-        actor = self._authorise(request)
+        ops = self._authorise(request)
         ident = request.match_info["id"]
-        await self._db(
-            self._ops.action_log.act(actor, "cancel", None, ident, self._ops.cancel(ident))
-        )
+        await self._db(ops.cancel(ident))
         return _json({"id": ident, "status": "CANCELLED"}, 200)
 
     async def api_retry(self, request: web.Request) -> web.Response:
-        actor = self._authorise(request)
+        ops = self._authorise(request)
         ident = request.match_info["id"]
-        work = self._ops.retry_now(ident)
-        job = await self._db(self._ops.action_log.act(actor, "retry", None, ident, work))
+        job = await self._db(ops.retry_now(ident))
         return _json({"id": ident, "job": job, "retry": "now"}, 200)
 
 

@@ -15,12 +15,21 @@ from urllib.parse import urlencode, urlsplit
 
 from .._errors import ConfigError, NotFoundError, PgschedError
 from .._model import Scope
+from .._operations.audit import Actor
 from .._operations.core import DriverError, Operations
 from .._results import describe_error
 from .._times import parse_time
 from . import pages
 from .actions import ActionForm, one, question
-from .auth import Caller, Tokens, identify, login_cookie, logout_cookie, same_origin
+from .auth import (
+    Caller,
+    Tokens,
+    caller_name,
+    identify,
+    login_cookie,
+    logout_cookie,
+    same_origin,
+)
 from .html import esc, frame
 from .jobpage import JobView, job_page, schedules_page
 
@@ -39,6 +48,7 @@ class WebRequest:
     cookies: Mapping[str, str]
     root: str  # the root's absolute path, ending in "/" (the cookie's path)
     secure: bool = False
+    remote: str = ""  # the caller's address, for the action log
 
 
 @dataclass(slots=True)
@@ -188,7 +198,8 @@ class Dashboard:
         if ask is not None:  # a browser asks first; a script with its bearer token has decided
             return self._page(req, caller, "Confirm", pages.confirm_page(req.form, ask, back), 200)
         try:
-            text = await self._db(ActionForm(self._ops, caller.actor, req.form).run())
+            actor = Actor("dashboard", caller_name(caller.actor, req.remote))
+            text = await self._db(ActionForm(self._ops, actor, req.form).run())
         except (PgschedError, ValueError) as exc:
             return _redirect(_with(back, failed=str(exc)))
         return _redirect(_with(back, done=text))

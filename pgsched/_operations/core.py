@@ -23,6 +23,7 @@ from .._storage.dashboard import DashboardStore
 from .._storage.store import Conn, ScheduleStore, Store
 from .._times import Duration, aware, parse_duration
 from .._views import Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory, Triggered
+from .audit import Actor, Entry
 from .dashboard import DashboardOperations
 from .schedules import ScheduleOperations
 from .triggers import TriggerScopes, check_not_ended
@@ -52,15 +53,19 @@ class Operations(ScheduleOperations, DashboardOperations):
     """Operator actions on one schema. ``jobs`` gives the jobs the caller has registered in
     code (a ``Scheduler``'s); other jobs are known from ``job_state``, where every replica
     records the jobs it runs. The schedule operations of dynamic jobs are in
-    :class:`~pgsched._operations.schedules.ScheduleOperations`."""
+    :class:`~pgsched._operations.schedules.ScheduleOperations`. Every action that changes
+    something is recorded in the action log as ``actor``'s (:mod:`.audit`)."""
 
     def __init__(
         self,
         schema: str,
         connect: Connector,
         jobs: Callable[[], Mapping[str, JobSpec]] = no_jobs,
+        *,
+        actor: Actor | None = None,
     ) -> None:
         self._store, self._connect, self._jobs = Store(schema), connect, jobs
+        self._actor = actor or Actor.python("admin", None)
         self._schedules = ScheduleStore(schema)
         self._dash = DashboardStore(schema)
         self._knows_jobs = jobs is not no_jobs
@@ -149,15 +154,15 @@ class Operations(ScheduleOperations, DashboardOperations):
         gauges and the status page; its history rows stay. Refused while a live replica
         registers it (it would come back at that replica's next registration)."""
         check_job_name(job)
-        async with self._conn() as conn:
+        async with self._recorded(Entry("forget", job)) as conn:
             forgotten, live = await self._store.forget_job(conn, job)
-        if live:
-            raise PgschedError(
-                f"job {job!r} is still registered by live replica(s) {', '.join(live)}:"
-                " remove it from their APP and restart them first"
-            )
-        if not forgotten:
-            raise NotFoundError(f"unknown job {job!r}: no replica has registered it")
+            if live:
+                raise PgschedError(
+                    f"job {job!r} is still registered by live replica(s) {', '.join(live)}:"
+                    " remove it from their APP and restart them first"
+                )
+            if not forgotten:
+                raise NotFoundError(f"unknown job {job!r}: no replica has registered it")
 
     @overload
     async def trigger(
@@ -197,7 +202,10 @@ class Operations(ScheduleOperations, DashboardOperations):
         check_job_name(job)
         when = None if at is None else aware(at, "at")
         local = self._jobs().get(job)
-        async with self._conn() as conn, conn.transaction():
+        entry = Entry("trigger", job, "all scopes" if all_scopes else _scope_text(scope))
+        if when is not None:
+            entry.details["at"] = when.isoformat()
+        async with self._recorded(entry) as conn:
             if local is None:
                 await self._ensure_known(conn, job)
             chosen = await TriggerScopes(self._store, conn, job, local).resolve(scope, all_scopes)
@@ -207,6 +215,7 @@ class Operations(ScheduleOperations, DashboardOperations):
             ]
             check_not_ended(job, when, rows)  # raising rolls every row of this call back
             await self._notify(conn, "trigger", job)
+            _describe_trigger(entry, rows)
         return rows if all_scopes else rows[0]
 
     async def failed_attempts(self, limit: int = 20) -> list[FailedAttempt]:
@@ -231,14 +240,14 @@ class Operations(ScheduleOperations, DashboardOperations):
         """Cancel a PENDING execution; :class:`NotFoundError` if there is none, and an error
         naming its status if it is not PENDING."""
         ident = _execution_id(execution_id)
-        async with self._conn() as conn:
+        async with self._recorded(Entry("cancel", execution_id=ident)) as conn:
             outcome = await self._store.cancel(conn, ident)
-        if outcome == "missing":
-            raise NotFoundError(f"execution {ident} does not exist")
-        if outcome != "cancelled":
-            raise PgschedError(
-                f"execution {ident} is {outcome}; only PENDING runs can be cancelled"
-            )
+            if outcome == "missing":
+                raise NotFoundError(f"execution {ident} does not exist")
+            if outcome != "cancelled":
+                raise PgschedError(
+                    f"execution {ident} is {outcome}; only PENDING runs can be cancelled"
+                )
 
     async def pause(self, job: str) -> None:
         """Stop planning and claiming ``job`` on every replica within one tick (running
@@ -251,7 +260,7 @@ class Operations(ScheduleOperations, DashboardOperations):
 
     async def _set_paused(self, job: str, paused: bool) -> None:
         check_job_name(job)
-        async with self._conn() as conn:
+        async with self._recorded(Entry("pause" if paused else "resume", job)) as conn:
             if job not in self._jobs():
                 await self._ensure_known(conn, job)
             await self._store.set_paused(conn, job, paused)
@@ -279,7 +288,10 @@ class Operations(ScheduleOperations, DashboardOperations):
         if hi < lo:
             raise ConfigError(f"job {job!r}: backfill end {hi.isoformat()} is before start")
         if spec.dynamic:
-            return await self._backfill_dynamic(spec, lo, hi, scopes)
+            scopes = None if scopes is None else list(scopes)
+            return await self._backfill_dynamic(
+                spec, lo, hi, scopes, backfill_entry(job, lo, hi, scopes)
+            )
         chosen = list(scopes) if scopes is not None else list(await evaluate_scopes(spec, hi))
         if any(not isinstance(s, Scope) for s in chosen):
             raise ConfigError(f"job {job!r}: scopes must be pgsched.Scope values")
@@ -288,9 +300,11 @@ class Operations(ScheduleOperations, DashboardOperations):
         _refuse_large_backfill(job, recurrence_plans(spec.schedule, after, hi, bound), chosen)
         plans = list(spec.schedule.plans_between(after, hi))
         kinds, ids = [s.kind for s in chosen], [s.id for s in chosen]
-        async with self._conn() as conn:
+        entry = backfill_entry(job, lo, hi, chosen)
+        async with self._recorded(entry) as conn:
             count = await self._store.backfill(conn, job, kinds, ids, plans, spec.max_attempts)
             await self._notify(conn, "backfill", job)
+            entry.details["inserted"] = count
         return count
 
     async def prune(self, older_than: Duration) -> int:
@@ -314,6 +328,10 @@ class Operations(ScheduleOperations, DashboardOperations):
                     total += deleted
                     if deleted < PRUNE_BATCH:
                         break
+        # Its batches commit one by one (a transaction over them would hold every row's lock):
+        # recorded once they are all done.
+        details = {"older_than_s": age.total_seconds(), "deleted": total}
+        await self._record(Entry("prune", details=details))
         return total
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -321,6 +339,30 @@ class Operations(ScheduleOperations, DashboardOperations):
     async def _ensure_known(self, conn: Conn, job: str) -> None:
         if not await self._store.job_exists(conn, job):
             raise NotFoundError(f"unknown job {job!r}: no replica has registered it")
+
+
+def _scope_text(scope: Scope | None) -> str | None:
+    return str(scope) if isinstance(scope, Scope) else None
+
+
+def _describe_trigger(entry: Entry, rows: list[Triggered]) -> None:
+    """A trigger's record: its execution (one scope), whether it created it, or the count."""
+    if len(rows) == 1:
+        entry.scope, entry.execution_id = str(rows[0].scope), rows[0].id
+        entry.details["created"] = rows[0].created
+    else:
+        entry.details["runs"] = len(rows)
+        entry.details["created"] = sum(1 for r in rows if r.created)
+
+
+def backfill_entry(job: str, lo: datetime, hi: datetime, scopes: Iterable[Scope] | None) -> Entry:
+    """A backfill's record: its range and, for one scope, the scope."""
+    chosen = list(scopes) if scopes is not None else []
+    entry = Entry("backfill", job, str(chosen[0]) if len(chosen) == 1 else None)
+    entry.details.update({"from": lo.isoformat(), "to": hi.isoformat()})
+    if len(chosen) > 1:
+        entry.details["scopes"] = len(chosen)
+    return entry
 
 
 def _run_status(status: str | None) -> str | None:

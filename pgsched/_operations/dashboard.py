@@ -1,7 +1,7 @@
 """The operations core for the dashboard: bounded reads of a job's recent plans by scope, its
 plan history (outcome, start lag, duration), failures, pending and upcoming plans, a dynamic
-job's schedules with their recent runs; "retry now"; and the action log every HTTP and
-dashboard action is recorded in. Part of :class:`~pgsched._operations.core.Operations`.
+job's schedules with their recent runs; "retry now"; the action log's page and bulk
+actions. Part of :class:`~pgsched._operations.core.Operations`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar
 from uuid import UUID
 
 from .._errors import ConfigError, NotFoundError, PgschedError
@@ -22,8 +21,8 @@ from .._storage.dashboard import DashboardStore
 from .._storage.store import Conn, Store
 from .._times import aware
 from .._views import ActionRecord, Execution, JobStatus, PlanSummary, UpcomingPlan
+from .audit import Audited, Entry
 
-_T = TypeVar("_T")
 MAX_GRID_PLANS = 60
 MAX_GRID_ROWS = 200
 MAX_ACTIONS = 200
@@ -67,7 +66,7 @@ class SchedulePage:
     next_after: Scope | None = None
 
 
-class DashboardOperations:
+class DashboardOperations(Audited):
     """The dashboard's operations (:class:`Operations` sets the attributes declared here)."""
 
     _store: Store
@@ -205,7 +204,7 @@ class DashboardOperations:
             ident = UUID(str(execution_id))
         except ValueError:
             raise ConfigError(f"execution id {execution_id!r} is not a UUID") from None
-        async with self._conn() as conn:
+        async with self._recorded(Entry("retry", execution_id=ident)) as conn:
             job = await self._dash.retry_now(conn, ident)
             if job is None:
                 status = await self._dash.execution_status(conn, ident)
@@ -219,11 +218,6 @@ class DashboardOperations:
 
     # -- the action log ---------------------------------------------------------------------
 
-    @property
-    def action_log(self) -> ActionLog:
-        """Where the HTTP API and the dashboard run and record their actions."""
-        return ActionLog(self._dash, self._conn)
-
     async def actions(self, job: str | None = None, limit: int = 20) -> list[ActionRecord]:
         """The latest recorded actions, newest first (of ``job`` when given)."""
         if job is not None:
@@ -233,70 +227,22 @@ class DashboardOperations:
             return await self._dash.actions(conn, job, limit)
 
 
-class ActionLog:
-    """Runs an operator action and records it (who, what, which job and target, outcome)."""
-
-    def __init__(
-        self, dash: DashboardStore, connect: Callable[[], AbstractAsyncContextManager[Conn]]
-    ) -> None:
-        self._dash, self._conn = dash, connect
-
-    async def act(
-        self, actor: str, action: str, job: str | None, target: str | None, work: Awaitable[_T]
-    ) -> _T:
-        """Run ``work`` (an operation) and record it, with its outcome, as ``actor``'s."""
+async def each(
+    targets: Sequence[str], work: Callable[[str], Awaitable[object]]
+) -> dict[str, str | None]:
+    """A bulk action: ``work`` (an operation, recorded as any) for each target in turn;
+    returns each target's error (None when it succeeded). One failing target stops none of
+    the others."""
+    if not 1 <= len(targets) <= MAX_GRID_ROWS:
+        raise ConfigError(f"select from 1 to {MAX_GRID_ROWS} items (got {len(targets)})")
+    errors: dict[str, str | None] = {}
+    for target in targets:
         try:
-            result = await work
+            await work(target)
+            errors[target] = None
         except PgschedError as exc:
-            await self._record(actor, action, job, target, "error", str(exc))
-            raise
-        await self._record(actor, action, job, target, "ok", None)
-        return result
-
-    async def act_many(
-        self,
-        actor: str,
-        action: str,
-        job: str | None,
-        targets: Sequence[str],
-        work: Callable[[str], Awaitable[object]],
-        *,
-        targets_are_jobs: bool = False,
-    ) -> dict[str, str | None]:
-        """A bulk action: ``work`` for each target in turn, each recorded (under ``job``, or
-        under the target itself with ``targets_are_jobs``); returns each target's error (None
-        when it succeeded). One failing target stops none of the others."""
-        if not 1 <= len(targets) <= MAX_GRID_ROWS:
-            raise ConfigError(f"select from 1 to {MAX_GRID_ROWS} items (got {len(targets)})")
-        errors: dict[str, str | None] = {}
-        for target in targets:
-            try:
-                on = target if targets_are_jobs else job
-                await self.act(actor, action, on, target, work(target))
-                errors[target] = None
-            except PgschedError as exc:
-                errors[target] = str(exc)
-        return errors
-
-    async def _record(
-        self,
-        actor: str,
-        action: str,
-        job: str | None,
-        target: str | None,
-        outcome: str,
-        detail: str | None,
-    ) -> None:
-        entry = {
-            "actor": actor,
-            "action": action,
-            "job": job,
-            "target": target,
-            "outcome": outcome,
-            "detail": detail,
-        }
-        async with self._conn() as conn:
-            await self._dash.record_action(conn, entry)
+            errors[target] = str(exc)
+    return errors
 
 
 def _check_limit(name: str, value: object, most: int) -> None:

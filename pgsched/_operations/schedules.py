@@ -30,13 +30,14 @@ from .._planning.schedules import (
 from .._records import ScheduleRows
 from .._storage.store import ANALYZE_AFTER, Conn, ScheduleStore, Store
 from .._times import Duration
+from .audit import Audited, Entry
 
 MAX_PAGE = 1000
 MAX_BACKFILL_PLANS = 100_000  # per scope and call
 _US = timedelta(microseconds=1)
 
 
-class ScheduleOperations:
+class ScheduleOperations(Audited):
     """The schedule operations of :class:`~pgsched._operations.core.Operations` (which sets the
     attributes declared here)."""
 
@@ -65,8 +66,9 @@ class ScheduleOperations:
         """Create or replace the schedule of ``scope``; returns it as stored."""
         spec = ScheduleSpec(scope, every, cron, timezone, payload, starts_at, ends_at, paused)
         valid = check_schedule(job, spec)
-        async with self._conn() as conn, conn.transaction():
-            await self._put(conn, job, [valid])
+        entry = Entry("schedule_put", valid.job, str(scope))
+        async with self._recorded(entry) as conn:
+            entry.details["written"] = await self._put(conn, job, [valid])
             row = await self._schedules.get_schedule(conn, valid.job, scope.kind, scope.id)
         assert row is not None
         return read_schedule(valid.job, row)
@@ -84,8 +86,11 @@ class ScheduleOperations:
             seen.add(key)
         if not valid:
             return 0
-        async with self._conn() as conn, conn.transaction():
-            return await self._put(conn, job, valid)
+        entry = Entry("schedule_put_many", job, details={"given": len(valid)})
+        async with self._recorded(entry) as conn:
+            written = await self._put(conn, job, valid)
+            entry.details["written"] = written
+        return written
 
     async def _put(self, conn: Conn, job: str, valid: list[ValidSchedule]) -> int:
         await self._dynamic_job(conn, job)
@@ -135,11 +140,13 @@ class ScheduleOperations:
     async def delete_schedule(self, job: str, scope: Scope) -> bool:
         """Delete the schedule (its executions stay); False when there was none."""
         job, scope = _target(job, scope)
-        async with self._conn() as conn, conn.transaction():
+        entry = Entry("schedule_delete", job, str(scope))
+        async with self._recorded(entry) as conn:
             await self._dynamic_job(conn, job)
             deleted = await self._schedules.delete_schedule(conn, job, scope.kind, scope.id)
             if deleted:
                 await self._notify(conn, "schedules", job)
+            entry.details["deleted"] = deleted
         return deleted
 
     async def pause_schedule(self, job: str, scope: Scope) -> None:
@@ -153,7 +160,8 @@ class ScheduleOperations:
 
     async def _set_schedule_paused(self, job: str, scope: Scope, paused: bool) -> None:
         job, scope = _target(job, scope)
-        async with self._conn() as conn, conn.transaction():
+        name = "schedule_pause" if paused else "schedule_resume"
+        async with self._recorded(Entry(name, job, str(scope))) as conn:
             await self._dynamic_job(conn, job)
             if not await self._schedules.set_schedule_paused(
                 conn, job, scope.kind, scope.id, paused
@@ -162,7 +170,12 @@ class ScheduleOperations:
             await self._notify(conn, "schedules", job)
 
     async def _backfill_dynamic(
-        self, spec: JobSpec, lo: datetime, hi: datetime, scopes: Iterable[Scope] | None
+        self,
+        spec: JobSpec,
+        lo: datetime,
+        hi: datetime,
+        scopes: Iterable[Scope] | None,
+        entry: Entry,
     ) -> int:
         """Backfill of a dynamic job: the plans of each given scope's own schedule."""
         if scopes is None:
@@ -170,7 +183,7 @@ class ScheduleOperations:
         kinds: list[str] = []
         ids: list[str] = []
         plans: list[datetime] = []
-        async with self._conn() as conn, conn.transaction():
+        async with self._recorded(entry) as conn:
             for scope in scopes:
                 _target(spec.name, scope)
                 row = await self._schedules.get_schedule(conn, spec.name, scope.kind, scope.id)
@@ -186,6 +199,7 @@ class ScheduleOperations:
                 conn, spec.name, kinds, ids, plans, spec.max_attempts, pairs=True
             )
             await self._notify(conn, "backfill", spec.name)
+            entry.details["inserted"] = count
         return count
 
     async def _dynamic_job(self, conn: Conn, job: str) -> None:

@@ -480,6 +480,20 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
     async def close_stale(self, conn: Conn, job: str, *, reentry: bool) -> list[Row]:
         return await self._rows(conn, "close_stale", {"job": job, "reentry": reentry})
 
+    async def previous_outcomes(
+        self, conn: Conn, keys: Sequence[tuple[str, Scope, datetime]]
+    ) -> dict[int, str]:
+        """For each (job, scope, plan) of ``keys``, by position: the status (SUCCESS or
+        FAILED) of the scope's latest finished plan before it; absent when there is none."""
+        params = {
+            "jobs": [k[0] for k in keys],
+            "kinds": [k[1].kind for k in keys],
+            "ids": [k[1].id for k in keys],
+            "plans": [k[2] for k in keys],
+        }
+        rows = await self._rows(conn, "previous_outcomes", params)
+        return {int(r["i"]) - 1: str(r["status"]) for r in rows}
+
     async def claim_existing(self, conn: Conn, terms: ClaimTerms, limit: int) -> list[Row]:
         """Take over stale (steal), retryable and due PENDING rows, oldest plan first. Under
         overlap="forbid" only rows of scopes whose lock and cursor row (or stored schedule)

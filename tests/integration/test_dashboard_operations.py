@@ -12,6 +12,8 @@ import pytest
 from psycopg import sql
 
 import pgsched
+from pgsched._operations.audit import Actor, acting
+from pgsched._operations.dashboard import each
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import insert_row, row_by_id, table
 
@@ -118,20 +120,29 @@ def test_grid_pages_and_searches_scopes_with_bounded_reads(
 
 def test_actions_are_recorded_with_their_outcome(migrated: str, db: Any, runtime_dsn: str) -> None:
     _seed_job(db, migrated, "logged")
+    ops_actor = Actor("dashboard", "ops #1234abcd")
 
     async def act(admin: pgsched.AsyncAdmin) -> Any:
-        await admin.action_log.act("ops #1234abcd", "pause", "logged", None, admin.pause("logged"))
+        ops = acting(admin, ops_actor)
+        await ops.pause("logged")
         with pytest.raises(pgsched.NotFoundError):
-            await admin.action_log.act("ops #1234abcd", "pause", "nope", None, admin.pause("nope"))
+            await ops.pause("nope")
         bad = "00000000-0000-0000-0000-000000000000"
-        errors = await admin.action_log.act_many(
-            "ops #1234abcd", "cancel", None, [bad, "x"], lambda t: admin.cancel(t)
-        )
+        errors = await each([bad, "x"], ops.cancel)
         return errors, await admin.actions(limit=10), await admin.actions("logged")
 
     errors, latest, of_job = _run(runtime_dsn, migrated, act)
     assert set(errors) == {"00000000-0000-0000-0000-000000000000", "x"}
     assert all(errors.values())
     assert [(a.action, a.outcome) for a in latest][-2:] == [("pause", "error"), ("pause", "ok")]
-    assert [a.action for a in latest][:2] == ["cancel", "cancel"]
-    assert [(a.actor, a.action, a.job) for a in of_job] == [("ops #1234abcd", "pause", "logged")]
+    # an id that is no UUID is refused before anything is looked up: not an action
+    newest = latest[0]
+    assert (newest.action, newest.outcome, str(newest.execution_id)) == (
+        "cancel",
+        "error",
+        "00000000-0000-0000-0000-000000000000",
+    )
+    assert len(latest) == 3
+    assert [(a.surface, a.actor, a.action, a.job) for a in of_job] == [
+        ("dashboard", "ops #1234abcd", "pause", "logged")
+    ]
