@@ -1,0 +1,73 @@
+"""The Celery app the celery tests' beats and workers run (``-A tests.support.celery_app``),
+configured from the environment so each test has its own broker database, queue, schedule,
+record file and pgsched schema:
+
+- ``CELERY_TEST_BROKER``: the broker URL; ``CELERY_TEST_QUEUE``: the queue beats send to;
+- ``CELERY_TEST_SCHEDULE``: JSON ``{entry: {"every": seconds} | {"cron": {crontab kwargs}} |
+  {"solar": [event, lat, lon]}, with optional "pgsched": {...}}``;
+- ``CELERY_TEST_RECORD``: the file the worker appends one JSON line per task to (its id and
+  the pgsched headers), the side effect whose duplicates the tests count;
+- ``CELERY_TEST_TIMEZONE``; pgsched's own settings come from ``PGSCHED_DSN`` /
+  ``PGSCHED_SCHEMA`` as in a deployment, ``beat_pgsched_migrate`` is on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timedelta
+from typing import Any
+
+from celery import Celery
+from celery.schedules import crontab, solar
+
+app = Celery("pgsched_tests", broker=os.environ.get("CELERY_TEST_BROKER", "memory://"))
+app.conf.update(
+    task_default_queue=os.environ.get("CELERY_TEST_QUEUE", "celery"),
+    timezone=os.environ.get("CELERY_TEST_TIMEZONE", "UTC"),
+    worker_enable_remote_control=False,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+    beat_pgsched_migrate=True,
+)
+
+
+def _schedule(spec: dict[str, Any]) -> Any:
+    if "every" in spec:
+        return timedelta(seconds=spec["every"])
+    if "cron" in spec:
+        return crontab(**spec["cron"])
+    return solar(*spec["solar"])
+
+
+def _entries(raw: str) -> dict[str, Any]:
+    entries = {}
+    for name, spec in json.loads(raw).items():
+        entry: dict[str, Any] = {"task": "tests.record", "schedule": _schedule(spec)}
+        entry["args"] = [name]
+        if "pgsched" in spec:
+            entry["options"] = {"pgsched": spec["pgsched"]}
+        entries[name] = entry
+    return entries
+
+
+app.conf.beat_schedule = _entries(os.environ.get("CELERY_TEST_SCHEDULE", "{}"))
+
+
+@app.task(name="tests.record", bind=True)
+def record(self: Any, entry: str) -> None:
+    request = self.request
+    headers = request.headers or {}
+
+    def header(name: str) -> Any:
+        return getattr(request, name, None) or headers.get(name)
+
+    line = {
+        "entry": entry,
+        "task_id": request.id,
+        "plan_time": header("pgsched_plan_time"),
+        "execution_id": header("pgsched_execution_id"),
+        "scope": header("pgsched_scope"),
+    }
+    with open(os.environ["CELERY_TEST_RECORD"], "a", encoding="utf-8") as out:
+        out.write(json.dumps(line) + "\n")
