@@ -26,7 +26,6 @@ app.conf.update(
     task_default_queue=os.environ.get("CELERY_TEST_QUEUE", "celery"),
     timezone=os.environ.get("CELERY_TEST_TIMEZONE", "UTC"),
     worker_enable_remote_control=False,
-    worker_hijack_root_logger=False,
     broker_connection_retry_on_startup=True,
     beat_pgsched_migrate=True,
 )
