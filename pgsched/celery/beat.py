@@ -18,7 +18,7 @@ from celery import Celery
 from celery.beat import ScheduleEntry
 from celery.beat import Scheduler as CeleryScheduler
 
-from .._errors import PgschedError
+from .._errors import DatabaseError, PgschedError
 from .._logging import configure_logging
 from .._run import Run
 from .._scheduler import Scheduler
@@ -83,6 +83,19 @@ def _handler(entry: BeatEntry, publisher: Publisher | None) -> Any:
     return publish
 
 
+def _require_migrated(scheduler: Scheduler) -> None:
+    """Refuse a schema that is not migrated (the replica would only log tick errors)."""
+    try:
+        migrated = scheduler.admin.is_migrated()
+    except DatabaseError:
+        return  # not reachable now: the replica waits for the database and says so
+    if not migrated:
+        raise PgschedError(
+            f"schema {scheduler.schema!r} is not migrated: run `pgsched migrate`"
+            " (or set beat_pgsched_migrate = True)"
+        )
+
+
 def _configure_logging() -> None:
     """pgsched's events on the process's real stderr, one JSON line each, as ``pgsched run``
     prints them, leaving Celery's logging (its handlers, its redirected stdout) as it was."""
@@ -126,6 +139,8 @@ class BeatScheduler(CeleryScheduler):  # type: ignore[misc]  # Celery has no typ
             )
             if settings.migrate:
                 scheduler.migrate()
+            else:
+                _require_migrated(scheduler)
         except PgschedError as exc:
             # One line, not Celery's traceback of an error in the beat's set-up.
             raise SystemExit(f"celery beat -S pgsched: {exc}") from None

@@ -27,7 +27,8 @@ app.conf.update(
     timezone=os.environ.get("CELERY_TEST_TIMEZONE", "UTC"),
     worker_enable_remote_control=False,
     broker_connection_retry_on_startup=True,
-    beat_pgsched_migrate=True,
+    beat_pgsched_migrate=os.environ.get("CELERY_TEST_MIGRATE", "1") == "1",
+    beat_pgsched_http_port=os.environ.get("CELERY_TEST_HTTP_PORT"),
 )
 
 
