@@ -3,16 +3,19 @@ zone as cron expressions, intervals as cadences, what cannot be planned refused 
 
 from __future__ import annotations
 
+import tomllib
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from celery import Celery
 from celery.beat import ScheduleEntry
 from celery.schedules import BaseSchedule, crontab, schedule, solar
+from celery.utils.imports import symbol_by_name
 
 import pgsched
-from pgsched.celery import build_scheduler, cron_expression, read_entry
+from pgsched.celery import BeatScheduler, build_scheduler, cron_expression, read_entry
 
 
 def _app(**conf: Any) -> Celery:
@@ -137,3 +140,14 @@ def test_an_unknown_pgsched_option_is_refused_naming_the_entry() -> None:
     (entry,) = _entries(app, e={"schedule": 10, "options": {"pgsched": {"catchup": "x"}}})
     with pytest.raises(pgsched.ConfigError, match="entry 'e': unknown pgsched option 'catchup'"):
         read_entry(entry, "UTC")
+
+
+def test_the_entry_point_names_the_beat_scheduler() -> None:
+    # `celery beat -S pgsched` resolves the alias through this entry point (an installed
+    # pgsched's metadata comes from pyproject.toml).
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    target = project["entry-points"]["celery.beat_schedulers"]["pgsched"]
+    assert symbol_by_name(target) is BeatScheduler
+    assert symbol_by_name("pgsched.celery:BeatScheduler") is BeatScheduler
+    assert project["optional-dependencies"]["celery"] == ["celery>=5.5,<6"]
