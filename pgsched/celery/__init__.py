@@ -3,6 +3,7 @@
 
 from .beat import BeatScheduler, BeatSettings, build_scheduler
 from .entries import CELERY_JOB_DEFAULTS, JOB_PREFIX, BeatEntry, cron_expression, read_entry
+from .track import Tracker, track
 
 __all__ = [
     "CELERY_JOB_DEFAULTS",
@@ -10,7 +11,9 @@ __all__ = [
     "BeatEntry",
     "BeatScheduler",
     "BeatSettings",
+    "Tracker",
     "build_scheduler",
     "cron_expression",
     "read_entry",
+    "track",
 ]

@@ -4,10 +4,12 @@ record file and pgsched schema:
 
 - ``CELERY_TEST_BROKER``: the broker URL; ``CELERY_TEST_QUEUE``: the queue beats send to;
 - ``CELERY_TEST_SCHEDULE``: JSON ``{entry: {"every": seconds} | {"cron": {crontab kwargs}} |
-  {"solar": [event, lat, lon]}, with optional "pgsched": {...}}``;
+  {"solar": [event, lat, lon]}, with optional "task" (``tests.record``, or
+  ``tests.fail`` which records, then raises) and "pgsched": {...}}``;
 - ``CELERY_TEST_RECORD``: the file the worker appends one JSON line per task to (its id and
   the pgsched headers), the side effect whose duplicates the tests count;
-- ``CELERY_TEST_TIMEZONE``; pgsched's own settings come from ``PGSCHED_DSN`` /
+- ``CELERY_TEST_TIMEZONE``; ``CELERY_TEST_TRACK=1``: the worker calls
+  ``pgsched.celery.track(app)``; pgsched's own settings come from ``PGSCHED_DSN`` /
   ``PGSCHED_SCHEMA`` as in a deployment, ``beat_pgsched_migrate`` is on.
 """
 
@@ -47,7 +49,8 @@ def _schedule(spec: dict[str, Any]) -> Any:
 def _entries(raw: str) -> dict[str, Any]:
     entries = {}
     for name, spec in json.loads(raw).items():
-        entry: dict[str, Any] = {"task": "tests.record", "schedule": _schedule(spec)}
+        task = spec.get("task", "tests.record")
+        entry: dict[str, Any] = {"task": task, "schedule": _schedule(spec)}
         entry["args"] = [name]
         if "pgsched" in spec:
             entry["options"] = {"pgsched": spec["pgsched"]}
@@ -60,7 +63,10 @@ app.conf.beat_schedule = _entries(os.environ.get("CELERY_TEST_SCHEDULE", "{}"))
 
 @app.task(name="tests.record", bind=True)
 def record(self: Any, entry: str) -> None:
-    request = self.request
+    _write(self.request, entry)
+
+
+def _write(request: Any, entry: str) -> None:
     headers = request.headers or {}
 
     def header(name: str) -> Any:
@@ -75,3 +81,15 @@ def record(self: Any, entry: str) -> None:
     }
     with open(os.environ["CELERY_TEST_RECORD"], "a", encoding="utf-8") as out:
         out.write(json.dumps(line) + "\n")
+
+
+@app.task(name="tests.fail", bind=True)
+def fail(self: Any, entry: str) -> None:
+    _write(self.request, entry)
+    raise ValueError(f"{entry} failed on purpose")
+
+
+if os.environ.get("CELERY_TEST_TRACK") == "1":
+    from pgsched.celery import track
+
+    track(app)

@@ -115,8 +115,9 @@ class CeleryRig:
             }
         )
 
-    def worker(self, name: str = "worker") -> CeleryProc:
-        proc = CeleryProc(name, [*WORKER, "-Q", self.queue], cwd=self.cwd, env=self.env({}))
+    def worker(self, name: str = "worker", env: dict[str, str] | None = None) -> CeleryProc:
+        args = [*WORKER, "-Q", self.queue]
+        proc = CeleryProc(name, args, cwd=self.cwd, env=env or self.env({}))
         self.procs.append(proc)
         proc.wait_output("ready.", timeout=40)
         return proc
