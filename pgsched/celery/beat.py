@@ -18,7 +18,7 @@ from celery import Celery
 from celery.beat import ScheduleEntry
 from celery.beat import Scheduler as CeleryScheduler
 
-from .._errors import DatabaseError, PgschedError
+from .._errors import ConfigError, DatabaseError, PgschedError
 from .._logging import configure_logging
 from .._run import Run
 from .._scheduler import Scheduler
@@ -51,11 +51,24 @@ class BeatSettings:
         return cls(
             dsn=conf.get("beat_pgsched_dsn") or None,  # None: PGSCHED_DSN, then DATABASE_URL
             schema=conf.get("beat_pgsched_schema") or os.environ.get("PGSCHED_SCHEMA") or "pgsched",
-            http_port=None if port is None else int(port),
+            http_port=None if port in (None, "") else _number("beat_pgsched_http_port", port, 0),
             http_host=conf.get("beat_pgsched_http_host") or "127.0.0.1",
             migrate=bool(conf.get("beat_pgsched_migrate")),
-            max_concurrency=int(conf.get("beat_pgsched_max_concurrency") or 8),
+            max_concurrency=_number(
+                "beat_pgsched_max_concurrency", conf.get("beat_pgsched_max_concurrency") or 8, 1
+            ),
         )
+
+
+def _number(setting: str, value: object, least: int) -> int:
+    """A whole-number setting (a string from the environment too), else a ConfigError."""
+    try:
+        number = int(str(value))
+    except ValueError:
+        number = least - 1
+    if isinstance(value, bool) or number < least:
+        raise ConfigError(f"celery setting {setting}={value!r} must be an integer >= {least}")
+    return number
 
 
 def build_scheduler(
@@ -118,7 +131,10 @@ class BeatScheduler(CeleryScheduler):  # type: ignore[misc]  # Celery has no typ
     def __init__(self, app: Celery, *args: Any, **kwargs: Any) -> None:
         self._replica: ReplicaThread | None = None
         self._publisher: Publisher | None = None
-        self._settings = BeatSettings.from_app(app)
+        try:
+            self._settings = BeatSettings.from_app(app)
+        except ConfigError as exc:
+            raise SystemExit(f"celery beat -S pgsched: {exc}") from None
         self.pgsched: Scheduler | None = None  # the running replica's scheduler
         super().__init__(app, *args, **kwargs)
 

@@ -15,7 +15,7 @@ from celery.schedules import BaseSchedule, crontab, schedule, solar
 from celery.utils.imports import symbol_by_name
 
 import pgsched
-from pgsched.celery import BeatScheduler, build_scheduler, cron_expression, read_entry
+from pgsched.celery import BeatScheduler, BeatSettings, build_scheduler, cron_expression, read_entry
 
 
 def _app(**conf: Any) -> Celery:
@@ -151,3 +151,18 @@ def test_the_entry_point_names_the_beat_scheduler() -> None:
     assert symbol_by_name(target) is BeatScheduler
     assert symbol_by_name("pgsched.celery:BeatScheduler") is BeatScheduler
     assert project["optional-dependencies"]["celery"] == ["celery>=5.5,<6"]
+
+
+def test_the_settings_come_from_the_celery_config_else_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PGSCHED_SCHEMA", "from_env")
+    settings = BeatSettings.from_app(_app(beat_pgsched_http_port="9464"))
+    assert (settings.schema, settings.http_port, settings.migrate) == ("from_env", 9464, False)
+    given = _app(beat_pgsched_schema="mine", beat_pgsched_dsn="postgresql://x/y")
+    assert (BeatSettings.from_app(given).schema, BeatSettings.from_app(given).dsn) == (
+        "mine",
+        "postgresql://x/y",
+    )
+    with pytest.raises(pgsched.ConfigError, match="beat_pgsched_http_port='x' must be an integer"):
+        BeatSettings.from_app(_app(beat_pgsched_http_port="x"))
