@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import kombu
 import pytest
 
 from tests.support.replica import clean_env
@@ -137,6 +138,12 @@ class CeleryRig:
         for proc in self.procs:
             with contextlib.suppress(Exception):
                 proc.kill()
+        # The queue goes with the test (RabbitMQ keeps a durable queue; Redis a list).
+        with (
+            contextlib.suppress(Exception),
+            kombu.Connection(self.broker, connect_timeout=2) as conn,
+        ):
+            conn.default_channel.queue_delete(self.queue)
 
 
 def _redis_db(queue: str) -> int:

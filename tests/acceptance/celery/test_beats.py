@@ -44,6 +44,15 @@ def test_three_beats_one_killed_send_every_plan_once(db: Conn, any_rig: CeleryRi
         40,
         lambda: f"five plans after the kill; sent: {rig.records()}",
     )
+    # A plan the victim was sending when it died is sent again by a survivor once its lease
+    # is stale (15 s), with the same task id.
+    wait_until(
+        lambda: all(
+            r[2] == "SUCCESS" for r in _rows(db, rig.schema, "celery:tick") if r[1] <= killed_at
+        ),
+        40,
+        lambda: f"every plan up to the kill sent: {_rows(db, rig.schema, 'celery:tick')}",
+    )
     for beat in beats:
         if beat is not victim:
             assert beat.stop() == 0, beat.output()[-3000:]
