@@ -22,6 +22,7 @@ from ._operations.core import Operations, check_schema, no_jobs
 from ._operations.dashboard import JobGrid, SchedulePage
 from ._planning.schedules import Schedule, ScheduleSpec
 from ._portal import PORTAL
+from ._records import TaskAttempt
 from ._times import Duration, parse_duration
 from ._views import (
     ActionRecord,
@@ -275,6 +276,11 @@ class Admin(ScheduleMethods, TriggerMethod):
     def cancel(self, execution_id: UUID | str) -> None:
         """Cancel a PENDING execution."""
         PORTAL.call(self._ops.cancel(execution_id))
+
+    def record_task_attempt(self, execution_id: UUID | str, attempt: TaskAttempt) -> int | None:
+        """Keep a consumer's run of the task ``execution_id`` sent (``pgsched.celery.track``)
+        as an attempt of it; its attempt number, or None when there is no such execution."""
+        return PORTAL.call(self._ops.record_task_attempt(execution_id, attempt))
 
     def job_overview(self) -> list[JobStatus]:
         """``status()`` for the dashboard: at most 1000 jobs, each count stopping past 1,000."""

@@ -290,3 +290,17 @@ class ReplicaEntry:
     http_address: str | None
     started_at: datetime
     expiry: timedelta  # the row is removed once not refreshed for this long
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAttempt:
+    """A consumer's run of the task an execution sent, as ``record_task_attempt`` keeps it:
+    who ran it, how long ago it started (seconds, so the database's clock dates it), how it
+    ended (``SUCCESS`` or ``FAILED``), and why it failed."""
+
+    runner_id: str
+    elapsed: float
+    status: str
+    error_code: str | None = None
+    error_msg: str | None = None
+    traceback: str | None = None

@@ -961,7 +961,7 @@ WHERE id = %(id)s
 -- Every attempt of one execution in order: those kept in cron_attempts, then the row's own
 -- latest attempt when it is not among them (running, succeeded, or ended before version 8).
 SELECT a.attempt, a.runner_id, a.fencing_token, a.started_at, a.finished_at,
-       'FAILED' AS status, a.error_code, a.error_msg, a.traceback
+       coalesce(a.status, 'FAILED') AS status, a.error_code, a.error_msg, a.traceback
 FROM {schema}.cron_attempts a
 WHERE a.execution_id = %(id)s
 UNION ALL
@@ -974,6 +974,24 @@ WHERE e.id = %(id)s AND e.started_at IS NOT NULL AND e.status <> 'PENDING'
   AND NOT EXISTS (SELECT 1 FROM {schema}.cron_attempts a
                   WHERE a.execution_id = e.id AND a.fencing_token = e.fencing_token)
 ORDER BY 1, 5 NULLS LAST
+
+-- name: record_task_attempt
+-- A consumer's run of the task an execution sent (pgsched.celery.track: a Celery worker's),
+-- kept as an attempt numbered after the execution's own, with a fencing token of its own (one
+-- row per run, even for runs of one task at once). It started `elapsed` seconds before now,
+-- on the database's clock. Nothing when the execution does not exist (pruned, or a task id
+-- that only looks like one).
+INSERT INTO {schema}.cron_attempts
+    (execution_id, fencing_token, attempt, runner_id, started_at, finished_at, status,
+     error_code, error_msg, traceback, plan_time)
+SELECT e.id, {schema}.next_fencing_token(),
+       greatest(e.attempt, (SELECT max(a.attempt) FROM {schema}.cron_attempts a
+                            WHERE a.execution_id = e.id)) + 1,
+       %(runner_id)s, clock_timestamp() - make_interval(secs => %(elapsed)s), clock_timestamp(),
+       %(status)s, %(error_code)s, left(%(error_msg)s, 4000), %(traceback)s, e.plan_time
+FROM {schema}.cron_executions e
+WHERE e.id = %(id)s
+RETURNING attempt
 
 -- name: failed_attempts
 -- The newest failed attempts across jobs (the status page's recent failures), those of
@@ -991,6 +1009,7 @@ SELECT f.* FROM (
             a.fencing_token = e.fencing_token AS latest
      FROM {schema}.cron_attempts a
      JOIN {schema}.cron_executions e ON e.id = a.execution_id
+     WHERE a.status IS DISTINCT FROM 'SUCCESS'  -- a consumer's run that succeeded
      ORDER BY a.finished_at DESC
      LIMIT %(limit)s)
     UNION ALL

@@ -20,12 +20,13 @@ from .._model import Scope, check_job_name
 from .._planning.schedules import recurrence_plans
 from .._records import RunFilter
 from .._storage.dashboard import DashboardStore
-from .._storage.store import Conn, ScheduleStore, Store
+from .._storage.store import Conn, ScheduleStore, Store, TaskStore
 from .._times import Duration, aware, parse_duration
 from .._views import Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory, Triggered
 from .audit import Actor, Entry
 from .dashboard import DashboardOperations
 from .schedules import ScheduleOperations
+from .tasks import TaskOperations
 from .triggers import TriggerScopes, check_not_ended
 
 Connector = Callable[[], AbstractAsyncContextManager[Conn]]
@@ -49,7 +50,7 @@ def check_schema(schema: object) -> str:
     return schema
 
 
-class Operations(ScheduleOperations, DashboardOperations):
+class Operations(ScheduleOperations, DashboardOperations, TaskOperations):
     """Operator actions on one schema. ``jobs`` gives the jobs the caller has registered in
     code (a ``Scheduler``'s); other jobs are known from ``job_state``, where every replica
     records the jobs it runs. The schedule operations of dynamic jobs are in
@@ -68,6 +69,7 @@ class Operations(ScheduleOperations, DashboardOperations):
         self._actor = actor or Actor.python("admin", None)
         self._schedules = ScheduleStore(schema)
         self._dash = DashboardStore(schema)
+        self._tasks = TaskStore(schema)
         self._knows_jobs = jobs is not no_jobs
 
     @property

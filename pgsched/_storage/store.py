@@ -37,6 +37,7 @@ from .._records import (
     ScheduleMove,
     ScheduleRows,
     Sighting,
+    TaskAttempt,
     WonPlan,
     running_before,
 )
@@ -852,3 +853,16 @@ class ScheduleStore(_Statements):
         }
         won = await self._tuples(conn, "claim_schedules", WonPlan, params, prepare=_PLAN_EACH_TIME)
         return [plan for plan in won if plan.id is not None], won[0].unmoved
+
+
+class TaskStore(_Statements):
+    """Statements about the tasks executions sent to a consumer (``pgsched.celery.track``)."""
+
+    async def record_task_attempt(
+        self, conn: Conn, execution_id: UUID, attempt: TaskAttempt
+    ) -> int | None:
+        """Keep a consumer's run as an attempt; its number, or None if no such execution."""
+        params: dict[str, Any] = {"id": execution_id}
+        params.update((f.name, getattr(attempt, f.name)) for f in fields(attempt))
+        rows = await self._rows(conn, "record_task_attempt", params)
+        return int(rows[0]["attempt"]) if rows else None
