@@ -403,7 +403,10 @@ SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))
 -- which every session of the server shares (64 entries per connection by default).
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 SELECT c.scope_kind, c.scope_id, c.next_plan_time, c.spec, c.first_seen_at, c.last_plan_time,
-       (SELECT t FROM now) AS now, c.ctid::text AS tid
+       (SELECT t FROM now) AS now, c.ctid::text AS tid,
+       -- the job's last pause and resume (one probe of job_state for the statement)
+       (SELECT j.paused_at FROM {schema}.job_state j WHERE j.job_name = %(job)s) AS paused_at,
+       (SELECT j.resumed_at FROM {schema}.job_state j WHERE j.job_name = %(job)s) AS resumed_at
 FROM {schema}.cron_cursors c
 WHERE c.job_name = %(job)s AND c.due_at IS NOT NULL
   AND c.due_at <= (SELECT t FROM now) - %(delay)s
@@ -496,6 +499,51 @@ SELECT ins.id, ins.scope_kind, ins.scope_id, ins.plan_time, ins.lease_token, ins
          AS unmoved
 FROM (SELECT 1) AS one
 LEFT JOIN ins ON true
+
+-- name: record_skips
+-- The spans of plans a claim decided not to run, in its transaction (only a claim that
+-- skipped something runs it). A span whose scope and reason already have one ending at the
+-- plan just before it extends that one (found through cron_skips_scope_last_idx); the others
+-- are new rows. `n` tells the spans of one statement apart: a scope may have two of a reason
+-- (superseded before and after a pause). A span recorded already (a cursor re-planned from
+-- its last claimed plan after a schedule change) keeps the larger of the two.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+s AS MATERIALIZED (
+    SELECT * FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(reasons)b::text[],
+                         %(firsts)b::timestamptz[], %(lasts)b::timestamptz[],
+                         %(counts)b::int[], %(previous)b::timestamptz[])
+             WITH ORDINALITY AS s(kind, id, reason, first_plan, last_plan, plans, previous, n)
+),
+extended AS (
+    UPDATE {schema}.cron_skips k
+    SET last_plan = s.last_plan, plans = k.plans + s.plans, updated_at = now.t
+    FROM s, now
+    WHERE k.job_name = %(job)s AND k.scope_kind = s.kind AND k.scope_id = s.id
+      AND k.reason = s.reason AND k.last_plan = s.previous
+    RETURNING s.n
+)
+INSERT INTO {schema}.cron_skips AS k
+    (job_name, scope_kind, scope_id, reason, first_plan, last_plan, plans, recorded_at,
+     updated_at)
+SELECT %(job)s, s.kind, s.id, s.reason, s.first_plan, s.last_plan, s.plans, now.t, now.t
+FROM s, now
+WHERE s.n NOT IN (SELECT n FROM extended)
+ORDER BY s.kind, s.id, s.first_plan
+ON CONFLICT (job_name, scope_kind, scope_id, first_plan, reason) DO UPDATE
+SET last_plan = greatest(k.last_plan, EXCLUDED.last_plan),
+    plans = greatest(k.plans, EXCLUDED.plans), updated_at = EXCLUDED.updated_at
+
+-- name: prune_skips
+-- Retention of the skipped spans, with the ledger's: the spans whose last plan is older than
+-- the cutoff (cron_skips_last_idx), a batch at a time.
+WITH gone AS (
+    DELETE FROM {schema}.cron_skips
+    WHERE ctid IN (SELECT ctid FROM {schema}.cron_skips
+                   WHERE last_plan < clock_timestamp() - %(older_than)s
+                   LIMIT %(batch)s)
+    RETURNING 1
+)
+SELECT count(*) AS deleted FROM gone
 
 -- name: heartbeat
 -- (Array parameters go in binary, "b" placeholders: dumping them as text costs the replica several
@@ -696,9 +744,18 @@ RETURNING id
 SELECT status FROM {schema}.cron_executions WHERE id = %(id)s
 
 -- name: set_paused
-INSERT INTO {schema}.job_state (job_name, paused, updated_at)
-VALUES (%(job)s, %(paused)s, clock_timestamp())
-ON CONFLICT (job_name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at
+-- A pause records when it began (a repeated pause keeps it), a resume when it ended: the
+-- first claim after the resume skips the plans due in between (`paused`).
+INSERT INTO {schema}.job_state AS j (job_name, paused, updated_at, paused_at)
+VALUES (%(job)s, %(paused)s, clock_timestamp(),
+        CASE WHEN %(paused)s THEN clock_timestamp() END)
+ON CONFLICT (job_name) DO UPDATE
+SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at,
+    paused_at = CASE WHEN EXCLUDED.paused AND NOT j.paused THEN EXCLUDED.updated_at
+                     ELSE j.paused_at END,
+    resumed_at = CASE WHEN EXCLUDED.paused AND NOT j.paused THEN NULL
+                      WHEN NOT EXCLUDED.paused AND j.paused THEN EXCLUDED.updated_at
+                      ELSE j.resumed_at END
 
 -- name: now
 SELECT clock_timestamp() AS now
@@ -1151,9 +1208,9 @@ SELECT set_config('statement_timeout', %(statement_ms)s, %(local)s),
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 INSERT INTO {schema}.schedules AS s
     (job_name, scope_kind, scope_id, every_us, cron, timezone, payload, starts_at, ends_at,
-     paused, next_plan_time, created_at, updated_at)
+     paused, next_plan_time, created_at, updated_at, paused_at)
 SELECT %(job)s, v.kind, v.id, v.every_us, v.cron, v.tz, v.payload::jsonb, v.starts_at,
-       v.ends_at, v.paused, v.next_plan, now.t, now.t
+       v.ends_at, v.paused, v.next_plan, now.t, now.t, CASE WHEN v.paused THEN now.t END
 FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(every_us)b::bigint[], %(crons)b::text[],
             %(tzs)b::text[], %(payloads)b::text[], %(starts)b::timestamptz[],
             %(ends)b::timestamptz[], %(paused)b::boolean[], %(nexts)b::timestamptz[])
@@ -1164,6 +1221,12 @@ ON CONFLICT (job_name, scope_kind, scope_id) DO UPDATE
 SET every_us = EXCLUDED.every_us, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
     payload = EXCLUDED.payload, starts_at = EXCLUDED.starts_at, ends_at = EXCLUDED.ends_at,
     paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at,
+    -- as set_schedule_paused: when a pause began and when a resume ended it
+    paused_at = CASE WHEN EXCLUDED.paused AND NOT s.paused THEN EXCLUDED.updated_at
+                     ELSE s.paused_at END,
+    resumed_at = CASE WHEN EXCLUDED.paused AND NOT s.paused THEN NULL
+                      WHEN NOT EXCLUDED.paused AND s.paused THEN EXCLUDED.updated_at
+                      ELSE s.resumed_at END,
     next_plan_time = CASE
         WHEN (s.every_us, s.cron, s.timezone)
              IS DISTINCT FROM (EXCLUDED.every_us, EXCLUDED.cron, EXCLUDED.timezone)
@@ -1203,8 +1266,14 @@ WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
 RETURNING scope_id
 
 -- name: set_schedule_paused
+-- A pause records when it began (a repeated pause keeps it), a resume when it ended: the
+-- first claim after the resume skips the plans due in between (`paused`).
 UPDATE {schema}.schedules
-SET paused = %(paused)s, updated_at = clock_timestamp()
+SET paused = %(paused)s, updated_at = clock_timestamp(),
+    paused_at = CASE WHEN %(paused)s AND NOT paused THEN clock_timestamp() ELSE paused_at END,
+    resumed_at = CASE WHEN %(paused)s AND NOT paused THEN NULL
+                      WHEN NOT %(paused)s AND paused THEN clock_timestamp()
+                      ELSE resumed_at END
 WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
 RETURNING scope_id
 
@@ -1217,7 +1286,8 @@ RETURNING scope_id
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 due AS MATERIALIZED (
     SELECT s.scope_kind, s.scope_id, s.every_us, s.cron, s.timezone, s.starts_at, s.ends_at,
-           s.next_plan_time, (SELECT t FROM now) AS now, s.ctid::text AS tid
+           s.next_plan_time, (SELECT t FROM now) AS now, s.ctid::text AS tid,
+           s.paused_at AS own_paused_at, s.resumed_at AS own_resumed_at
     FROM {schema}.schedules s
     WHERE s.job_name = %(job)s AND NOT s.paused AND s.next_plan_time IS NOT NULL
       AND s.next_plan_time <= (SELECT t FROM now) - %(delay)s
@@ -1234,7 +1304,11 @@ due AS MATERIALIZED (
     FOR UPDATE OF s SKIP LOCKED
 )
 SELECT due.scope_kind, due.scope_id, due.every_us, due.cron, due.timezone, due.starts_at,
-       due.ends_at, due.next_plan_time, due.now, due.tid
+       due.ends_at, due.next_plan_time, due.now, due.tid,
+       -- the job's last pause and resume (one probe of job_state), then the schedule's own
+       (SELECT j.paused_at FROM {schema}.job_state j WHERE j.job_name = %(job)s) AS paused_at,
+       (SELECT j.resumed_at FROM {schema}.job_state j WHERE j.job_name = %(job)s) AS resumed_at,
+       due.own_paused_at, due.own_resumed_at
 FROM due ORDER BY due.next_plan_time
 
 -- name: claim_schedules

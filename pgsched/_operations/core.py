@@ -20,6 +20,7 @@ from .._model import Scope, check_job_name
 from .._planning.schedules import recurrence_plans
 from .._records import RunFilter
 from .._storage.dashboard import DashboardStore
+from .._storage.skips import SkipStore
 from .._storage.store import Conn, ScheduleStore, Store
 from .._times import Duration, aware, parse_duration
 from .._views import Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory, Triggered
@@ -63,6 +64,7 @@ class Operations(ScheduleOperations, DashboardOperations):
         self._store, self._connect, self._jobs = Store(schema), connect, jobs
         self._schedules = ScheduleStore(schema)
         self._dash = DashboardStore(schema)
+        self._skips = SkipStore(schema)
         self._knows_jobs = jobs is not no_jobs
 
     @property
@@ -299,7 +301,8 @@ class Operations(ScheduleOperations, DashboardOperations):
         row is kept whole until it has none). The DEFAULT partition (and the legacy one, the
         ledger of an earlier version, until it can be dropped) has its finished rows older
         than that deleted in small batches, each scope keeping its newest scheduled plan
-        unless its cursor remembers it, so a pruned scope never looks new."""
+        unless its cursor remembers it, so a pruned scope never looks new. The spans of
+        skipped plans whose last plan is older than that go with them (not counted)."""
         age = parse_duration(older_than, field="older_than", allow_zero=False)
         total = 0
         async with self._conn() as conn:
@@ -314,6 +317,8 @@ class Operations(ScheduleOperations, DashboardOperations):
                     total += deleted
                     if deleted < PRUNE_BATCH:
                         break
+            while await self._skips.prune_skips(conn, age, PRUNE_BATCH) >= PRUNE_BATCH:
+                pass
         return total
 
     # -- plumbing ---------------------------------------------------------------------------

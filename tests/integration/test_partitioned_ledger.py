@@ -169,7 +169,7 @@ def test_upgrade_in_place_while_a_replica_of_version_11_writes(
     writer.stop.set()
     writer.join(30)
     assert writer.errors == [], writer.errors
-    upgraded = ["0012", "0013", "0014", "0015", "0016", "0017"]
+    upgraded = ["0012", "0013", "0014", "0015", "0016", "0017", "0019"]
     assert sorted(v for a in applied for v in a) == upgraded, applied
 
     # Partitioned, the old table attached whole as the first partition; nothing lost.
