@@ -1644,3 +1644,77 @@ LIMIT 1000
 -- estimated high enough to trigger JIT compilation, which alone took 4 s for `job_summary`
 -- over 10,000,000 rows in 30 partitions (12 ms without).
 SELECT set_config('jit', 'off', true)
+
+-- name: explain_job
+-- What `explain` reads of a job: its recorded schedule and scopes mode, its pause, the live
+-- replicas that register it, and the database's clock.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+SELECT j.schedule, j.scopes, j.paused, j.paused_at, j.resumed_at, (SELECT t FROM now) AS now,
+       ARRAY(SELECT p.runner_id FROM {schema}.replicas p
+             WHERE p.expires_at >= (SELECT t FROM now) AND %(job)s = ANY (p.jobs)
+             ORDER BY p.runner_id) AS runners
+FROM {schema}.job_state j
+WHERE j.job_name = %(job)s
+
+-- name: explain_scope
+-- A scope's cursor (first sight, next and last plans), or a dynamic job's schedule.
+SELECT c.first_seen_at, c.next_plan_time, c.last_plan_time, c.retired_at,
+       NULL::bigint AS every_us, NULL::text AS cron, NULL::text AS timezone,
+       NULL::timestamptz AS starts_at, NULL::timestamptz AS ends_at, false AS paused
+FROM {schema}.cron_cursors c
+WHERE c.job_name = %(job)s AND c.scope_kind = %(kind)s AND c.scope_id = %(id)s
+UNION ALL
+SELECT s.created_at, s.next_plan_time, s.last_plan_time, NULL, s.every_us, s.cron, s.timezone,
+       s.starts_at, s.ends_at, s.paused
+FROM {schema}.schedules s
+WHERE s.job_name = %(job)s AND s.scope_kind = %(kind)s AND s.scope_id = %(id)s
+
+-- name: explain_runs
+-- A scope's rows with plans in [since, until], newest first, at most 2,000 (the plan key).
+SELECT e.id, e.plan_time, e.trigger, e.status, e.attempt, e.max_attempts, e.runner_id
+FROM {schema}.cron_executions e
+WHERE e.job_name = %(job)s AND e.scope_kind = %(kind)s AND e.scope_id = %(id)s
+  AND e.plan_time BETWEEN %(since)s AND %(until)s
+ORDER BY e.plan_time DESC
+LIMIT 2000
+
+-- name: explain_spans
+-- A scope's skipped spans that meet [since, until], newest first, at most 2,000.
+SELECT k.reason, k.first_plan, k.last_plan, k.plans
+FROM {schema}.cron_skips k
+WHERE k.job_name = %(job)s AND k.scope_kind = %(kind)s AND k.scope_id = %(id)s
+  AND k.first_plan <= %(until)s AND k.last_plan >= %(since)s
+ORDER BY k.first_plan DESC
+LIMIT 2000
+
+-- name: explain_plans
+-- Per plan of a whole job: its rows by status (the job_plan index, one range per plan) and
+-- how many scopes skipped it, by reason (the job's spans that meet the plans, read once).
+WITH p AS MATERIALIZED (SELECT DISTINCT unnest(%(plans)s::timestamptz[]) AS plan_time),
+k AS MATERIALIZED (
+    SELECT k.reason, k.first_plan, k.last_plan FROM {schema}.cron_skips k
+    WHERE k.job_name = %(job)s
+      AND k.last_plan >= (SELECT min(plan_time) FROM p)
+      AND k.first_plan <= (SELECT max(plan_time) FROM p)
+)
+SELECT p.plan_time,
+       (SELECT coalesce(jsonb_object_agg(x.status, x.n), '{{}}') FROM (
+            SELECT e.status, count(*) AS n FROM {schema}.cron_executions e
+            WHERE e.job_name = %(job)s AND e.plan_time = p.plan_time
+            GROUP BY e.status) x) AS statuses,
+       (SELECT coalesce(jsonb_object_agg(y.reason, y.n), '{{}}') FROM (
+            SELECT k.reason, count(*) AS n FROM k
+            WHERE k.first_plan <= p.plan_time AND k.last_plan >= p.plan_time
+            GROUP BY k.reason) y) AS skipped
+FROM p
+ORDER BY p.plan_time
+
+-- name: grid_skips
+-- The dashboard grid's cells of skipped plans: for the scopes and plans shown, the reason of
+-- the span holding each (the scope's spans up to the newest plan shown, through the key).
+SELECT sc.kind AS scope_kind, sc.id AS scope_id, p.plan_time, k.reason
+FROM unnest(%(kinds)s::text[], %(ids)s::text[]) AS sc(kind, id)
+CROSS JOIN unnest(%(plans)s::timestamptz[]) AS p(plan_time)
+JOIN {schema}.cron_skips k
+  ON k.job_name = %(job)s AND k.scope_kind = sc.kind AND k.scope_id = sc.id
+ AND k.first_plan <= p.plan_time AND k.last_plan >= p.plan_time

@@ -25,6 +25,7 @@ from .._storage.store import Conn, ScheduleStore, Store
 from .._times import Duration, aware, parse_duration
 from .._views import Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory, Triggered
 from .dashboard import DashboardOperations
+from .explain import ExplainOperations
 from .schedules import ScheduleOperations
 from .triggers import TriggerScopes, check_not_ended
 
@@ -49,7 +50,7 @@ def check_schema(schema: object) -> str:
     return schema
 
 
-class Operations(ScheduleOperations, DashboardOperations):
+class Operations(ScheduleOperations, DashboardOperations, ExplainOperations):
     """Operator actions on one schema. ``jobs`` gives the jobs the caller has registered in
     code (a ``Scheduler``'s); other jobs are known from ``job_state``, where every replica
     records the jobs it runs. The schedule operations of dynamic jobs are in

@@ -13,12 +13,14 @@ transaction.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import NamedTuple
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .._records import Skip
-from .recurrence import Recurrence, count_plans_between
+from .recurrence import CadenceRecurrence, CronRecurrence, Recurrence, count_plans_between
 
 REASONS = (
     "superseded",
@@ -116,3 +118,30 @@ def past_pause(
     in_pause = first if first + delay >= pause.start else step(pause.start - delay - _US)
     skips += spans_between(recurrence, scope, "paused", in_pause, pause.end - delay)
     return step(pause.end - delay - _US), skips
+
+
+def described_recurrence(text: str | None) -> Recurrence | None:
+    """The recurrence a replica recorded as ``describe()`` (``every 5m``, ``cron '0 9 * * *'
+    Europe/Berlin``) for a caller without the job's code; None for a planner hook, a dynamic
+    job or text it cannot read (its DST overrides are not recorded: the defaults apply)."""
+    if not text:
+        return None
+    try:
+        if text.startswith("every "):
+            return CadenceRecurrence(_duration(text[6:]))
+        match = re.fullmatch(r"cron '(.+)' (\S+)", text)
+        if match:
+            return CronRecurrence(match.group(1), ZoneInfo(match.group(2)))
+    except (ValueError, KeyError, ZoneInfoNotFoundError):
+        return None
+    return None
+
+
+def _duration(text: str) -> timedelta:
+    units = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+    if not text or text[-1] not in units:
+        raise ValueError(text)
+    seconds = float(text[:-1]) * units[text[-1]]
+    if not seconds > 0:
+        raise ValueError(text)
+    return timedelta(seconds=seconds)

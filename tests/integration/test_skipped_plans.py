@@ -66,6 +66,14 @@ def test_plans_due_while_paused_are_one_paused_span_and_do_not_run(
     assert (span["first_plan"], span["last_plan"]) == (paused[0], paused[-1])
     assert s.run_once().skipped == 0  # recorded once
 
+    lines = s.admin.explain("nightly").lines
+    assert [(x.state, x.reason, x.plans) for x in lines] == [
+        ("ran", None, 1),
+        ("skipped", "paused", 3),
+    ]
+    assert (lines[0].status, lines[0].execution_id) == ("SUCCESS", recorder.runs[0].execution_id)
+    assert (lines[1].first_plan, lines[1].last_plan) == (paused[0], paused[-1])
+
 
 def test_latest_only_after_downtime_records_the_superseded_plans(
     make_scheduler: Any, migrated: str, db: Any
