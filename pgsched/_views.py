@@ -259,6 +259,17 @@ class ActionRecord(_JsonView):
 
 
 @dataclass(frozen=True, slots=True)
+class SkippedSpan(_JsonView):
+    """A span of consecutive plans of one scope a claim decided not to run, and why."""
+
+    scope: Scope
+    reason: str
+    first_plan: datetime
+    last_plan: datetime
+    plans: int
+
+
+@dataclass(frozen=True, slots=True)
 class ExplainLine(_JsonView):
     """One line of ``explain``: a plan (or consecutive plans folded) and what happened.
     ``state``: ``ran`` (its row ended: ``status``), ``running``, ``pending`` (queued),

@@ -1709,6 +1709,14 @@ SELECT p.plan_time,
 FROM p
 ORDER BY p.plan_time
 
+-- name: latest_skips
+-- A job's spans with the latest last plans (cron_skips_job_last_idx, read backwards).
+SELECT k.scope_kind, k.scope_id, k.reason, k.first_plan, k.last_plan, k.plans
+FROM {schema}.cron_skips k
+WHERE k.job_name = %(job)s
+ORDER BY k.last_plan DESC
+LIMIT %(limit)s
+
 -- name: grid_skips
 -- The dashboard grid's cells of skipped plans: for the scopes and plans shown, the reason of
 -- the span holding each (the scope's spans up to the newest plan shown, through the key).

@@ -174,23 +174,43 @@ def _decide(
     job = steps.job
     if first is None or first > now - job.schedule_delay:
         return CursorDecision(_wait(steps, kind, ident, first))
-    skipped: tuple[Skip, ...] = ()
     if pause is not None and first + job.schedule_delay < pause.end:
-        latest = job.catch_up == "latest_only"
-        if not latest and first + job.schedule_delay < pause.start:
-            # every_plan: the plans due before the pause come first, as if claimed then
-            return _every(steps, kind, ident, first, (now, room, pause.start - _US))
-        step, window = steps.schedule.next_after, (pause, job.schedule_delay, latest)
-        resumed, skips = past_pause(step, steps.schedule, (kind, ident), first, window)
-        skipped = tuple(skips)
-        if resumed is None or resumed > now - job.schedule_delay:
-            return CursorDecision(_wait(steps, kind, ident, resumed), skipped)
-        first = resumed
-    if job.catch_up == "latest_only":
-        decision = _latest(steps, kind, ident, first, now)
-    else:
-        decision = _every(steps, kind, ident, first, (now, room, None))
-    return decision._replace(skips=skipped + decision.skips) if skipped else decision
+        return _across_pause(steps, kind, ident, first, (now, room, pause))
+    return _catch_up(steps, kind, ident, first, (now, room, None))
+
+
+def _catch_up(
+    steps: _Steps, kind: str, ident: str, first: datetime, at: tuple[datetime, int, datetime | None]
+) -> CursorDecision:
+    """The job's catch-up from ``first``; ``at``: the clock, the room, and the last instant
+    a plan it claims may fall due (None: the clock)."""
+    if steps.job.catch_up == "latest_only":
+        return _latest(steps, kind, ident, first, (at[0], at[2]))
+    return _every(steps, kind, ident, first, at)
+
+
+def _across_pause(
+    steps: _Steps, kind: str, ident: str, first: datetime, at: tuple[datetime, int, PauseWindow]
+) -> CursorDecision:
+    """A cursor whose first plan fell due before a resume: the plans due during the pause
+    are skipped (``paused``). Those due before it are decided as if claimed just before it,
+    unless latest_only has a plan due since the resume to claim instead (they are then
+    superseded)."""
+    now, room, pause = at
+    job, schedule = steps.job, steps.schedule
+    horizon = now - job.schedule_delay
+    latest = job.catch_up == "latest_only"
+    resumed = schedule.next_after(pause.end - job.schedule_delay - _US)
+    if first + job.schedule_delay < pause.start and (
+        not latest or resumed is None or resumed > horizon
+    ):
+        return _catch_up(steps, kind, ident, first, (now, room, pause.start - _US))
+    window = (pause, job.schedule_delay, latest)
+    resumed, skips = past_pause(schedule.next_after, schedule, (kind, ident), first, window)
+    if resumed is None or resumed > horizon:
+        return CursorDecision(_wait(steps, kind, ident, resumed), tuple(skips))
+    decision = _catch_up(steps, kind, ident, resumed, (now, room, None))
+    return decision._replace(skips=(*skips, *decision.skips))
 
 
 def _for_scope(decision: CursorDecision, kind: str, ident: str) -> CursorDecision:
@@ -214,10 +234,14 @@ def _first_unclaimed(
     return first_plan(steps.job, row.first_seen_at, lookback)
 
 
-def _latest(steps: _Steps, kind: str, ident: str, first: datetime, now: datetime) -> CursorDecision:
-    job, schedule = steps.job, steps.schedule
+def _latest(
+    steps: _Steps, kind: str, ident: str, first: datetime, at: tuple[datetime, datetime | None]
+) -> CursorDecision:
+    """``at``: the claim's clock, and the last instant the plan it claims may fall due."""
+    (now, until), job, schedule = at, steps.job, steps.schedule
     horizon = now - job.schedule_delay
-    plan = schedule.latest_at_or_before(horizon)
+    newest = horizon if until is None else min(horizon, until - job.schedule_delay)
+    plan = schedule.latest_at_or_before(newest)
     if plan is None or plan < first:
         plan = first
     superseded = tuple(spans_between(schedule, (kind, ident), "superseded", first, plan))

@@ -126,14 +126,22 @@ def decide(job: CatchUpRules, row: DueSchedule, now: datetime) -> Decision:
         pause_window(row.paused_at, row.resumed_at),
         pause_window(row.own_paused_at, row.own_resumed_at),
     )
+    schedule, scope = (valid, recurrence), (kind, ident)
     if pause is not None and first + job.schedule_delay < pause.end:
-        window = (pause, job.schedule_delay, job.catch_up == "latest_only")
+        # As for a code-defined job's cursor (cursors._across_pause).
+        latest = job.catch_up == "latest_only"
+        resumed = first_plan_after(valid, pause.end - job.schedule_delay - _US)
+        if first + job.schedule_delay < pause.start and (
+            not latest or resumed is None or resumed > horizon
+        ):
+            return _claim(job, schedule, scope, (first, now, pause.start - _US), skips)
         step = lambda t: first_plan_after(valid, t)  # noqa: E731
-        first, paused = past_pause(step, recurrence, (kind, ident), first, window)
+        window = (pause, job.schedule_delay, latest)
+        first, paused = past_pause(step, recurrence, scope, first, window)
         skips += paused
         if first is None or first > horizon:
             return Decision(ScheduleMove(kind, ident, None, first), tuple(skips))
-    return _claim(job, (valid, recurrence), (kind, ident), (first, now), skips)
+    return _claim(job, schedule, scope, (first, now, None), skips)
 
 
 def _before(first: datetime | None, horizon: datetime) -> datetime:
@@ -146,15 +154,17 @@ def _claim(
     job: CatchUpRules,
     schedule: tuple[ValidSchedule, Recurrence],
     scope: tuple[str, str],
-    at: tuple[datetime, datetime],
+    at: tuple[datetime, datetime, datetime | None],
     skips: list[Skip],
 ) -> Decision:
-    """The decision from ``first``, the schedule's first plan due and not skipped so far."""
-    (valid, recurrence), (kind, ident), (first, now) = schedule, scope, at
+    """The decision from ``first``, the schedule's first plan due and not skipped so far;
+    ``at``: it, the clock, and the last instant a plan claimed may fall due (None: now)."""
+    (valid, recurrence), (kind, ident), (first, now, until) = schedule, scope, at
     horizon = now - job.schedule_delay
-    plan, superseded = _pick(job, valid, (first, horizon), scope)
+    newest = horizon if until is None else min(horizon, until - job.schedule_delay)
+    plan, superseded = _pick(job, valid, (first, newest), scope)
     skips += superseded
-    if plan is None or plan > horizon:
+    if plan is None or plan > newest:
         return Decision(ScheduleMove(kind, ident, None, plan), tuple(skips))
     if job.max_lateness is not None and plan < horizon - job.max_lateness:
         deadline = horizon - job.max_lateness

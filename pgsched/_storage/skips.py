@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .._records import Row, Skip
+from .._views import SkippedSpan, trusted_scope
 from .store import Conn, _Statements
 
 
@@ -59,6 +60,20 @@ class SkipStore(_Statements):
     async def explain_plans(self, conn: Conn, job: str, plans: Sequence[datetime]) -> list[Row]:
         """Per plan of a whole job: its rows by status and its skipped scopes by reason."""
         return await self._rows(conn, "explain_plans", {"job": job, "plans": list(plans)})
+
+    async def latest_spans(self, conn: Conn, job: str, limit: int) -> list[SkippedSpan]:
+        """The job's spans with the latest last plans, newest first."""
+        rows = await self._rows(conn, "latest_skips", {"job": job, "limit": limit})
+        return [
+            SkippedSpan(
+                trusted_scope(r["scope_kind"], r["scope_id"]),
+                r["reason"],
+                r["first_plan"],
+                r["last_plan"],
+                r["plans"],
+            )
+            for r in rows
+        ]
 
     async def grid_skips(
         self, conn: Conn, job: str, scopes: Sequence[tuple[str, str]], plans: Sequence[datetime]
