@@ -1688,26 +1688,24 @@ ORDER BY k.first_plan DESC
 LIMIT 2000
 
 -- name: explain_plans
--- Per plan of a whole job: its rows by status (the job_plan index, one range per plan) and
--- how many scopes skipped it, by reason (the job's spans that meet the plans, read once).
-WITH p AS MATERIALIZED (SELECT DISTINCT unnest(%(plans)s::timestamptz[]) AS plan_time),
-k AS MATERIALIZED (
-    SELECT k.reason, k.first_plan, k.last_plan FROM {schema}.cron_skips k
-    WHERE k.job_name = %(job)s
-      AND k.last_plan >= (SELECT min(plan_time) FROM p)
-      AND k.first_plan <= (SELECT max(plan_time) FROM p)
-)
+-- Per plan of a whole job: its rows by status (the job_plan index, one range per plan).
 SELECT p.plan_time,
        (SELECT coalesce(jsonb_object_agg(x.status, x.n), '{{}}') FROM (
             SELECT e.status, count(*) AS n FROM {schema}.cron_executions e
             WHERE e.job_name = %(job)s AND e.plan_time = p.plan_time
-            GROUP BY e.status) x) AS statuses,
-       (SELECT coalesce(jsonb_object_agg(y.reason, y.n), '{{}}') FROM (
-            SELECT k.reason, count(*) AS n FROM k
-            WHERE k.first_plan <= p.plan_time AND k.last_plan >= p.plan_time
-            GROUP BY k.reason) y) AS skipped
-FROM p
+              -- the plans' span: the planner leaves out the other partitions
+              AND e.plan_time BETWEEN %(first)s AND %(last)s
+            GROUP BY e.status) x) AS statuses
+FROM (SELECT DISTINCT unnest(%(plans)s::timestamptz[]) AS plan_time) p
 ORDER BY p.plan_time
+
+-- name: explain_job_spans
+-- A whole job's spans that meet [first, last] (cron_skips_job_last_idx), those of its scopes
+-- that skipped the same plans for the same reason counted as one row.
+SELECT k.reason, k.first_plan, k.last_plan, count(*) AS scopes
+FROM {schema}.cron_skips k
+WHERE k.job_name = %(job)s AND k.last_plan >= %(first)s AND k.first_plan <= %(last)s
+GROUP BY k.reason, k.first_plan, k.last_plan
 
 -- name: latest_skips
 -- A job's spans with the latest last plans (cron_skips_job_last_idx, read backwards).

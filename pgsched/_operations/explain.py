@@ -35,6 +35,7 @@ DEFAULT_WINDOW = timedelta(hours=24)
 DEFAULT_LINES = 50
 MAX_LINES = 1000
 MAX_PLANS = 2000  # plan times listed for one answer: older ones are left out (truncated)
+JOB_ROWS = 50_000  # ledger rows a whole job's answer counts, about
 _US = timedelta(microseconds=1)
 _ROW_STATES = {"RUNNING": "running", "PENDING": "pending"}
 
@@ -151,16 +152,39 @@ class ExplainOperations:
             plans = sorted(p for p in recent if p >= window[0])
         truncated = truncated or len(plans) > limit
         plans = plans[-limit:]
+        # Each plan of a fan-out counts a row per scope: the newest plan first, then as many
+        # older ones as JOB_ROWS leaves room for (a job of 10,000 scopes: five plans).
+        rows = await self._skips.explain_plans(conn, known.name, plans[-1:]) if plans else []
+        per_plan = sum(rows[0]["statuses"].values()) if rows else 0
+        fit = max(1, (JOB_ROWS - per_plan) // max(per_plan, 1))
+        older = plans[-1 - fit : -1]
+        truncated = truncated or len(older) < len(plans) - 1
+        if older:
+            rows = [*await self._skips.explain_plans(conn, known.name, older), *rows]
+        spans = (
+            await self._skips.explain_job_spans(conn, known.name, rows[0]["plan_time"], plans[-1])
+            if rows
+            else []
+        )
         lines = []
-        for row in await self._skips.explain_plans(conn, known.name, plans) if plans else []:
-            statuses, skipped = dict(row["statuses"]), dict(row["skipped"])
+        for row in rows:
             t = row["plan_time"]
+            statuses, skipped = dict(row["statuses"]), _skipped_at(spans, t)
             if statuses or skipped:
                 state = "ran" if statuses else "skipped"
                 lines.append(ExplainLine(state, t, t, statuses=statuses, skipped=skipped))
             else:
                 lines.append(_gap(known, None, t))
         return _fold(lines), truncated
+
+
+def _skipped_at(spans: Sequence[Row], plan: datetime) -> dict[str, int]:
+    """How many scopes skipped ``plan``, by reason."""
+    out: dict[str, int] = {}
+    for s in spans:
+        if s["first_plan"] <= plan <= s["last_plan"]:
+            out[s["reason"]] = out.get(s["reason"], 0) + s["scopes"]
+    return out
 
 
 def _answer(

@@ -57,9 +57,19 @@ class SkipStore(_Statements):
         """The scope's skipped spans that meet ``[since, until]``, oldest first."""
         return await self._rows(conn, "explain_spans", _window(job, scope, window))
 
+    async def explain_job_spans(
+        self, conn: Conn, job: str, first: datetime, last: datetime
+    ) -> list[Row]:
+        """A whole job's spans meeting ``[first, last]``: how many scopes had each."""
+        params = {"job": job, "first": first, "last": last}
+        return await self._rows(conn, "explain_job_spans", params)
+
     async def explain_plans(self, conn: Conn, job: str, plans: Sequence[datetime]) -> list[Row]:
-        """Per plan of a whole job: its rows by status and its skipped scopes by reason."""
-        return await self._rows(conn, "explain_plans", {"job": job, "plans": list(plans)})
+        """Per plan of a whole job: its rows by status."""
+        params = {"job": job, "plans": list(plans), "first": min(plans), "last": max(plans)}
+        async with conn.transaction():
+            await self._rows(conn, "no_jit")  # counts over thousands of rows: no compiling
+            return await self._rows(conn, "explain_plans", params)
 
     async def latest_spans(self, conn: Conn, job: str, limit: int) -> list[SkippedSpan]:
         """The job's spans with the latest last plans, newest first."""
