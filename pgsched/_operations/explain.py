@@ -35,7 +35,7 @@ DEFAULT_WINDOW = timedelta(hours=24)
 DEFAULT_LINES = 50
 MAX_LINES = 1000
 MAX_PLANS = 2000  # plan times listed for one answer: older ones are left out (truncated)
-JOB_ROWS = 50_000  # ledger rows a whole job's answer counts, about
+JOB_ROWS = 30_000  # ledger rows a whole job's answer counts, about
 _US = timedelta(microseconds=1)
 _ROW_STATES = {"RUNNING": "running", "PENDING": "pending"}
 
@@ -153,7 +153,7 @@ class ExplainOperations:
         truncated = truncated or len(plans) > limit
         plans = plans[-limit:]
         # Each plan of a fan-out counts a row per scope: the newest plan first, then as many
-        # older ones as JOB_ROWS leaves room for (a job of 10,000 scopes: five plans).
+        # older ones as JOB_ROWS leaves room for (a job of 10,000 scopes: three plans).
         rows = await self._skips.explain_plans(conn, known.name, plans[-1:]) if plans else []
         per_plan = sum(rows[0]["statuses"].values()) if rows else 0
         fit = max(1, (JOB_ROWS - per_plan) // max(per_plan, 1))

@@ -196,3 +196,47 @@ def test_prune_drops_the_spans_older_than_the_retention(
     s = make_scheduler()
     s.prune("30d")
     assert [r["first_plan"] for r in spans(db, migrated, "kept")] == [recent]
+
+
+def test_explain_of_a_whole_job_counts_its_scopes_runs_and_skips_per_plan(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    p0, p1, p2, p3 = (past_plan(db, timedelta(minutes=m)) for m in (40, 30, 20, 10))
+    scopes = [pgsched.Scope("tenant", str(n)) for n in range(3)]
+    for scope in scopes[:2]:  # two scopes resume after p0 and supersede p1, p2
+        done = db_now(db)
+        insert_row(
+            db,
+            migrated,
+            job_name="fan",
+            scope_kind=scope.kind,
+            scope_id=scope.id,
+            plan_time=p0,
+            status="SUCCESS",
+            finished_at=done,
+        )
+    s = make_scheduler()
+    s.register(lambda run: None, name="fan", planner=FixedPlans(p0, p1, p2, p3), scopes=scopes)
+    assert s.run_once().succeeded == 3  # p3 for each; the third scope first seen at p3
+    answer = s.admin.explain("fan", since=p0)
+    assert answer.scope is None
+    got = [(x.first_plan, x.statuses, x.skipped) for x in answer.lines]
+    assert got == [
+        (p0, {"SUCCESS": 2}, {}),
+        (p1, {}, {"superseded": 2}),
+        (p2, {}, {"superseded": 2}),
+        (p3, {"SUCCESS": 3}, {}),
+    ]
+    one = s.admin.explain("fan", scopes[0], since=p0)
+    assert [(x.state, x.reason, x.plans) for x in one.lines] == [
+        ("ran", None, 1),
+        ("skipped", "superseded", 2),
+        ("ran", None, 1),
+    ]
+    fresh = s.admin.explain("fan", scopes[2], since=p0)
+    assert [(x.state, x.reason) for x in fresh.lines] == [
+        ("skipped", "before_first_sight"),
+        ("ran", None),
+    ]
+    with pytest.raises(pgsched.NotFoundError, match="unknown job 'nope'"):
+        s.admin.explain("nope")
