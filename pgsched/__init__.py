@@ -26,7 +26,17 @@ from ._planning.recurrence import Planner
 from ._planning.schedules import Schedule, ScheduleSpec
 from ._run import Run
 from ._scheduler import Scheduler
-from ._views import Attempt, Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory, Triggered
+from ._views import (
+    Attempt,
+    Execution,
+    ExplainLine,
+    Explanation,
+    FailedAttempt,
+    JobStatus,
+    LiveReplica,
+    RunHistory,
+    Triggered,
+)
 
 
 def dashboard_asgi(
@@ -68,6 +78,8 @@ __all__ = [
     "ConfigError",
     "DatabaseError",
     "Execution",
+    "ExplainLine",
+    "Explanation",
     "FailedAttempt",
     "JobSpec",
     "JobStatus",

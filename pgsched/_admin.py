@@ -27,6 +27,7 @@ from ._times import Duration, parse_duration
 from ._views import (
     ActionRecord,
     Execution,
+    Explanation,
     FailedAttempt,
     JobStatus,
     LiveReplica,
@@ -350,6 +351,18 @@ class Admin(ScheduleMethods, TriggerMethod):
     def resume(self, job: str) -> None:
         """Undo :meth:`pause`."""
         PORTAL.call(self._ops.resume(job))
+
+    def explain(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+    ) -> Explanation:
+        """What happened to each plan of ``job`` in ``[since, until]`` (default: the last 24
+        hours): ran, running, skipped and why, due, not due yet; the last ``limit`` lines."""
+        return PORTAL.call(self._ops.explain(job, scope, since, until, limit))
 
     def backfill(
         self, job: str, start: datetime, end: datetime, scopes: Iterable[Scope] | None = None

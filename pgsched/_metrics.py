@@ -34,7 +34,7 @@ class Metrics:
         )
         self.plans_skipped_counter = counter(
             "pgsched_plans_skipped",
-            "Plans left unstarted, by reason (superseded, max_lateness).",
+            "Plans left unstarted, by reason (superseded, max_lateness, paused, outside_window).",
             "reason",
         )
         self.leases_lost = counter("pgsched_leases_lost", "Leases this replica lost while running.")

@@ -83,6 +83,9 @@ class DueCursor(NamedTuple):
     # Where the row is (its ctid): the claim moves the cursor there, under the row lock the
     # read took, rather than looking it up again among the job's cursors.
     tid: str = ""
+    # When the job was last paused and resumed (job_state): plans due in between are skipped.
+    paused_at: datetime | None = None
+    resumed_at: datetime | None = None
 
 
 class DueSchedule(NamedTuple):
@@ -99,6 +102,25 @@ class DueSchedule(NamedTuple):
     next_plan_time: datetime
     now: datetime
     tid: str = ""  # where the row is, as DueCursor's
+    paused_at: datetime | None = None  # the job's last pause and resume, as DueCursor's
+    resumed_at: datetime | None = None
+    own_paused_at: datetime | None = None  # the schedule's own
+    own_resumed_at: datetime | None = None
+
+
+class Skip(NamedTuple):
+    """A span of consecutive plans of one scope a claim decided not to run, for one reason
+    (``superseded``, ``max_lateness``, ``paused``, ``outside_window``): its first and last
+    plans, how many (counted up to a cap) and the scope's plan before the first (None: none),
+    which lets the claim extend the span recorded before it."""
+
+    kind: str
+    id: str
+    reason: str
+    first: datetime
+    last: datetime
+    plans: int
+    previous: datetime | None
 
 
 class WonPlan(NamedTuple):

@@ -263,3 +263,55 @@ class ActionRecord(_JsonView):
     details: dict[str, Any] | None
     outcome: str
     detail: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedSpan(_JsonView):
+    """A span of consecutive plans of one scope a claim decided not to run, and why."""
+
+    scope: Scope
+    reason: str
+    first_plan: datetime
+    last_plan: datetime
+    plans: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExplainLine(_JsonView):
+    """One line of ``explain``: a plan (or consecutive plans folded) and what happened.
+    ``state``: ``ran`` (its row ended: ``status``), ``running``, ``pending`` (queued),
+    ``skipped`` (``reason``), ``due`` (waiting for a claim), ``not_due`` (later),
+    ``unrecorded`` (no row and no span: pruned, or before spans were recorded). A whole
+    job's line counts its scopes' rows by status (``statuses``) and skips (``skipped``)."""
+
+    state: str
+    first_plan: datetime
+    last_plan: datetime
+    plans: int = 1
+    reason: str | None = None
+    status: str | None = None
+    attempt: int | None = None
+    max_attempts: int | None = None
+    runner: str | None = None
+    execution_id: UUID | None = None
+    trigger: str | None = None
+    statuses: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation(_JsonView):
+    """``explain``'s answer for a job (and a scope, or the whole job when None) over
+    ``[since, until]``: its lines oldest first, the last ``limit`` of them (``truncated``
+    when older ones were left out)."""
+
+    job: str
+    scope: Scope | None
+    since: datetime
+    until: datetime
+    now: datetime
+    schedule: str | None
+    lines: tuple[ExplainLine, ...]
+    truncated: bool = False
+    first_seen_at: datetime | None = None
+    next_plan: datetime | None = None

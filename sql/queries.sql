@@ -406,7 +406,10 @@ SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))
 -- which every session of the server shares (64 entries per connection by default).
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 SELECT c.scope_kind, c.scope_id, c.next_plan_time, c.spec, c.first_seen_at, c.last_plan_time,
-       (SELECT t FROM now) AS now, c.ctid::text AS tid
+       (SELECT t FROM now) AS now, c.ctid::text AS tid,
+       -- the job's last pause and resume (one probe of job_state for the statement)
+       (SELECT j.paused_at FROM {schema}.job_state j WHERE j.job_name = %(job)s) AS paused_at,
+       (SELECT j.resumed_at FROM {schema}.job_state j WHERE j.job_name = %(job)s) AS resumed_at
 FROM {schema}.cron_cursors c
 WHERE c.job_name = %(job)s AND c.due_at IS NOT NULL
   AND c.due_at <= (SELECT t FROM now) - %(delay)s
@@ -499,6 +502,51 @@ SELECT ins.id, ins.scope_kind, ins.scope_id, ins.plan_time, ins.lease_token, ins
          AS unmoved
 FROM (SELECT 1) AS one
 LEFT JOIN ins ON true
+
+-- name: record_skips
+-- The spans of plans a claim decided not to run, in its transaction (only a claim that
+-- skipped something runs it). A span whose scope and reason already have one ending at the
+-- plan just before it extends that one (found through cron_skips_scope_last_idx); the others
+-- are new rows. `n` tells the spans of one statement apart: a scope may have two of a reason
+-- (superseded before and after a pause). A span recorded already (a cursor re-planned from
+-- its last claimed plan after a schedule change) keeps the larger of the two.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+s AS MATERIALIZED (
+    SELECT * FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(reasons)b::text[],
+                         %(firsts)b::timestamptz[], %(lasts)b::timestamptz[],
+                         %(counts)b::int[], %(previous)b::timestamptz[])
+             WITH ORDINALITY AS s(kind, id, reason, first_plan, last_plan, plans, previous, n)
+),
+extended AS (
+    UPDATE {schema}.cron_skips k
+    SET last_plan = s.last_plan, plans = k.plans + s.plans, updated_at = now.t
+    FROM s, now
+    WHERE k.job_name = %(job)s AND k.scope_kind = s.kind AND k.scope_id = s.id
+      AND k.reason = s.reason AND k.last_plan = s.previous
+    RETURNING s.n
+)
+INSERT INTO {schema}.cron_skips AS k
+    (job_name, scope_kind, scope_id, reason, first_plan, last_plan, plans, recorded_at,
+     updated_at)
+SELECT %(job)s, s.kind, s.id, s.reason, s.first_plan, s.last_plan, s.plans, now.t, now.t
+FROM s, now
+WHERE s.n NOT IN (SELECT n FROM extended)
+ORDER BY s.kind, s.id, s.first_plan
+ON CONFLICT (job_name, scope_kind, scope_id, first_plan, reason) DO UPDATE
+SET last_plan = greatest(k.last_plan, EXCLUDED.last_plan),
+    plans = greatest(k.plans, EXCLUDED.plans), updated_at = EXCLUDED.updated_at
+
+-- name: prune_skips
+-- Retention of the skipped spans, with the ledger's: the spans whose last plan is older than
+-- the cutoff (cron_skips_last_idx), a batch at a time.
+WITH gone AS (
+    DELETE FROM {schema}.cron_skips
+    WHERE ctid IN (SELECT ctid FROM {schema}.cron_skips
+                   WHERE last_plan < clock_timestamp() - %(older_than)s
+                   LIMIT %(batch)s)
+    RETURNING 1
+)
+SELECT count(*) AS deleted FROM gone
 
 -- name: heartbeat
 -- (Array parameters go in binary, "b" placeholders: dumping them as text costs the replica several
@@ -699,9 +747,18 @@ RETURNING id
 SELECT status FROM {schema}.cron_executions WHERE id = %(id)s
 
 -- name: set_paused
-INSERT INTO {schema}.job_state (job_name, paused, updated_at)
-VALUES (%(job)s, %(paused)s, clock_timestamp())
-ON CONFLICT (job_name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at
+-- A pause records when it began (a repeated pause keeps it), a resume when it ended: the
+-- first claim after the resume skips the plans due in between (`paused`).
+INSERT INTO {schema}.job_state AS j (job_name, paused, updated_at, paused_at)
+VALUES (%(job)s, %(paused)s, clock_timestamp(),
+        CASE WHEN %(paused)s THEN clock_timestamp() END)
+ON CONFLICT (job_name) DO UPDATE
+SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at,
+    paused_at = CASE WHEN EXCLUDED.paused AND NOT j.paused THEN EXCLUDED.updated_at
+                     ELSE j.paused_at END,
+    resumed_at = CASE WHEN EXCLUDED.paused AND NOT j.paused THEN NULL
+                      WHEN NOT EXCLUDED.paused AND j.paused THEN EXCLUDED.updated_at
+                      ELSE j.resumed_at END
 
 -- name: now
 SELECT clock_timestamp() AS now
@@ -1173,9 +1230,9 @@ SELECT set_config('statement_timeout', %(statement_ms)s, %(local)s),
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 INSERT INTO {schema}.schedules AS s
     (job_name, scope_kind, scope_id, every_us, cron, timezone, payload, starts_at, ends_at,
-     paused, next_plan_time, created_at, updated_at)
+     paused, next_plan_time, created_at, updated_at, paused_at)
 SELECT %(job)s, v.kind, v.id, v.every_us, v.cron, v.tz, v.payload::jsonb, v.starts_at,
-       v.ends_at, v.paused, v.next_plan, now.t, now.t
+       v.ends_at, v.paused, v.next_plan, now.t, now.t, CASE WHEN v.paused THEN now.t END
 FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(every_us)b::bigint[], %(crons)b::text[],
             %(tzs)b::text[], %(payloads)b::text[], %(starts)b::timestamptz[],
             %(ends)b::timestamptz[], %(paused)b::boolean[], %(nexts)b::timestamptz[])
@@ -1186,6 +1243,12 @@ ON CONFLICT (job_name, scope_kind, scope_id) DO UPDATE
 SET every_us = EXCLUDED.every_us, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
     payload = EXCLUDED.payload, starts_at = EXCLUDED.starts_at, ends_at = EXCLUDED.ends_at,
     paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at,
+    -- as set_schedule_paused: when a pause began and when a resume ended it
+    paused_at = CASE WHEN EXCLUDED.paused AND NOT s.paused THEN EXCLUDED.updated_at
+                     ELSE s.paused_at END,
+    resumed_at = CASE WHEN EXCLUDED.paused AND NOT s.paused THEN NULL
+                      WHEN NOT EXCLUDED.paused AND s.paused THEN EXCLUDED.updated_at
+                      ELSE s.resumed_at END,
     next_plan_time = CASE
         WHEN (s.every_us, s.cron, s.timezone)
              IS DISTINCT FROM (EXCLUDED.every_us, EXCLUDED.cron, EXCLUDED.timezone)
@@ -1225,8 +1288,14 @@ WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
 RETURNING scope_id
 
 -- name: set_schedule_paused
+-- A pause records when it began (a repeated pause keeps it), a resume when it ended: the
+-- first claim after the resume skips the plans due in between (`paused`).
 UPDATE {schema}.schedules
-SET paused = %(paused)s, updated_at = clock_timestamp()
+SET paused = %(paused)s, updated_at = clock_timestamp(),
+    paused_at = CASE WHEN %(paused)s AND NOT paused THEN clock_timestamp() ELSE paused_at END,
+    resumed_at = CASE WHEN %(paused)s AND NOT paused THEN NULL
+                      WHEN NOT %(paused)s AND paused THEN clock_timestamp()
+                      ELSE resumed_at END
 WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
 RETURNING scope_id
 
@@ -1239,7 +1308,8 @@ RETURNING scope_id
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 due AS MATERIALIZED (
     SELECT s.scope_kind, s.scope_id, s.every_us, s.cron, s.timezone, s.starts_at, s.ends_at,
-           s.next_plan_time, (SELECT t FROM now) AS now, s.ctid::text AS tid
+           s.next_plan_time, (SELECT t FROM now) AS now, s.ctid::text AS tid,
+           s.paused_at AS own_paused_at, s.resumed_at AS own_resumed_at
     FROM {schema}.schedules s
     WHERE s.job_name = %(job)s AND NOT s.paused AND s.next_plan_time IS NOT NULL
       AND s.next_plan_time <= (SELECT t FROM now) - %(delay)s
@@ -1256,7 +1326,11 @@ due AS MATERIALIZED (
     FOR UPDATE OF s SKIP LOCKED
 )
 SELECT due.scope_kind, due.scope_id, due.every_us, due.cron, due.timezone, due.starts_at,
-       due.ends_at, due.next_plan_time, due.now, due.tid
+       due.ends_at, due.next_plan_time, due.now, due.tid,
+       -- the job's last pause and resume (one probe of job_state), then the schedule's own
+       (SELECT j.paused_at FROM {schema}.job_state j WHERE j.job_name = %(job)s) AS paused_at,
+       (SELECT j.resumed_at FROM {schema}.job_state j WHERE j.job_name = %(job)s) AS resumed_at,
+       due.own_paused_at, due.own_resumed_at
 FROM due ORDER BY due.next_plan_time
 
 -- name: claim_schedules
@@ -1616,3 +1690,82 @@ CROSS JOIN LATERAL (
     ORDER BY e.plan_time DESC
     LIMIT 1
 ) AS p
+-- name: explain_job
+-- What `explain` reads of a job: its recorded schedule and scopes mode, its pause, the live
+-- replicas that register it, and the database's clock.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+SELECT j.schedule, j.scopes, j.paused, j.paused_at, j.resumed_at, (SELECT t FROM now) AS now,
+       ARRAY(SELECT p.runner_id FROM {schema}.replicas p
+             WHERE p.expires_at >= (SELECT t FROM now) AND %(job)s = ANY (p.jobs)
+             ORDER BY p.runner_id) AS runners
+FROM {schema}.job_state j
+WHERE j.job_name = %(job)s
+
+-- name: explain_scope
+-- A scope's cursor (first sight, next and last plans), or a dynamic job's schedule.
+SELECT c.first_seen_at, c.next_plan_time, c.last_plan_time, c.retired_at,
+       NULL::bigint AS every_us, NULL::text AS cron, NULL::text AS timezone,
+       NULL::timestamptz AS starts_at, NULL::timestamptz AS ends_at, false AS paused
+FROM {schema}.cron_cursors c
+WHERE c.job_name = %(job)s AND c.scope_kind = %(kind)s AND c.scope_id = %(id)s
+UNION ALL
+SELECT s.created_at, s.next_plan_time, s.last_plan_time, NULL, s.every_us, s.cron, s.timezone,
+       s.starts_at, s.ends_at, s.paused
+FROM {schema}.schedules s
+WHERE s.job_name = %(job)s AND s.scope_kind = %(kind)s AND s.scope_id = %(id)s
+
+-- name: explain_runs
+-- A scope's rows with plans in [since, until], newest first, at most 2,000 (the plan key).
+SELECT e.id, e.plan_time, e.trigger, e.status, e.attempt, e.max_attempts, e.runner_id
+FROM {schema}.cron_executions e
+WHERE e.job_name = %(job)s AND e.scope_kind = %(kind)s AND e.scope_id = %(id)s
+  AND e.plan_time BETWEEN %(since)s AND %(until)s
+ORDER BY e.plan_time DESC
+LIMIT 2000
+
+-- name: explain_spans
+-- A scope's skipped spans that meet [since, until], newest first, at most 2,000.
+SELECT k.reason, k.first_plan, k.last_plan, k.plans
+FROM {schema}.cron_skips k
+WHERE k.job_name = %(job)s AND k.scope_kind = %(kind)s AND k.scope_id = %(id)s
+  AND k.first_plan <= %(until)s AND k.last_plan >= %(since)s
+ORDER BY k.first_plan DESC
+LIMIT 2000
+
+-- name: explain_plans
+-- Per plan of a whole job: its rows by status (the job_plan index, one range per plan).
+SELECT p.plan_time,
+       (SELECT coalesce(jsonb_object_agg(x.status, x.n), '{{}}') FROM (
+            SELECT e.status, count(*) AS n FROM {schema}.cron_executions e
+            WHERE e.job_name = %(job)s AND e.plan_time = p.plan_time
+              -- the plans' span: the planner leaves out the other partitions
+              AND e.plan_time BETWEEN %(first)s AND %(last)s
+            GROUP BY e.status) x) AS statuses
+FROM (SELECT DISTINCT unnest(%(plans)s::timestamptz[]) AS plan_time) p
+ORDER BY p.plan_time
+
+-- name: explain_job_spans
+-- A whole job's spans that meet [first, last] (cron_skips_job_last_idx), those of its scopes
+-- that skipped the same plans for the same reason counted as one row.
+SELECT k.reason, k.first_plan, k.last_plan, count(*) AS scopes
+FROM {schema}.cron_skips k
+WHERE k.job_name = %(job)s AND k.last_plan >= %(first)s AND k.first_plan <= %(last)s
+GROUP BY k.reason, k.first_plan, k.last_plan
+
+-- name: latest_skips
+-- A job's spans with the latest last plans (cron_skips_job_last_idx, read backwards).
+SELECT k.scope_kind, k.scope_id, k.reason, k.first_plan, k.last_plan, k.plans
+FROM {schema}.cron_skips k
+WHERE k.job_name = %(job)s
+ORDER BY k.last_plan DESC
+LIMIT %(limit)s
+
+-- name: grid_skips
+-- The dashboard grid's cells of skipped plans: for the scopes and plans shown, the reason of
+-- the span holding each (the scope's spans up to the newest plan shown, through the key).
+SELECT sc.kind AS scope_kind, sc.id AS scope_id, p.plan_time, k.reason
+FROM unnest(%(kinds)s::text[], %(ids)s::text[]) AS sc(kind, id)
+CROSS JOIN unnest(%(plans)s::timestamptz[]) AS p(plan_time)
+JOIN {schema}.cron_skips k
+  ON k.job_name = %(job)s AND k.scope_kind = sc.kind AND k.scope_id = sc.id
+ AND k.first_plan <= p.plan_time AND k.last_plan >= p.plan_time

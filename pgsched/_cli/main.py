@@ -22,6 +22,7 @@ from .._times import parse_time
 from .._version import installed_version
 from .._views import Triggered
 from .common import admin_from, configured_dsn, print_table, utc_text
+from .explain import add_explain_command
 from .replicas import add_replica_commands
 from .runs import add_runs_command
 from .schedules import add_schedule_commands
@@ -166,6 +167,7 @@ def _operator_commands(sub: Subparsers, parser_class: type[argparse.ArgumentPars
     p.set_defaults(command=_status)
 
     add_runs_command(sub, parser_class)
+    add_explain_command(sub)
 
     p = sub.add_parser("trigger", help="run JOB now (or once --at a time) on some replica")
     p.add_argument("job", metavar="JOB")

@@ -17,6 +17,7 @@ from .._model import Scope
 from .._planning.cursors import CursorDecision, decide_cursors, spec_key
 from .._planning.dynamic import Decision, decide_schedules
 from .._records import ClaimTerms, DueCursor, DueSchedule, Probe, Row, WonPlan
+from .._storage.skips import SkipStore
 from .._storage.store import Conn, ScheduleStore, Store
 from .._views import trusted_scope
 from .recorder import Recorder
@@ -74,6 +75,7 @@ class Claimer:
         # one transaction claim_begin opens: with this, it waits for a synchronous standby.
         self._synchronous = synchronous
         self._schedules = ScheduleStore(store.schema)
+        self._skips = SkipStore(store.schema)
         self._lookback = lookback  # the tick interval: first sight counts a plan this old
 
     async def claim(
@@ -195,8 +197,13 @@ class Claimer:
         won = await self._write(conn, job, terms, decisions, (known, tids))
         batch.claims.extend(won)
         wanted = sum(d.claims for d in decisions)
-        batch.superseded += sum(d.superseded for d in decisions)
-        batch.late += sum(d.late for d in decisions)
+        # What the decisions skipped, recorded in this transaction: a claim that skipped
+        # nothing runs no statement for it.
+        skips = [s for d in decisions if d.skips for s in d.skips]
+        if skips:
+            await self._skips.record_skips(conn, job.name, skips)
+            for skip in skips:
+                batch.skipped[skip.reason] = batch.skipped.get(skip.reason, 0) + skip.plans
         batch.conflicts += max(0, wanted - len(won))
         full = read >= size or len(decisions) < read
         batch.again = full and size < cap
@@ -233,10 +240,8 @@ class Claimer:
         leases it closed."""
         for row in batch.closed:
             self._recorder.stale_closed(job, row)
-        if batch.superseded:
-            self._recorder.skipped(job, "superseded", batch.superseded)
-        if batch.late:
-            self._recorder.skipped(job, "max_lateness", batch.late)
+        for reason, plans in batch.skipped.items():
+            self._recorder.skipped(job, reason, plans)
         if batch.conflicts:
             self._recorder.conflicts(job, batch.conflicts)
 

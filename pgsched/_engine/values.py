@@ -44,11 +44,11 @@ class ClaimBatch:
     claims: list[Claim] = field(default_factory=list)
     again: bool = False  # a batch of due cursors was full: claim again at once
     backlog: bool = False  # work was left for want of slots
-    # Plans the claim's decisions passed over (superseded, past max_lateness) and plans it
-    # wanted but another claim had: counted once the transaction commits, as the claims are
-    # (one rolled back is decided again, and would otherwise be counted twice).
-    superseded: int = 0
-    late: int = 0
+    # Plans the claim's decisions passed over, by reason (superseded, max_lateness, paused,
+    # outside_window), and plans it wanted but another claim had: counted once the
+    # transaction commits, as the claims are (one rolled back is decided again, and would
+    # otherwise be counted twice).
+    skipped: dict[str, int] = field(default_factory=dict)
     conflicts: int = 0
     closed: list[dict[str, Any]] = field(default_factory=list)  # stale leases closed FAILED
 

@@ -52,6 +52,7 @@ margin:0 0 16px}
 .strip a,.strip span{display:inline-block;width:10px;height:18px;border-radius:2px}
 .strip .NONE{background:#e8eaef}
 .SUCCESS.sq{background:#2f9e57}.FAILED.sq{background:#c8302a}.RUNNING.sq{background:#3b78e7}
+.SKIPPED.sq{background:repeating-linear-gradient(45deg,#9aa1ad 0 3px,#f1f2f5 3px 6px)}
 .PENDING.sq{background:#d9a400}.CANCELLED.sq{background:#9aa1ad}.STALE.sq{background:#e06c00}
 table.grid{width:auto}table.grid td,table.grid th{padding:3px 4px;text-align:center}
 table.grid th.scope,table.grid td.scope{text-align:left;max-width:260px}

@@ -134,7 +134,27 @@ def _grid(v: JobView, can_act: bool) -> str:
     pager.append(f'<a href="{href("job", name=job)}">latest</a>')
     note = f"{_n(len(g.scopes), 'scope')} × {_n(len(plans), 'plan')}; each cell links to its run"
     pager.append(_LEGEND)
-    return section("Recent plans by scope", note, search + body + _bar(" ".join(pager)), "grid")
+    grid = section("Recent plans by scope", note, search + body + _bar(" ".join(pager)), "grid")
+    return grid + _spans(g, job)
+
+
+def _spans(g: JobGrid, job: str) -> str:
+    """The job's latest spans of skipped plans (pgsched explain tells them plan by plan)."""
+    if not g.spans:
+        return ""
+    rows = [
+        [
+            esc(str(s.scope)),
+            esc(s.reason),
+            when(s.first_plan),
+            when(s.last_plan),
+            num(s.plans),
+        ]
+        for s in g.spans
+    ]
+    note = f"latest {len(g.spans)}; pgsched explain {job} tells each plan"
+    headers = ["scope", "reason", "first plan", "last plan", "plans"]
+    return section("Skipped plans", note, table(headers, rows, numeric=frozenset({4})), "skips")
 
 
 _LEGEND = (
@@ -142,7 +162,7 @@ _LEGEND = (
     + "".join(
         f'<span class="sq {s}" style="display:inline-block;width:12px;height:12px"></span> '
         f"{s.lower()} "
-        for s in ("SUCCESS", "FAILED", "RUNNING", "STALE", "PENDING", "CANCELLED")
+        for s in ("SUCCESS", "FAILED", "RUNNING", "STALE", "PENDING", "CANCELLED", "SKIPPED")
     )
     + "</span>"
 )
@@ -158,7 +178,15 @@ def _grid_row(g: JobGrid, scope: Scope, plans: Sequence[PlanSummary], can_act: b
     for p in plans:
         run = g.cells.get((scope, p.plan_time))
         if run is None:
-            cells.append('<td><span class="sq NONE" title="no run"></span></td>')
+            reason = g.skipped.get((scope, p.plan_time))
+            if reason is None:
+                cells.append('<td><span class="sq NONE" title="no run"></span></td>')
+                continue
+            label = f"{name} at {p.plan_time.isoformat()}: skipped ({reason})"
+            cells.append(
+                f'<td><span class="sq SKIPPED" title="{esc(label)}">'
+                f'<span class="visually-hidden">{esc(label)}</span></span></td>'
+            )
             continue
         status = "STALE" if run.stale else run.status
         label = f"{name} at {p.plan_time.isoformat()}: {status}, attempt {run.attempt}"

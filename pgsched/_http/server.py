@@ -71,6 +71,7 @@ class HttpServer:
                 web.get("/api/runs", self.api_runs),
                 web.get("/api/runs/{id}", self.api_run),
                 web.get("/api/replicas", self.api_replicas),
+                web.get("/api/jobs/{job}/explain", self.api_explain),
                 web.post("/api/jobs/{job}/trigger", self.api_trigger),
                 web.post("/api/jobs/{job}/pause", self.api_pause),
                 web.post("/api/jobs/{job}/resume", self.api_resume),
@@ -219,6 +220,20 @@ class HttpServer:
         runs = await self._db(action)
         return _json({"runs": [r.to_json() for r in runs]}, 200)
 
+    async def api_explain(self, request: web.Request) -> web.Response:
+        """``explain`` of the job, with the command line's options as query parameters."""
+        self._may_read(request)
+        job, query = request.match_info["job"], request.query
+        unknown = sorted(set(query) - set(_EXPLAIN_PARAMETERS))
+        if unknown:
+            raise ConfigError(f"job {job!r}: unknown parameter {unknown[0]!r}")
+        limit = _int_param(query.get("limit"), 50)
+        scope = _scope_param(query.get("scope"))
+        since = parse_time(query["since"], "since") if query.get("since") else None
+        until = parse_time(query["until"], "until") if query.get("until") else None
+        answer = await self._db(self._ops.explain(job, scope, since, until, limit))
+        return _json(answer.to_json(), 200)
+
     async def api_run(self, request: web.Request) -> web.Response:
         self._may_read(request)
         found = await self._db(self._ops.run(request.match_info["id"]))
@@ -312,6 +327,16 @@ def _scope_param(text: str | None) -> Scope | None:
 
 
 _TRIGGER_FIELDS = ("scope", "at", "all_scopes")
+_EXPLAIN_PARAMETERS = ("scope", "since", "until", "limit")
+
+
+def _int_param(text: str | None, default: int) -> int:
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"limit={text!r} must be an integer") from None
 
 
 async def _body(request: web.Request) -> dict[str, Any]:

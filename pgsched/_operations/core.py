@@ -20,11 +20,13 @@ from .._model import Scope, check_job_name
 from .._planning.schedules import recurrence_plans
 from .._records import RunFilter
 from .._storage.dashboard import DashboardStore
+from .._storage.skips import SkipStore
 from .._storage.store import Conn, ScheduleStore, Store, TaskStore
 from .._times import Duration, aware, parse_duration
 from .._views import Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory, Triggered
 from .audit import Actor, Entry
 from .dashboard import DashboardOperations
+from .explain import ExplainOperations
 from .schedules import ScheduleOperations
 from .tasks import TaskOperations
 from .triggers import TriggerScopes, check_not_ended
@@ -50,7 +52,7 @@ def check_schema(schema: object) -> str:
     return schema
 
 
-class Operations(ScheduleOperations, DashboardOperations, TaskOperations):
+class Operations(ScheduleOperations, DashboardOperations, ExplainOperations, TaskOperations):
     """Operator actions on one schema. ``jobs`` gives the jobs the caller has registered in
     code (a ``Scheduler``'s); other jobs are known from ``job_state``, where every replica
     records the jobs it runs. The schedule operations of dynamic jobs are in
@@ -70,6 +72,7 @@ class Operations(ScheduleOperations, DashboardOperations, TaskOperations):
         self._schedules = ScheduleStore(schema)
         self._dash = DashboardStore(schema)
         self._tasks = TaskStore(schema)
+        self._skips = SkipStore(schema)
         self._knows_jobs = jobs is not no_jobs
 
     @property
@@ -257,7 +260,8 @@ class Operations(ScheduleOperations, DashboardOperations, TaskOperations):
         await self._set_paused(job, True)
 
     async def resume(self, job: str) -> None:
-        """Undo :meth:`pause`; the job's catch-up mode decides which missed plans run."""
+        """Undo :meth:`pause`. Plans that fell due while the job was paused do not run: they
+        are recorded as skipped, reason ``paused``."""
         await self._set_paused(job, False)
 
     async def _set_paused(self, job: str, paused: bool) -> None:
@@ -315,7 +319,8 @@ class Operations(ScheduleOperations, DashboardOperations, TaskOperations):
         row is kept whole until it has none). The DEFAULT partition (and the legacy one, the
         ledger of an earlier version, until it can be dropped) has its finished rows older
         than that deleted in small batches, each scope keeping its newest scheduled plan
-        unless its cursor remembers it, so a pruned scope never looks new."""
+        unless its cursor remembers it, so a pruned scope never looks new. The spans of
+        skipped plans whose last plan is older than that go with them (not counted)."""
         age = parse_duration(older_than, field="older_than", allow_zero=False)
         total = 0
         async with self._conn() as conn:
@@ -330,6 +335,8 @@ class Operations(ScheduleOperations, DashboardOperations, TaskOperations):
                     total += deleted
                     if deleted < PRUNE_BATCH:
                         break
+            while await self._skips.prune_skips(conn, age, PRUNE_BATCH) >= PRUNE_BATCH:
+                pass
         # Its batches commit one by one (a transaction over them would hold every row's lock):
         # recorded once they are all done.
         details = {"older_than_s": age.total_seconds(), "deleted": total}

@@ -18,13 +18,22 @@ from .._model import Scope, check_job_name
 from .._planning.schedules import Schedule, read_schedule
 from .._records import Row
 from .._storage.dashboard import DashboardStore
+from .._storage.skips import SkipStore
 from .._storage.store import Conn, Store
 from .._times import aware
-from .._views import ActionRecord, Execution, JobStatus, PlanSummary, UpcomingPlan
+from .._views import (
+    ActionRecord,
+    Execution,
+    JobStatus,
+    PlanSummary,
+    SkippedSpan,
+    UpcomingPlan,
+)
 from .audit import Audited, Entry
 
 MAX_GRID_PLANS = 60
 MAX_GRID_ROWS = 200
+GRID_SPANS = 20  # the job page's latest skipped spans
 MAX_ACTIONS = 200
 COUNT_CAP = 1_000  # the dashboard's counts stop here: "1,000+"
 
@@ -55,6 +64,9 @@ class JobGrid:
     cells: dict[tuple[Scope, datetime], Execution]
     next_after: Scope | None
     older_than: datetime | None  # the next page of plans: before this one
+    # The reason of each cell whose plan its scope skipped, and the job's latest spans.
+    skipped: dict[tuple[Scope, datetime], str] = field(default_factory=dict)
+    spans: list[SkippedSpan] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +83,7 @@ class DashboardOperations(Audited):
 
     _store: Store
     _dash: DashboardStore
+    _skips: SkipStore
     _conn: Callable[[], AbstractAsyncContextManager[Conn]]
 
     async def job_overview(self) -> list[JobStatus]:
@@ -113,7 +126,15 @@ class DashboardOperations(Audited):
             page = await self._scope_page(conn, job, found, after, rows + 1)
             shown = page[:rows]
             cells = await self._dash.cells(conn, job, shown, times) if shown and times else []
+            keys = [(s.kind, s.id) for s in shown]
+            skips = await self._skips.grid_skips(conn, job, keys, times) if keys and times else []
+            spans = await self._skips.latest_spans(conn, job, GRID_SPANS)
+        by_key = {(s.kind, s.id): s for s in shown}
         return JobGrid(
+            skipped={
+                (by_key[r["scope_kind"], r["scope_id"]], r["plan_time"]): r["reason"] for r in skips
+            },
+            spans=spans,
             plans=summaries,
             scopes=shown,
             cells={(c.scope, c.plan_time): c for c in cells},

@@ -10,6 +10,9 @@ next. No I/O: the claimer reads the due cursors and writes the claims and moves.
 - ``every_plan``: the oldest plans within ``catch_up_window`` are claimed, at most
   ``max_plans_per_tick`` at once (one under ``overlap="forbid"``).
 - ``max_lateness``: plans not started within it of their due time are skipped (counted).
+- A pause that a resume ended: the plans due in between are skipped as ``paused`` whatever
+  the catch-up mode (under ``every_plan`` those due before the pause are claimed first).
+- Every skipped plan is in a span of the decision (``skips``), which the claim records.
 - ``jitter``: a cursor is due at its plan plus the scope's jitter; a plan still inside it is
   not claimed, and the cursor is moved to that plan, due when its jitter has passed.
 - A cursor computed from another schedule (the job's ``cron`` or ``every`` changed), or
@@ -25,18 +28,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import NamedTuple, Protocol
 
-from .._records import CursorMove, DueCursor
+from .._records import CursorMove, DueCursor, Skip
 from .dynamic import CatchUpRules
 from .recurrence import (
     CadenceRecurrence,
     CronRecurrence,
     Recurrence,
-    count_plans_between,
     jitter_offset,
 )
+from .skips import PauseWindow, past_pause, pause_window, rescoped, span, spans_between
 
 _US = timedelta(microseconds=1)
-_SKIP_COUNT_CAP = 10_000
 
 
 class CursorRules(CatchUpRules, Protocol):
@@ -54,15 +56,22 @@ class CursorRules(CatchUpRules, Protocol):
 
 class CursorDecision(NamedTuple):
     """What the claim does with one due cursor: ``move`` (its plans to claim and its next
-    plan) and the plans it skipped, superseded or too late."""
+    plan) and the spans of plans it skipped (superseded, too late, paused)."""
 
     move: CursorMove
-    superseded: int = 0
-    late: int = 0
+    skips: tuple[Skip, ...] = ()
 
     @property
     def claims(self) -> int:
         return len(self.move.plans)
+
+    @property
+    def superseded(self) -> int:
+        return sum(s.plans for s in self.skips if s.reason == "superseded")
+
+    @property
+    def late(self) -> int:
+        return sum(s.plans for s in self.skips if s.reason == "max_lateness")
 
 
 def spec_key(recurrence: Recurrence) -> str:
@@ -118,6 +127,8 @@ def decide_cursors(
     shared: dict[datetime | None, CursorDecision] | None = (
         {} if job.catch_up == "latest_only" and job.jitter <= timedelta(0) else None
     )
+    # The job's pause window: the same on every row (one read of job_state per claim).
+    pause = pause_window(rows[0].paused_at, rows[0].resumed_at) if rows else None
     out: list[CursorDecision] = []
     for row in rows:
         if room <= 0:
@@ -125,11 +136,11 @@ def decide_cursors(
         kind, ident = row.scope_kind, row.scope_id
         first = _first_unclaimed(steps, spec, row, lookback)
         if shared is None:
-            decision = _decide(steps, kind, ident, first, now, room)
+            decision = _decide(steps, kind, ident, first, (now, room, pause))
         elif (made := shared.get(first)) is not None:
             decision = _for_scope(made, kind, ident)
         else:
-            decision = shared[first] = _decide(steps, kind, ident, first, now, room)
+            decision = shared[first] = _decide(steps, kind, ident, first, (now, room, pause))
         room -= decision.claims
         out.append(decision)
     return out
@@ -147,17 +158,59 @@ def decide_cursor(
     ``room`` plans; ``spec`` is the job's :func:`spec_key`."""
     steps = _Steps(job, job.schedule)
     first = _first_unclaimed(steps, spec, row, lookback)
-    return _decide(steps, row.scope_kind, row.scope_id, first, now, room)
+    pause = pause_window(row.paused_at, row.resumed_at)
+    return _decide(steps, row.scope_kind, row.scope_id, first, (now, room, pause))
 
 
 def _decide(
-    steps: _Steps, kind: str, ident: str, first: datetime | None, now: datetime, room: int
+    steps: _Steps,
+    kind: str,
+    ident: str,
+    first: datetime | None,
+    at: tuple[datetime, int, PauseWindow | None],
 ) -> CursorDecision:
-    if first is None or first > now - steps.job.schedule_delay:
+    """``at``: the claim's clock, how many plans it may claim, and the job's last pause."""
+    now, room, pause = at
+    job = steps.job
+    if first is None or first > now - job.schedule_delay:
         return CursorDecision(_wait(steps, kind, ident, first))
+    if pause is not None and first + job.schedule_delay < pause.end:
+        return _across_pause(steps, kind, ident, first, (now, room, pause))
+    return _catch_up(steps, kind, ident, first, (now, room, None))
+
+
+def _catch_up(
+    steps: _Steps, kind: str, ident: str, first: datetime, at: tuple[datetime, int, datetime | None]
+) -> CursorDecision:
+    """The job's catch-up from ``first``; ``at``: the clock, the room, and the last instant
+    a plan it claims may fall due (None: the clock)."""
     if steps.job.catch_up == "latest_only":
-        return _latest(steps, kind, ident, first, now)
-    return _every(steps, kind, ident, first, now, room)
+        return _latest(steps, kind, ident, first, (at[0], at[2]))
+    return _every(steps, kind, ident, first, at)
+
+
+def _across_pause(
+    steps: _Steps, kind: str, ident: str, first: datetime, at: tuple[datetime, int, PauseWindow]
+) -> CursorDecision:
+    """A cursor whose first plan fell due before a resume: the plans due during the pause
+    are skipped (``paused``). Those due before it are decided as if claimed just before it,
+    unless latest_only has a plan due since the resume to claim instead (they are then
+    superseded)."""
+    now, room, pause = at
+    job, schedule = steps.job, steps.schedule
+    horizon = now - job.schedule_delay
+    latest = job.catch_up == "latest_only"
+    resumed = schedule.next_after(pause.end - job.schedule_delay - _US)
+    if first + job.schedule_delay < pause.start and (
+        not latest or resumed is None or resumed > horizon
+    ):
+        return _catch_up(steps, kind, ident, first, (now, room, pause.start - _US))
+    window = (pause, job.schedule_delay, latest)
+    resumed, skips = past_pause(schedule.next_after, schedule, (kind, ident), first, window)
+    if resumed is None or resumed > horizon:
+        return CursorDecision(_wait(steps, kind, ident, resumed), tuple(skips))
+    decision = _catch_up(steps, kind, ident, resumed, (now, room, None))
+    return decision._replace(skips=(*skips, *decision.skips))
 
 
 def _for_scope(decision: CursorDecision, kind: str, ident: str) -> CursorDecision:
@@ -165,8 +218,7 @@ def _for_scope(decision: CursorDecision, kind: str, ident: str) -> CursorDecisio
     move = decision.move
     return CursorDecision(
         CursorMove(kind, ident, move.plans, move.next_plan, move.due_at),
-        decision.superseded,
-        decision.late,
+        rescoped(decision.skips, kind, ident) if decision.skips else (),
     )
 
 
@@ -182,16 +234,21 @@ def _first_unclaimed(
     return first_plan(steps.job, row.first_seen_at, lookback)
 
 
-def _latest(steps: _Steps, kind: str, ident: str, first: datetime, now: datetime) -> CursorDecision:
-    job, schedule = steps.job, steps.schedule
+def _latest(
+    steps: _Steps, kind: str, ident: str, first: datetime, at: tuple[datetime, datetime | None]
+) -> CursorDecision:
+    """``at``: the claim's clock, and the last instant the plan it claims may fall due."""
+    (now, until), job, schedule = at, steps.job, steps.schedule
     horizon = now - job.schedule_delay
-    plan = schedule.latest_at_or_before(horizon)
+    newest = horizon if until is None else min(horizon, until - job.schedule_delay)
+    plan = schedule.latest_at_or_before(newest)
     if plan is None or plan < first:
         plan = first
-    superseded = count_plans_between(schedule, first - _US, plan, _SKIP_COUNT_CAP)
+    superseded = tuple(spans_between(schedule, (kind, ident), "superseded", first, plan))
     if job.max_lateness is not None and plan < horizon - job.max_lateness:
         after = schedule.next_after(plan)
-        return CursorDecision(_wait(steps, kind, ident, after), 0, 1)
+        late = span(schedule, (kind, ident), "max_lateness", plan, plan)
+        return CursorDecision(_wait(steps, kind, ident, after), (*superseded, late))
     if not _ready(job, kind, ident, plan, now):
         # Moved to the plan it will claim, due once its jitter has passed.
         return CursorDecision(_wait(steps, kind, ident, plan), superseded)
@@ -199,20 +256,30 @@ def _latest(steps: _Steps, kind: str, ident: str, first: datetime, now: datetime
 
 
 def _every(
-    steps: _Steps, kind: str, ident: str, first: datetime, now: datetime, room: int
+    steps: _Steps,
+    kind: str,
+    ident: str,
+    first: datetime,
+    at: tuple[datetime, int, datetime | None],
 ) -> CursorDecision:
-    job, schedule = steps.job, steps.schedule
+    """``at``: the claim's clock, how many plans it may claim, and the last instant a plan it
+    claims may fall due (None: the clock)."""
+    now, room, until = at
+    job, schedule, scope = steps.job, steps.schedule, (kind, ident)
     horizon = now - job.schedule_delay
     oldest = horizon - job.catch_up_window
     start: datetime | None = first if first >= oldest else schedule.next_after(oldest - _US)
-    late = 0
+    # Older than catch_up_window: left for the newer plans, as latest_only leaves them.
+    skips = spans_between(schedule, scope, "superseded", first, start or oldest)
     if start is not None and job.max_lateness is not None:
         deadline = horizon - job.max_lateness
         if start < deadline:
-            late = 1 + count_plans_between(schedule, start, deadline, _SKIP_COUNT_CAP)
+            skips += spans_between(schedule, scope, "max_lateness", start, deadline)
             start = schedule.next_after(deadline - _US)
+    if until is not None:
+        horizon = min(horizon, until - job.schedule_delay)
     if start is None or start > horizon:
-        return CursorDecision(_wait(steps, kind, ident, start), 0, late)
+        return CursorDecision(_wait(steps, kind, ident, start), tuple(skips))
     most = min(room, 1 if job.overlap == "forbid" else job.max_plans_per_tick)
     plans: list[datetime] = []
     nxt: datetime | None = start
@@ -222,8 +289,8 @@ def _every(
         plans.append(nxt)
         nxt = schedule.next_after(nxt)
     if not plans:
-        return CursorDecision(_wait(steps, kind, ident, start), 0, late)
-    return CursorDecision(_take(steps, kind, ident, plans), 0, late)
+        return CursorDecision(_wait(steps, kind, ident, start), tuple(skips))
+    return CursorDecision(_take(steps, kind, ident, plans), tuple(skips))
 
 
 def _ready(job: CursorRules, kind: str, ident: str, plan: datetime, now: datetime) -> bool:

@@ -11,7 +11,11 @@ A stored schedule's ``next_plan_time`` is its first plan not yet claimed. When i
 - ``max_lateness``: plans not started within it of their due time are skipped (counted).
 - ``jitter``: a plan still inside its scope's jitter is left due, untouched.
 - ``starts_at`` / ``ends_at`` (which a put may have changed since ``next_plan_time`` was
-  computed) bound every plan chosen; a schedule with no plan left gets None.
+  computed) bound every plan chosen; a schedule with no plan left gets None. Due plans from
+  the stored next plan up to the first inside the window are skipped (``outside_window``).
+- A pause of the job or of the schedule that a resume ended: the plans due in between are
+  skipped as ``paused``, as for code-defined jobs.
+- Every skipped plan is in a span of the decision (``skips``), which the claim records.
 """
 
 from __future__ import annotations
@@ -20,17 +24,17 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
-from .._records import DueSchedule, ScheduleMove
-from .recurrence import CatchUp, count_plans_between, jitter_offset
+from .._records import DueSchedule, ScheduleMove, Skip
+from .recurrence import CatchUp, Recurrence, jitter_offset
 from .schedules import (
     ValidSchedule,
     first_plan_after,
     recurrence_for,
     stored_schedule,
 )
+from .skips import later_window, past_pause, pause_window, rescoped, span, spans_between
 
 _US = timedelta(microseconds=1)
-_SKIP_COUNT_CAP = 10_000
 
 
 class CatchUpRules(Protocol):
@@ -52,15 +56,22 @@ class CatchUpRules(Protocol):
 
 class Decision(NamedTuple):
     """What the claim does with one due schedule: ``move`` (None: leave it as it is) and the
-    plans it skipped, superseded or too late."""
+    spans of plans it skipped (superseded, too late, paused, outside its window)."""
 
     move: ScheduleMove | None
-    superseded: int = 0
-    late: int = 0
+    skips: tuple[Skip, ...] = ()
 
     @property
     def claims(self) -> bool:
         return self.move is not None and self.move.plan is not None
+
+    @property
+    def superseded(self) -> int:
+        return sum(s.plans for s in self.skips if s.reason == "superseded")
+
+    @property
+    def late(self) -> int:
+        return sum(s.plans for s in self.skips if s.reason == "max_lateness")
 
 
 def decide_schedules(
@@ -75,7 +86,13 @@ def decide_schedules(
     made: dict[tuple[Any, ...], Decision] = {}
     out: list[Decision] = []
     for row in rows:
-        key = (row.every_us, row.cron, row.timezone, row.starts_at, row.ends_at, row.next_plan_time)
+        key = (
+            *row[2:8],  # every_us, cron, timezone, starts_at, ends_at, next_plan_time
+            row.paused_at,
+            row.resumed_at,
+            row.own_paused_at,
+            row.own_resumed_at,
+        )
         shared = made.get(key)
         if shared is None:
             shared = made[key] = decide(job, row, now)
@@ -89,7 +106,8 @@ def _for_scope(decision: Decision, row: DueSchedule) -> Decision:
     if move is None or (move.kind, move.id) == (row.scope_kind, row.scope_id):
         return decision
     mine = ScheduleMove(row.scope_kind, row.scope_id, move.plan, move.next_plan)
-    return Decision(mine, decision.superseded, decision.late)
+    skips = rescoped(decision.skips, row.scope_kind, row.scope_id) if decision.skips else ()
+    return Decision(mine, skips)
 
 
 def decide(job: CatchUpRules, row: DueSchedule, now: datetime) -> Decision:
@@ -97,46 +115,96 @@ def decide(job: CatchUpRules, row: DueSchedule, now: datetime) -> Decision:
     valid = stored_schedule(job.name, row._asdict())
     kind, ident = row.scope_kind, row.scope_id
     horizon = now - job.schedule_delay
+    recurrence = recurrence_for(valid.spec_key)
     first = first_plan_after(valid, row.next_plan_time - _US)  # the window may have moved
+    skips = spans_between(
+        recurrence, (kind, ident), "outside_window", row.next_plan_time, _before(first, horizon)
+    )
     if first is None or first > horizon:
-        return Decision(ScheduleMove(kind, ident, None, first))
-    plan, superseded = _pick(job, valid, first, horizon)
-    if plan is None or plan > horizon:
-        return Decision(ScheduleMove(kind, ident, None, plan))
-    late = 0
+        return Decision(ScheduleMove(kind, ident, None, first), tuple(skips))
+    pause = later_window(
+        pause_window(row.paused_at, row.resumed_at),
+        pause_window(row.own_paused_at, row.own_resumed_at),
+    )
+    schedule, scope = (valid, recurrence), (kind, ident)
+    if pause is not None and first + job.schedule_delay < pause.end:
+        # As for a code-defined job's cursor (cursors._across_pause).
+        latest = job.catch_up == "latest_only"
+        resumed = first_plan_after(valid, pause.end - job.schedule_delay - _US)
+        if first + job.schedule_delay < pause.start and (
+            not latest or resumed is None or resumed > horizon
+        ):
+            return _claim(job, schedule, scope, (first, now, pause.start - _US), skips)
+        step = lambda t: first_plan_after(valid, t)  # noqa: E731
+        window = (pause, job.schedule_delay, latest)
+        first, paused = past_pause(step, recurrence, scope, first, window)
+        skips += paused
+        if first is None or first > horizon:
+            return Decision(ScheduleMove(kind, ident, None, first), tuple(skips))
+    return _claim(job, schedule, scope, (first, now, None), skips)
+
+
+def _before(first: datetime | None, horizon: datetime) -> datetime:
+    """Where the span of due plans outside the window ends (excluded): the first plan inside
+    it, or past the last plan due."""
+    return horizon + _US if first is None else min(first, horizon + _US)
+
+
+def _claim(
+    job: CatchUpRules,
+    schedule: tuple[ValidSchedule, Recurrence],
+    scope: tuple[str, str],
+    at: tuple[datetime, datetime, datetime | None],
+    skips: list[Skip],
+) -> Decision:
+    """The decision from ``first``, the schedule's first plan due and not skipped so far;
+    ``at``: it, the clock, and the last instant a plan claimed may fall due (None: now)."""
+    (valid, recurrence), (kind, ident), (first, now, until) = schedule, scope, at
+    horizon = now - job.schedule_delay
+    newest = horizon if until is None else min(horizon, until - job.schedule_delay)
+    plan, superseded = _pick(job, valid, (first, newest), scope)
+    skips += superseded
+    if plan is None or plan > newest:
+        return Decision(ScheduleMove(kind, ident, None, plan), tuple(skips))
     if job.max_lateness is not None and plan < horizon - job.max_lateness:
         deadline = horizon - job.max_lateness
         if job.catch_up == "latest_only":
-            return Decision(ScheduleMove(kind, ident, None, first_plan_after(valid, plan)), 0, 1)
-        late = 1 + count_plans_between(
-            recurrence_for(valid.spec_key), plan, deadline, _SKIP_COUNT_CAP
-        )
+            skips.append(span(recurrence, scope, "max_lateness", plan, plan))
+            move = ScheduleMove(kind, ident, None, first_plan_after(valid, plan))
+            return Decision(move, tuple(skips))
+        skips += spans_between(recurrence, scope, "max_lateness", plan, deadline)
         plan = first_plan_after(valid, deadline - _US)
         if plan is None or plan > horizon:
-            return Decision(ScheduleMove(kind, ident, None, plan), 0, late)
+            return Decision(ScheduleMove(kind, ident, None, plan), tuple(skips))
     if job.jitter > timedelta(0):
         wait = jitter_offset(job.name, kind, ident, plan, job.jitter)
         if now < plan + job.schedule_delay + wait:
-            return Decision(None, 0, late)
-    return Decision(
-        ScheduleMove(kind, ident, plan, first_plan_after(valid, plan)), superseded, late
-    )
+            # Left due as it is: what was skipped is decided again at the next claim.
+            return Decision(None)
+    move = ScheduleMove(kind, ident, plan, first_plan_after(valid, plan))
+    return Decision(move, tuple(skips))
 
 
 def _pick(
-    job: CatchUpRules, valid: ValidSchedule, first: datetime, horizon: datetime
-) -> tuple[datetime | None, int]:
-    """The plan the catch-up mode claims among those from ``first`` to ``horizon``, and how
-    many older ones it supersedes."""
+    job: CatchUpRules,
+    valid: ValidSchedule,
+    due: tuple[datetime, datetime],
+    scope: tuple[str, str],
+) -> tuple[datetime | None, list[Skip]]:
+    """The plan the catch-up mode claims among those due from ``first`` to ``horizon``
+    (``due``), and the span of older ones it supersedes."""
+    (first, horizon), recurrence = due, recurrence_for(valid.spec_key)
     if job.catch_up == "every_plan":
         oldest = horizon - job.catch_up_window
-        return (first if first >= oldest else first_plan_after(valid, oldest - _US)), 0
+        if first >= oldest:
+            return first, []
+        start = first_plan_after(valid, oldest - _US)
+        return start, spans_between(recurrence, scope, "superseded", first, start or oldest)
     until = horizon if valid.ends_at is None else min(horizon, valid.ends_at - _US)
     after_first = first_plan_after(valid, first)  # memoised per spec: one step at most
     if after_first is None or after_first > until:
-        return first, 0  # the usual case: the stored next plan is the only one due
-    recurrence = recurrence_for(valid.spec_key)
+        return first, []  # the usual case: the stored next plan is the only one due
     plan = recurrence.latest_at_or_before(until)
     if plan is None or plan < first:
-        return first, 0
-    return plan, count_plans_between(recurrence, first - _US, plan, _SKIP_COUNT_CAP)
+        return first, []
+    return plan, spans_between(recurrence, scope, "superseded", first, plan)

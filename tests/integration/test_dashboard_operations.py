@@ -146,3 +146,42 @@ def test_actions_are_recorded_with_their_outcome(migrated: str, db: Any, runtime
     assert [(a.surface, a.actor, a.action, a.job) for a in of_job] == [
         ("dashboard", "ops #1234abcd", "pause", "logged")
     ]
+
+
+def test_the_job_page_marks_skipped_cells_with_their_reason_and_lists_the_spans(
+    migrated: str, db: Any, runtime_dsn: str
+) -> None:
+    from pgsched._http.web import Dashboard, WebRequest
+
+    _seed_job(db, migrated, "mixed")
+    p0, p1 = past_plan(db, timedelta(minutes=20)), past_plan(db, timedelta(minutes=10))
+    for ident, plan in (("a", p0), ("a", p1), ("<b>", p0)):
+        insert_row(
+            db,
+            migrated,
+            job_name="mixed",
+            scope_kind="t",
+            scope_id=ident,
+            plan_time=plan,
+            status="SUCCESS",
+        )
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (job_name, scope_kind, scope_id, reason, first_plan, last_plan, plans)"
+            " VALUES ('mixed', 't', '<b>', 'paused', %s, %s, 1)"
+        ).format(table(migrated, "cron_skips")),
+        (p1, p1),
+    )
+
+    async def read(admin: pgsched.AsyncAdmin) -> Any:
+        grid = await admin.job_grid("mixed", rows=10, plans=5)
+        request = WebRequest("GET", "/job", {"name": "mixed"}, {}, {}, {}, "/")
+        return grid, await Dashboard(admin).handle(request)
+
+    grid, page = _run(runtime_dsn, migrated, read)
+    assert grid.skipped == {(pgsched.Scope("t", "<b>"), p1): "paused"}
+    assert [(str(s.scope), s.reason, s.plans) for s in grid.spans] == [("t:<b>", "paused", 1)]
+    assert page.status == 200
+    assert f"t:&lt;b&gt; at {p1.isoformat()}: skipped (paused)" in page.body
+    assert "t:<b>" not in page.body  # every scope escaped
+    assert 'aria-label="Skipped plans"' in page.body

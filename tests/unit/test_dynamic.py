@@ -49,7 +49,7 @@ def due(next_plan: datetime, **cols: Any) -> DueSchedule:
     """The due schedule a claim reads: ``row``'s spec, window and next plan."""
     full = row(next_plan, **cols)
     return DueSchedule(
-        **{f: full[f] for f in DueSchedule._fields if f not in ("now", "tid")}, now=T0
+        **{f: full.get(f) for f in DueSchedule._fields if f not in ("now", "tid")}, now=T0
     )
 
 
