@@ -42,7 +42,7 @@ from .execution import Executor
 from .figures import LedgerFigures
 from .leases import LeaseTable, open_lease
 from .recorder import Recorder
-from .registration import Registration
+from .registration import RENEWAL_DEFAULT, Registration
 from .sighting import Sightings
 from .tracing import recording
 from .transaction import Transactions
@@ -80,6 +80,8 @@ class ReplicaSettings:
     # The replica's row in `replicas` is removed once not refreshed for this long (a replica
     # that died); short only in tests.
     replica_expiry: timedelta = timedelta(minutes=10)
+    # How often the row is renewed: it shows the replica live for three of these.
+    replica_renewal: timedelta = RENEWAL_DEFAULT
 
 
 def _transactions(settings: ReplicaSettings, store: Store, watch: ServerWatch) -> Transactions:
@@ -121,7 +123,13 @@ class Runtime:
         # drained, doubling while claims come back full (a long fan-out keeps its size).
         self._claim_sizes: dict[str, int] = {}
         self.registration = Registration(
-            store, pool, self.recorder, runner_id, settings.replica_expiry
+            store,
+            pool,
+            self.recorder,
+            runner_id,
+            settings.replica_expiry,
+            settings.replica_renewal,
+            self.tick_interval,
         )
         every = self.registration.every  # the peers' scope lists read as often as it registers
         self.sightings = Sightings(store, self.recorder, settings.tick_interval, runner_id, every)
