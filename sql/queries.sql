@@ -797,12 +797,14 @@ WHERE expires_at >= clock_timestamp()
 DELETE FROM {schema}.replicas WHERE runner_id = %(runner)s
 
 -- name: list_replicas
--- The live replicas: rows renewed within three of their renewal intervals (live_until; an
--- earlier version's row, without it, renews every 10 s), by runner id. A row past it but not
--- past its expiry is a replica that stopped renewing: shown gone, removed later.
+-- The live replicas: rows renewed within three of their renewal intervals (live_until), by
+-- runner id. A row an earlier version wrote (no live_until, or one older than its seen_at: it
+-- renewed without writing it) renews every 10 s: live for 30 s after seen_at. A row past it
+-- but not past its expiry is a replica that stopped renewing: shown gone, removed later.
 SELECT runner_id, host, version, jobs, http_address, started_at, seen_at
 FROM {schema}.replicas
-WHERE coalesce(live_until, seen_at + interval '30 seconds') >= clock_timestamp()
+WHERE CASE WHEN live_until >= seen_at THEN live_until
+           ELSE seen_at + interval '30 seconds' END >= clock_timestamp()
   AND expires_at >= clock_timestamp()
 ORDER BY runner_id
 
@@ -812,7 +814,8 @@ ORDER BY runner_id
 -- are any (then nothing changes).
 WITH live AS (
     SELECT p.runner_id FROM {schema}.replicas p
-    WHERE coalesce(p.live_until, p.seen_at + interval '30 seconds') >= clock_timestamp()
+    WHERE CASE WHEN p.live_until >= p.seen_at THEN p.live_until
+               ELSE p.seen_at + interval '30 seconds' END >= clock_timestamp()
       AND p.expires_at >= clock_timestamp() AND %(job)s = ANY (p.jobs)
 ),
 gone AS (

@@ -14,6 +14,7 @@ CREATE TABLE IF NOT EXISTS {schema}.sessions (
 CREATE INDEX IF NOT EXISTS sessions_expires_idx ON {schema}.sessions (expires_at);
 
 -- A replica is shown live only until `live_until` (three of its renewal intervals after its
--- last registration); `expires_at` stays when its row is removed. NULL on the rows of
--- replicas of earlier versions, which renew every 10 s: readers then take seen_at + 30 s.
+-- last registration); `expires_at` stays when its row is removed. Replicas of earlier
+-- versions, which renew every 10 s, leave it NULL (or older than their seen_at, after a
+-- downgrade): readers then take seen_at + 30 s.
 ALTER TABLE {schema}.replicas ADD COLUMN IF NOT EXISTS live_until timestamptz;
