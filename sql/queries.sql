@@ -1595,23 +1595,23 @@ SELECT set_config('jit', 'off', true)
 -- (SKIP LOCKED: one being removed by another sign-in is left to it).
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 gone AS (
-    DELETE FROM {schema}.sessions s
+    DELETE FROM {schema}.dashboard_sessions s
     WHERE s.id_hash IN (
-        SELECT x.id_hash FROM {schema}.sessions x
+        SELECT x.id_hash FROM {schema}.dashboard_sessions x
         WHERE x.expires_at < (SELECT t FROM now)
         ORDER BY x.expires_at
         LIMIT 1000
         FOR UPDATE SKIP LOCKED)
 )
-INSERT INTO {schema}.sessions (id_hash, role, actor, created_at, expires_at)
+INSERT INTO {schema}.dashboard_sessions (id_hash, role, actor, created_at, expires_at)
 SELECT %(id_hash)s, %(role)s, %(actor)s, now.t, now.t + %(lifetime)s FROM now
 RETURNING expires_at
 
 -- name: find_session
 -- The role and actor of a session not yet past its end.
-SELECT role, actor, expires_at FROM {schema}.sessions
+SELECT role, actor, expires_at FROM {schema}.dashboard_sessions
 WHERE id_hash = %(id_hash)s AND expires_at >= clock_timestamp()
 
 -- name: close_session
 -- Sign-out.
-DELETE FROM {schema}.sessions WHERE id_hash = %(id_hash)s
+DELETE FROM {schema}.dashboard_sessions WHERE id_hash = %(id_hash)s

@@ -113,7 +113,7 @@ class Dashboard:
         ident = req.cookies.get(COOKIE)
         if not ident:
             return ANONYMOUS
-        found = await self._db(self._ops.session(ident))
+        found = await self._db(self._ops.sessions.find(ident))
         if found is None or tokens.actor(found.role) != found.actor:
             return Caller(None, True, "anonymous")
         return Caller(found.role, True, found.actor)
@@ -131,7 +131,7 @@ class Dashboard:
             return await self._login(req, tokens, caller)
         if name == "logout" and req.method == "POST":
             if req.cookies.get(COOKIE):
-                await self._db(self._ops.sign_out(req.cookies[COOKIE]))
+                await self._db(self._ops.sessions.close(req.cookies[COOKIE]))
             return _redirect("./", [("Set-Cookie", cleared_cookie(req.root))])
         if name == "action" and req.method == "POST":
             return await self._action(req, tokens, caller)
@@ -217,7 +217,7 @@ class Dashboard:
             return self._page(
                 req, caller, "Sign in", pages.login_page("That token is not valid.", back), 401
             )
-        ident, _ = await self._db(self._ops.sign_in(signed.role, signed.actor))
+        ident, _ = await self._db(self._ops.sessions.open(signed.role, signed.actor))
         age = int(SESSION_LIFETIME.total_seconds())
         return _redirect(back, [("Set-Cookie", session_cookie(ident, req.root, req.secure, age))])
 

@@ -25,7 +25,6 @@ from .._times import Duration, aware, parse_duration
 from .._views import Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory, Triggered
 from .dashboard import DashboardOperations
 from .schedules import ScheduleOperations
-from .sessions import SessionOperations
 from .triggers import TriggerScopes, check_not_ended
 
 Connector = Callable[[], AbstractAsyncContextManager[Conn]]
@@ -49,7 +48,7 @@ def check_schema(schema: object) -> str:
     return schema
 
 
-class Operations(ScheduleOperations, DashboardOperations, SessionOperations):
+class Operations(ScheduleOperations, DashboardOperations):
     """Operator actions on one schema. ``jobs`` gives the jobs the caller has registered in
     code (a ``Scheduler``'s); other jobs are known from ``job_state``, where every replica
     records the jobs it runs. The schedule operations of dynamic jobs are in

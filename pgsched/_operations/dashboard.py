@@ -22,6 +22,7 @@ from .._storage.dashboard import DashboardStore
 from .._storage.store import Conn, Store
 from .._times import aware
 from .._views import ActionRecord, Execution, JobStatus, PlanSummary, UpcomingPlan
+from .sessions import Sessions
 
 _T = TypeVar("_T")
 MAX_GRID_PLANS = 60
@@ -223,6 +224,11 @@ class DashboardOperations:
     def action_log(self) -> ActionLog:
         """Where the HTTP API and the dashboard run and record their actions."""
         return ActionLog(self._dash, self._conn)
+
+    @property
+    def sessions(self) -> Sessions:
+        """The dashboard's sign-in sessions."""
+        return Sessions(self._dash, self._conn)
 
     async def actions(self, job: str | None = None, limit: int = 20) -> list[ActionRecord]:
         """The latest recorded actions, newest first (of ``job`` when given)."""

@@ -1,7 +1,7 @@
 """The dashboard's sign-in sessions, kept in the database so that every replica and ``pgsched
 web`` behind one load balancer knows them: a random id in the browser's cookie, only its
-sha256 stored, with the role it grants and its end. Part of
-:class:`~pgsched._operations.core.Operations`.
+sha256 stored, with the role it grants and its end. ``Operations.sessions`` gives them to the
+dashboard (not an operator action: ``Admin`` and ``AsyncAdmin`` do not offer them).
 """
 
 from __future__ import annotations
@@ -34,13 +34,15 @@ class Session:
     expires_at: datetime
 
 
-class SessionOperations:
-    """Sign-in, look-up and sign-out (:class:`Operations` sets the attributes declared here)."""
+class Sessions:
+    """Sign-in, look-up and sign-out over the dashboard's statements and a connector."""
 
-    _dash: DashboardStore
-    _conn: Callable[[], AbstractAsyncContextManager[Conn]]
+    def __init__(
+        self, dash: DashboardStore, connect: Callable[[], AbstractAsyncContextManager[Conn]]
+    ) -> None:
+        self._dash, self._conn = dash, connect
 
-    async def sign_in(self, role: str, actor: str) -> tuple[str, Session]:
+    async def open(self, role: str, actor: str) -> tuple[str, Session]:
         """A new session granting ``role``: its id (for the cookie, never stored) and it."""
         if role not in SESSION_ROLES:
             raise ConfigError(f"role={role!r} must be one of {', '.join(SESSION_ROLES)}")
@@ -51,7 +53,7 @@ class SessionOperations:
             )
         return ident, Session(role, actor, ends)
 
-    async def session(self, ident: str) -> Session | None:
+    async def find(self, ident: str) -> Session | None:
         """The session of this id, None when there is none or it has ended."""
         if not ident or len(ident) > _MAX_ID:
             return None
@@ -61,7 +63,7 @@ class SessionOperations:
             return None
         return Session(str(row["role"]), str(row["actor"]), row["expires_at"])
 
-    async def sign_out(self, ident: str) -> None:
+    async def close(self, ident: str) -> None:
         """End the session of this id (nothing when there is none)."""
         if not ident or len(ident) > _MAX_ID:
             return

@@ -118,7 +118,8 @@ def test_mounted_dashboard_reads_signs_in_and_acts(
         ident = jar.split("=", 1)[1]
         assert jar.startswith("pgsched_session=") and OPERATOR not in cookie
         digest = hashlib.sha256(ident.encode()).digest()
-        assert site.one("SELECT role FROM {s}.sessions WHERE id_hash = %s", (digest,)) == "operator"
+        role = site.one("SELECT role FROM {s}.dashboard_sessions WHERE id_hash = %s", (digest,))
+        assert role == "operator"
         # The app's public origin is allowed; a name of an attacker's is not (DNS rebinding).
         status, page = _text(port, "/ops/", jar, host="ops.example.com")
         assert status == 200 and "signed in: operator" in page

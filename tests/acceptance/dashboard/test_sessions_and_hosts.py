@@ -138,9 +138,9 @@ def servers(pg_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
 def test_a_session_is_a_random_id_in_the_database_known_to_every_server(
     servers: Servers,
 ) -> None:
-    servers.q("DELETE FROM {s}.sessions")
+    servers.q("DELETE FROM {s}.dashboard_sessions")
     servers.q(
-        "INSERT INTO {s}.sessions (id_hash, role, actor, created_at, expires_at)"
+        "INSERT INTO {s}.dashboard_sessions (id_hash, role, actor, created_at, expires_at)"
         " VALUES ('\\x00', 'viewer', 'viewer #0', now() - interval '13 hours',"
         " now() - interval '1 hour')"
     )
@@ -152,7 +152,7 @@ def test_a_session_is_a_random_id_in_the_database_known_to_every_server(
         assert flag in cookie, cookie
     ident = cookie.split(";")[0].split("=", 1)[1]
     assert OPERATOR not in cookie and len(ident) >= 40
-    rows = servers.q("SELECT id_hash, role, expires_at - created_at FROM {s}.sessions")
+    rows = servers.q("SELECT id_hash, role, expires_at - created_at FROM {s}.dashboard_sessions")
     # Only the id's sha256 is stored, with its role and 12 h end; the expired row is gone.
     assert rows == [(hashlib.sha256(ident.encode()).digest(), "operator", timedelta(hours=12))]
 
@@ -165,7 +165,7 @@ def test_a_session_is_a_random_id_in_the_database_known_to_every_server(
     web_own = f"http://127.0.0.1:{servers.web}"
     out = request(servers.web, "POST", "/logout", origin=web_own, cookie=ident)
     assert out.status == 303 and "Max-Age=0" in out.headers["Set-Cookie"]
-    assert servers.q("SELECT count(*) FROM {s}.sessions") == [(0,)]
+    assert servers.q("SELECT count(*) FROM {s}.dashboard_sessions") == [(0,)]
     after = request(servers.replica, "GET", "/", cookie=ident)
     assert after.status == 200 and "signed in" not in after.text
 
