@@ -1,5 +1,6 @@
 """pgsched: periodic jobs run once per plan across many replicas, coordinated by PostgreSQL."""
 
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -40,28 +41,39 @@ from ._views import (
 
 
 def dashboard_asgi(
-    admin: AsyncAdmin, *, token: str | None = None, view_token: str | None = None
+    admin: AsyncAdmin,
+    *,
+    token: str | None = None,
+    view_token: str | None = None,
+    allowed_hosts: Sequence[str] | str | None = None,
 ) -> Any:
     """The dashboard as an ASGI application over ``admin``: ``app.mount("/pgsched", it)`` in
     FastAPI or Starlette. ``token`` / ``view_token`` default to ``PGSCHED_HTTP_TOKEN`` /
-    ``PGSCHED_HTTP_VIEW_TOKEN``, read at each request."""
+    ``PGSCHED_HTTP_VIEW_TOKEN``, read at each request. ``allowed_hosts``: the names or public
+    origins (``https://ops.example.com``) browsers reach the application by, beyond the
+    address its server listens on (and ``PGSCHED_HTTP_ALLOWED_HOSTS``): a signed-in browser
+    naming another host is refused."""
     from ._http.auth import Tokens
     from ._http.mount import ASGIDashboard
 
     fixed = Tokens.from_env(token, view_token) if token or view_token else None
-    return ASGIDashboard(admin, tokens=fixed)
+    return ASGIDashboard(admin, tokens=fixed, allowed_hosts=allowed_hosts)
 
 
 def dashboard_aiohttp(
-    admin: AsyncAdmin, *, token: str | None = None, view_token: str | None = None
+    admin: AsyncAdmin,
+    *,
+    token: str | None = None,
+    view_token: str | None = None,
+    allowed_hosts: Sequence[str] | str | None = None,
 ) -> Any:
     """The dashboard as an aiohttp application over ``admin``:
-    ``app.add_subapp("/pgsched/", it)``. Tokens as for :func:`dashboard_asgi`."""
+    ``app.add_subapp("/pgsched/", it)``. Tokens and hosts as for :func:`dashboard_asgi`."""
     from ._http.auth import Tokens
     from ._http.mount import aiohttp_app
 
     fixed = Tokens.from_env(token, view_token) if token or view_token else None
-    return aiohttp_app(admin, tokens=fixed)
+    return aiohttp_app(admin, tokens=fixed, allowed_hosts=allowed_hosts)
 
 
 try:

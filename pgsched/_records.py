@@ -312,6 +312,7 @@ class ReplicaEntry:
     http_address: str | None
     started_at: datetime
     expiry: timedelta  # the row is removed once not refreshed for this long
+    live_for: timedelta  # the row shows the replica live this long after each refresh
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,10 @@ class Scheduler(JobRegistry, AdminShortcuts):
     statements unanswered for ``answer_timeout`` (else ``PGSCHED_ANSWER_TIMEOUT``, else 5 s)
     and whose host then does not react to a probe within 2 s has its connection dropped and
     the statement retried on another (docs/failover.md). A replica that died leaves the live
-    replicas after ``replica_expiry`` (else ``PGSCHED_REPLICA_EXPIRY``, else 10 minutes).
+    replicas (the dashboard, ``pgsched replicas``, ``forget``) once its row was not renewed for
+    three renewal intervals, ``replica_renewal`` (else ``PGSCHED_REPLICA_RENEWAL``, else
+    10 s), and its row is removed after ``replica_expiry`` (else ``PGSCHED_REPLICA_EXPIRY``,
+    else 10 minutes).
     With ``synchronous_claims`` (else ``PGSCHED_SYNCHRONOUS_CLAIMS``) claims and terminal
     writes commit only once a synchronous standby has them, so a failover cannot undo them
     (docs/design.md). ``on_failure(run, error)`` and ``on_recovery(run)`` are called for
@@ -87,6 +90,7 @@ class Scheduler(JobRegistry, AdminShortcuts):
         replica_expiry: Duration | None = None,
         on_failure: FailureHook | None = None,
         on_recovery: RecoveryHook | None = None,
+        replica_renewal: Duration | None = None,
     ) -> None:
         if (
             not isinstance(max_concurrency, int)
@@ -105,6 +109,7 @@ class Scheduler(JobRegistry, AdminShortcuts):
         self.health_timeout = _setting(health_timeout, "health_timeout", "20s")
         self.answer_timeout = _setting(answer_timeout, "answer_timeout", "5s")
         self.replica_expiry = _setting(replica_expiry, "replica_expiry", "10m")
+        self.replica_renewal = _setting(replica_renewal, "replica_renewal", "10s")
         self.max_concurrency = max_concurrency
         self.hooks = RunHooks.checked("scheduler", on_failure, on_recovery)
         self.metrics = Metrics(registry)
@@ -269,6 +274,7 @@ class Scheduler(JobRegistry, AdminShortcuts):
             statement_timeout=self.statement_timeout,
             replica_expiry=self.replica_expiry,
             hooks=self.hooks,
+            replica_renewal=self.replica_renewal,
         )
         return Replica(Runtime(lambda: self.jobs, pool, self.metrics, settings))
 

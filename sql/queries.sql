@@ -796,14 +796,16 @@ SELECT to_regclass(%(table)s) IS NOT NULL AS present
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 seen AS (
     INSERT INTO {schema}.replicas AS p
-        (runner_id, host, version, jobs, http_address, started_at, seen_at, expires_at)
+        (runner_id, host, version, jobs, http_address, started_at, seen_at, expires_at,
+         live_until)
     SELECT %(runner)s, %(host)s, %(version)s, %(jobs)s::text[], %(http_address)s,
-           %(started_at)s, now.t, now.t + %(expiry)s
+           %(started_at)s, now.t, now.t + %(expiry)s, now.t + %(live_for)s
     FROM now
     ON CONFLICT (runner_id) DO UPDATE
     SET host = EXCLUDED.host, version = EXCLUDED.version, jobs = EXCLUDED.jobs,
         http_address = EXCLUDED.http_address, started_at = EXCLUDED.started_at,
-        seen_at = EXCLUDED.seen_at, expires_at = EXCLUDED.expires_at
+        seen_at = EXCLUDED.seen_at, expires_at = EXCLUDED.expires_at,
+        live_until = EXCLUDED.live_until
     RETURNING p.runner_id
 ),
 -- SKIP LOCKED: a row another replica is deleting is left to it, so two registrations never
@@ -855,18 +857,26 @@ WHERE expires_at >= clock_timestamp()
 DELETE FROM {schema}.replicas WHERE runner_id = %(runner)s
 
 -- name: list_replicas
--- The live replicas: rows not yet past their expiry, by runner id.
+-- The live replicas: rows renewed within three of their renewal intervals (live_until), by
+-- runner id. A row an earlier version wrote (no live_until, or one older than its seen_at: it
+-- renewed without writing it) renews every 10 s: live for 30 s after seen_at. A row past it
+-- but not past its expiry is a replica that stopped renewing: shown gone, removed later.
 SELECT runner_id, host, version, jobs, http_address, started_at, seen_at
 FROM {schema}.replicas
-WHERE expires_at >= clock_timestamp()
+WHERE CASE WHEN live_until >= seen_at THEN live_until
+           ELSE seen_at + interval '30 seconds' END >= clock_timestamp()
+  AND expires_at >= clock_timestamp()
 ORDER BY runner_id
 
 -- name: forget_job
--- Removes a job no live replica registers from job_state (its history rows stay); returns
--- the live replicas that still register it instead when there are any (then nothing changes).
+-- Removes a job no live replica (as list_replicas counts them) registers from job_state (its
+-- history rows stay); returns the live replicas that still register it instead when there
+-- are any (then nothing changes).
 WITH live AS (
     SELECT p.runner_id FROM {schema}.replicas p
-    WHERE p.expires_at >= clock_timestamp() AND %(job)s = ANY (p.jobs)
+    WHERE CASE WHEN p.live_until >= p.seen_at THEN p.live_until
+               ELSE p.seen_at + interval '30 seconds' END >= clock_timestamp()
+      AND p.expires_at >= clock_timestamp() AND %(job)s = ANY (p.jobs)
 ),
 gone AS (
     DELETE FROM {schema}.job_state j
@@ -1433,6 +1443,9 @@ SELECT p AS plan_time FROM plans WHERE p IS NOT NULL ORDER BY p DESC
 -- name: dash_plan_summaries
 -- Per plan of a job: how its executions stand and their start lag and duration, read from at
 -- most `sample` rows of each plan (a 100,000-scope fan-out is sampled, not counted whole).
+-- The start lag is that of a scheduled plan's first attempt (a retry, an operator's "retry
+-- now" among them, starts when it is told to, not late); a manual run has none. An execution
+-- past its first attempt finds it in cron_attempts by its primary key's prefix.
 SELECT p.plan_time, s.total, s.success, s.failed, s.running, s.stale, s.pending, s.cancelled,
        s.lag_p50_ms, s.lag_max_ms, s.duration_p50_ms, s.duration_max_ms
 FROM unnest(%(plans)s::timestamptz[]) AS p(plan_time)
@@ -1451,7 +1464,12 @@ CROSS JOIN LATERAL (
            percentile_disc(0.5) WITHIN GROUP (ORDER BY x.duration_ms) AS duration_p50_ms,
            max(x.duration_ms) AS duration_max_ms
     FROM (SELECT e.status, e.stale_after, e.duration_ms,
-                 (extract(epoch FROM e.started_at - e.plan_time) * 1000)::bigint AS lag_ms
+                 (extract(epoch FROM (
+                     CASE WHEN e.trigger <> 'schedule' THEN NULL
+                          WHEN e.attempt <= 1 THEN e.started_at
+                          ELSE (SELECT min(a.started_at) FROM {schema}.cron_attempts a
+                                WHERE a.execution_id = e.id AND a.attempt = 1)
+                     END) - e.plan_time) * 1000)::bigint AS lag_ms
           FROM {schema}.cron_executions e
           WHERE e.job_name = %(job)s AND e.plan_time = p.plan_time
           LIMIT %(sample)s) AS x
@@ -1692,11 +1710,13 @@ CROSS JOIN LATERAL (
 ) AS p
 -- name: explain_job
 -- What `explain` reads of a job: its recorded schedule and scopes mode, its pause, the live
--- replicas that register it, and the database's clock.
+-- replicas that register it (live as list_replicas counts them), and the database's clock.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 SELECT j.schedule, j.scopes, j.paused, j.paused_at, j.resumed_at, (SELECT t FROM now) AS now,
        ARRAY(SELECT p.runner_id FROM {schema}.replicas p
-             WHERE p.expires_at >= (SELECT t FROM now) AND %(job)s = ANY (p.jobs)
+             WHERE CASE WHEN p.live_until >= p.seen_at THEN p.live_until
+                        ELSE p.seen_at + interval '30 seconds' END >= (SELECT t FROM now)
+               AND p.expires_at >= (SELECT t FROM now) AND %(job)s = ANY (p.jobs)
              ORDER BY p.runner_id) AS runners
 FROM {schema}.job_state j
 WHERE j.job_name = %(job)s
@@ -1769,3 +1789,30 @@ CROSS JOIN unnest(%(plans)s::timestamptz[]) AS p(plan_time)
 JOIN {schema}.cron_skips k
   ON k.job_name = %(job)s AND k.scope_kind = sc.kind AND k.scope_id = sc.id
  AND k.first_plan <= p.plan_time AND k.last_plan >= p.plan_time
+
+-- name: open_session
+-- A browser signed in to the dashboard (migration 0020): its session id's sha256, the role
+-- it grants and its end. The same statement removes the sessions already past their end
+-- (SKIP LOCKED: one being removed by another sign-in is left to it).
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+gone AS (
+    DELETE FROM {schema}.dashboard_sessions s
+    WHERE s.id_hash IN (
+        SELECT x.id_hash FROM {schema}.dashboard_sessions x
+        WHERE x.expires_at < (SELECT t FROM now)
+        ORDER BY x.expires_at
+        LIMIT 1000
+        FOR UPDATE SKIP LOCKED)
+)
+INSERT INTO {schema}.dashboard_sessions (id_hash, role, actor, created_at, expires_at)
+SELECT %(id_hash)s, %(role)s, %(actor)s, now.t, now.t + %(lifetime)s FROM now
+RETURNING expires_at
+
+-- name: find_session
+-- The role and actor of a session not yet past its end.
+SELECT role, actor, expires_at FROM {schema}.dashboard_sessions
+WHERE id_hash = %(id_hash)s AND expires_at >= clock_timestamp()
+
+-- name: close_session
+-- Sign-out.
+DELETE FROM {schema}.dashboard_sessions WHERE id_hash = %(id_hash)s

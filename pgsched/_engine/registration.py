@@ -1,6 +1,9 @@
 """A replica's registration: the jobs it runs (job_state) and its own row (replicas), both
-written by one statement when the jobs change and every 10 s, and the row removed on a clean
-stop. Decides nothing about what runs."""
+written by one statement when the jobs change and every renewal interval (10 s unless
+configured), and the row removed on a clean stop. Each write says how long the row shows the
+replica live: :data:`LIVE_RENEWALS` renewal intervals, which every reader of the live
+replicas (the dashboard, ``pgsched replicas``, ``forget``, the API) goes by. Decides nothing
+about what runs."""
 
 from __future__ import annotations
 
@@ -21,9 +24,12 @@ from .._storage.store import Conn, Store
 from .._version import installed_version
 from .recorder import Recorder
 
-# At most one registration statement per this many seconds on an idle tick; a short expiry
-# (tests) refreshes at least three times within it.
-_REGISTER_EVERY = 10.0
+# At most one registration statement per renewal interval on an idle tick (10 s unless
+# configured); a short expiry (tests) refreshes at least three times within it.
+RENEWAL_DEFAULT = timedelta(seconds=10)
+# A replica is live while its row was renewed within this many renewal intervals: one late
+# renewal (a slow tick) does not make it gone; one that died is gone within 30 s by default.
+LIVE_RENEWALS = 3
 # Each registration records the plans of this window ahead (at most _MOST_UPCOMING), so the
 # next plan operators see stays right until the next registration.
 _UPCOMING_WINDOW = timedelta(seconds=30)
@@ -43,10 +49,14 @@ class Registration:
         recorder: Recorder,
         runner_id: str,
         expiry: timedelta,
+        renewal: timedelta = RENEWAL_DEFAULT,
+        tick_interval: float = 1.0,
     ) -> None:
         self._store, self._pool, self._recorder = store, pool, recorder
         self._runner_id, self._expiry = runner_id, expiry
-        self.every = min(_REGISTER_EVERY, self._expiry.total_seconds() / 3)
+        self.every = min(renewal.total_seconds(), self._expiry.total_seconds() / 3)
+        # Registrations ride on ticks: a tick slower than the interval renews at its pace.
+        self.live_for = timedelta(seconds=LIVE_RENEWALS * max(self.every, tick_interval))
         self._registered: list[tuple[str, str, str]] = []
         self._registered_at = 0.0
         self._partitioned_at: float | None = None
@@ -55,7 +65,7 @@ class Registration:
 
     async def register(self, conn: Conn, jobs: Mapping[str, JobSpec], now: datetime) -> None:
         """Record the jobs (with their plans after the database's ``now``) and the row when
-        the jobs changed or the last time is 10 s old."""
+        the jobs changed or the last time is a renewal interval old."""
         entries = sorted(
             (name, spec.schedule.describe(), scopes_mode(spec)) for name, spec in jobs.items()
         )
@@ -88,6 +98,7 @@ class Registration:
             http_address=self.http_address,
             started_at=self._started_at,
             expiry=self._expiry,
+            live_for=self.live_for,
         )
 
     async def unregister(self) -> None:

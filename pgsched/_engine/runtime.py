@@ -43,7 +43,7 @@ from .figures import LedgerFigures
 from .hooks import Hooks
 from .leases import LeaseTable, open_lease
 from .recorder import Recorder
-from .registration import Registration
+from .registration import RENEWAL_DEFAULT, Registration
 from .sighting import Sightings
 from .tracing import recording
 from .transaction import Transactions
@@ -83,6 +83,8 @@ class ReplicaSettings:
     replica_expiry: timedelta = timedelta(minutes=10)
     # The scheduler's on_failure / on_recovery, called for every job (docs/hooks.md).
     hooks: RunHooks = NO_HOOKS
+    # How often the row is renewed: it shows the replica live for three of these.
+    replica_renewal: timedelta = RENEWAL_DEFAULT
 
 
 def _transactions(settings: ReplicaSettings, store: Store, watch: ServerWatch) -> Transactions:
@@ -123,7 +125,13 @@ class Runtime:
         # drained, doubling while claims come back full (a long fan-out keeps its size).
         self._claim_sizes: dict[str, int] = {}
         self.registration = Registration(
-            store, pool, self.recorder, runner_id, settings.replica_expiry
+            store,
+            pool,
+            self.recorder,
+            runner_id,
+            settings.replica_expiry,
+            settings.replica_renewal,
+            self.tick_interval,
         )
         every = self.registration.every  # the peers' scope lists read as often as it registers
         self.sightings = Sightings(store, self.recorder, settings.tick_interval, runner_id, every)

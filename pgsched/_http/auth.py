@@ -1,25 +1,33 @@
-"""Who may read and act, for the dashboard and the JSON API.
+"""Who may read and act, for the dashboard and the JSON API, and which browsers' requests the
+dashboard answers.
 
 Tokens: the operator token (``PGSCHED_HTTP_TOKEN``) may act and read; the viewer token
-(``PGSCHED_HTTP_VIEW_TOKEN``), when set, is needed to read. A browser holds its token in an
-HttpOnly, SameSite=Strict cookie set by the login form; API clients send ``Authorization:
-Bearer``. A write carried by the cookie must also come from the dashboard's own origin (its
-``Origin``, or failing that ``Referer``, names the request's host): SameSite stops most
-cross-site posts, the origin check the rest. Actions are recorded under the token's label and
-a short fingerprint of it, never the token itself.
+(``PGSCHED_HTTP_VIEW_TOKEN``), when set, is needed to read. API clients send
+``Authorization: Bearer``. A browser signs in with a token to a session (the operations core
+keeps it in the database, so every replica behind one load balancer knows it): its cookie
+holds the session's random id, HttpOnly and SameSite=Strict, never the token. Actions are
+recorded under the token's label and a short fingerprint of it, never the token itself.
+
+Hosts: a browser's request carried by the cookie, and every sign-in, sign-out and posted
+action, must name in ``Host`` (and a post in ``Origin``, failing that ``Referer``) an address
+this dashboard answers to: the address the request came in on (the server's bound
+host:port; ``localhost`` as well for a loopback one) or one the operator allows
+(``PGSCHED_HTTP_ALLOWED_HOSTS``, or the mount's ``allowed_hosts``). A page of another name
+resolving to this server (DNS rebinding) or of another site is refused.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import urlsplit
 
-COOKIE = "pgsched_token"
-COOKIE_AGE_S = 12 * 3600
+COOKIE = "pgsched_session"
+ALLOWED_HOSTS_ENV = "PGSCHED_HTTP_ALLOWED_HOSTS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +46,20 @@ class Tokens:
             os.environ.get("PGSCHED_HTTP_TOKEN_LABEL") or "operator",
         )
 
+    def actor(self, role: str) -> str | None:
+        """The label the holder of ``role``'s token acts under now (None: no such token).
+        A session records it at sign-in: once the token changes, the session is void."""
+        if role == "operator" and self.operator is not None:
+            return f"{self.label} #{fingerprint(self.operator)}"
+        if role == "viewer" and self.viewer is not None:
+            return f"viewer #{fingerprint(self.viewer)}"
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class Caller:
     """What a request may do: ``role`` is ``operator``, ``viewer`` or None (no valid token),
-    ``by_cookie`` whether its token came in the cookie."""
+    ``by_cookie`` whether it came with the session cookie."""
 
     role: str | None
     by_cookie: bool
@@ -56,21 +73,24 @@ class Caller:
         return self.role == "operator"
 
 
-def identify(tokens: Tokens, headers: Mapping[str, str], cookies: Mapping[str, str]) -> Caller:
-    """The caller of a request with these (lower-cased) headers and cookies."""
+ANONYMOUS = Caller(None, False, "anonymous")
+
+
+def identify(tokens: Tokens, headers: Mapping[str, str]) -> Caller:
+    """The caller of a request with these (lower-cased) headers by its bearer token."""
     bearer = headers.get("authorization", "")
-    given, by_cookie = None, False
-    if bearer.lower().startswith("bearer "):
-        given = bearer[7:]
-    elif cookies.get(COOKIE):
-        given, by_cookie = unquote(cookies[COOKIE]), True
-    if given is None:
-        return Caller(None, False, "anonymous")
+    if not bearer.lower().startswith("bearer "):
+        return ANONYMOUS
+    return by_token(tokens, bearer[7:])
+
+
+def by_token(tokens: Tokens, given: str) -> Caller:
+    """The caller holding the token ``given``."""
     if tokens.operator is not None and _same(given, tokens.operator):
-        return Caller("operator", by_cookie, f"{tokens.label} #{fingerprint(given)}")
+        return Caller("operator", False, tokens.actor("operator") or "")
     if tokens.viewer is not None and _same(given, tokens.viewer):
-        return Caller("viewer", by_cookie, f"viewer #{fingerprint(given)}")
-    return Caller(None, by_cookie, "anonymous")
+        return Caller("viewer", False, tokens.actor("viewer") or "")
+    return ANONYMOUS
 
 
 def caller_name(label: str, remote: str | None) -> str:
@@ -83,21 +103,102 @@ def fingerprint(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()[:8]
 
 
-def same_origin(headers: Mapping[str, str]) -> bool:
-    """Whether a browser's write comes from a page of this host (Origin, else Referer)."""
-    host = headers.get("host", "")
-    source = headers.get("origin") or headers.get("referer") or ""
-    if not host or not source or source == "null":
-        return False
-    return urlsplit(source).netloc.lower() == host.lower()
+@dataclass(frozen=True, slots=True)
+class Hosts:
+    """The ``host[:port]`` names this dashboard answers to beyond the address a request came
+    in on: the operator's (``PGSCHED_HTTP_ALLOWED_HOSTS``, comma-separated; each a host, a
+    host:port or an origin such as ``https://ops.example.com``; a host without a port
+    allows it on any port)."""
+
+    allowed: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, names: Iterable[str] | str | None) -> Hosts:
+        given = names.split(",") if isinstance(names, str) else list(names or ())
+        env = (os.environ.get(ALLOWED_HOSTS_ENV) or "").split(",")
+        return cls(tuple(n for n in (_name(x) for x in [*given, *env]) if n))
+
+    def allows(self, name: str, local: str) -> bool:
+        """Whether ``name`` (a Host header or an origin's netloc, port included unless the
+        default) is the local address ``local`` (``host:port``) or one allowed."""
+        name = name.strip().lower()
+        if not name:
+            return False
+        if local and name in _local_names(local):
+            return True
+        return any(_matches(a, name) for a in self.allowed)
+
+    def trusted(self, headers: Mapping[str, str], local: str, *, posted: bool) -> str | None:
+        """Why a browser's request with these headers is refused (None: it is not): its Host
+        is unknown, or (``posted``) its Origin (else Referer) is missing or not allowed."""
+        host = headers.get("host", "")
+        if not self.allows(host, local):
+            return (
+                f"Host {host!r} is not an address this dashboard answers to"
+                f" (add it to {ALLOWED_HOSTS_ENV})"
+            )
+        if not posted:
+            return None
+        source = headers.get("origin") or headers.get("referer") or ""
+        if not source or source == "null":
+            return "the form did not come from this page (no Origin)"
+        parts = urlsplit(source)
+        if not self.allows(_with_port(parts.netloc, parts.scheme), local):
+            return f"the form did not come from this page (Origin {source!r})"
+        return None
 
 
-def login_cookie(token: str, path: str, secure: bool) -> str:
-    flags = f"; Path={path}; Max-Age={COOKIE_AGE_S}; HttpOnly; SameSite=Strict"
-    return f"{COOKIE}={quote(token, safe='')}{flags}{'; Secure' if secure else ''}"
+def _name(text: str) -> str:
+    text = text.strip().lower()
+    if "://" in text:
+        parts = urlsplit(text)
+        return _with_port(parts.netloc, parts.scheme) if parts.netloc else ""
+    return text.rstrip("/")
 
 
-def logout_cookie(path: str) -> str:
+def _with_port(netloc: str, scheme: str) -> str:
+    """``netloc`` as a browser sends it in Host (a default port left out)."""
+    netloc = netloc.lower()
+    default = {"http": ":80", "https": ":443"}.get(scheme)
+    return netloc[: -len(default)] if default and netloc.endswith(default) else netloc
+
+
+def _matches(allowed: str, name: str) -> bool:
+    """An allowed ``host:port`` names exactly that; an allowed host, that host on any port."""
+    if ":" in allowed.rsplit("]", 1)[-1]:
+        return allowed == name
+    return allowed == _host_of(name)
+
+
+def _host_of(name: str) -> str:
+    if name.startswith("["):
+        return name.split("]")[0] + "]"
+    return name.rsplit(":", 1)[0] if ":" in name else name
+
+
+def _local_names(local: str) -> set[str]:
+    """How a browser names the address ``local`` in Host: itself, and ``localhost`` for a
+    loopback one (port 80 left out)."""
+    host, _, port = local.rpartition(":")
+    host = host.strip("[]")
+    names = {f"[{host}]" if ":" in host else host}
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            names.add("localhost")
+    except ValueError:
+        pass
+    out = {f"{n}:{port}" for n in names}
+    if port == "80":
+        out |= names
+    return out
+
+
+def session_cookie(ident: str, path: str, secure: bool, max_age: int) -> str:
+    flags = f"; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Strict"
+    return f"{COOKIE}={ident}{flags}{'; Secure' if secure else ''}"
+
+
+def cleared_cookie(path: str) -> str:
     return f"{COOKIE}=; Path={path}; Max-Age=0; HttpOnly; SameSite=Strict"
 
 

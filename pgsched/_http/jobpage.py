@@ -209,7 +209,10 @@ def _charts(history: Sequence[PlanSummary]) -> str:
     dur = line_chart(
         "Duration", [(p.plan_time, p.duration_p50_ms, p.duration_max_ms) for p in history]
     )
-    note = f"last {len(history)} plans; start lag is start minus plan time"
+    note = (
+        f"last {len(history)} plans; start lag is the first attempt's start minus its plan"
+        " time, scheduled plans only (manual runs, backfills and retries start when told)"
+    )
     return section(
         "Start lag and duration", note, f'<div class="charts">{lag}{dur}</div>', "charts"
     )

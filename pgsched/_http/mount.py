@@ -4,7 +4,7 @@ server). Neither needs more than aiohttp, which pgsched depends on; ASGI needs n
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import parse_qsl
@@ -28,6 +28,14 @@ def _form(body: bytes) -> dict[str, list[str]]:
     return out
 
 
+def address(sockname: Any) -> str:
+    """``host:port`` of a socket address (``[v6]:port``), "" when it has none (a Unix one)."""
+    if not isinstance(sockname, (tuple, list)) or len(sockname) < 2:
+        return ""
+    host = str(sockname[0])
+    return f"[{host}]:{sockname[1]}" if ":" in host else f"{host}:{sockname[1]}"
+
+
 def aiohttp_handler(dashboard: Dashboard) -> Callable[[web.Request], Awaitable[web.Response]]:
     """A handler for the dashboard's routes: ``/{tail:.*}`` under a prefix, or its pages."""
 
@@ -46,6 +54,9 @@ def aiohttp_handler(dashboard: Dashboard) -> Callable[[web.Request], Awaitable[w
             root=root,
             secure=request.secure,
             remote=request.remote or "",
+            local=address(request.transport.get_extra_info("sockname"))
+            if request.transport
+            else "",
         )
         answer = await dashboard.handle(req)
         response = web.Response(status=answer.status, text=answer.body or None)
@@ -59,10 +70,17 @@ def aiohttp_handler(dashboard: Dashboard) -> Callable[[web.Request], Awaitable[w
     return handle
 
 
-def aiohttp_app(ops: Operations, *, tokens: Tokens | None = None) -> web.Application:
-    """The dashboard as an aiohttp application, to mount with ``app.add_subapp("/ops/", it)``."""
+def aiohttp_app(
+    ops: Operations,
+    *,
+    tokens: Tokens | None = None,
+    allowed_hosts: Sequence[str] | str | None = None,
+) -> web.Application:
+    """The dashboard as an aiohttp application, to mount with ``app.add_subapp("/ops/", it)``;
+    ``allowed_hosts``: the names (or public origins) browsers reach it by, beyond the address
+    the server listens on."""
     app = web.Application()
-    handler = aiohttp_handler(Dashboard(ops, tokens=tokens))
+    handler = aiohttp_handler(Dashboard(ops, tokens=tokens, allowed_hosts=allowed_hosts))
     app.router.add_route("GET", "/{tail:.*}", handler)
     app.router.add_route("POST", "/{tail:.*}", handler)
     return app
@@ -71,8 +89,14 @@ def aiohttp_app(ops: Operations, *, tokens: Tokens | None = None) -> web.Applica
 class ASGIDashboard:
     """The dashboard as an ASGI application: ``fastapi_app.mount("/ops", it)``."""
 
-    def __init__(self, ops: Operations, *, tokens: Tokens | None = None) -> None:
-        self.dashboard = Dashboard(ops, tokens=tokens)
+    def __init__(
+        self,
+        ops: Operations,
+        *,
+        tokens: Tokens | None = None,
+        allowed_hosts: Sequence[str] | str | None = None,
+    ) -> None:
+        self.dashboard = Dashboard(ops, tokens=tokens, allowed_hosts=allowed_hosts)
 
     async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -114,6 +138,7 @@ async def _request(scope: ASGIScope, receive: Receive) -> WebRequest:
         root=(root_path.rstrip("/") + "/"),
         secure=scope.get("scheme") == "https",
         remote=str((scope.get("client") or ("",))[0]),
+        local=address(scope.get("server")),
     )
 
 

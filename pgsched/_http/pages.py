@@ -90,7 +90,7 @@ def overview(data: Overview, *, can_act: bool) -> str:
             ("replicas", "live replicas", len(data.replicas)),
         )
     )
-    parts = [f'<div class="tiles" role="list">{tiles}</div>', _jobs(data, can_act)]
+    parts = [f'<div class="tiles" id="tiles" role="list">{tiles}</div>', _jobs(data, can_act)]
     parts += [_replicas(data.replicas), stale_leases(data.stale), failures(data.failures)]
     parts += [recent_runs(data.recent), actions_log(data.actions)]
     return "".join(parts)

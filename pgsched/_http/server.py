@@ -12,13 +12,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
-import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from structlog.typing import FilteringBoundLogger
 
 from .._errors import ConfigError, NotFoundError, PgschedError
@@ -30,26 +27,22 @@ from .._results import describe_error
 from .._times import parse_time
 from .auth import Tokens, caller_name, identify
 from .mount import aiohttp_handler
+from .probes import Health, Probes, json_response
 from .schedules import ScheduleRoutes
 from .web import Dashboard
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _T = TypeVar("_T")
 _DB_TIMEOUT = 5.0
-_REFUSED_WAIT = 1.0
-
-
-class Health(Protocol):
-    """What the probes read of the engine."""
-
-    runner_id: str
-    tick_interval: float
-    last_tick_at: float | None
-    started_at: float
-
-    def failing(self) -> dict[str, float]: ...
-
-    def not_writable(self) -> str | None: ...
+# The query parameters each GET endpoint of the API takes (any other is refused, 400).
+_QUERY = {
+    "/api/jobs": (),
+    "/api/runs": ("job", "status", "limit", "scope", "since", "until"),
+    "/api/runs/{id}": (),
+    "/api/replicas": (),
+    "/api/jobs/{job}/schedules": ("after", "limit"),
+    "/api/jobs/{job}/schedules/{scope}": (),
+}
 
 
 class HttpServer:
@@ -62,11 +55,10 @@ class HttpServer:
         self._metrics, self._log = metrics, log
         self._runner: web.AppRunner | None = None
         app = web.Application(middlewares=[self._errors])
+        probes = Probes(ops, health, metrics.registry, metrics.cluster)
+        app.add_routes(probes.routes())
         app.add_routes(
             [
-                web.get("/metrics", self.metrics),
-                web.get("/healthz", self.healthz),
-                web.get("/readyz", self.readyz),
                 web.get("/api/jobs", self.api_jobs),
                 web.get("/api/runs", self.api_runs),
                 web.get("/api/runs/{id}", self.api_run),
@@ -125,10 +117,22 @@ class HttpServer:
 
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        api = request.path.startswith("/api/")
         try:
+            if api and request.method in ("GET", "HEAD"):
+                _known_query(request)
             return await handler(request)
-        except web.HTTPException:
-            raise
+        except web.HTTPException as exc:
+            if not api or exc.content_type == "application/json":
+                raise
+            # aiohttp's own answers (404, 405, 413...) are plain text: the API's are JSON.
+            reply = _json(
+                {"error": f"{exc.status} {exc.reason}: {request.method} {request.path}"}, exc.status
+            )
+            for name in ("Allow", "WWW-Authenticate"):
+                if name in exc.headers:
+                    reply.headers[name] = exc.headers[name]
+            return reply
         except NotFoundError as exc:
             return _json({"error": str(exc)}, 404)
         except ConfigError as exc:
@@ -137,58 +141,6 @@ class HttpServer:
             return _json({"error": str(exc)}, 409)
         except (DriverError, TimeoutError) as exc:
             return _json({"error": f"database unavailable: {describe_error(exc)}"}, 503)
-
-    # -- metrics and probes -------------------------------------------------------------
-
-    async def metrics(self, request: web.Request) -> web.Response:
-        # The database gauges come from the registry's collector (cached for a few seconds,
-        # so N scrapes a second are not N queries); here the scrape waits for a due refresh.
-        await self._metrics.cluster.refresh()
-        body = generate_latest(self._metrics.registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    async def healthz(self, request: web.Request) -> web.Response:
-        """200 while the tick loop is alive (it ticked, successfully or not, recently) and
-        neither it nor the writer has kept failing for longer than the health timeout (a
-        restart may then help: a replica stuck on a server that is gone, say)."""
-        now = time.monotonic()
-        last = self._health.last_tick_at
-        allowed = max(3 * self._health.tick_interval, 10.0)
-        age = None if last is None else now - last
-        # Before its first tick has ended, the loop counts from the replica's start.
-        ticking = now - (last or self._health.started_at) <= allowed + _DB_TIMEOUT * 2
-        failing = [
-            {
-                "task": task,
-                "failing_since": _wall(since, now),
-                "failing_for_s": round(now - since, 1),
-            }
-            for task, since in sorted(self._health.failing().items())
-        ]
-        alive = ticking and not failing
-        body = {
-            "alive": alive,
-            "last_tick_age_s": None if age is None else round(age, 3),
-            "failing": failing,
-        }
-        return _json(body, 200 if alive else 503)
-
-    async def readyz(self, request: web.Request) -> web.Response:
-        """200 when the database answers, takes writes and the schema is migrated. After the
-        pool refused a read-only server, a probe waits briefly: a connection lent now has
-        passed the pool's check, so the server takes writes again."""
-        refused = self._health.not_writable()
-        try:
-            async with asyncio.timeout(_REFUSED_WAIT if refused else _DB_TIMEOUT):
-                migrated = await self._ops.is_migrated()
-        except (DriverError, TimeoutError) as exc:
-            why = f"database not writable: {refused}" if refused else describe_error(exc)
-            return _json({"ready": False, "reason": why}, 503)
-        if not migrated:
-            return _json(
-                {"ready": False, "reason": "schema not migrated: run pgsched migrate"}, 503
-            )
-        return _json({"ready": True}, 200)
 
     # -- read-only views ----------------------------------------------------------------
 
@@ -244,7 +196,7 @@ class HttpServer:
     def _may_read(self, request: web.Request) -> None:
         """Reads need the viewer (or operator) token when ``PGSCHED_HTTP_VIEW_TOKEN`` is set."""
         tokens = Tokens.from_env()
-        if not identify(tokens, _headers(request), {}).may_read(tokens):
+        if not identify(tokens, _headers(request)).may_read(tokens):
             raise web.HTTPUnauthorized(
                 text=json.dumps({"error": "missing or wrong bearer token (viewer token set)"}),
                 content_type="application/json",
@@ -260,7 +212,7 @@ class HttpServer:
                 text=json.dumps({"error": "the write API is off: set PGSCHED_HTTP_TOKEN"}),
                 content_type="application/json",
             )
-        caller = identify(tokens, _headers(request), {})
+        caller = identify(tokens, _headers(request))
         if not caller.may_act:
             raise web.HTTPUnauthorized(
                 text=json.dumps({"error": "missing or wrong bearer token"}),
@@ -351,12 +303,20 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _wall(monotonic: float, now: float) -> str:
-    """The UTC wall-clock time of the monotonic instant ``monotonic`` (``now`` on that clock)."""
-    return datetime.fromtimestamp(time.time() - (now - monotonic), UTC).isoformat()
+_json = json_response
 
 
-def _json(body: Any, status: int) -> web.Response:
-    return web.Response(
-        text=json.dumps(body, default=str), status=status, content_type="application/json"
-    )
+def _known_query(request: web.Request) -> None:
+    """Refuse a query parameter the endpoint does not take (a typo must not widen a read)."""
+    info = request.match_info
+    route = getattr(info, "route", None)
+    canonical = route.resource.canonical if route is not None and route.resource else None
+    taken = _QUERY.get(canonical or "")
+    if taken is None:
+        return
+    unknown = sorted(set(request.query) - set(taken))
+    if unknown:
+        known = ", ".join(taken) if taken else "none"
+        raise ConfigError(
+            f"{request.path}: unknown query parameter {unknown[0]!r} (it takes: {known})"
+        )

@@ -8,6 +8,7 @@ the dashboard works under any prefix.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -17,25 +18,30 @@ from .._errors import ConfigError, NotFoundError, PgschedError
 from .._model import Scope
 from .._operations.audit import Actor
 from .._operations.core import DriverError, Operations
+from .._operations.sessions import SESSION_LIFETIME
 from .._results import describe_error
 from .._times import parse_time
 from . import pages
 from .actions import ActionForm, one, question
 from .auth import (
+    ANONYMOUS,
+    COOKIE,
     Caller,
+    Hosts,
     Tokens,
+    by_token,
     caller_name,
+    cleared_cookie,
     identify,
-    login_cookie,
-    logout_cookie,
-    same_origin,
+    session_cookie,
 )
-from .html import esc, frame
+from .html import SCRIPT_HASH, esc, frame
 from .jobpage import JobView, job_page, schedules_page
 
 _T = TypeVar("_T")
 _DB_TIMEOUT = 10.0
 _PAGES = ("", "job", "schedules", "run")
+_REFRESH_S = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,7 @@ class WebRequest:
     root: str  # the root's absolute path, ending in "/" (the cookie's path)
     secure: bool = False
     remote: str = ""  # the caller's address, for the action log
+    local: str = ""  # host:port the request came in on (the server's bound address)
 
 
 @dataclass(slots=True)
@@ -63,9 +70,19 @@ class Dashboard:
     """Serves the dashboard's pages and actions over the operations core ``ops``."""
 
     def __init__(
-        self, ops: Operations, *, tokens: Tokens | None = None, runner_id: str | None = None
+        self,
+        ops: Operations,
+        *,
+        tokens: Tokens | None = None,
+        runner_id: str | None = None,
+        allowed_hosts: Sequence[str] | str | None = None,
     ) -> None:
         self._ops, self._fixed, self._runner_id = ops, tokens, runner_id
+        self._allowed = allowed_hosts
+
+    @property
+    def hosts(self) -> Hosts:
+        return Hosts.of(self._allowed)  # the environment's part read per request, as tokens
 
     @property
     def tokens(self) -> Tokens:
@@ -73,9 +90,9 @@ class Dashboard:
         return self._fixed or Tokens.from_env()
 
     async def handle(self, req: WebRequest) -> WebResponse:
-        tokens = self.tokens
-        caller = identify(tokens, req.headers, req.cookies)
+        tokens, caller = self.tokens, ANONYMOUS
         try:
+            caller = await self._caller(req, tokens)
             return await self._route(req, tokens, caller)
         except NotFoundError as exc:
             return self._page(
@@ -91,12 +108,34 @@ class Dashboard:
                 req, caller, "Unavailable", pages.message_page("Unavailable", text), 503
             )
 
+    async def _caller(self, req: WebRequest, tokens: Tokens) -> Caller:
+        """Who sent ``req``: its bearer token, else its session cookie's session (void once
+        the token that opened it changed)."""
+        if req.headers.get("authorization"):
+            return identify(tokens, req.headers)
+        ident = req.cookies.get(COOKIE)
+        if not ident:
+            return ANONYMOUS
+        found = await self._db(self._ops.sessions.find(ident))
+        if found is None or tokens.actor(found.role) != found.actor:
+            return Caller(None, True, "anonymous")
+        return Caller(found.role, True, found.actor)
+
     async def _route(self, req: WebRequest, tokens: Tokens, caller: Caller) -> WebResponse:
         name = req.path.strip("/")
+        posted = req.method == "POST" and name in ("login", "logout", "action")
+        # A browser's request (its cookie, or a form it posts) must name this dashboard:
+        # another name resolving here (DNS rebinding) or another site's page is refused.
+        if caller.by_cookie or (posted and name != "action"):
+            refused = self.hosts.trusted(req.headers, req.local, posted=posted)
+            if refused is not None:
+                return self._refuse(req, ANONYMOUS, 403, f"refused: {refused}")
         if name == "login":
             return await self._login(req, tokens, caller)
         if name == "logout" and req.method == "POST":
-            return _redirect("./", [("Set-Cookie", logout_cookie(req.root))])
+            if req.cookies.get(COOKIE):
+                await self._db(self._ops.sessions.close(req.cookies[COOKIE]))
+            return _redirect("./", [("Set-Cookie", cleared_cookie(req.root))])
         if name == "action" and req.method == "POST":
             return await self._action(req, tokens, caller)
         if name not in _PAGES or req.method not in ("GET", "HEAD"):
@@ -106,11 +145,11 @@ class Dashboard:
             return self._page(req, caller, "Sign in", body, 401)
         can_act = caller.may_act and tokens.operator is not None
         if name == "":
-            return self._page(
-                req, caller, "Overview", await self._overview(can_act), 200, refresh=30
-            )
+            body = await self._overview(can_act)
+            return self._page(req, caller, "Overview", body, 200, refresh=refresh_every())
         if name == "job":
-            return self._page(req, caller, one_q(req, "name"), await self._job(req, can_act), 200)
+            body = await self._job(req, can_act)
+            return self._page(req, caller, one_q(req, "name"), body, 200, refresh=refresh_every())
         if name == "schedules":
             return self._page(req, caller, "Schedules", await self._schedules(req, can_act), 200)
         found = await self._db(self._ops.run(one_q(req, "id")))
@@ -176,15 +215,14 @@ class Dashboard:
         back = _safe_back(req.query.get("back") or one(req.form, "back"))
         if req.method != "POST":
             return self._page(req, caller, "Sign in", pages.login_page("", back), 200)
-        if not same_origin(req.headers):
-            return self._refuse(req, caller, 403, "sign-in refused: it did not come from this page")
-        token = one(req.form, "token")
-        signed = identify(tokens, {"authorization": f"Bearer {token}"}, {})
+        signed = by_token(tokens, one(req.form, "token"))
         if signed.role is None:
             return self._page(
                 req, caller, "Sign in", pages.login_page("That token is not valid.", back), 401
             )
-        return _redirect(back, [("Set-Cookie", login_cookie(token, req.root, req.secure))])
+        ident, _ = await self._db(self._ops.sessions.open(signed.role, signed.actor))
+        age = int(SESSION_LIFETIME.total_seconds())
+        return _redirect(back, [("Set-Cookie", session_cookie(ident, req.root, req.secure, age))])
 
     async def _action(self, req: WebRequest, tokens: Tokens, caller: Caller) -> WebResponse:
         back = _safe_back(one(req.form, "back"))
@@ -192,8 +230,6 @@ class Dashboard:
             return self._refuse(req, caller, 403, "actions are off: set PGSCHED_HTTP_TOKEN")
         if not caller.may_act:
             return self._refuse(req, caller, 401, "sign in with the operator token to act")
-        if caller.by_cookie and not same_origin(req.headers):
-            return self._refuse(req, caller, 403, "refused: the form did not come from this page")
         ask = question(req.form) if caller.by_cookie else None
         if ask is not None:  # a browser asks first; a script with its bearer token has decided
             return self._page(req, caller, "Confirm", pages.confirm_page(req.form, ask, back), 200)
@@ -229,10 +265,21 @@ class Dashboard:
             (
                 "Content-Security-Policy",
                 "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:;"
+                f" script-src '{SCRIPT_HASH}'; connect-src 'self';"
                 " form-action 'self'; frame-ancestors 'none'",
             ),
         ]
         return WebResponse(status, html, headers)
+
+
+def refresh_every() -> int:
+    """Seconds between a page's refreshes in place: ``PGSCHED_DASHBOARD_REFRESH``, else 30
+    (0: never)."""
+    text = os.environ.get("PGSCHED_DASHBOARD_REFRESH", "")
+    try:
+        return max(0, int(text)) if text else _REFRESH_S
+    except ValueError:
+        return _REFRESH_S
 
 
 def one_q(req: WebRequest, name: str) -> str:

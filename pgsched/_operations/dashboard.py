@@ -30,6 +30,7 @@ from .._views import (
     UpcomingPlan,
 )
 from .audit import Audited, Entry
+from .sessions import Sessions
 
 MAX_GRID_PLANS = 60
 MAX_GRID_ROWS = 200
@@ -238,6 +239,11 @@ class DashboardOperations(Audited):
         return job
 
     # -- the action log ---------------------------------------------------------------------
+
+    @property
+    def sessions(self) -> Sessions:
+        """The dashboard's sign-in sessions."""
+        return Sessions(self._dash, self._conn)
 
     async def actions(self, job: str | None = None, limit: int = 20) -> list[ActionRecord]:
         """The latest recorded actions, newest first (of ``job`` when given)."""

@@ -1,10 +1,10 @@
 """The dashboard's statements: bounded, indexed reads of a job's plans, scopes and cells, the
-"retry now" write, and the action log (migration 0011)."""
+"retry now" write, the action log (migration 0011) and the dashboard's sessions (0020)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -104,6 +104,21 @@ class DashboardStore(_Statements):
             return await self._typed(conn, "list_actions", ActionRecord, {"limit": limit})
         params = {"job": job, "limit": limit}
         return await self._typed(conn, "list_job_actions", ActionRecord, params)
+
+    async def open_session(
+        self, conn: Conn, id_hash: bytes, role: str, actor: str, lifetime: timedelta
+    ) -> datetime:
+        """Store a session (and remove those past their end); returns when it ends."""
+        params = {"id_hash": id_hash, "role": role, "actor": actor, "lifetime": lifetime}
+        row = await self._one(conn, "open_session", params)
+        return row["expires_at"]  # type: ignore[no-any-return]
+
+    async def find_session(self, conn: Conn, id_hash: bytes) -> Row | None:
+        rows = await self._rows(conn, "find_session", {"id_hash": id_hash})
+        return rows[0] if rows else None
+
+    async def close_session(self, conn: Conn, id_hash: bytes) -> None:
+        await self._rows(conn, "close_session", {"id_hash": id_hash})
 
 
 def _scope_arrays(scopes: Sequence[Scope]) -> dict[str, list[str]]:

@@ -223,6 +223,7 @@ class _JobStatements(_Statements):
             "http_address": replica.http_address,
             "started_at": replica.started_at,
             "expiry": replica.expiry,
+            "live_for": replica.live_for,
         }
         await self._rows(conn, "register_jobs", params)
 

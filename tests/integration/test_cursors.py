@@ -207,7 +207,9 @@ async def _opposite_changes_at_once(dsn: str, schema: str) -> dict[str, bool]:
             )
 
         for runner, ids in (("A", "ax"), ("B", "ay")):  # mid-rollout: they disagree
-            entry = ReplicaEntry(runner, "h", "v", None, now, timedelta(minutes=5))
+            entry = ReplicaEntry(
+                runner, "h", "v", None, now, timedelta(minutes=5), timedelta(seconds=30)
+            )
             await store.register_jobs(one, [("fan", "every 1h", "static")], [[]], entry)
             await store.sight_cursors(one, "fan", seen(runner, ids))
         async with one.transaction():

@@ -185,3 +185,73 @@ def test_the_job_page_marks_skipped_cells_with_their_reason_and_lists_the_spans(
     assert f"t:&lt;b&gt; at {p1.isoformat()}: skipped (paused)" in page.body
     assert "t:<b>" not in page.body  # every scope escaped
     assert 'aria-label="Skipped plans"' in page.body
+
+
+def test_start_lag_is_the_first_attempt_of_scheduled_plans_only(
+    migrated: str, db: Any, runtime_dsn: str
+) -> None:
+    """A plan started 1.5 s late whose failure an operator retried 106 s after it (the row now
+    shows the retry) charts 1.5 s; a manual run started late charts nothing."""
+    _seed_job(db, migrated, "lagged")
+    retried_plan = past_plan(db, timedelta(minutes=10))
+    retried = insert_row(
+        db,
+        migrated,
+        job_name="lagged",
+        plan_time=retried_plan,
+        status="SUCCESS",
+        attempt=2,
+        max_attempts=2,
+        runner_id="r",
+        started_at=retried_plan + timedelta(seconds=106),
+        finished_at=retried_plan + timedelta(seconds=107),
+        duration_ms=1000,
+    )
+    db.execute(
+        sql.SQL(
+            "INSERT INTO {} (execution_id, fencing_token, attempt, runner_id, started_at,"
+            " finished_at, error_code, error_msg) VALUES (%s, 1, 1, 'r', %s, %s,"
+            " 'handler_error', 'boom')"
+        ).format(table(migrated, "cron_attempts")),
+        (
+            retried["id"],
+            retried_plan + timedelta(seconds=1.5),
+            retried_plan + timedelta(seconds=2),
+        ),
+    )
+    plain_plan = past_plan(db, timedelta(minutes=5))
+    insert_row(
+        db,
+        migrated,
+        job_name="lagged",
+        plan_time=plain_plan,
+        status="SUCCESS",
+        attempt=1,
+        max_attempts=1,
+        runner_id="r",
+        started_at=plain_plan + timedelta(milliseconds=250),
+        finished_at=plain_plan + timedelta(seconds=1),
+        duration_ms=750,
+    )
+    manual_plan = past_plan(db, timedelta(minutes=2))
+    insert_row(
+        db,
+        migrated,
+        job_name="lagged",
+        plan_time=manual_plan,
+        trigger="manual",
+        status="SUCCESS",
+        attempt=1,
+        max_attempts=1,
+        runner_id="r",
+        started_at=manual_plan + timedelta(seconds=50),
+        finished_at=manual_plan + timedelta(seconds=51),
+        duration_ms=1000,
+    )
+    history = _run(runtime_dsn, migrated, lambda a: a.plan_history("lagged", limit=10))
+    lags = {p.plan_time: (p.lag_p50_ms, p.lag_max_ms) for p in history}
+    assert lags == {
+        manual_plan: (None, None),
+        plain_plan: (250, 250),
+        retried_plan: (1500, 1500),
+    }

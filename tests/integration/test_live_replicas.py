@@ -176,3 +176,35 @@ def test_status_shows_each_jobs_next_plan(
     assert jobs["fixed"].next_plan == ahead
     assert jobs["passing"].next_plan is None
     assert jobs["fixed"].to_json()["next_plan"] == ahead.isoformat()
+
+
+def test_a_replica_that_stopped_renewing_is_gone_before_its_row_expires(
+    make_scheduler: Any, migrated: str, runtime_dsn: str, db: Any
+) -> None:
+    """Live means renewed within three renewal intervals (the row's live_until; 30 s after
+    seen_at for a row an earlier version wrote without it), not "not yet expired": forget
+    then treats the stopped one as gone, and its row stays until its expiry."""
+    s = make_scheduler("replica")
+    s.register(_ok, name="orphan", planner=FixedPlans())
+    s.run_once()
+    for runner, seen, live_until in [
+        ("stopped", "-5 seconds", "-1 second"),  # renewed, then killed
+        ("renewing", "-1 second", "29 seconds"),
+        ("old-version", "-10 seconds", None),
+        ("old-stopped", "-40 seconds", None),
+    ]:
+        db.execute(
+            sql.SQL(
+                "INSERT INTO {} (runner_id, host, version, jobs, http_address, started_at,"
+                " seen_at, expires_at, live_until) VALUES (%s, 'elsewhere', '0.0.1', %s, NULL,"
+                " now(), now() + %s::interval, now() + interval '10 minutes',"
+                " now() + %s::interval)"
+            ).format(table(migrated, "replicas")),
+            (runner, ["orphan"] if runner.endswith("stopped") else ["other"], seen, live_until),
+        )
+    admin = Admin(dsn=runtime_dsn, schema=migrated)
+    assert [r.runner_id for r in admin.replicas()] == ["old-version", "renewing"]
+    admin.forget("orphan")  # only replicas gone register it
+    assert "orphan" not in [j.job for j in admin.status()]
+    count = db.execute(sql.SQL("SELECT count(*) FROM {}").format(table(migrated, "replicas")))
+    assert count.fetchone() == (4,)  # shown gone, not removed before their expiry

@@ -1,15 +1,16 @@
 """The dashboard mounted in the application's own web app, over real HTTP: under ``/ops`` in
 FastAPI (ASGI, served by uvicorn) and as an aiohttp sub-application. Links are relative, the
-login cookie is scoped to the mount, and actions work there as on a replica."""
+session cookie is scoped to the mount, the app's public origin is allowed, and actions work
+there as on a replica."""
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import sys
 import textwrap
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 import pytest
 
@@ -34,7 +35,7 @@ FASTAPI_APP = textwrap.dedent(
     def hello():
         return {"ok": True}
 
-    app.mount("/ops", pgsched.dashboard_asgi(admin))
+    app.mount("/ops", pgsched.dashboard_asgi(admin, allowed_hosts=["https://ops.example.com"]))
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
     """
 )
@@ -47,7 +48,7 @@ AIOHTTP_APP = textwrap.dedent(
 
     admin = pgsched.AsyncAdmin(os.environ["PGSCHED_DSN"], os.environ["PGSCHED_SCHEMA"])
     app = web.Application()
-    app.add_subapp("/ops/", pgsched.dashboard_aiohttp(admin))
+    app.add_subapp("/ops/", pgsched.dashboard_aiohttp(admin, allowed_hosts="https://ops.example.com"))
     web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
     """
 )
@@ -61,9 +62,12 @@ def _call(port: int, method: str, path: str, **options: Any) -> http.client.HTTP
     return resp
 
 
-def _text(port: int, path: str, cookie: str = "") -> tuple[int, str]:
+def _text(port: int, path: str, cookie: str = "", host: str = "") -> tuple[int, str]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=15)
-    conn.request("GET", path, headers={"Cookie": cookie} if cookie else {})
+    headers = {"Cookie": cookie} if cookie else {}
+    if host:
+        headers["Host"] = host
+    conn.request("GET", path, headers=headers)
     resp = conn.getresponse()
     return resp.status, resp.read().decode()
 
@@ -111,7 +115,15 @@ def test_mounted_dashboard_reads_signs_in_and_acts(
         cookie = signed.headers["Set-Cookie"]
         assert "Path=/ops/" in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie
         jar = cookie.split(";", 1)[0]
-        assert unquote(jar.split("=", 1)[1]) == OPERATOR
+        ident = jar.split("=", 1)[1]
+        assert jar.startswith("pgsched_session=") and OPERATOR not in cookie
+        digest = hashlib.sha256(ident.encode()).digest()
+        role = site.one("SELECT role FROM {s}.dashboard_sessions WHERE id_hash = %s", (digest,))
+        assert role == "operator"
+        # The app's public origin is allowed; a name of an attacker's is not (DNS rebinding).
+        status, page = _text(port, "/ops/", jar, host="ops.example.com")
+        assert status == 200 and "signed in: operator" in page
+        assert _text(port, "/ops/", jar, host=f"evil.example:{port}")[0] == 403
         refused = _call(
             port,
             "POST",

@@ -17,6 +17,7 @@ from tests.acceptance.http.cluster import (
     seed_job,
     seed_run,
 )
+from tests.support.net import http
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
@@ -323,3 +324,36 @@ def test_write_api_errors(cluster: Cluster) -> None:
     assert manual() == before  # no bad request inserted anything
     assert not cluster.q("SELECT 1 FROM {s}.cron_executions WHERE job_name = 'no-such-job'")
     assert not cluster.q("SELECT 1 FROM {s}.job_state WHERE job_name = 'no-such-job'")
+
+
+def test_every_error_under_api_is_json_with_its_status(cluster: Cluster) -> None:
+    cases: list[tuple[str, str, Any, int]] = [
+        ("GET", "/api/no-such-endpoint", None, 404),
+        ("GET", "/api/jobs/hourly/nothing-here", None, 404),
+        ("DELETE", "/api/jobs", None, 405),
+        ("PUT", "/api/runs", None, 405),
+        ("POST", "/api/jobs/hourly/trigger", b'{"scope": "' + b"x" * (2 << 20) + b'"}', 413),
+    ]
+    for method, path, body, status in cases:
+        resp = http(method, cluster.main.url(path), token=TOKEN, body=body, timeout=30)
+        assert resp.status == status, (method, path, resp.status, resp.text[:200])
+        assert resp.headers["Content-Type"].startswith("application/json"), (method, path)
+        assert resp.json()["error"], (method, path)
+    assert "GET" in http("DELETE", cluster.main.url("/api/jobs")).headers["Allow"]
+
+
+def test_unknown_query_parameters_are_refused_naming_them(cluster: Cluster) -> None:
+    run_id = seed_run(cluster, "hourly", "SUCCESS")
+    for path, name in [
+        ("/api/runs?jobb=x", "jobb"),
+        ("/api/runs?job=hourly&limt=5", "limt"),
+        ("/api/jobs?verbose=1", "verbose"),
+        ("/api/replicas?all=1", "all"),
+        (f"/api/runs/{run_id}?full=1", "full"),
+        ("/api/jobs/hourly/schedules?limit=5&q=x", "q"),
+        ("/api/jobs/hourly/schedules/user:1?x=1", "x"),
+    ]:
+        resp = cluster.main.get(path)
+        assert resp.status == 400, (path, resp.status, resp.text)
+        assert f"unknown query parameter {name!r}" in resp.json()["error"], path
+    assert cluster.main.get("/api/runs?job=hourly&limit=5").status == 200
