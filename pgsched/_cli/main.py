@@ -36,7 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         configure_logging()
-        return int(args.command(args))
+        code = int(args.command(args))
+        sys.stdout.flush()  # here, so a reader that went away is met inside the try
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
     except PgschedError as exc:
         return _fail(str(exc))
     except DriverError as exc:
@@ -45,6 +49,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"{type(exc).__name__}: {exc}")
     except KeyboardInterrupt:
         return 130
+
+
+SIGPIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a tool SIGPIPE ended
+
+
+def _reader_gone() -> int:
+    """Standard output's reader closed it (``pgsched runs | head``): stop quietly, as tools
+    ended by SIGPIPE do. What is still buffered goes to /dev/null, so the interpreter's last
+    flush at exit fails no more (the recipe of Python's ``signal`` documentation)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return SIGPIPE_STATUS
 
 
 def _fail(message: str) -> int:
