@@ -14,14 +14,14 @@ from typing import Any, NoReturn
 
 from .._app import load_scheduler
 from .._dsn import redact, remember_secrets
-from .._errors import PgschedError
+from .._errors import FieldError, PgschedError
 from .._logging import bound_logger, configure_logging
 from .._model import Scope
 from .._operations.core import DriverError
 from .._times import parse_time
 from .._version import installed_version
 from .._views import Triggered
-from .common import admin_from, configured_dsn, print_table, utc_text
+from .common import admin_from, cli_field, configured_dsn, print_table, utc_text
 from .replicas import add_replica_commands
 from .runs import add_runs_command
 from .schedules import add_schedule_commands
@@ -41,6 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _reader_gone()
+    except FieldError as exc:
+        return _fail(exc.worded(cli_field))
     except PgschedError as exc:
         return _fail(str(exc))
     except DriverError as exc:

@@ -21,7 +21,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from structlog.typing import FilteringBoundLogger
 
-from .._errors import ConfigError, NotFoundError, PgschedError
+from .._errors import ConfigError, FieldError, NotFoundError, PgschedError
 from .._metrics import Metrics
 from .._model import Scope
 from .._operations.core import MAX_LIMIT, DriverError, Operations
@@ -129,6 +129,8 @@ class HttpServer:
             raise
         except NotFoundError as exc:
             return _json({"error": str(exc)}, 404)
+        except FieldError as exc:
+            return _json({"error": exc.worded(api_field)}, 400)
         except ConfigError as exc:
             return _json({"error": str(exc)}, 400)
         except PgschedError as exc:
@@ -300,6 +302,12 @@ class HttpServer:
         work = self._ops.retry_now(ident)
         job = await self._db(self._ops.action_log.act(actor, "retry", None, ident, work))
         return _json({"id": ident, "job": job, "retry": "now"}, 200)
+
+
+def api_field(name: str, value: object) -> str:
+    """A field of an operation as this API's JSON body field: ``"all_scopes": true``."""
+    shown = value if isinstance(value, bool | int | float) else str(value)
+    return f"{json.dumps(name)}: {json.dumps(shown)}"
 
 
 def _headers(request: web.Request) -> dict[str, str]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from .._config import JobSpec, evaluate_scopes, scopes_mode
-from .._errors import ConfigError, PgschedError
+from .._errors import ConfigError, FieldError, PgschedError
 from .._model import GLOBAL, Scope
 from .._storage.store import Conn, Store
 from .._views import Triggered
@@ -34,14 +34,18 @@ class TriggerScopes:
         mode = await self._mode()
         if all_scopes:
             if scope is not None:
-                raise ConfigError(f"job {job!r}: give a scope or all_scopes, not both")
+                raise FieldError(
+                    f"job {job!r}: give one scope ({{scope}}) or all ({{all_scopes}}), not both",
+                    {"scope": scope, "all_scopes": True},
+                )
             return await self._all(mode)
         if scope is None:
             if mode in ("global", None):
                 return [GLOBAL]
-            raise ConfigError(
-                f"job {job!r} runs for {_DESCRIBED[mode]}: name one (scope, --scope KIND:ID) "
-                "or trigger every one (all_scopes=True, --all-scopes)"
+            raise FieldError(
+                f"job {job!r} runs for {_DESCRIBED[mode]}: name one ({{scope}}) "
+                "or trigger every one ({all_scopes})",
+                {"scope": Scope("KIND", "ID"), "all_scopes": True},
             )
         await self._check(scope, mode)
         return [scope]

@@ -13,8 +13,11 @@ import pytest
 
 import pgsched
 from pgsched import GLOBAL, Scope
+from pgsched._cli.common import cli_field
 from pgsched._cli.main import _triggered_line
 from pgsched._config import build_job, scopes_mode
+from pgsched._errors import FieldError
+from pgsched._http.server import api_field
 from pgsched._operations.triggers import TriggerScopes, check_not_ended
 from pgsched._storage.store import Store
 from pgsched._views import Triggered
@@ -67,6 +70,21 @@ def test_a_scoped_job_needs_a_scope_or_all_scopes() -> None:
         _resolve(_scopes(scopes=TENANTS), None, False)
     with pytest.raises(pgsched.ConfigError, match="not both"):
         _resolve(_scopes(scopes=TENANTS), TENANTS[0], True)
+
+
+def test_each_surface_names_the_fields_its_own_way() -> None:
+    """The error carries the fields; the Python API, the CLI and the HTTP API word them."""
+    with pytest.raises(FieldError) as raised:
+        _resolve(_scopes(scopes=TENANTS), None, False)
+    python, cli, api = (
+        str(raised.value),
+        raised.value.worded(cli_field),
+        raised.value.worded(api_field),
+    )
+    assert "all_scopes=True" in python and "scope=Scope(" in python and "--" not in python
+    assert "--all-scopes" in cli and "--scope KIND:ID" in cli and "all_scopes" not in cli
+    assert '"all_scopes": true' in api and '"scope": "KIND:ID"' in api and "--" not in api
+    assert "=" not in api
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,8 @@ def test_a_scoped_job_needs_a_scope_it_has(cluster: Cluster) -> None:
         resp = cluster.main.post("/api/jobs/tick/trigger", token=TOKEN, body=body)
         assert resp.status == 400, (body, resp.text)
         assert "'tick'" in resp.json()["error"], resp.text
+    named = cluster.main.post("/api/jobs/tick/trigger", token=TOKEN, body={}).json()["error"]
+    assert '"all_scopes": true' in named and "--" not in named, "the API names its own fields"
     resp = cluster.main.post(
         "/api/jobs/tick/trigger", token=TOKEN, body={"all_scopes": True, "scope": "tenant:x"}
     )
