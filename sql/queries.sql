@@ -857,6 +857,14 @@ SELECT schedule FROM {schema}.job_state WHERE job_name = %(job)s
 -- name: job_exists
 SELECT EXISTS (SELECT 1 FROM {schema}.job_state WHERE job_name = %(job)s) AS known
 
+-- name: job_known
+-- A job any record names: its job_state row, a row of its in the ledger (one index probe of
+-- job_plan), or a live replica that registers it.
+SELECT EXISTS (SELECT 1 FROM {schema}.job_state WHERE job_name = %(job)s)
+       OR EXISTS (SELECT 1 FROM {schema}.cron_executions WHERE job_name = %(job)s)
+       OR EXISTS (SELECT 1 FROM {schema}.replicas
+                  WHERE expires_at >= clock_timestamp() AND %(job)s = ANY (jobs)) AS known
+
 -- name: job_summary
 -- One row per known job: what `pgsched status`, the gauges and the status page show.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)

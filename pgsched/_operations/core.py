@@ -134,7 +134,11 @@ class Operations(ScheduleOperations, DashboardOperations):
             end,
         )
         async with self._conn() as conn:
-            return await self._store.list_runs(conn, chosen, limit)
+            found = await self._store.list_runs(conn, chosen, limit)
+            # no rows of a job no record names is a typo, not an empty history
+            if not found and job is not None and not await self._store.job_known(conn, job):
+                raise NotFoundError(f"no job named {job!r}")
+        return found
 
     async def replicas(self) -> list[LiveReplica]:
         """The live replicas: runner id, host, version, start, last registration, the jobs

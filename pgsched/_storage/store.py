@@ -266,6 +266,10 @@ class _JobStatements(_Statements):
     async def job_exists(self, conn: Conn, job: str) -> bool:
         return bool((await self._one(conn, "job_exists", {"job": job}))["known"])
 
+    async def job_known(self, conn: Conn, job: str) -> bool:
+        """Whether ``job`` has a job_state row, rows in the ledger, or a live replica."""
+        return bool((await self._one(conn, "job_known", {"job": job}))["known"])
+
     async def sight_cursors(self, conn: Conn, job: str, seen: Sighting) -> Row:
         """Write ``job``'s scopes as seen now: cursors for new ones, retired ones for those
         gone while the job's live replicas agree on its scopes; returns the counts (seen,
