@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
+from .._times import format_duration
 from .cron import cron_parts, parsed
 
 _T = TypeVar("_T")
@@ -66,6 +67,11 @@ class Recurrence:
 
     def describe(self) -> str:
         return type(self).__name__
+
+    def key(self) -> str:
+        """What its plans are computed from, as cursors store it (``spec_key``): never
+        reworded, or every cursor would be computed again."""
+        return self.describe()
 
     def next_after(self, t: datetime) -> datetime | None:
         """The first plan strictly after ``t``, or None if none within about eight years."""
@@ -143,7 +149,10 @@ class CadenceRecurrence(Recurrence):
         self._step = every // _US
 
     def describe(self) -> str:
-        return f"every {_format_timedelta(self.every)}"
+        return f"every {format_duration(self.every)}"
+
+    def key(self) -> str:
+        return f"every {_legacy_cadence(self.every)}"  # the key cursors have stored since v1
 
     def latest_at_or_before(self, t: datetime) -> datetime:
         offset = (t - EPOCH) // _US
@@ -532,7 +541,7 @@ def unique_in_order(items: Iterable[_T]) -> list[_T]:
     return list(dict.fromkeys(items))
 
 
-def _format_timedelta(delta: timedelta) -> str:
+def _legacy_cadence(delta: timedelta) -> str:
     seconds = delta.total_seconds()
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
