@@ -180,15 +180,20 @@ class RunHistory:
 class Triggered(_JsonView):
     """A manual run: its execution id, plan time, status and scope, and whether this call
     created it (False: the row that already holds the plan, or the scope's PENDING run-now,
-    is returned)."""
+    is returned). ``scheduled_plan``: the instant asked for is a scheduled plan of the scope,
+    so nothing was added (the scheduled run covers it); ``id`` and ``status`` are then its
+    execution's, None until it has one. ``warnings``: what the caller should know about a run
+    that was accepted (no live replica runs the job, an instant in the past)."""
 
-    id: UUID
+    id: UUID | None
     plan_time: datetime
-    status: str
+    status: str | None
     created: bool
     scope_kind: InitVar[str]
     scope_id: InitVar[str]
     scope: Scope = field(init=False)
+    scheduled_plan: bool = False
+    warnings: tuple[str, ...] = ()
 
     def __post_init__(self, scope_kind: str, scope_id: str) -> None:
         object.__setattr__(self, "scope", trusted_scope(scope_kind, scope_id))

@@ -366,6 +366,8 @@ def _trigger(args: argparse.Namespace) -> int:
         done = admin.trigger(args.job, None, at, all_scopes=True)
     else:
         done = [admin.trigger(args.job, scope, at)]
+    for warning in done[0].warnings if done else ():
+        print(f"pgsched: warning: {warning}", file=sys.stderr)
     for row in done:
         print(_triggered_line(row, with_scope=args.all_scopes))
     return 0
@@ -373,13 +375,24 @@ def _trigger(args: argparse.Namespace) -> int:
 
 def _triggered_line(row: Triggered, *, with_scope: bool) -> str:
     """The execution id (alone for a run this call queued, as scripts read it); for a run it
-    did not queue, which execution already holds that plan or run-now, and its status."""
-    line = f"{row.id}  {row.scope}" if with_scope else str(row.id)
+    did not queue, which execution already holds that plan or run-now, and its status, or
+    the scheduled plan that covers the instant asked for."""
+    ident = "-" if row.id is None else str(row.id)
+    line = f"{ident}  {row.scope}" if with_scope else ident
     if row.created:
         return line
+    plan = utc_text(row.plan_time)
+    if row.scheduled_plan:
+        held = (
+            "it has no execution yet" if row.id is None else f"execution {row.id} is {row.status}"
+        )
+        return (
+            f"{line}  not created: {plan} is a scheduled plan of scope {row.scope}, which runs"
+            f" anyway ({held})"
+        )
     return (
         f"{line}  not created: execution {row.id} already holds scope {row.scope} plan "
-        f"{utc_text(row.plan_time)} and is {row.status}"
+        f"{plan} and is {row.status}"
     )
 
 

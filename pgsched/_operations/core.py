@@ -25,7 +25,7 @@ from .._times import Duration, aware, parse_duration
 from .._views import Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory, Triggered
 from .dashboard import DashboardOperations
 from .schedules import ScheduleOperations
-from .triggers import TriggerScopes, check_not_ended
+from .triggers import Triggering
 
 Connector = Callable[[], AbstractAsyncContextManager[Conn]]
 RUN_STATUSES = ("PENDING", "RUNNING", "SUCCESS", "FAILED", "CANCELLED")
@@ -195,22 +195,21 @@ class Operations(ScheduleOperations, DashboardOperations):
         with ``at`` not in the future) a run-now: while one of the job and scope is PENDING,
         that one is returned. A future ``at`` is a one-off at that instant, next to any
         run-now; a second trigger for the same instant returns the first, and one whose plan
-        already ended is an error. A job with scopes other than GLOBAL needs ``scope`` or
-        ``all_scopes=True`` (one run per scope it has now: a list); a scope it does not have
-        is refused. ``created`` says whether this call inserted the row."""
+        already ended is an error. An ``at`` that is a scheduled plan of the scope adds
+        nothing: the result (``scheduled_plan``) is that plan's execution once it has one,
+        and the scheduled run happens whatever becomes of any manual run. A job with scopes
+        other than GLOBAL needs ``scope`` or ``all_scopes=True`` (one run per scope it has
+        now: a list); a scope it does not have is refused. ``created`` says whether this call
+        inserted the row; ``warnings`` what the caller should know (no live replica runs the
+        job, ``at`` in the past)."""
         check_job_name(job)
         when = None if at is None else aware(at, "at")
         local = self._jobs().get(job)
         async with self._conn() as conn, conn.transaction():
-            if local is None:
-                await self._ensure_known(conn, job)
-            chosen = await TriggerScopes(self._store, conn, job, local).resolve(scope, all_scopes)
-            attempts = local.max_attempts if local is not None else 1
-            rows = [
-                await self._store.trigger(conn, job, s.kind, s.id, when, attempts) for s in chosen
-            ]
-            check_not_ended(job, when, rows)  # raising rolls every row of this call back
-            await self._notify(conn, "trigger", job)
+            trigger = Triggering(self._store, self._schedules, conn, job, local)
+            rows = await trigger.queue(scope, when, all_scopes)
+            if any(r.created for r in rows):
+                await self._notify(conn, "trigger", job)
         return rows if all_scopes else rows[0]
 
     async def failed_attempts(self, limit: int = 20) -> list[FailedAttempt]:

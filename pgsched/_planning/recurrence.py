@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol, TypeVar, runtime_checkable
+from typing import Literal, Protocol, TypeVar, cast, runtime_checkable
 from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
@@ -504,6 +504,47 @@ class PlanCursor:
         self._plans = self._plans[-self.limit :]
         self._covered_until = horizon
         self._next = self.recurrence.next_after(horizon)
+
+
+def recurrence_record(recurrence: Recurrence) -> dict[str, object] | None:
+    """What a recurrence's plans are computed from, as JSON (``job_state.recurrence``), so a
+    caller without the job's code computes the same plans; None for a planner hook or a
+    dynamic job, which no record can reproduce."""
+    if isinstance(recurrence, CadenceRecurrence):
+        return {"every_us": recurrence.every // _US}
+    if isinstance(recurrence, CronRecurrence):
+        return {
+            "cron": recurrence.expr,
+            "timezone": recurrence.tz.key,
+            "dst_repeated": recurrence.dst_repeated,
+            "dst_skipped": recurrence.dst_skipped,
+        }
+    return None
+
+
+def recurrence_from_record(record: object) -> Recurrence | None:
+    """The recurrence :func:`recurrence_record` wrote; None for anything else (no record, or
+    one this version cannot read)."""
+    if not isinstance(record, dict):
+        return None
+    try:
+        if isinstance(record.get("every_us"), int):
+            return CadenceRecurrence(_US * record["every_us"])
+        if isinstance(record.get("cron"), str):
+            return CronRecurrence(
+                record["cron"],
+                zone(str(record["timezone"])),
+                cast(DstRepeated | None, record.get("dst_repeated")),
+                cast(DstSkipped | None, record.get("dst_skipped")),
+            )
+    except (ValueError, KeyError, LookupError):
+        return None
+    return None
+
+
+def is_plan(recurrence: Recurrence, instant: datetime) -> bool:
+    """Whether ``instant`` is one of ``recurrence``'s plans."""
+    return instant in recurrence.plans_between(instant - _US, instant)
 
 
 def count_plans_between(recurrence: Recurrence, start: datetime, end: datetime, cap: int) -> int:
