@@ -88,7 +88,9 @@ class LiveReplica(_JsonView):
 @dataclass(frozen=True)
 class Execution(_JsonView):
     """One row of ``cron_executions`` as ``runs()`` reports it; ``stale`` is true for a
-    RUNNING row whose lease has expired."""
+    RUNNING row whose lease has expired. ``result`` is what the handler returned
+    (``Result.data``; ``{}`` when nothing), ``payload`` the schedule's payload a dynamic job's
+    run got (``run.payload``; None for a code-defined job)."""
 
     id: UUID
     job: str
@@ -109,6 +111,7 @@ class Execution(_JsonView):
     duration_ms: int | None
     rows_affected: int | None
     result: Any
+    payload: Any
     error_code: str | None
     error_msg: str | None
     created_at: datetime

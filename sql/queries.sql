@@ -968,8 +968,8 @@ SELECT r.* FROM (
 CROSS JOIN LATERAL (
     SELECT id, job_name AS job, scope_kind, scope_id, plan_time, trigger, status, attempt,
            max_attempts, next_retry_at, runner_id, fencing_token, heartbeat_at, stale_after,
-           started_at, finished_at, duration_ms, rows_affected, result, error_code, error_msg,
-           created_at, (status = 'RUNNING' AND stale_after < clock_timestamp()) AS stale
+           started_at, finished_at, duration_ms, rows_affected, result, payload, error_code,
+           error_msg, created_at, (status = 'RUNNING' AND stale_after < clock_timestamp()) AS stale
     FROM {schema}.cron_executions e
     WHERE e.job_name = j.job_name
       AND (%(status)s::text IS NULL OR status = %(status)s)
@@ -985,8 +985,8 @@ LIMIT %(limit)s
 -- name: get_run
 SELECT id, job_name AS job, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
        next_retry_at, runner_id, fencing_token, heartbeat_at, stale_after, started_at,
-       finished_at, duration_ms, rows_affected, result, error_code, error_msg, created_at,
-       (status = 'RUNNING' AND stale_after < clock_timestamp()) AS stale
+       finished_at, duration_ms, rows_affected, result, payload, error_code, error_msg,
+       created_at, (status = 'RUNNING' AND stale_after < clock_timestamp()) AS stale
 FROM {schema}.cron_executions
 WHERE id = %(id)s
 
@@ -1464,7 +1464,7 @@ ORDER BY t.scope_id
 SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.status,
        e.attempt, e.max_attempts, e.next_retry_at, e.runner_id, e.fencing_token,
        e.heartbeat_at, e.stale_after, e.started_at, e.finished_at, e.duration_ms,
-       e.rows_affected, e.result, e.error_code, e.error_msg, e.created_at,
+       e.rows_affected, e.result, e.payload, e.error_code, e.error_msg, e.created_at,
        (e.status = 'RUNNING' AND e.stale_after < clock_timestamp()) AS stale
 FROM unnest(%(kinds)s::text[], %(ids)s::text[]) AS sc(kind, id)
 CROSS JOIN unnest(%(plans)s::timestamptz[]) AS p(plan_time)
@@ -1479,7 +1479,7 @@ CROSS JOIN LATERAL (
     SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger,
            e.status, e.attempt, e.max_attempts, e.next_retry_at, e.runner_id, e.fencing_token,
            e.heartbeat_at, e.stale_after, e.started_at, e.finished_at, e.duration_ms,
-           e.rows_affected, e.result, e.error_code, e.error_msg, e.created_at,
+           e.rows_affected, e.result, e.payload, e.error_code, e.error_msg, e.created_at,
            (e.status = 'RUNNING' AND e.stale_after < clock_timestamp()) AS stale
     FROM {schema}.cron_executions e
     WHERE e.job_name = (SELECT %(job)s::text) AND e.scope_kind = sc.kind AND e.scope_id = sc.id
@@ -1492,7 +1492,8 @@ CROSS JOIN LATERAL (
 SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.status,
        e.attempt, e.max_attempts, e.next_retry_at, e.runner_id, e.fencing_token,
        e.heartbeat_at, e.stale_after, e.started_at, e.finished_at, e.duration_ms,
-       e.rows_affected, e.result, e.error_code, e.error_msg, e.created_at, false AS stale
+       e.rows_affected, e.result, e.payload, e.error_code, e.error_msg, e.created_at,
+       false AS stale
 FROM {schema}.cron_executions e
 WHERE e.job_name = %(job)s AND e.status = 'FAILED'
 ORDER BY e.finished_at DESC
@@ -1503,7 +1504,8 @@ LIMIT %(limit)s
 SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.status,
        e.attempt, e.max_attempts, e.next_retry_at, e.runner_id, e.fencing_token,
        e.heartbeat_at, e.stale_after, e.started_at, e.finished_at, e.duration_ms,
-       e.rows_affected, e.result, e.error_code, e.error_msg, e.created_at, false AS stale
+       e.rows_affected, e.result, e.payload, e.error_code, e.error_msg, e.created_at,
+       false AS stale
 FROM {schema}.cron_executions e
 WHERE e.job_name = %(job)s AND e.status = 'PENDING'
 ORDER BY e.plan_time

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -267,6 +268,8 @@ def run_page(found: RunHistory, *, can_act: bool, back: str) -> str:
         ("rows", num(r.rows_affected)),
         ("error", esc(r.error_code or "—")),
         ("message", f'<span class="mono">{esc(r.error_msg or "—")}</span>'),
+        ("result", _json_cell(r.result)),
+        *([("payload", _json_cell(r.payload))] if r.payload is not None else []),
         ("id", f'<span class="mono">{esc(r.id)}</span>'),
     ]
     dl = "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in facts)
@@ -277,6 +280,11 @@ def run_page(found: RunHistory, *, can_act: bool, back: str) -> str:
         acts = button_form("retry", "Retry now", back, id=r.id, job=r.job)
     top = section("Execution", "", f'<dl class="kv">{dl}</dl>' + _bar(acts), "execution")
     return top + attempts(found)
+
+
+def _json_cell(value: object) -> str:
+    """A stored JSON value (a run's result, a schedule's payload), indented and escaped."""
+    return f'<pre class="mono">{esc(json.dumps(value, indent=2, sort_keys=True))}</pre>'
 
 
 def _bar(content: str) -> str:
