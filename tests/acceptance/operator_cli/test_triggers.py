@@ -12,7 +12,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.acceptance.operator_cli.ops import Ops, assert_one_line_error, current_plan, trigger
+import pgsched
+from tests.acceptance.operator_cli.ops import (
+    Ops,
+    assert_one_line_error,
+    current_plan,
+    trigger,
+)
 from tests.support.rows import count, row_by_id
 
 pytestmark = pytest.mark.acceptance
@@ -114,3 +120,15 @@ def test_an_accepted_trigger_warns_on_stderr(ops: Ops) -> None:
     assert past.returncode == 0, past.stderr
     assert "at=2020-01-01T00:30:00+00:00 is in the past" in past.stderr, past.stderr
     assert "Traceback" not in alone.stderr + past.stderr
+
+
+def test_a_pending_trigger_shows_the_jobs_max_attempts(bare_ops: Ops) -> None:
+    ops = bare_ops
+    s = pgsched.Scheduler(dsn=ops.dsn, schema=ops.schema, runner_id="registrar")
+    s.register(lambda run: None, name="twice", every="1h", max_attempts=2)
+    s.run_once()  # registers the job, with its max_attempts, as a replica does
+    ident = trigger(ops, "twice")  # an operator without the job's code
+    line = next(x for x in ops.ok("runs", "--job", "twice").splitlines() if str(ident) in x)
+    assert "PENDING" in line and " 1/2 " in line, line
+    shown = ops.ok("runs", "show", str(ident))
+    assert "attempt:     1/2" in shown, shown
