@@ -69,6 +69,8 @@ class JobStatus(_JsonView):
     next_due: datetime | None = None
     # The next plan: from the schedule its replicas registered (a dynamic job: next_due).
     next_plan: datetime | None = None
+    # Whether a live replica registers the job: a trigger of one none runs waits for one.
+    live: bool = True
 
 
 @dataclass(frozen=True, slots=True)

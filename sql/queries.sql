@@ -924,7 +924,9 @@ SELECT j.job_name AS job, j.paused, j.schedule, j.seen_at, j.seen_by,
        -- replicas registered still ahead (none once no replica has planned it for a while)
        CASE WHEN j.schedule = 'dynamic' THEN dyn.next_due
             ELSE (SELECT min(u.p) FROM unnest(j.upcoming) AS u(p) WHERE u.p > (SELECT t FROM now))
-       END AS next_plan
+       END AS next_plan,
+       EXISTS (SELECT 1 FROM {schema}.replicas p
+               WHERE p.expires_at >= (SELECT t FROM now) AND j.job_name = ANY (p.jobs)) AS live
 FROM {schema}.job_state j
 LEFT JOIN LATERAL (
     SELECT count(*) AS schedules, count(*) FILTER (WHERE s.paused) AS schedules_paused,
@@ -1587,7 +1589,9 @@ SELECT j.job_name AS job, j.paused, j.schedule, j.seen_at, j.seen_by,
        next.due AS next_due,
        CASE WHEN j.schedule = 'dynamic' THEN next.due
             ELSE (SELECT min(u.p) FROM unnest(j.upcoming) AS u(p) WHERE u.p > (SELECT t FROM now))
-       END AS next_plan
+       END AS next_plan,
+       EXISTS (SELECT 1 FROM {schema}.replicas p
+               WHERE p.expires_at >= (SELECT t FROM now) AND j.job_name = ANY (p.jobs)) AS live
 FROM {schema}.job_state j
 LEFT JOIN LATERAL (
     SELECT min(n.next_plan_time) AS due FROM {schema}.schedules n

@@ -27,7 +27,7 @@ from .html import (
     table,
     when,
 )
-from .pages import actions_log, run_link
+from .pages import actions_log, job_state, run_link
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +47,7 @@ class JobView:
 
 def job_page(v: JobView, *, can_act: bool) -> str:
     j = v.job
-    state = '<span class="pill paused">paused</span>' if j.paused else "active"
+    state = job_state(j)
     facts = [
         ("schedule", esc(j.schedule or "—")),
         ("state", state),

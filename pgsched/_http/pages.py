@@ -105,6 +105,13 @@ def _total(n: int, jobs: Sequence[JobStatus], name: str) -> str:
     return f"{n:,}+" if capped else f"{n:,}"
 
 
+def job_state(j: JobStatus) -> str:
+    """A job's state cell: paused, no live replica to run it, or active."""
+    if j.paused:
+        return '<span class="pill paused">paused</span>'
+    return "active" if j.live else '<span class="pill paused">no live replica</span>'
+
+
 def _jobs(data: Overview, can_act: bool) -> str:
     headers = ["job", "schedule", "next plan", "state", "recent plans"]
     headers += ["running", "stale", "failed", "pending"]
@@ -112,7 +119,7 @@ def _jobs(data: Overview, can_act: bool) -> str:
         headers = ["select", *headers, "actions"]
     rows = []
     for j in data.jobs:
-        state = '<span class="pill paused">paused</span>' if j.paused else "active"
+        state = job_state(j)
         row = [
             f'<a href="{href("job", name=j.job)}"><strong>{esc(j.job)}</strong></a>',
             esc(j.schedule or "—") + _dynamic(j),

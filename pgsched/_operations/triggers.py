@@ -150,7 +150,7 @@ def trigger_warnings(job: str, at: datetime | None, record: JobRecord) -> tuple[
         found.append(f"job {job!r}: no live replica runs it; the run waits until one does")
     if at is not None and at < record.now:
         found.append(
-            f"job {job!r}: at={at.isoformat()} is in the past"
+            f"job {job!r}: {at.isoformat()} is in the past"
             f" (the database's clock reads {record.now.isoformat()}); it is due at once"
         )
     return tuple(found)

@@ -124,8 +124,11 @@ def test_a_trigger_no_live_replica_will_run_is_accepted_with_a_warning(
     with Admin(dsn=runtime_dsn, schema=migrated) as admin:
         alone = admin.trigger("solo")
         assert alone.created and any("no live replica" in w for w in alone.warnings), alone
-        admin.cancel(alone.id) if alone.id is not None else None
+        assert not {j.job: j for j in admin.status()}["solo"].live, "status says none runs it"
+        assert alone.id is not None
+        admin.cancel(alone.id)
         with running(s):
             wait_until(lambda: admin.replicas(), 15, "the replica's registration")
             served = admin.trigger("solo")
+            assert {j.job: j for j in admin.status()}["solo"].live
         assert served.warnings == (), served.warnings

@@ -118,7 +118,7 @@ def test_an_accepted_trigger_warns_on_stderr(ops: Ops) -> None:
     assert "pgsched: warning: job 'hourly': no live replica runs it" in alone.stderr, alone
     past = ops("trigger", "hourly", "--at", "2020-01-01T00:30:00")
     assert past.returncode == 0, past.stderr
-    assert "at=2020-01-01T00:30:00+00:00 is in the past" in past.stderr, past.stderr
+    assert "job 'hourly': 2020-01-01T00:30:00+00:00 is in the past" in past.stderr, past.stderr
     assert "Traceback" not in alone.stderr + past.stderr
 
 
