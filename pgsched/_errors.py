@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 
 class PgschedError(Exception):
     """Root of every error pgsched raises on purpose."""
@@ -9,6 +11,31 @@ class PgschedError(Exception):
 
 class ConfigError(PgschedError, ValueError):
     """A job or scheduler option is invalid; the message names the job, the field and the value."""
+
+
+class FieldError(ConfigError):
+    """A :class:`ConfigError` whose message suggests fields of the call (``{name}``
+    placeholders of ``template``, each with the value to give): the Python API, the command
+    line and the HTTP API each word a field their own way (:meth:`worded`); ``str()`` is the
+    Python API's wording (``all_scopes=True``)."""
+
+    def __init__(self, template: str, fields: Mapping[str, object]) -> None:
+        self.template, self.fields = template, dict(fields)
+        super().__init__(self.worded(python_field))
+
+    def worded(self, word: Callable[[str, object], str]) -> str:
+        """The message with each field worded by ``word(name, value)``. Only the fields'
+        placeholders are filled (not ``str.format``): the job's name or a scope may hold
+        braces."""
+        text = self.template
+        for name, value in self.fields.items():
+            text = text.replace("{" + name + "}", word(name, value))
+        return text
+
+
+def python_field(name: str, value: object) -> str:
+    """A field as a keyword argument of the Python API: ``all_scopes=True``."""
+    return f"{name}={value!r}"
 
 
 class LeaseLost(PgschedError):

@@ -303,6 +303,44 @@ class RunFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class JobRecord:
+    """What the database knows of one job when an operator triggers it: whether it has a
+    ``job_state`` row (``known``), what its replicas recorded there (what it runs for, its
+    recurrence's record, ``max_attempts``, the plans of the next 30 s), whether a live
+    replica registers it, and the database's clock."""
+
+    known: bool
+    scopes: str | None
+    recurrence: Any
+    max_attempts: int | None
+    upcoming: list[datetime] | None
+    live: bool
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeCursor:
+    """Where a scope's scheduled plans stand: its next plan not yet claimed (None when none
+    is left) and whether that is settled (False: the next claim computes it again, from a
+    schedule that changed)."""
+
+    next_plan_time: datetime | None
+    settled: bool
+
+
+class JobEntry(NamedTuple):
+    """One job as a replica registers it in ``job_state``: its schedule as shown, what it
+    runs for (``scopes_mode``), its recurrence's record as JSON text (None when no record
+    reproduces it) and its ``max_attempts``."""
+
+    name: str
+    schedule: str
+    scopes: str
+    recurrence: str | None
+    max_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaEntry:
     """The row a running replica keeps in ``replicas``: refreshed with its job registration."""
 

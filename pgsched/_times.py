@@ -57,6 +57,25 @@ def parse_duration(
     return result
 
 
+_UNITS = (("d", 86400_000_000), ("h", 3600_000_000), ("m", 60_000_000))
+
+
+def format_duration(value: timedelta) -> str:
+    """A duration as durations are written in input (``parse_duration`` reads it back):
+    ``20s``, ``15m``, ``1h30m``, ``2d``, ``1.5s``; the one form every human output uses."""
+    rest = value // timedelta(microseconds=1)
+    if rest <= 0:
+        return "0s"
+    parts = []
+    for unit, size in _UNITS:
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    if rest:
+        parts.append(f"{rest / 1_000_000:.6f}".rstrip("0").rstrip(".") + "s")
+    return "".join(parts)
+
+
 def aware(value: datetime, name: str) -> datetime:
     """``value`` in UTC; a naive datetime is refused."""
     if not isinstance(value, datetime) or value.tzinfo is None:

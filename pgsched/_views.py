@@ -69,6 +69,8 @@ class JobStatus(_JsonView):
     next_due: datetime | None = None
     # The next plan: from the schedule its replicas registered (a dynamic job: next_due).
     next_plan: datetime | None = None
+    # Whether a live replica registers the job: a trigger of one none runs waits for one.
+    live: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +90,9 @@ class LiveReplica(_JsonView):
 @dataclass(frozen=True)
 class Execution(_JsonView):
     """One row of ``cron_executions`` as ``runs()`` reports it; ``stale`` is true for a
-    RUNNING row whose lease has expired."""
+    RUNNING row whose lease has expired. ``result`` is what the handler returned
+    (``Result.data``; ``{}`` when nothing), ``payload`` the schedule's payload a dynamic job's
+    run got (``run.payload``; None for a code-defined job)."""
 
     id: UUID
     job: str
@@ -109,6 +113,7 @@ class Execution(_JsonView):
     duration_ms: int | None
     rows_affected: int | None
     result: Any
+    payload: Any
     error_code: str | None
     error_msg: str | None
     created_at: datetime
@@ -180,15 +185,20 @@ class RunHistory:
 class Triggered(_JsonView):
     """A manual run: its execution id, plan time, status and scope, and whether this call
     created it (False: the row that already holds the plan, or the scope's PENDING run-now,
-    is returned)."""
+    is returned). ``scheduled_plan``: the instant asked for is a scheduled plan of the scope,
+    so nothing was added (the scheduled run covers it); ``id`` and ``status`` are then its
+    execution's, None until it has one. ``warnings``: what the caller should know about a run
+    that was accepted (no live replica runs the job, an instant in the past)."""
 
-    id: UUID
+    id: UUID | None
     plan_time: datetime
-    status: str
+    status: str | None
     created: bool
     scope_kind: InitVar[str]
     scope_id: InitVar[str]
     scope: Scope = field(init=False)
+    scheduled_plan: bool = False
+    warnings: tuple[str, ...] = ()
 
     def __post_init__(self, scope_kind: str, scope_id: str) -> None:
         object.__setattr__(self, "scope", trusted_scope(scope_kind, scope_id))

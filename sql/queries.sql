@@ -678,8 +678,9 @@ SELECT pg_advisory_xact_lock(hashtextextended(
            %(lock_ns)s || %(job)s || chr(31) || %(kind)s || chr(31) || %(id)s, 1))
 
 -- name: trigger
--- A run-now (`at` NULL or not in the future, planned at the database's clock or at `at`), or
--- a one-off at a future instant. The plan key keeps one row per (job, scope, plan_time), and
+-- A run-now (`run_now`: planned at `plan`, the database's clock or an `at` not in the
+-- future), or a one-off at a future instant `plan`; the operations core chose the plan, never
+-- a scheduled plan of the scope. The plan key keeps one row per (job, scope, plan_time), and
 -- a run-now is not inserted while the scope has a PENDING run-now (a manual row planned no
 -- later than it was created; lock_trigger_scope serialises the check): when either holds the
 -- insert back, the row that holds it is returned with created = false.
@@ -688,13 +689,12 @@ ins AS (
     INSERT INTO {schema}.cron_executions AS x
         (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
          payload)
-    SELECT %(job)s, %(kind)s, %(id)s, coalesce(%(at)s, now.t), 'manual', 'PENDING', 1,
-           %(max_attempts)s,
+    SELECT %(job)s, %(kind)s, %(id)s, %(plan)s, 'manual', 'PENDING', 1, %(max_attempts)s,
            -- a dynamic job's scope: its schedule's payload
            (SELECT s.payload FROM {schema}.schedules s
             WHERE s.job_name = %(job)s AND s.scope_kind = %(kind)s AND s.scope_id = %(id)s)
     FROM now
-    WHERE coalesce(%(at)s, now.t) > now.t OR NOT EXISTS (
+    WHERE NOT %(run_now)s OR NOT EXISTS (
         SELECT 1 FROM {schema}.cron_executions e
         WHERE e.job_name = %(job)s AND e.status = 'PENDING' AND e.plan_time <= now.t
           AND e.scope_kind = %(kind)s AND e.scope_id = %(id)s AND e.trigger = 'manual'
@@ -708,12 +708,38 @@ UNION ALL
  FROM {schema}.cron_executions e, now
  WHERE NOT EXISTS (SELECT 1 FROM ins)
    AND e.job_name = %(job)s AND e.scope_kind = %(kind)s AND e.scope_id = %(id)s
-   AND (e.plan_time = coalesce(%(at)s, now.t)
-        OR (coalesce(%(at)s, now.t) <= now.t AND e.status = 'PENDING'
-            AND e.trigger = 'manual' AND e.plan_time <= e.created_at))
+   AND (e.plan_time = %(plan)s
+        OR (%(run_now)s AND e.status = 'PENDING' AND e.trigger = 'manual'
+            AND e.plan_time <= now.t AND e.plan_time <= e.created_at))
  -- the row at the very plan first: an explicit `at` is about that plan
- ORDER BY e.plan_time = coalesce(%(at)s, now.t) DESC
+ ORDER BY e.plan_time = %(plan)s DESC
  LIMIT 1)
+
+-- name: scheduled_row
+-- The scheduled execution of one plan of a scope, if it has one (a trigger at that plan).
+SELECT id, plan_time, status, false AS created, scope_kind, scope_id
+FROM {schema}.cron_executions
+WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
+  AND plan_time = %(plan)s AND trigger = 'schedule'
+
+-- name: job_record
+-- What a trigger needs to know of a job: its job_state row (none: `known` false), whether a
+-- live replica (as list_replicas counts them) registers it, and the database's clock.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
+SELECT j.job_name IS NOT NULL AS known, j.scopes, j.recurrence, j.max_attempts, j.upcoming,
+       EXISTS (SELECT 1 FROM {schema}.replicas p
+               WHERE CASE WHEN p.live_until >= p.seen_at THEN p.live_until
+                         ELSE p.seen_at + interval '30 seconds' END >= now.t
+                 AND p.expires_at >= now.t AND %(job)s = ANY (p.jobs)) AS live,
+       now.t AS now
+FROM now LEFT JOIN {schema}.job_state j ON j.job_name = %(job)s
+
+-- name: scope_cursor
+-- A code-defined job's scope: its next plan not yet claimed, settled unless its schedule
+-- changed (the next claim computes it again) or the scope was retired.
+SELECT next_plan_time, spec IS NOT NULL AND retired_at IS NULL AS settled
+FROM {schema}.cron_cursors
+WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
 
 -- name: backfill
 -- Every plan for every scope, or (`pairs`) the given (scope, plan) pairs: a dynamic job's
@@ -819,13 +845,17 @@ expired AS (
     RETURNING p.runner_id
 )
 INSERT INTO {schema}.job_state AS j
-    (job_name, paused, schedule, scopes, upcoming, seen_at, seen_by, updated_at)
-SELECT r.job_name, false, r.schedule, r.scopes, r.upcoming::timestamptz[], now.t, %(runner)s, now.t
-FROM unnest(%(jobs)s::text[], %(schedules)s::text[], %(scopes)s::text[], %(upcoming)s::text[])
-     AS r(job_name, schedule, scopes, upcoming), now
+    (job_name, paused, schedule, scopes, upcoming, recurrence, max_attempts, seen_at, seen_by,
+     updated_at)
+SELECT r.job_name, false, r.schedule, r.scopes, r.upcoming::timestamptz[], r.recurrence::jsonb,
+       r.max_attempts, now.t, %(runner)s, now.t
+FROM unnest(%(jobs)s::text[], %(schedules)s::text[], %(scopes)s::text[], %(upcoming)s::text[],
+            %(recurrences)s::text[], %(max_attempts)s::int[])
+     AS r(job_name, schedule, scopes, upcoming, recurrence, max_attempts), now
 ORDER BY r.job_name
 ON CONFLICT (job_name) DO UPDATE
 SET schedule = EXCLUDED.schedule, scopes = EXCLUDED.scopes, upcoming = EXCLUDED.upcoming,
+    recurrence = EXCLUDED.recurrence, max_attempts = EXCLUDED.max_attempts,
     seen_at = EXCLUDED.seen_at,
     seen_by = EXCLUDED.seen_by
 
@@ -927,6 +957,14 @@ SELECT schedule FROM {schema}.job_state WHERE job_name = %(job)s
 -- name: job_exists
 SELECT EXISTS (SELECT 1 FROM {schema}.job_state WHERE job_name = %(job)s) AS known
 
+-- name: job_known
+-- A job any record names: its job_state row, a row of its in the ledger (one index probe of
+-- job_plan), or a live replica that registers it.
+SELECT EXISTS (SELECT 1 FROM {schema}.job_state WHERE job_name = %(job)s)
+       OR EXISTS (SELECT 1 FROM {schema}.cron_executions WHERE job_name = %(job)s)
+       OR EXISTS (SELECT 1 FROM {schema}.replicas
+                  WHERE expires_at >= clock_timestamp() AND %(job)s = ANY (jobs)) AS known
+
 -- name: job_summary
 -- One row per known job: what `pgsched status`, the gauges and the status page show.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
@@ -958,7 +996,11 @@ SELECT j.job_name AS job, j.paused, j.schedule, j.seen_at, j.seen_by,
        -- replicas registered still ahead (none once no replica has planned it for a while)
        CASE WHEN j.schedule = 'dynamic' THEN dyn.next_due
             ELSE (SELECT min(u.p) FROM unnest(j.upcoming) AS u(p) WHERE u.p > (SELECT t FROM now))
-       END AS next_plan
+       END AS next_plan,
+       EXISTS (SELECT 1 FROM {schema}.replicas p
+               WHERE CASE WHEN p.live_until >= p.seen_at THEN p.live_until
+                         ELSE p.seen_at + interval '30 seconds' END >= (SELECT t FROM now)
+                 AND p.expires_at >= (SELECT t FROM now) AND j.job_name = ANY (p.jobs)) AS live
 FROM {schema}.job_state j
 LEFT JOIN LATERAL (
     SELECT count(*) AS schedules, count(*) FILTER (WHERE s.paused) AS schedules_paused,
@@ -1002,8 +1044,8 @@ SELECT r.* FROM (
 CROSS JOIN LATERAL (
     SELECT id, job_name AS job, scope_kind, scope_id, plan_time, trigger, status, attempt,
            max_attempts, next_retry_at, runner_id, fencing_token, heartbeat_at, stale_after,
-           started_at, finished_at, duration_ms, rows_affected, result, error_code, error_msg,
-           created_at, (status = 'RUNNING' AND stale_after < clock_timestamp()) AS stale
+           started_at, finished_at, duration_ms, rows_affected, result, payload, error_code,
+           error_msg, created_at, (status = 'RUNNING' AND stale_after < clock_timestamp()) AS stale
     FROM {schema}.cron_executions e
     WHERE e.job_name = j.job_name
       AND (%(status)s::text IS NULL OR status = %(status)s)
@@ -1019,8 +1061,8 @@ LIMIT %(limit)s
 -- name: get_run
 SELECT id, job_name AS job, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
        next_retry_at, runner_id, fencing_token, heartbeat_at, stale_after, started_at,
-       finished_at, duration_ms, rows_affected, result, error_code, error_msg, created_at,
-       (status = 'RUNNING' AND stale_after < clock_timestamp()) AS stale
+       finished_at, duration_ms, rows_affected, result, payload, error_code, error_msg,
+       created_at, (status = 'RUNNING' AND stale_after < clock_timestamp()) AS stale
 FROM {schema}.cron_executions
 WHERE id = %(id)s
 
@@ -1542,7 +1584,7 @@ ORDER BY t.scope_id
 SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.status,
        e.attempt, e.max_attempts, e.next_retry_at, e.runner_id, e.fencing_token,
        e.heartbeat_at, e.stale_after, e.started_at, e.finished_at, e.duration_ms,
-       e.rows_affected, e.result, e.error_code, e.error_msg, e.created_at,
+       e.rows_affected, e.result, e.payload, e.error_code, e.error_msg, e.created_at,
        (e.status = 'RUNNING' AND e.stale_after < clock_timestamp()) AS stale
 FROM unnest(%(kinds)s::text[], %(ids)s::text[]) AS sc(kind, id)
 CROSS JOIN unnest(%(plans)s::timestamptz[]) AS p(plan_time)
@@ -1557,7 +1599,7 @@ CROSS JOIN LATERAL (
     SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger,
            e.status, e.attempt, e.max_attempts, e.next_retry_at, e.runner_id, e.fencing_token,
            e.heartbeat_at, e.stale_after, e.started_at, e.finished_at, e.duration_ms,
-           e.rows_affected, e.result, e.error_code, e.error_msg, e.created_at,
+           e.rows_affected, e.result, e.payload, e.error_code, e.error_msg, e.created_at,
            (e.status = 'RUNNING' AND e.stale_after < clock_timestamp()) AS stale
     FROM {schema}.cron_executions e
     WHERE e.job_name = (SELECT %(job)s::text) AND e.scope_kind = sc.kind AND e.scope_id = sc.id
@@ -1570,7 +1612,8 @@ CROSS JOIN LATERAL (
 SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.status,
        e.attempt, e.max_attempts, e.next_retry_at, e.runner_id, e.fencing_token,
        e.heartbeat_at, e.stale_after, e.started_at, e.finished_at, e.duration_ms,
-       e.rows_affected, e.result, e.error_code, e.error_msg, e.created_at, false AS stale
+       e.rows_affected, e.result, e.payload, e.error_code, e.error_msg, e.created_at,
+       false AS stale
 FROM {schema}.cron_executions e
 WHERE e.job_name = %(job)s AND e.status = 'FAILED'
 ORDER BY e.finished_at DESC
@@ -1581,7 +1624,8 @@ LIMIT %(limit)s
 SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.status,
        e.attempt, e.max_attempts, e.next_retry_at, e.runner_id, e.fencing_token,
        e.heartbeat_at, e.stale_after, e.started_at, e.finished_at, e.duration_ms,
-       e.rows_affected, e.result, e.error_code, e.error_msg, e.created_at, false AS stale
+       e.rows_affected, e.result, e.payload, e.error_code, e.error_msg, e.created_at,
+       false AS stale
 FROM {schema}.cron_executions e
 WHERE e.job_name = %(job)s AND e.status = 'PENDING'
 ORDER BY e.plan_time
@@ -1673,7 +1717,11 @@ SELECT j.job_name AS job, j.paused, j.schedule, j.seen_at, j.seen_by,
        next.due AS next_due,
        CASE WHEN j.schedule = 'dynamic' THEN next.due
             ELSE (SELECT min(u.p) FROM unnest(j.upcoming) AS u(p) WHERE u.p > (SELECT t FROM now))
-       END AS next_plan
+       END AS next_plan,
+       EXISTS (SELECT 1 FROM {schema}.replicas p
+               WHERE CASE WHEN p.live_until >= p.seen_at THEN p.live_until
+                         ELSE p.seen_at + interval '30 seconds' END >= (SELECT t FROM now)
+                 AND p.expires_at >= (SELECT t FROM now) AND j.job_name = ANY (p.jobs)) AS live
 FROM {schema}.job_state j
 LEFT JOIN LATERAL (
     SELECT min(n.next_plan_time) AS due FROM {schema}.schedules n

@@ -38,6 +38,13 @@ def admin_from(args: argparse.Namespace) -> Admin:
     )
 
 
+def cli_field(name: str, value: object) -> str:
+    """A field of an operation as this command line's option: ``--all-scopes``,
+    ``--scope KIND:ID``."""
+    option = "--" + name.replace("_", "-")
+    return option if value is True else f"{option} {value}"
+
+
 def utc_text(value: datetime | None) -> str:
     return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 

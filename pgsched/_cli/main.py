@@ -14,14 +14,14 @@ from typing import Any, NoReturn
 
 from .._app import load_scheduler
 from .._dsn import redact, remember_secrets
-from .._errors import PgschedError
+from .._errors import FieldError, PgschedError
 from .._logging import bound_logger, configure_logging
 from .._model import Scope
 from .._operations.core import DriverError
 from .._times import parse_time
 from .._version import installed_version
 from .._views import Triggered
-from .common import admin_from, configured_dsn, print_table, utc_text
+from .common import admin_from, cli_field, configured_dsn, print_table, utc_text
 from .explain import add_explain_command
 from .replicas import add_replica_commands
 from .runs import add_runs_command
@@ -37,7 +37,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         configure_logging()
-        return int(args.command(args))
+        code = int(args.command(args))
+        sys.stdout.flush()  # here, so a reader that went away is met inside the try
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
+    except FieldError as exc:
+        return _fail(exc.worded(cli_field))
     except PgschedError as exc:
         return _fail(str(exc))
     except DriverError as exc:
@@ -46,6 +52,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"{type(exc).__name__}: {exc}")
     except KeyboardInterrupt:
         return 130
+
+
+SIGPIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for a tool SIGPIPE ended
+
+
+def _reader_gone() -> int:
+    """Standard output's reader closed it (``pgsched runs | head``): stop quietly, as tools
+    ended by SIGPIPE do. What is still buffered goes to /dev/null, so the interpreter's last
+    flush at exit fails no more (the recipe of Python's ``signal`` documentation)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return SIGPIPE_STATUS
 
 
 def _fail(message: str) -> int:
@@ -349,6 +368,8 @@ def _trigger(args: argparse.Namespace) -> int:
         done = admin.trigger(args.job, None, at, all_scopes=True)
     else:
         done = [admin.trigger(args.job, scope, at)]
+    for warning in done[0].warnings if done else ():
+        print(f"pgsched: warning: {warning}", file=sys.stderr)
     for row in done:
         print(_triggered_line(row, with_scope=args.all_scopes))
     return 0
@@ -356,13 +377,24 @@ def _trigger(args: argparse.Namespace) -> int:
 
 def _triggered_line(row: Triggered, *, with_scope: bool) -> str:
     """The execution id (alone for a run this call queued, as scripts read it); for a run it
-    did not queue, which execution already holds that plan or run-now, and its status."""
-    line = f"{row.id}  {row.scope}" if with_scope else str(row.id)
+    did not queue, which execution already holds that plan or run-now, and its status, or
+    the scheduled plan that covers the instant asked for."""
+    ident = "-" if row.id is None else str(row.id)
+    line = f"{ident}  {row.scope}" if with_scope else ident
     if row.created:
         return line
+    plan = utc_text(row.plan_time)
+    if row.scheduled_plan:
+        held = (
+            "it has no execution yet" if row.id is None else f"execution {row.id} is {row.status}"
+        )
+        return (
+            f"{line}  not created: {plan} is a scheduled plan of scope {row.scope}, which runs"
+            f" anyway ({held})"
+        )
     return (
         f"{line}  not created: execution {row.id} already holds scope {row.scope} plan "
-        f"{utc_text(row.plan_time)} and is {row.status}"
+        f"{plan} and is {row.status}"
     )
 
 

@@ -96,7 +96,12 @@ def _print_execution(r: Execution) -> None:
         ("runner", r.runner_id or "-"),
         ("duration ms", "-" if r.duration_ms is None else str(r.duration_ms)),
         ("error", error_text(r.error_code, r.error_msg, 4000) or "-"),
+        # JSON with every non-ASCII and control character escaped: one line, nothing the
+        # terminal would act on
+        ("result", json.dumps(r.result, sort_keys=True)),
     ]
+    if r.payload is not None:  # a dynamic job's run: its schedule's payload
+        fields.append(("payload", json.dumps(r.payload, sort_keys=True)))
     for name, value in fields:
         print(f"{name + ':':<13}{value}")
 

@@ -10,7 +10,7 @@ from typing import Any
 from .._errors import ConfigError, NotFoundError
 from .._model import Scope
 from .._planning.schedules import Schedule
-from .._times import parse_time
+from .._times import format_duration, parse_time
 from .common import admin_from, print_table, utc_text
 
 
@@ -84,6 +84,8 @@ def _get(args: argparse.Namespace) -> int:
         return 0
     for key, value in found.to_json().items():
         shown = value if key != "scope" else str(found.scope)
+        if key == "every" and found.every is not None:  # the JSON's seconds, as written in input
+            shown = format_duration(found.every)
         print(f"{key}: {json.dumps(shown) if isinstance(shown, dict) else shown}")
     return 0
 
@@ -141,5 +143,5 @@ def _payload(job: str, scope: Scope, text: str | None) -> dict[str, Any] | None:
 
 def _spec(s: Schedule) -> str:
     if s.every is not None:
-        return f"every {s.every}"
+        return f"every {format_duration(s.every)}"
     return f"cron {s.cron!r} in {s.timezone}"

@@ -7,6 +7,7 @@ about what runs."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Mapping
@@ -17,7 +18,8 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from .._config import JobSpec, scopes_mode
-from .._records import ReplicaEntry
+from .._planning.recurrence import recurrence_record
+from .._records import JobEntry, ReplicaEntry
 from .._results import describe_error
 from .._storage.connection import pooled
 from .._storage.store import Conn, Store
@@ -57,7 +59,7 @@ class Registration:
         self.every = min(renewal.total_seconds(), self._expiry.total_seconds() / 3)
         # Registrations ride on ticks: a tick slower than the interval renews at its pace.
         self.live_for = timedelta(seconds=LIVE_RENEWALS * max(self.every, tick_interval))
-        self._registered: list[tuple[str, str, str]] = []
+        self._registered: list[JobEntry] = []
         self._registered_at = 0.0
         self._partitioned_at: float | None = None
         self._started_at = datetime.now(UTC)
@@ -66,13 +68,11 @@ class Registration:
     async def register(self, conn: Conn, jobs: Mapping[str, JobSpec], now: datetime) -> None:
         """Record the jobs (with their plans after the database's ``now``) and the row when
         the jobs changed or the last time is a renewal interval old."""
-        entries = sorted(
-            (name, spec.schedule.describe(), scopes_mode(spec)) for name, spec in jobs.items()
-        )
+        entries = sorted(job_entry(name, spec) for name, spec in jobs.items())
         clock = time.monotonic()
         if entries == self._registered and clock - self._registered_at < self.every:
             return
-        upcoming = [upcoming_plans(jobs[name], now) for name, _, _ in entries]
+        upcoming = [upcoming_plans(jobs[entry.name], now) for entry in entries]
         await self._store.register_jobs(conn, entries, upcoming, self._entry())
         self._registered, self._registered_at = entries, clock
         if self._partitioned_at is None or clock - self._partitioned_at >= _PARTITIONS_EVERY:
@@ -112,10 +112,24 @@ class Registration:
             self._recorder.log.warning("unregister_error", error=describe_error(exc))
 
 
+def job_entry(name: str, job: JobSpec) -> JobEntry:
+    """``job`` as this replica records it in job_state."""
+    record = recurrence_record(job.schedule)
+    return JobEntry(
+        name,
+        job.schedule.describe(),
+        scopes_mode(job),
+        None if record is None else json.dumps(record, sort_keys=True),
+        job.max_attempts,
+    )
+
+
 def upcoming_plans(job: JobSpec, now: datetime) -> list[datetime]:
-    """The plans of ``job`` after ``now`` within the next 30 s, and always the first one
-    (none for a dynamic job, whose schedules have their own). A planner hook that fails
-    here only leaves the next plan unknown; the claim reports its error."""
+    """The plans of ``job`` after ``now`` within the next 30 s, and always the first two
+    (none for a dynamic job, whose schedules have their own): a job planned less often than
+    that still has a next plan on record once its first one is claimed, until the next
+    registration. A planner hook that fails here only leaves the next plan unknown; the
+    claim reports its error."""
     if job.dynamic:
         return []
     try:
@@ -127,4 +141,4 @@ def upcoming_plans(job: JobSpec, now: datetime) -> list[datetime]:
     except Exception:
         return []
     horizon = now + _UPCOMING_WINDOW
-    return plans[:1] + [p for p in plans[1:] if p <= horizon]
+    return plans[:2] + [p for p in plans[2:] if p <= horizon]

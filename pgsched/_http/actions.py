@@ -77,12 +77,18 @@ class ActionForm:
             return await self._bulk(lambda t: self._ops.trigger(job, Scope.parse(t), at))
         if one(self._form, "all_scopes"):
             rows = await self._ops.trigger(job, None, at, all_scopes=True)
-            return f"triggered {job}: {len(rows)} run(s) queued"
+            queued = sum(1 for r in rows if r.created)
+            said = f"triggered {job}: {queued} run(s) queued"
+            return "; ".join((said, *(rows[0].warnings if rows else ())))
         text = one(self._form, "scope")
         scope = Scope.parse(text) if text else None
         done = await self._ops.trigger(job, scope, at)
-        verb = "queued" if done.created else "already queued"
-        return f"triggered {job} ({done.scope}): run {done.id} {verb}"
+        if done.scheduled_plan:
+            said = f"triggered {job} ({done.scope}): nothing added, the scheduled plan covers it"
+        else:
+            verb = "queued" if done.created else "already queued"
+            said = f"triggered {job} ({done.scope}): run {done.id} {verb}"
+        return "; ".join((said, *done.warnings))
 
     async def _pause(self) -> str:
         return await self._jobs(self._ops.pause, "paused")

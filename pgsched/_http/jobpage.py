@@ -11,6 +11,7 @@ from datetime import timedelta
 from .._model import Scope
 from .._operations.dashboard import JobGrid, SchedulePage
 from .._planning.schedules import Schedule
+from .._times import format_duration
 from .._views import ActionRecord, Execution, JobStatus, PlanSummary, UpcomingPlan
 from .charts import line_chart
 from .html import (
@@ -26,7 +27,7 @@ from .html import (
     table,
     when,
 )
-from .pages import actions_log, run_link
+from .pages import actions_log, job_state, run_link
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +47,7 @@ class JobView:
 
 def job_page(v: JobView, *, can_act: bool) -> str:
     j = v.job
-    state = '<span class="pill paused">paused</span>' if j.paused else "active"
+    state = job_state(j)
     facts = [
         ("schedule", esc(j.schedule or "—")),
         ("state", state),
@@ -349,14 +350,8 @@ def _schedule_row(job: str, s: Schedule, page: SchedulePage, back: str, can_act:
 
 
 def _every(value: timedelta | None) -> str:
-    """A cadence as written in a spec: ``90s``, ``15m``, ``1h``, ``2d``."""
-    if value is None:
-        return "—"
-    seconds = value.total_seconds()
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
+    """A cadence as written in a spec: ``90s``, ``15m``, ``1h30m``, ``2d``."""
+    return "—" if value is None else format_duration(value)
 
 
 def _put_form(job: str, back: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -104,6 +105,13 @@ def _total(n: int, jobs: Sequence[JobStatus], name: str) -> str:
     return f"{n:,}+" if capped else f"{n:,}"
 
 
+def job_state(j: JobStatus) -> str:
+    """A job's state cell: paused, no live replica to run it, or active."""
+    if j.paused:
+        return '<span class="pill paused">paused</span>'
+    return "active" if j.live else '<span class="pill paused">no live replica</span>'
+
+
 def _jobs(data: Overview, can_act: bool) -> str:
     headers = ["job", "schedule", "next plan", "state", "recent plans"]
     headers += ["running", "stale", "failed", "pending"]
@@ -111,7 +119,7 @@ def _jobs(data: Overview, can_act: bool) -> str:
         headers = ["select", *headers, "actions"]
     rows = []
     for j in data.jobs:
-        state = '<span class="pill paused">paused</span>' if j.paused else "active"
+        state = job_state(j)
         row = [
             f'<a href="{href("job", name=j.job)}"><strong>{esc(j.job)}</strong></a>',
             esc(j.schedule or "—") + _dynamic(j),
@@ -275,6 +283,8 @@ def run_page(found: RunHistory, *, can_act: bool, back: str) -> str:
         ("rows", num(r.rows_affected)),
         ("error", esc(r.error_code or "—")),
         ("message", f'<span class="mono">{esc(r.error_msg or "—")}</span>'),
+        ("result", _json_cell(r.result)),
+        *([("payload", _json_cell(r.payload))] if r.payload is not None else []),
         ("id", f'<span class="mono">{esc(r.id)}</span>'),
     ]
     dl = "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in facts)
@@ -285,6 +295,11 @@ def run_page(found: RunHistory, *, can_act: bool, back: str) -> str:
         acts = button_form("retry", "Retry now", back, id=r.id, job=r.job)
     top = section("Execution", "", f'<dl class="kv">{dl}</dl>' + _bar(acts), "execution")
     return top + attempts(found)
+
+
+def _json_cell(value: object) -> str:
+    """A stored JSON value (a run's result, a schedule's payload), indented and escaped."""
+    return f'<pre class="mono">{esc(json.dumps(value, indent=2, sort_keys=True))}</pre>'
 
 
 def _bar(content: str) -> str:

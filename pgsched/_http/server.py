@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from structlog.typing import FilteringBoundLogger
 
-from .._errors import ConfigError, NotFoundError, PgschedError
+from .._errors import ConfigError, FieldError, NotFoundError, PgschedError
 from .._metrics import Metrics
 from .._model import Scope
 from .._operations.audit import Actor, acting
@@ -135,6 +135,8 @@ class HttpServer:
             return reply
         except NotFoundError as exc:
             return _json({"error": str(exc)}, 404)
+        except FieldError as exc:
+            return _json({"error": exc.worded(api_field)}, 400)
         except ConfigError as exc:
             return _json({"error": str(exc)}, 400)
         except PgschedError as exc:
@@ -263,6 +265,12 @@ class HttpServer:
         ident = request.match_info["id"]
         job = await self._db(ops.retry_now(ident))
         return _json({"id": ident, "job": job, "retry": "now"}, 200)
+
+
+def api_field(name: str, value: object) -> str:
+    """A field of an operation as this API's JSON body field: ``"all_scopes": true``."""
+    shown = value if isinstance(value, bool | int | float) else str(value)
+    return f"{json.dumps(name)}: {json.dumps(shown)}"
 
 
 def _headers(request: web.Request) -> dict[str, str]:

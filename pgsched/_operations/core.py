@@ -29,7 +29,7 @@ from .dashboard import DashboardOperations
 from .explain import ExplainOperations
 from .schedules import ScheduleOperations
 from .tasks import TaskOperations
-from .triggers import TriggerScopes, check_not_ended
+from .triggers import Triggering
 
 Connector = Callable[[], AbstractAsyncContextManager[Conn]]
 RUN_STATUSES = ("PENDING", "RUNNING", "SUCCESS", "FAILED", "CANCELLED")
@@ -144,7 +144,11 @@ class Operations(ScheduleOperations, DashboardOperations, ExplainOperations, Tas
             end,
         )
         async with self._conn() as conn:
-            return await self._store.list_runs(conn, chosen, limit)
+            found = await self._store.list_runs(conn, chosen, limit)
+            # no rows of a job no record names is a typo, not an empty history
+            if not found and job is not None and not await self._store.job_known(conn, job):
+                raise NotFoundError(f"no job named {job!r}")
+        return found
 
     async def replicas(self) -> list[LiveReplica]:
         """The live replicas: runner id, host, version, start, last registration, the jobs
@@ -201,9 +205,13 @@ class Operations(ScheduleOperations, DashboardOperations, ExplainOperations, Tas
         with ``at`` not in the future) a run-now: while one of the job and scope is PENDING,
         that one is returned. A future ``at`` is a one-off at that instant, next to any
         run-now; a second trigger for the same instant returns the first, and one whose plan
-        already ended is an error. A job with scopes other than GLOBAL needs ``scope`` or
-        ``all_scopes=True`` (one run per scope it has now: a list); a scope it does not have
-        is refused. ``created`` says whether this call inserted the row."""
+        already ended is an error. An ``at`` that is a scheduled plan of the scope adds
+        nothing: the result (``scheduled_plan``) is that plan's execution once it has one,
+        and the scheduled run happens whatever becomes of any manual run. A job with scopes
+        other than GLOBAL needs ``scope`` or ``all_scopes=True`` (one run per scope it has
+        now: a list); a scope it does not have is refused. ``created`` says whether this call
+        inserted the row; ``warnings`` what the caller should know (no live replica runs the
+        job, ``at`` in the past)."""
         check_job_name(job)
         when = None if at is None else aware(at, "at")
         local = self._jobs().get(job)
@@ -211,15 +219,10 @@ class Operations(ScheduleOperations, DashboardOperations, ExplainOperations, Tas
         if when is not None:
             entry.details["at"] = when.isoformat()
         async with self._recorded(entry) as conn:
-            if local is None:
-                await self._ensure_known(conn, job)
-            chosen = await TriggerScopes(self._store, conn, job, local).resolve(scope, all_scopes)
-            attempts = local.max_attempts if local is not None else 1
-            rows = [
-                await self._store.trigger(conn, job, s.kind, s.id, when, attempts) for s in chosen
-            ]
-            check_not_ended(job, when, rows)  # raising rolls every row of this call back
-            await self._notify(conn, "trigger", job)
+            trigger = Triggering(self._store, self._schedules, conn, job, local)
+            rows = await trigger.queue(scope, when, all_scopes)
+            if any(r.created for r in rows):
+                await self._notify(conn, "trigger", job)
             _describe_trigger(entry, rows)
         return rows if all_scopes else rows[0]
 
@@ -359,6 +362,8 @@ def _describe_trigger(entry: Entry, rows: list[Triggered]) -> None:
     if len(rows) == 1:
         entry.scope, entry.execution_id = str(rows[0].scope), rows[0].id
         entry.details["created"] = rows[0].created
+        if rows[0].scheduled_plan:
+            entry.details["scheduled_plan"] = True
     else:
         entry.details["runs"] = len(rows)
         entry.details["created"] = sum(1 for r in rows if r.created)

@@ -77,8 +77,8 @@ class CursorDecision(NamedTuple):
 def spec_key(recurrence: Recurrence) -> str:
     """What a cursor's next plan was computed from: two keys differ when the plans do."""
     if isinstance(recurrence, CronRecurrence):
-        return f"{recurrence.describe()} {recurrence.dst_repeated} {recurrence.dst_skipped}"
-    return recurrence.describe()
+        return f"{recurrence.key()} {recurrence.dst_repeated} {recurrence.dst_skipped}"
+    return recurrence.key()
 
 
 def scope_digest(keys: Sequence[tuple[str, str]]) -> str:
@@ -329,6 +329,9 @@ class _Memo(Recurrence):
 
     def describe(self) -> str:
         return self._inner.describe()
+
+    def key(self) -> str:
+        return self._inner.key()
 
     def next_after(self, t: datetime) -> datetime | None:
         if t not in self._next:

@@ -16,11 +16,12 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol, TypeVar, runtime_checkable
+from typing import Literal, Protocol, TypeVar, cast, runtime_checkable
 from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
+from .._times import format_duration
 from .cron import cron_parts, parsed
 
 _T = TypeVar("_T")
@@ -66,6 +67,11 @@ class Recurrence:
 
     def describe(self) -> str:
         return type(self).__name__
+
+    def key(self) -> str:
+        """What its plans are computed from, as cursors store it (``spec_key``): never
+        reworded, or every cursor would be computed again."""
+        return self.describe()
 
     def next_after(self, t: datetime) -> datetime | None:
         """The first plan strictly after ``t``, or None if none within about eight years."""
@@ -143,7 +149,10 @@ class CadenceRecurrence(Recurrence):
         self._step = every // _US
 
     def describe(self) -> str:
-        return f"every {_format_timedelta(self.every)}"
+        return f"every {format_duration(self.every)}"
+
+    def key(self) -> str:
+        return f"every {_legacy_cadence(self.every)}"  # the key cursors have stored since v1
 
     def latest_at_or_before(self, t: datetime) -> datetime:
         offset = (t - EPOCH) // _US
@@ -497,6 +506,47 @@ class PlanCursor:
         self._next = self.recurrence.next_after(horizon)
 
 
+def recurrence_record(recurrence: Recurrence) -> dict[str, object] | None:
+    """What a recurrence's plans are computed from, as JSON (``job_state.recurrence``), so a
+    caller without the job's code computes the same plans; None for a planner hook or a
+    dynamic job, which no record can reproduce."""
+    if isinstance(recurrence, CadenceRecurrence):
+        return {"every_us": recurrence.every // _US}
+    if isinstance(recurrence, CronRecurrence):
+        return {
+            "cron": recurrence.expr,
+            "timezone": recurrence.tz.key,
+            "dst_repeated": recurrence.dst_repeated,
+            "dst_skipped": recurrence.dst_skipped,
+        }
+    return None
+
+
+def recurrence_from_record(record: object) -> Recurrence | None:
+    """The recurrence :func:`recurrence_record` wrote; None for anything else (no record, or
+    one this version cannot read)."""
+    if not isinstance(record, dict):
+        return None
+    try:
+        if isinstance(record.get("every_us"), int):
+            return CadenceRecurrence(_US * record["every_us"])
+        if isinstance(record.get("cron"), str):
+            return CronRecurrence(
+                record["cron"],
+                zone(str(record["timezone"])),
+                cast(DstRepeated | None, record.get("dst_repeated")),
+                cast(DstSkipped | None, record.get("dst_skipped")),
+            )
+    except (ValueError, KeyError, LookupError):
+        return None
+    return None
+
+
+def is_plan(recurrence: Recurrence, instant: datetime) -> bool:
+    """Whether ``instant`` is one of ``recurrence``'s plans."""
+    return instant in recurrence.plans_between(instant - _US, instant)
+
+
 def count_plans_between(recurrence: Recurrence, start: datetime, end: datetime, cap: int) -> int:
     """How many plans lie in ``(start, end)``, stopping at ``cap`` (skipped-plan counting)."""
     if isinstance(recurrence, CadenceRecurrence):
@@ -532,7 +582,7 @@ def unique_in_order(items: Iterable[_T]) -> list[_T]:
     return list(dict.fromkeys(items))
 
 
-def _format_timedelta(delta: timedelta) -> str:
+def _legacy_cadence(delta: timedelta) -> str:
     seconds = delta.total_seconds()
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size and seconds % size == 0:

@@ -27,6 +27,8 @@ from .._records import (
     DueCursor,
     DueSchedule,
     Finish,
+    JobEntry,
+    JobRecord,
     PartitionFigures,
     Probe,
     Renewal,
@@ -36,6 +38,7 @@ from .._records import (
     RunFilter,
     ScheduleMove,
     ScheduleRows,
+    ScopeCursor,
     Sighting,
     TaskAttempt,
     WonPlan,
@@ -204,17 +207,18 @@ class _JobStatements(_Statements):
     async def register_jobs(
         self,
         conn: Conn,
-        jobs: Sequence[tuple[str, str, str]],
+        jobs: Sequence[JobEntry],
         upcoming: Sequence[Sequence[datetime]],
         replica: ReplicaEntry,
     ) -> None:
-        """Record ``(name, schedule, scopes mode)`` of the jobs this replica runs with each
-        one's upcoming plans, refresh the replica's row and remove those of replicas past their
-        expiry."""
+        """Record the jobs this replica runs with each one's upcoming plans, refresh the
+        replica's row and remove those of replicas past their expiry."""
         params = {
-            "jobs": [j[0] for j in jobs],
-            "schedules": [j[1] for j in jobs],
-            "scopes": [j[2] for j in jobs],
+            "jobs": [j.name for j in jobs],
+            "schedules": [j.schedule for j in jobs],
+            "scopes": [j.scopes for j in jobs],
+            "recurrences": [j.recurrence for j in jobs],
+            "max_attempts": [j.max_attempts for j in jobs],
             # One array literal per job: unnest() would flatten a two-dimensional array.
             "upcoming": ["{" + ",".join(f'"{p.isoformat()}"' for p in u) + "}" for u in upcoming],
             "runner": replica.runner_id,
@@ -268,6 +272,20 @@ class _JobStatements(_Statements):
     async def job_exists(self, conn: Conn, job: str) -> bool:
         return bool((await self._one(conn, "job_exists", {"job": job}))["known"])
 
+    async def job_record(self, conn: Conn, job: str) -> JobRecord:
+        """What the database knows of ``job`` for a trigger (see ``JobRecord``)."""
+        return (await self._typed(conn, "job_record", JobRecord, {"job": job}))[0]
+
+    async def scope_cursor(self, conn: Conn, job: str, scope: Scope) -> ScopeCursor | None:
+        """A code-defined job's cursor of ``scope``, None when it has none."""
+        params = {"job": job, "kind": scope.kind, "id": scope.id}
+        rows = await self._typed(conn, "scope_cursor", ScopeCursor, params)
+        return rows[0] if rows else None
+
+    async def job_known(self, conn: Conn, job: str) -> bool:
+        """Whether ``job`` has a job_state row, rows in the ledger, or a live replica."""
+        return bool((await self._one(conn, "job_known", {"job": job}))["known"])
+
     async def sight_cursors(self, conn: Conn, job: str, seen: Sighting) -> Row:
         """Write ``job``'s scopes as seen now: cursors for new ones, retired ones for those
         gone while the job's live replicas agree on its scopes; returns the counts (seen,
@@ -320,6 +338,14 @@ class _LedgerStatements(_Statements):
         """Drop a partition with no unfinished row; returns its rows, None when kept."""
         dropped = int((await self._one(conn, "drop_partition", {"name": name}))["dropped"])
         return None if dropped < 0 else dropped
+
+    async def scheduled_row(
+        self, conn: Conn, job: str, scope: Scope, plan: datetime
+    ) -> Triggered | None:
+        """The scheduled execution of ``job``'s plan at ``plan`` for ``scope``, if any."""
+        params = {"job": job, "kind": scope.kind, "id": scope.id, "plan": plan}
+        rows = await self._typed(conn, "scheduled_row", Triggered, params)
+        return rows[0] if rows else None
 
     async def ensure_partitions(self, conn: Conn, times: Sequence[datetime]) -> int:
         """Create the partitions these plan times lack (before a backfill or trigger)."""
@@ -625,11 +651,20 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
         return cast(datetime, (await self._one(conn, "now"))["now"])
 
     async def trigger(
-        self, conn: Conn, job: str, kind: str, scope_id: str, at: datetime | None, max_attempts: int
+        self,
+        conn: Conn,
+        job: str,
+        scope: Scope,
+        plan: datetime,
+        *,
+        run_now: bool,
+        max_attempts: int,
     ) -> Triggered:
-        params = {"job": job, "kind": kind, "id": scope_id, "at": at, "max_attempts": max_attempts}
-        params["lock_ns"] = self.lock_ns
-        await self.ensure_partitions(conn, [at] if at is not None else [])
+        """A manual row of ``scope`` at ``plan`` (a run-now, or a one-off when not
+        ``run_now``), or the row that holds it back (``created`` False)."""
+        params: dict[str, Any] = {"job": job, "kind": scope.kind, "id": scope.id, "plan": plan}
+        params.update(run_now=run_now, max_attempts=max_attempts, lock_ns=self.lock_ns)
+        await self.ensure_partitions(conn, [plan])
         for _ in range(3):  # a concurrent trigger may commit between our insert and our read
             async with conn.transaction():
                 await self._rows(conn, "lock_trigger_scope", params)

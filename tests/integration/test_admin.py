@@ -146,7 +146,9 @@ def test_runs_newest_first_and_filtered(
     two = admin.runs(job="alpha", limit=2)
     assert [r.id for r in two] == [r.id for r in alpha[:2]]
     assert two[0].plan_time == p0  # the replica's own run is the newest
-    assert admin.runs(job="nobody") == []
+    with pytest.raises(pgsched.NotFoundError, match="no job named 'nobody'"):
+        admin.runs(job="nobody")  # no record names it: a typo, not an empty history
+    assert admin.runs(job="alpha", since=p0 + 400 * DAY) == []  # a known job's empty page
 
     with pytest.raises(pgsched.ConfigError, match="DONE"):
         admin.runs(status="DONE")
@@ -169,7 +171,7 @@ def test_trigger_and_cancel(
     assert (second.id, second.created) == (ident, False), "a second trigger returns the first"
     assert count(db, migrated, "status = 'PENDING'") == 1
 
-    at = datetime(2031, 5, 6, 7, tzinfo=UTC)
+    at = datetime(2031, 5, 6, 7, 30, tzinfo=UTC)  # between two of beta's hourly plans
     later = admin.trigger("beta", pgsched.Scope("t", "1"), at=at).id
     row = row_by_id(db, migrated, later)
     assert (row["scope_kind"], row["scope_id"], row["plan_time"]) == ("t", "1", at)

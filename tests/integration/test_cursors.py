@@ -17,7 +17,7 @@ from psycopg.rows import dict_row
 
 import pgsched
 from pgsched._planning.cursors import scope_digest
-from pgsched._records import RUNNING_HORIZON, ClaimTerms, ReplicaEntry, Sighting
+from pgsched._records import RUNNING_HORIZON, ClaimTerms, JobEntry, ReplicaEntry, Sighting
 from pgsched._storage.store import Store, _query_texts
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import db_now, estimated_rows, insert_due_cursors, insert_row, rows, table
@@ -210,7 +210,9 @@ async def _opposite_changes_at_once(dsn: str, schema: str) -> dict[str, bool]:
             entry = ReplicaEntry(
                 runner, "h", "v", None, now, timedelta(minutes=5), timedelta(seconds=30)
             )
-            await store.register_jobs(one, [("fan", "every 1h", "static")], [[]], entry)
+            await store.register_jobs(
+                one, [JobEntry("fan", "every 1h", "static", None, 1)], [[]], entry
+            )
             await store.sight_cursors(one, "fan", seen(runner, ids))
         async with one.transaction():
             await store.sight_cursors(one, "fan", seen("A", "ay"))

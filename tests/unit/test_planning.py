@@ -145,7 +145,11 @@ def test_cadence_upcoming() -> None:
 def test_cadence_describe() -> None:
     assert CadenceRecurrence(minutes(5)).describe() == "every 5m"
     assert CadenceRecurrence(timedelta(days=1)).describe() == "every 1d"
-    assert CadenceRecurrence(timedelta(seconds=90)).describe() == "every 90s"
+    assert CadenceRecurrence(timedelta(seconds=90)).describe() == "every 1m30s"
+    assert CadenceRecurrence(timedelta(hours=1.5)).describe() == "every 1h30m"
+    # what cursors store is never reworded: a new wording would compute every cursor again
+    assert CadenceRecurrence(timedelta(seconds=90)).key() == "every 90s"
+    assert CadenceRecurrence(timedelta(hours=1.5)).key() == "every 90m"
 
 
 # -- custom planner hook ------------------------------------------------------------------

@@ -27,9 +27,27 @@ def test_a_fast_job_registers_its_plans_of_the_next_30_seconds() -> None:
     assert len(plans) == 30
 
 
-def test_a_slow_job_registers_only_its_next_plan() -> None:
+def test_a_slow_job_registers_its_next_two_plans() -> None:
+    """Once the first is claimed, the second is still on record as the next plan until the
+    next registration (status showed none for the seconds in between)."""
     job = build_job(_ok, name="daily", cron="0 3 * * *", timezone="UTC")
-    assert upcoming_plans(job, NOW) == [datetime(2026, 3, 2, 3, 0, tzinfo=UTC)]
+    assert upcoming_plans(job, NOW) == [
+        datetime(2026, 3, 2, 3, 0, tzinfo=UTC),
+        datetime(2026, 3, 3, 3, 0, tzinfo=UTC),
+    ]
+
+
+@pytest.mark.parametrize("every", ["20s", "29s", "1m", "1h"])
+def test_a_plan_stays_on_record_past_the_first_until_the_next_registration(every: str) -> None:
+    job = build_job(_ok, name="job", every=every)
+    step = job.schedule.nominal_interval(NOW)
+    assert step is not None
+    for offset in range(0, int(step.total_seconds() * 10)):  # every tenth of a second
+        now = NOW + timedelta(seconds=offset / 10)
+        plans = upcoming_plans(job, now)
+        # the next registration comes 10 s later at most: a plan must still be ahead then
+        assert plans[-1] > now + timedelta(seconds=10) and plans[0] > now, (now, plans)
+        assert len(plans) >= 2
 
 
 def test_a_very_fast_job_registers_a_bounded_number_of_plans() -> None:

@@ -6,18 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pytest
 
 import pgsched
 from pgsched import GLOBAL, Scope
+from pgsched._cli.common import cli_field
 from pgsched._cli.main import _triggered_line
 from pgsched._config import build_job, scopes_mode
-from pgsched._operations.triggers import TriggerScopes, check_not_ended
-from pgsched._storage.store import Store
+from pgsched._errors import FieldError
+from pgsched._http.server import api_field
+from pgsched._operations.triggers import ScheduledPlans, TriggerScopes, check_not_ended
+from pgsched._records import JobRecord
+from pgsched._storage.store import ScheduleStore, Store
 from pgsched._views import Triggered
+from tests.support.plans import FixedPlans
 
 AT = datetime(2031, 1, 1, tzinfo=UTC)
 TENANTS = [Scope("tenant", "acme"), Scope("tenant", "beta")]
@@ -69,6 +74,21 @@ def test_a_scoped_job_needs_a_scope_or_all_scopes() -> None:
         _resolve(_scopes(scopes=TENANTS), TENANTS[0], True)
 
 
+def test_each_surface_names_the_fields_its_own_way() -> None:
+    """The error carries the fields; the Python API, the CLI and the HTTP API word them."""
+    with pytest.raises(FieldError) as raised:
+        _resolve(_scopes(scopes=TENANTS), None, False)
+    python, cli, api = (
+        str(raised.value),
+        raised.value.worded(cli_field),
+        raised.value.worded(api_field),
+    )
+    assert "all_scopes=True" in python and "scope=Scope(" in python and "--" not in python
+    assert "--all-scopes" in cli and "--scope KIND:ID" in cli and "all_scopes" not in cli
+    assert '"all_scopes": true' in api and '"scope": "KIND:ID"' in api and "--" not in api
+    assert "=" not in api
+
+
 @pytest.mark.parametrize(
     ("scope", "every", "needle"),
     [("tenant:acme", False, "pgsched.Scope"), (None, "yes", "all_scopes='yes'")],
@@ -95,3 +115,28 @@ def test_the_cli_line_says_which_execution_holds_the_plan() -> None:
     line = _triggered_line(held, with_scope=False)
     assert line.startswith(str(held.id)) and "not created" in line and "RUNNING" in line
     assert "2031-01-01 00:00:00" in line
+
+
+@pytest.mark.parametrize(
+    ("options", "expected_us"),
+    [
+        ({"every": timedelta(microseconds=2)}, 1),  # now is a plan: the next microsecond
+        ({"planner": "fixed"}, 2),  # now and the next microsecond are plans
+        ({"every": "1h"}, 0),  # now is no plan: the run-now is planned at now
+    ],
+)
+def test_a_run_now_is_planned_off_every_scheduled_plan(
+    options: dict[str, Any], expected_us: int
+) -> None:
+    """A run-now planned exactly at a scheduled plan would take the key the plan's claim
+    needs: it moves off it by a microsecond at a time (decided from the job's code alone)."""
+    now = datetime(2031, 1, 1, 0, 0, 0, 2, tzinfo=UTC) if "planner" not in options else AT
+    if options.get("planner") == "fixed":
+        options = {"planner": FixedPlans(AT, AT + timedelta(microseconds=1))}
+    spec = build_job(_noop, name="tick", **options)
+    record = JobRecord(True, "global", None, None, None, True, now)
+    plans = ScheduledPlans(
+        Store("pgsched"), ScheduleStore("pgsched"), cast(Any, None), "tick", spec, record
+    )
+    planned = asyncio.run(plans.off_plan(GLOBAL, now))
+    assert planned == now + timedelta(microseconds=expected_us)

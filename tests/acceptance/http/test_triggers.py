@@ -13,7 +13,8 @@ from tests.acceptance.http.cluster import SCOPE_ID, TOKEN, Cluster
 
 pytestmark = pytest.mark.acceptance
 
-FAR = "2031-01-01T00:00:00+00:00"
+FAR = "2031-01-01T00:30:00+00:00"  # between two of pausable's hourly plans
+PLAN = "2031-01-01T00:00:00+00:00"  # one of them
 AT_FAR = datetime.fromisoformat(FAR)
 
 
@@ -63,6 +64,8 @@ def test_a_scoped_job_needs_a_scope_it_has(cluster: Cluster) -> None:
         resp = cluster.main.post("/api/jobs/tick/trigger", token=TOKEN, body=body)
         assert resp.status == 400, (body, resp.text)
         assert "'tick'" in resp.json()["error"], resp.text
+    named = cluster.main.post("/api/jobs/tick/trigger", token=TOKEN, body={}).json()["error"]
+    assert '"all_scopes": true' in named and "--" not in named, "the API names its own fields"
     resp = cluster.main.post(
         "/api/jobs/tick/trigger", token=TOKEN, body={"all_scopes": True, "scope": "tenant:x"}
     )
@@ -81,3 +84,21 @@ def test_unknown_trigger_fields_are_refused(cluster: Cluster) -> None:
     assert resp.status == 400, resp.text
     assert "'scop'" in resp.json()["error"] and "'hourly'" in resp.json()["error"]
     assert _manual_count(cluster, "hourly") == before
+
+
+def test_a_trigger_at_a_scheduled_plan_adds_nothing_and_warnings_are_in_the_json(
+    cluster: Cluster,
+) -> None:
+    before = _manual_count(cluster, "hourly")
+    covered = cluster.main.post("/api/jobs/hourly/trigger", token=TOKEN, body={"at": PLAN})
+    assert covered.status == 200, covered.text
+    body = covered.json()
+    assert (body["created"], body["scheduled_plan"], body["id"]) == (False, True, None), body
+    assert body["plan_time"] == PLAN and body["warnings"] == [], body
+    assert _manual_count(cluster, "hourly") == before, "the scheduled run covers it"
+
+    past = cluster.main.post(
+        "/api/jobs/hourly/trigger", token=TOKEN, body={"at": "2020-01-01T00:30:00+00:00"}
+    )
+    assert past.status == 201, past.text
+    assert any("in the past" in w for w in past.json()["warnings"]), past.text

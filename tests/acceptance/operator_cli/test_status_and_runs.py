@@ -167,7 +167,11 @@ def test_runs_newest_first_with_filters(ops: Ops) -> None:
     )
     assert [r["id"] for r in newest_two] == [str(r["id"]) for r in by_plan[:2]]
 
-    assert _runs_json(ops, "--job", "no_such_job") == []
+    # a job no record names is a typo, one line; a known job's empty page is still a page
+    for args in (("--job", "no_such_job"), ("--job", "no_such_job", "--json")):
+        line = assert_one_line_error(ops("runs", *args))
+        assert line == "pgsched: error: no job named 'no_such_job'", line
+    assert _runs_json(ops, "--job", "hourly", "--since", "2040-01-01T00:00:00") == []
     cancelled = _runs_json(ops, "--status", "CANCELLED")
     assert [(r["job"], r["scope"]) for r in cancelled] == [
         ("per_tenant", {"kind": "tenant", "id": "a"})

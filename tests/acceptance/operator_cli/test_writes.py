@@ -41,18 +41,19 @@ def test_trigger_inserts_a_pending_manual_run(ops: Ops) -> None:
     assert again.startswith(out) and "not created" in again and "PENDING" in again, again
     assert count(db, schema, "status = 'PENDING' AND job_name = 'hourly'") == 1
 
-    # --scope and --at are honoured; --at with an offset is stored in UTC
-    scoped = trigger(ops, "per_tenant", "--scope", "tenant:a", "--at", "2030-01-01T09:00:00+02:00")
+    # --scope and --at are honoured; --at with an offset is stored in UTC (instants between two
+    # of the hourly plans: one at a plan adds nothing, tests/acceptance/operator_cli/test_triggers)
+    scoped = trigger(ops, "per_tenant", "--scope", "tenant:a", "--at", "2030-01-01T09:30:00+02:00")
     row = row_by_id(db, schema, scoped)
     assert (row["scope_kind"], row["scope_id"]) == ("tenant", "a")
-    assert row["plan_time"] == datetime(2030, 1, 1, 7, tzinfo=UTC)
+    assert row["plan_time"] == datetime(2030, 1, 1, 7, 30, tzinfo=UTC)
     assert (row["status"], row["trigger"]) == ("PENDING", "manual")
 
     # without an offset --at is UTC
-    naive = trigger(ops, "per_tenant", "--scope", "tenant:b", "--at", "2030-01-01T09:00")
+    naive = trigger(ops, "per_tenant", "--scope", "tenant:b", "--at", "2030-01-01T09:30")
     row = row_by_id(db, schema, naive)
     assert (row["scope_kind"], row["scope_id"]) == ("tenant", "b")
-    assert row["plan_time"] == datetime(2030, 1, 1, 9, tzinfo=UTC)
+    assert row["plan_time"] == datetime(2030, 1, 1, 9, 30, tzinfo=UTC)
     assert naive != scoped
 
 
