@@ -111,7 +111,8 @@ class ScheduleRoutes:
 
 
 def _target(request: web.Request) -> tuple[str, Scope]:
-    return request.match_info["job"], Scope.parse(request.match_info["scope"])
+    job = request.match_info["job"]
+    return job, Scope.parse(request.match_info["scope"], job)
 
 
 def _scope_json(scope: Scope) -> dict[str, str]:
