@@ -20,6 +20,7 @@ from pgsched._planning.schedules import (
     Schedule,
     ScheduleSpec,
     ValidSchedule,
+    check_fields,
     check_schedule,
     first_plan_after,
     plans_between,
@@ -169,6 +170,23 @@ def test_a_scope_with_a_control_character_is_refused_naming_job_field_and_value(
     assert str(info.value) == (
         "job 'reminder', scope 'user:a\\tb': Scope id='a\\tb' contains a control character (tab)"
     )
+
+
+@pytest.mark.parametrize(
+    ("field", "hint"),
+    [
+        ("tz", " (did you mean 'timezone'?)"),
+        ("schedule", " (did you mean 'cron' or 'every'?)"),
+        ("data", " (did you mean 'payload'?)"),
+        ("ends", " (did you mean 'ends_at'?)"),
+        ("zzz", ""),
+    ],
+)
+def test_an_unknown_schedule_field_names_the_field_meant(field: str, hint: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_fields("reminder", Scope("user", "42"), ["every", field])
+    assert str(info.value) == f"job 'reminder', scope user:42: unknown field {field!r}{hint}"
+    check_fields("reminder", Scope("user", "42"), ["every", "timezone", "paused"])
 
 
 def test_scope_that_is_not_a_scope() -> None:
