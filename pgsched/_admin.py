@@ -10,7 +10,7 @@ import asyncio
 import concurrent.futures
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, Never, TypeVar, overload
 from uuid import UUID
 
 from ._config import JobSpec
@@ -62,6 +62,7 @@ class ScheduleMethods:
         starts_at: datetime | None = None,
         ends_at: datetime | None = None,
         paused: bool = False,
+        **unknown: Never,  # refused by type checkers; at run time, named with the field meant
     ) -> Schedule:
         """Create or replace the schedule of ``scope`` (exactly one of ``every`` / ``cron``);
         its first plan is strictly after the put. Returns it as stored."""
@@ -76,6 +77,7 @@ class ScheduleMethods:
                 starts_at=starts_at,
                 ends_at=ends_at,
                 paused=paused,
+                **unknown,
             )
         )
 

@@ -134,7 +134,7 @@ JOB_DEFAULTS: dict[str, Any] = {
     "run_timeout": "10m",
     "stale_timeout": None,
     "heartbeat_interval": None,
-    "allow_stale_reentry": True,
+    "allow_stale_reentry": None,  # None: True for transactional jobs, False otherwise
     "max_attempts": 1,
     "retry_backoff": ("1m",),
     "max_running": None,
@@ -149,6 +149,59 @@ JOB_DEFAULTS: dict[str, Any] = {
 # error. (The DST options too: stored schedules follow the default DST rules.)
 _NOT_DYNAMIC = ("every", "cron", "planner", "scopes", "dst_repeated", "dst_skipped")
 JOB_OPTIONS = frozenset(JOB_DEFAULTS)
+# Other schedulers' names for these options (Celery, APScheduler, Airflow, Kubernetes CronJob,
+# cron libraries), offered as the hint when one is given: difflib alone finds no option near
+# "retries" or "tz".
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "retries": ("max_attempts",),
+    "max_retries": ("max_attempts",),
+    "retry": ("max_attempts",),
+    "attempts": ("max_attempts",),
+    "backoff_limit": ("max_attempts",),
+    "timeout": ("run_timeout",),
+    "time_limit": ("run_timeout",),
+    "execution_timeout": ("run_timeout",),
+    "lease_timeout": ("stale_timeout",),
+    "schedule": ("cron", "every"),
+    "schedule_interval": ("every", "cron"),
+    "interval": ("every",),
+    "crontab": ("cron",),
+    "trigger": ("every", "cron", "planner"),
+    "tz": ("timezone",),
+    "time_zone": ("timezone",),
+    "zone": ("timezone",),
+    "scope": ("scopes",),
+    "id": ("name",),
+    "retry_delay": ("retry_backoff",),
+    "backoff": ("retry_backoff",),
+    "catchup": ("catch_up",),
+    "coalesce": ("catch_up",),
+    "misfire_grace_time": ("max_lateness",),
+    "starting_deadline_seconds": ("max_lateness",),
+    "max_instances": ("overlap", "max_running"),
+    "concurrency_policy": ("overlap",),
+    "max_active_runs": ("max_running",),
+    "concurrency": ("max_running",),
+    "max_concurrency": ("max_running",),
+}
+# What an alias's value means here, when it differs from the value.
+_ALIAS_NOTES = {
+    "retries": "max_attempts counts the first attempt too: retries=N is max_attempts=N + 1",
+    "max_retries": "max_attempts counts the first attempt too: max_retries=N is max_attempts=N + 1",
+    "max_concurrency": "max_concurrency is the Scheduler's slots per replica",
+}
+
+
+def unknown_option_hint(option: str) -> str:
+    """`` (did you mean 'x'?)`` for an unknown job option: its alias, else the nearest real
+    option's name, else nothing."""
+    near = _ALIASES.get(option.lower()) or tuple(
+        difflib.get_close_matches(option, JOB_OPTIONS, n=1)
+    )
+    if not near:
+        return ""
+    note = _ALIAS_NOTES.get(option.lower())
+    return f" (did you mean {' or '.join(map(repr, near))}?{f' {note}' if note else ''})"
 
 
 def build_job(handler: Handler, **options: Any) -> JobSpec:
@@ -166,13 +219,12 @@ def build_job(handler: Handler, **options: Any) -> JobSpec:
     v = _Validator(check_job_name(name if name is not None else getattr(handler, "__name__", None)))
     unknown = sorted(set(options) - JOB_OPTIONS)
     if unknown:
-        hint = difflib.get_close_matches(unknown[0], JOB_OPTIONS, n=1)
         raise ConfigError(
-            f"job {v.job!r}: unknown option {unknown[0]!r}"
-            + (f" (did you mean {hint[0]!r}?)" if hint else "")
+            f"job {v.job!r}: unknown option {unknown[0]!r}{unknown_option_hint(unknown[0])}"
         )
     o = {**JOB_DEFAULTS, **options}
     dynamic = v.flag("dynamic", o["dynamic"])
+    transactional = v.flag("transactional", o["transactional"])
     if dynamic:
         v.dynamic_only(o)
         static_scopes, scopes_fn = None, None
@@ -197,14 +249,14 @@ def build_job(handler: Handler, **options: Any) -> JobSpec:
         run_timeout=run_timeout,
         stale_timeout=stale_timeout,
         heartbeat_interval=heartbeat,
-        allow_stale_reentry=v.flag("allow_stale_reentry", o["allow_stale_reentry"]),
+        allow_stale_reentry=v.reentry(o["allow_stale_reentry"], transactional),
         max_attempts=v.integer("max_attempts", o["max_attempts"], 1),
         retry_backoff=v.backoff(o["retry_backoff"]),
         max_running=None
         if o["max_running"] is None
         else v.integer("max_running", o["max_running"], 1),
         priority=v.integer("priority", o["priority"], None),
-        transactional=v.flag("transactional", o["transactional"]),
+        transactional=transactional,
         dynamic=dynamic,
         first_sight=v.first_sight(o["first_sight"]),
         hooks=RunHooks.checked(f"job {v.job!r}", o["on_failure"], o["on_recovery"]),
@@ -238,6 +290,11 @@ class _Validator:
         if not isinstance(value, bool):
             raise self.bad(field, value, "must be True or False")
         return value
+
+    def reentry(self, value: object, transactional: bool) -> bool:
+        """``allow_stale_reentry``; by default a transactional job's dead run committed
+        nothing, so running it again is safe, and another job's may have done its work."""
+        return transactional if value is None else self.flag("allow_stale_reentry", value)
 
     def choice(self, field: str, value: object, allowed: tuple[str | None, ...]) -> Any:
         if value not in allowed:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -9,6 +10,20 @@ from ._errors import ConfigError
 
 Trigger = Literal["schedule", "manual", "backfill"]
 MAX_SCOPE_BYTES = 1024
+# Unicode category Cc, exactly: C0 controls, DEL and C1 controls. A newline or tab in a job
+# name or scope reads as two names in every table, log line and URL that shows it, and NUL
+# cannot be stored at all.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_CONTROL_NAMES = {"\x00": "NUL", "\t": "tab", "\n": "newline", "\r": "carriage return"}
+
+
+def control_character(value: str) -> str | None:
+    """How the first control character (category Cc) of ``value`` is called, or None."""
+    found = _CONTROL.search(value)
+    if found is None:
+        return None
+    char = found.group()
+    return _CONTROL_NAMES.get(char, f"U+{ord(char):04X}")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -28,8 +43,10 @@ class Scope:
             value = getattr(self, name)
             if value == "":
                 raise ConfigError(f"Scope {name} must not be empty")
-            if "\x00" in value:
-                raise ConfigError(f"Scope {name}={value!r} contains a NUL character")
+            control = control_character(value)
+            if control is not None:
+                shown = repr(value) if len(value) <= 80 else f"{value[:80]!r}..."
+                raise ConfigError(f"Scope {name}={shown} contains a control character ({control})")
             try:
                 size = len(value.encode("utf-8"))
             except UnicodeEncodeError:
@@ -43,12 +60,17 @@ class Scope:
                 )
 
     @classmethod
-    def parse(cls, text: str) -> Scope:
-        """Parse ``KIND:ID`` as written on the command line (the id may contain colons)."""
+    def parse(cls, text: str, job: str | None = None) -> Scope:
+        """Parse ``KIND:ID`` as written on the command line (the id may contain colons); an
+        error names ``job`` when given."""
+        where = "" if job is None else f"job {job!r}: "
         kind, sep, ident = text.partition(":")
         if not sep or not kind or not ident:
-            raise ConfigError(f"scope {text!r} is not of the form KIND:ID")
-        return cls(kind, ident)
+            raise ConfigError(f"{where}scope {text!r} is not of the form KIND:ID")
+        try:
+            return cls(kind, ident)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}{exc}") from None
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.id}"
@@ -75,8 +97,9 @@ def check_job_name(job: object) -> str:
     if not isinstance(job, str) or not job:
         raise ConfigError(f"job name={job!r} must be a non-empty string")
     shown = repr(job) if len(job) <= 80 else f"{job[:80]!r}... ({len(job)} characters)"
-    if "\x00" in job:
-        raise ConfigError(f"job name={shown} contains a NUL character")
+    control = control_character(job)
+    if control is not None:
+        raise ConfigError(f"job name={shown} contains a control character ({control})")
     try:
         size = len(job.encode())
     except UnicodeEncodeError:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Never, TypeVar
 
 from ._config import (
     FailureHook,
@@ -57,7 +57,7 @@ class JobRegistry:
         run_timeout: Duration = "10m",
         stale_timeout: Duration | None = None,
         heartbeat_interval: Duration | None = None,
-        allow_stale_reentry: bool = True,
+        allow_stale_reentry: bool | None = None,
         max_attempts: int = 1,
         retry_backoff: Sequence[Duration] = ("1m",),
         max_running: int | None = None,
@@ -67,6 +67,9 @@ class JobRegistry:
         first_sight: FirstSight | None = None,
         on_failure: FailureHook | None = None,
         on_recovery: RecoveryHook | None = None,
+        # Typed Never so that type checkers refuse any other keyword, while at run time it
+        # reaches build_job, which names the job, the option and the option meant.
+        **unknown: Never,
     ) -> Callable[[_F], _F]:
         """Decorator form of :meth:`register` (durations: ``timedelta``, seconds or ``"1h30m"``).
 
@@ -88,8 +91,10 @@ class JobRegistry:
         - ``run_timeout``: a handler running longer is FAILED ``run_timeout``.
         - ``stale_timeout``: an unrenewed lease is stale after this (> ``run_timeout``).
         - ``heartbeat_interval``: how often the lease is renewed (< ``stale_timeout``).
-        - ``allow_stale_reentry``: a stale lease is stolen (True) or failed (False).
-        - ``max_attempts``: attempts per plan, retries included.
+        - ``allow_stale_reentry``: a dead holder's stale lease is stolen and the plan run
+          again (True), or the row is FAILED ``stale_timeout`` (False); default: True for
+          ``transactional`` jobs only.
+        - ``max_attempts``: attempts per plan, retries included (a steal may add one more).
         - ``retry_backoff``: delay before attempt ``i + 2``; the last entry repeats.
         - ``max_running``: cluster-wide cap on the job's running executions.
         - ``priority``: higher claims first when slots are scarce.
@@ -97,8 +102,11 @@ class JobRegistry:
         - ``dynamic``: each scope has its own schedule (``put_schedule``), not ``every``...
         - ``first_sight``: a new scope waits for the ``"next"`` plan or runs the ``"latest"``.
         - ``on_failure``: ``on_failure(run, error)`` after every failed attempt (sync or async).
-        - ``on_recovery``: ``on_recovery(run)`` at the first success after a failed attempt."""
-        options = {k: v for k, v in locals().items() if k != "self"}
+        - ``on_recovery``: ``on_recovery(run)`` at the first success after a failed attempt.
+
+        Any other keyword is a :class:`ConfigError` naming the job and the option meant."""
+        options = {k: v for k, v in locals().items() if k not in ("self", "unknown")}
+        options.update(unknown)
         return lambda handler: self._decorate(handler, options)
 
     def _decorate(self, handler: _F, options: dict[str, Any]) -> _F:

@@ -26,6 +26,13 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def attempt_text(attempt: int, max_attempts: int) -> str:
+    """``2/3``; an attempt past ``max_attempts`` can only be a steal after a crash (the one
+    extra attempt a dead holder's plan gets), and says so: ``2/1 (+1 after a crash)``."""
+    text = f"{attempt}/{max_attempts}"
+    return text if attempt <= max_attempts else f"{text} (+1 after a crash)"
+
+
 class _JsonView:
     """``to_json()``: the value's fields as JSON-ready values (ISO times, UUIDs as text,
     a scope as ``{"kind", "id"}``)."""

@@ -120,7 +120,9 @@ WHERE job_name = %(job)s AND status = 'RUNNING' AND stale_after >= clock_timesta
 
 -- name: close_stale
 -- Stale leases that must not be re-entered (or have no attempt left) become FAILED; the
--- attempt is kept in cron_attempts.
+-- attempt is kept in cron_attempts. A steal may take a row one attempt past max_attempts
+-- (max_attempts=1 survives one crash), so a lease is past stealing once its attempt exceeds
+-- max_attempts: its holders died max_attempts + 1 times in a row (a poison plan).
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 closed AS (
     UPDATE {schema}.cron_executions e
@@ -132,7 +134,7 @@ closed AS (
         duration_ms = LEAST(extract(epoch FROM now.t - e.started_at) * 1000, 2147483647)::integer
     FROM now
     WHERE e.job_name = %(job)s AND e.status = 'RUNNING' AND e.stale_after < now.t
-      AND (NOT %(reentry)s OR e.attempt >= e.max_attempts)
+      AND (NOT %(reentry)s OR e.attempt > e.max_attempts)
     RETURNING e.id, e.scope_kind, e.scope_id, e.plan_time, e.attempt, e.runner_id,
               e.fencing_token, e.started_at, e.finished_at, e.error_code, e.error_msg,
               e.max_attempts, e.trigger, e.lease_token, e.payload
@@ -164,7 +166,7 @@ scoped AS MATERIALIZED (
         SELECT c.scope_kind, c.scope_id FROM {schema}.cron_executions c
         WHERE c.job_name = %(job)s
           AND (   (%(reentry)s AND c.status = 'RUNNING' AND c.stale_after < (SELECT t FROM now)
-                   AND c.attempt < c.max_attempts)
+                   AND c.attempt <= c.max_attempts)
                OR (c.status = 'FAILED' AND c.next_retry_at <= (SELECT t FROM now)
                    AND c.attempt < c.max_attempts)
                OR (c.status = 'PENDING' AND c.plan_time <= (SELECT t FROM now)))
@@ -206,12 +208,13 @@ WHERE NOT EXISTS (SELECT 1 FROM keyed k
    OR EXISTS (SELECT 1 FROM held h WHERE h.scope_kind = c.scope_kind AND h.scope_id = c.scope_id)
 
 -- name: claim_existing
--- Takes over existing rows on the same row, oldest plan first: stale leases (steal),
--- FAILED rows whose retry is due, and PENDING rows (manual triggers and backfills). Under
--- overlap="forbid" a scope runs one execution at a time: a row is taken only when its scope
--- is one lock_existing_scopes locked and no other row of it is RUNNING (an exclusive one,
--- or any with a live lease), at most one per scope per statement, and it becomes the
--- scope's `exclusive` row.
+-- Takes over existing rows on the same row, oldest plan first: stale leases (steal, up to
+-- attempt max_attempts + 1: see close_stale), FAILED rows whose retry is due (a handler's
+-- failure is retried only while attempt < max_attempts), and PENDING rows (manual triggers
+-- and backfills). Under overlap="forbid" a scope runs one execution at a time: a row is
+-- taken only when its scope is one lock_existing_scopes locked and no other row of it is
+-- RUNNING (an exclusive one, or any with a live lease), at most one per scope per
+-- statement, and it becomes the scope's `exclusive` row.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 locked AS (
     SELECT c.id, c.status AS previous_status, c.runner_id AS previous_runner,
@@ -221,7 +224,7 @@ locked AS (
     FROM {schema}.cron_executions c
     WHERE c.job_name = %(job)s
       AND (   (%(reentry)s AND c.status = 'RUNNING' AND c.stale_after < (SELECT t FROM now)
-               AND c.attempt < c.max_attempts)
+               AND c.attempt <= c.max_attempts)
            OR (c.status = 'FAILED' AND c.next_retry_at <= (SELECT t FROM now)
                AND c.attempt < c.max_attempts)
            OR (c.status = 'PENDING' AND c.plan_time <= (SELECT t FROM now)))

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from .._app import load_scheduler
+from .._config import JobSpec
 from .._dsn import redact, remember_secrets
 from .._errors import FieldError, PgschedError
 from .._logging import bound_logger, configure_logging
@@ -326,8 +327,18 @@ def _check(args: argparse.Namespace) -> int:
         )
         rows.append([name, spec.schedule.describe(), scopes, upcoming or "never"])
     print_table(["JOB", "SCHEDULE", "SCOPES", f"NEXT {args.count} PLAN TIMES (UTC)"], rows)
+    for name, spec in sorted(jobs.items()):
+        print(f"{name}: after a crash: {_crash_rule(spec)}")
     print(f"{len(jobs)} job(s) OK")
     return 0
+
+
+def _crash_rule(spec: JobSpec) -> str:
+    """What happens to a plan whose replica died while running it (its lease goes stale)."""
+    if spec.allow_stale_reentry:
+        why = "transactional" if spec.transactional else "allow_stale_reentry=True"
+        return f"run again, up to attempt {spec.max_attempts + 1} ({why})"
+    return "FAILED stale_timeout, not run again (allow_stale_reentry=False)"
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -361,7 +372,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _trigger(args: argparse.Namespace) -> int:
-    scope = Scope.parse(args.scope) if args.scope else None
+    scope = Scope.parse(args.scope, args.job) if args.scope else None
     at = parse_time(args.at, "--at") if args.at else None
     admin = admin_from(args)
     if args.all_scopes:
@@ -424,7 +435,7 @@ def _backfill(args: argparse.Namespace) -> int:
     )
     if not scheduler.dsn:
         scheduler.configure(dsn=configured_dsn(None))
-    scopes = [Scope.parse(args.scope)] if args.scope else None
+    scopes = [Scope.parse(args.scope, args.job)] if args.scope else None
     count = scheduler.backfill(
         args.job, parse_time(args.start, "--from"), parse_time(args.end, "--to"), scopes
     )

@@ -10,7 +10,7 @@ from typing import Any
 from .._errors import ConfigError
 from .._model import Scope
 from .._times import parse_time
-from .._views import Attempt, Execution, RunHistory
+from .._views import Attempt, Execution, RunHistory, attempt_text
 from .common import admin_from, print_table, utc_text
 
 
@@ -61,7 +61,7 @@ def _runs(args: argparse.Namespace) -> int:
             utc_text(r.plan_time),
             r.trigger,
             "STALE" if r.stale else r.status,
-            f"{r.attempt}/{r.max_attempts}",
+            attempt_text(r.attempt, r.max_attempts),
             r.runner_id or "-",
             "-" if r.duration_ms is None else r.duration_ms,
             error_text(r.error_code, r.error_msg),
@@ -91,7 +91,7 @@ def _print_execution(r: Execution) -> None:
         ("plan time", utc_text(r.plan_time)),
         ("trigger", r.trigger),
         ("status", "STALE" if r.stale else r.status),
-        ("attempt", f"{r.attempt}/{r.max_attempts}"),
+        ("attempt", attempt_text(r.attempt, r.max_attempts)),
         ("next retry", utc_text(r.next_retry_at)),
         ("runner", r.runner_id or "-"),
         ("duration ms", "-" if r.duration_ms is None else str(r.duration_ms)),

@@ -75,7 +75,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace) -> int:
-    scope = Scope.parse(args.scope)
+    scope = Scope.parse(args.scope, args.job)
     found = admin_from(args).get_schedule(args.job, scope)
     if found is None:
         raise NotFoundError(f"job {args.job!r}, scope {scope}: no such schedule")
@@ -91,7 +91,7 @@ def _get(args: argparse.Namespace) -> int:
 
 
 def _put(args: argparse.Namespace) -> int:
-    scope = Scope.parse(args.scope)
+    scope = Scope.parse(args.scope, args.job)
     put = admin_from(args).put_schedule(
         args.job,
         scope,
@@ -108,7 +108,7 @@ def _put(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    scope = Scope.parse(args.scope)
+    scope = Scope.parse(args.scope, args.job)
     if not admin_from(args).delete_schedule(args.job, scope):
         raise NotFoundError(f"job {args.job!r}, scope {scope}: no such schedule")
     print(f"deleted {args.job} {scope}")
@@ -116,14 +116,14 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _pause(args: argparse.Namespace) -> int:
-    scope = Scope.parse(args.scope)
+    scope = Scope.parse(args.scope, args.job)
     admin_from(args).pause_schedule(args.job, scope)
     print(f"paused {args.job} {scope}")
     return 0
 
 
 def _resume(args: argparse.Namespace) -> int:
-    scope = Scope.parse(args.scope)
+    scope = Scope.parse(args.scope, args.job)
     admin_from(args).resume_schedule(args.job, scope)
     print(f"resumed {args.job} {scope}")
     return 0

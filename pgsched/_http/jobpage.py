@@ -12,7 +12,14 @@ from .._model import Scope
 from .._operations.dashboard import JobGrid, SchedulePage
 from .._planning.schedules import Schedule
 from .._times import format_duration
-from .._views import ActionRecord, Execution, JobStatus, PlanSummary, UpcomingPlan
+from .._views import (
+    ActionRecord,
+    Execution,
+    JobStatus,
+    PlanSummary,
+    UpcomingPlan,
+    attempt_text,
+)
 from .charts import line_chart
 from .html import (
     button_form,
@@ -254,7 +261,7 @@ def _failures(v: JobView, can_act: bool) -> str:
         row = [
             run_link(r.id, esc(str(r.scope)[:120])),
             when(r.plan_time),
-            f"{r.attempt}/{r.max_attempts}",
+            attempt_text(r.attempt, r.max_attempts),
             when(r.finished_at),
             esc(r.error_code or ""),
             f'<span class="mono">{esc(r.error_msg or "")}</span>',

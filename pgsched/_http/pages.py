@@ -15,6 +15,7 @@ from .._views import (
     LiveReplica,
     PlanSummary,
     RunHistory,
+    attempt_text,
 )
 from .html import (
     button_form,
@@ -204,7 +205,7 @@ def failures(items: Sequence[FailedAttempt]) -> str:
             esc(r.job),
             run_link(r.execution_id, esc(str(r.scope)[:120])),
             when(r.plan_time),
-            f"{r.attempt}/{r.max_attempts}",
+            attempt_text(r.attempt, r.max_attempts),
             esc(r.error_code or ""),
             f'<span class="mono">{esc(r.error_msg or "")}</span>',
             _then(r),
@@ -230,7 +231,7 @@ def recent_runs(runs: Sequence[Execution]) -> str:
             when(r.plan_time),
             esc(r.trigger),
             pill("STALE" if r.stale else r.status),
-            f"{r.attempt}/{r.max_attempts}",
+            attempt_text(r.attempt, r.max_attempts),
             esc(r.runner_id or ""),
             duration(r.duration_ms),
         ]
@@ -273,7 +274,7 @@ def run_page(found: RunHistory, *, can_act: bool, back: str) -> str:
         ("plan time", when(r.plan_time)),
         ("trigger", esc(r.trigger)),
         ("status", pill(status)),
-        ("attempt", f"{r.attempt} of {r.max_attempts}"),
+        ("attempt", attempt_text(r.attempt, r.max_attempts)),
         ("runner", esc(r.runner_id or "—")),
         ("fencing token", str(r.fencing_token)),
         ("started", when(r.started_at)),

@@ -15,12 +15,12 @@ from aiohttp import web
 from .._errors import ConfigError, NotFoundError
 from .._model import Scope
 from .._operations.core import Operations
+from .._planning.schedules import check_fields
 from .._times import parse_time
 
 Authorise = Callable[[web.Request], Operations]  # the core acting as the caller
 Body = Callable[[web.Request], Awaitable[dict[str, Any]]]
 Reply = Callable[[Any, int], web.Response]
-_PUT_FIELDS = ("every", "cron", "timezone", "payload", "starts_at", "ends_at", "paused")
 _BASE = "/api/jobs/{job}/schedules"
 
 
@@ -75,9 +75,7 @@ class ScheduleRoutes:
         ops = self._authorise(request)
         job, scope = _target(request)
         body = await self._body(request)
-        unknown = sorted(set(body) - set(_PUT_FIELDS))
-        if unknown:
-            raise ConfigError(f"job {job!r}, scope {scope}: unknown field {unknown[0]!r}")
+        check_fields(job, scope, body)
         for field in ("starts_at", "ends_at"):
             if isinstance(body.get(field), str):
                 body[field] = parse_time(body[field], field)
@@ -106,7 +104,8 @@ class ScheduleRoutes:
 
 
 def _target(request: web.Request) -> tuple[str, Scope]:
-    return request.match_info["job"], Scope.parse(request.match_info["scope"])
+    job = request.match_info["job"]
+    return job, Scope.parse(request.match_info["scope"], job)
 
 
 def _scope_json(scope: Scope) -> dict[str, str]:

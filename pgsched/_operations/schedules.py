@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Never
 
 from .._config import JobSpec
 from .._errors import ConfigError, NotFoundError
@@ -21,6 +21,7 @@ from .._planning.schedules import (
     Schedule,
     ScheduleSpec,
     ValidSchedule,
+    check_fields,
     check_schedule,
     first_plan_after,
     plans_between,
@@ -62,8 +63,10 @@ class ScheduleOperations(Audited):
         starts_at: datetime | None = None,
         ends_at: datetime | None = None,
         paused: bool = False,
+        **unknown: Never,  # refused by type checkers; here, named with the field meant
     ) -> Schedule:
         """Create or replace the schedule of ``scope``; returns it as stored."""
+        check_fields(job, scope, unknown)
         spec = ScheduleSpec(scope, every, cron, timezone, payload, starts_at, ends_at, paused)
         valid = check_schedule(job, spec)
         entry = Entry("schedule_put", valid.job, str(scope))

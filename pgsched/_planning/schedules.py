@@ -17,10 +17,12 @@ changes plan times (:attr:`ValidSchedule.spec_key`) and which plan comes next.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import math
 import reprlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -49,6 +51,36 @@ _REPR = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 4, _SHOWN, _SHOWN, _SHOWN
 _FIRST_SPAN = timedelta(hours=1)  # first chunk listed by plans_between for cron schedules
 _TIMES = ("starts_at", "ends_at", "next_plan_time")  # the times of a row, read back in UTC
+# What put_schedule takes besides the job and scope, and other names for them (a job's
+# option names, other schedulers'), offered as the hint when one is given instead.
+SCHEDULE_FIELDS = ("every", "cron", "timezone", "payload", "starts_at", "ends_at", "paused")
+_FIELD_ALIASES: dict[str, tuple[str, ...]] = {
+    "tz": ("timezone",),
+    "time_zone": ("timezone",),
+    "schedule": ("cron", "every"),
+    "interval": ("every",),
+    "crontab": ("cron",),
+    "data": ("payload",),
+    "kwargs": ("payload",),
+    "start": ("starts_at",),
+    "start_date": ("starts_at",),
+    "end": ("ends_at",),
+    "end_date": ("ends_at",),
+    "until": ("ends_at",),
+}
+
+
+def check_fields(job: str, scope: Scope, given: Iterable[str]) -> None:
+    """:class:`ConfigError` naming the job, the scope and the first of ``given`` that is no
+    field of a schedule, with the field meant when there is one."""
+    unknown = sorted(set(given) - set(SCHEDULE_FIELDS))
+    if not unknown:
+        return
+    name = unknown[0]
+    near = _FIELD_ALIASES.get(name.lower()) or difflib.get_close_matches(name, SCHEDULE_FIELDS, 1)
+    hint = f" (did you mean {' or '.join(map(repr, near))}?)" if near else ""
+    raise ConfigError(f"job {job!r}, scope {scope}: unknown field {name!r}{hint}")
+
 
 # (every in whole microseconds, normalised cron expression, IANA zone): what plan times
 # depend on. Payload, window and paused flag are not part of it.

@@ -45,9 +45,10 @@ APP = textwrap.dedent(
         record(run)
         return 1
 
+    # Killed mid-run and taken over: not transactional, so stealing is said explicitly.
     @scheduler.job(
         every="1h", run_timeout="3s", stale_timeout="4s", heartbeat_interval="1s",
-        max_attempts=2,
+        max_attempts=2, allow_stale_reentry=True,
     )
     def victim(run):
         record(run)

@@ -85,6 +85,55 @@ def test_invalid_job_option_names_job_field_and_value(tmp_path: Path) -> None:
     assert_one_line_error(pgsched("check", "bad.py", cwd=tmp_path), "report", "every", "5 parsecs")
 
 
+def test_an_option_of_another_scheduler_is_one_line_naming_job_option_and_hint(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "peer.py").write_text(
+        textwrap.dedent(
+            """
+            import pgsched
+            scheduler = pgsched.Scheduler()
+            @scheduler.job(every="5m", retries=3)
+            def rollup(run): ...
+            """
+        )
+    )
+    result = pgsched("check", "peer.py", cwd=tmp_path)
+    assert_one_line_error(result, "job 'rollup'", "unknown option 'retries'", "'max_attempts'")
+    assert "TypeError" not in result.stderr and "cannot import" not in result.stderr
+
+
+def test_check_prints_what_happens_to_each_job_after_a_crash(tmp_path: Path) -> None:
+    (tmp_path / "crash.py").write_text(
+        textwrap.dedent(
+            """
+            import pgsched
+            scheduler = pgsched.Scheduler()
+            @scheduler.job(every="5m", transactional=True)
+            def tx(run): ...
+            @scheduler.job(every="5m", max_attempts=3)
+            def plain(run): ...
+            @scheduler.job(every="5m", allow_stale_reentry=True)
+            def stealable(run): ...
+            @scheduler.job(every="5m", transactional=True, allow_stale_reentry=False)
+            def careful(run): ...
+            """
+        )
+    )
+    result = pgsched("check", "crash.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    failed = "after a crash: FAILED stale_timeout, not run again (allow_stale_reentry=False)"
+    for expected in (
+        "tx: after a crash: run again, up to attempt 2 (transactional)",
+        f"plain: {failed}",
+        "stealable: after a crash: run again, up to attempt 2 (allow_stale_reentry=True)",
+        f"careful: {failed}",
+    ):
+        assert expected in lines, result.stdout
+    assert "4 job(s) OK" in lines
+
+
 def test_syntax_error_in_app_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "broken.py").write_text("def oops(:\n")
     assert_one_line_error(pgsched("check", "broken.py", cwd=tmp_path), "SyntaxError", "line 1")

@@ -7,6 +7,7 @@ from datetime import timedelta
 from itertools import pairwise
 
 import pytest
+from psycopg import sql
 
 from tests.acceptance.conftest import Replicas, victim_first_attempt
 from tests.support.rows import in_schema
@@ -185,3 +186,72 @@ def test_rolling_update_runs_no_plan_twice_and_loses_none(replicas: Replicas, db
     )
     assert shutdown[0][0] == 0
     assert {"new-0", "new-1", "new-2"} <= ran()
+
+
+CRASH_APP = """
+import threading
+import pgsched
+from psycopg import sql
+from app import SCHEMA, record  # the ledger writer of the shared test APP
+
+scheduler = pgsched.Scheduler(tick_interval="0.5s")
+
+# Default options but transactional=True (so max_attempts=1 and no allow_stale_reentry):
+# a run whose replica died committed nothing, and the plan is run again.
+@scheduler.job(every="1h", transactional=True, run_timeout="6s", stale_timeout="7s",
+               heartbeat_interval="1s")
+def books(run):
+    record(run)  # outside the transaction: the test sees the attempt start
+    run.conn.execute(
+        sql.SQL("INSERT INTO {}.books (attempt, runner_id) VALUES (%s, %s)").format(
+            sql.Identifier(SCHEMA)),
+        (run.attempt, run.runner_id),
+    )
+    if run.attempt == 1:
+        threading.Event().wait(5)  # blocks (within run_timeout): killed here
+    return 1
+"""
+
+
+def test_a_transactional_plan_whose_replica_is_killed_runs_again_on_the_other(
+    replicas: Replicas, db, schema
+) -> None:
+    (replicas.workdir / "crash_tx.py").write_text(CRASH_APP)
+    db.execute(
+        sql.SQL("CREATE TABLE {}.books (attempt int, runner_id text)").format(
+            sql.Identifier(schema)
+        )
+    )
+    for i in range(2):
+        replicas.start(f"replica-{i}", app="crash_tx.py")
+    plan_time, holder = wait_until(
+        lambda: in_schema(
+            db, schema, "SELECT plan_time, runner_id FROM {s}.ledger WHERE attempt = 1"
+        ),
+        30,
+        "the plan's first attempt",
+        interval=0.05,
+    )[0]
+    replicas.members[holder].signal(signal.SIGKILL)
+
+    def succeeded() -> list[tuple]:
+        return in_schema(
+            db,
+            schema,
+            "SELECT attempt, max_attempts, runner_id FROM {s}.cron_executions"
+            " WHERE job_name = 'books' AND plan_time = %s AND status = 'SUCCESS'",
+            (plan_time,),
+        )
+
+    # stale_timeout (7 s) after the kill, and a tick
+    ((attempt, max_attempts, runner),) = wait_until(succeeded, 30, "the plan to run again")
+    (other,) = set(replicas.members) - {holder}
+    assert (attempt, max_attempts, runner) == (2, 1, other)
+    replicas.members.pop(holder).kill()
+    assert set(replicas.terminate_all().values()) == {0}
+    started = in_schema(db, schema, "SELECT attempt, runner_id FROM {s}.ledger ORDER BY attempt")
+    assert started == [(1, holder), (2, other)]
+    # the killed attempt's transaction committed nothing; the second one's did
+    assert in_schema(db, schema, "SELECT attempt, runner_id FROM {s}.books") == [(2, other)]
+    rows = in_schema(db, schema, "SELECT count(*) FROM {s}.cron_executions")
+    assert rows == [(1,)]

@@ -180,6 +180,7 @@ def test_http_api_of_schedules(
     assert bad.json()["error"].startswith("job 'reminder', scope user:10: cron='x'")
     unknown_field = http("PUT", a.url(path), body={"every": "1s", "evry": 1}, token=TOKEN)
     assert unknown_field.status == 400 and "evry" in unknown_field.json()["error"]
+    assert "(did you mean 'every'?)" in unknown_field.json()["error"]
     assert b.get("/api/jobs/reminder/schedules/user:10").status == 404
 
     listed = b.get("/api/jobs/reminder/schedules?limit=10").json()["schedules"]

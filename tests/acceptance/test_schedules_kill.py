@@ -38,7 +38,8 @@ APP = textwrap.dedent(
     @scheduler.job(name="reminder", dynamic=True, catch_up="every_plan", catch_up_window="5m",
                    max_plans_per_tick=4,
                    run_timeout="3s", stale_timeout="4s", heartbeat_interval="1s",
-                   max_attempts=10, retry_backoff=["0.5s"])
+                   max_attempts=10, retry_backoff=["0.5s"],
+                   allow_stale_reentry=True)  # a killed run is run again (at least once)
     def reminder(run: pgsched.Run) -> None:
         with psycopg.connect(os.environ["PGSCHED_DSN"], autocommit=True) as conn:
             conn.execute(

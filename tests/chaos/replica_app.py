@@ -65,6 +65,8 @@ COMMON: dict[str, Any] = {
     "heartbeat_interval": _seconds("CHAOS_HEARTBEAT_S"),
     "max_attempts": int(os.environ["CHAOS_MAX_ATTEMPTS"]),
     "retry_backoff": ["1s"],
+    # plain too: the scenarios count steals of both jobs' leases (a kill must lose no plan)
+    "allow_stale_reentry": True,
 }
 
 LEDGER = sql.SQL(

@@ -32,6 +32,7 @@ COMMON: dict[str, Any] = dict(
     heartbeat_interval="1s",
     max_attempts=3,
     retry_backoff=["1s"],
+    allow_stale_reentry=True,  # work too: a run cut off by the fault is run again
 )
 
 

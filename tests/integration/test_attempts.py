@@ -102,7 +102,7 @@ def test_a_stolen_lease_is_kept_as_an_attempt_of_the_dead_runner(
     )
     s = make_scheduler("thief")
 
-    @s.job(every="1d", max_attempts=3)
+    @s.job(every="1d", max_attempts=3, allow_stale_reentry=True)
     def stealable(run: pgsched.Run) -> int:
         return 1
 

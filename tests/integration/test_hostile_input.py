@@ -11,7 +11,8 @@ What happens to each input (the report of this file):
 - durations 0, negative, NaN, inf, 1e12 s: ConfigError at registration.
 - scopes: none -> the job runs nothing and logs no warning; 100,000 -> accepted, each runs
   exactly once; duplicates -> de-duplicated in order (static lists and callables);
-  NUL -> ConfigError from ``Scope()``; CR/LF and U+202E -> accepted and stored verbatim;
+  control characters (NUL, CR/LF, tab: Unicode category Cc) -> ConfigError from ``Scope()``
+  (and in job names); U+2028/U+2029 and U+202E -> accepted and stored verbatim;
   10 KB -> ConfigError giving the size and the 1024-byte limit.
 - results with NaN, NUL, 10,000-deep nesting, 100 MB -> the run is FAILED ``invalid_result``
   with the reason in ``error_msg``; other jobs keep running (``test_hostile_results.py``).
@@ -179,6 +180,7 @@ def test_bad_job_names_are_refused_and_write_nothing(
     for name, why in (
         ("", "non-empty"),
         ("a\x00b", "NUL"),
+        ("report\r\nevil", "contains a control character"),
         ("x" * 10_240, "10240 bytes; the limit is 200 bytes"),
         ("\U0001f600" * 51, "204 bytes; the limit is 200 bytes"),  # 51 characters
     ):
@@ -374,6 +376,8 @@ def test_duplicate_scopes_are_deduplicated_in_order(
     [
         (lambda: pgsched.Scope("tenant", "a\x00b"), "NUL"),
         (lambda: pgsched.Scope("ten\x00ant", "a"), "NUL"),
+        (lambda: pgsched.Scope("tenant", "line1\r\nline2"), "control character (carriage return)"),
+        (lambda: pgsched.Scope("kind\n", "a"), "control character (newline)"),
         (lambda: pgsched.Scope("tenant", "x" * 10_240), "10240 bytes; the limit is 1024"),
         (lambda: pgsched.Scope("k" * 10_240, "a"), "10240 bytes; the limit is 1024"),
         (lambda: pgsched.Scope("tenant", "é" * 513), "1026 bytes; the limit is 1024"),
@@ -381,7 +385,18 @@ def test_duplicate_scopes_are_deduplicated_in_order(
         (lambda: pgsched.Scope("tenant", ""), "must not be empty"),
         (lambda: pgsched.Scope.parse("tenant:" + "x" * 10_240), "10240 bytes"),
     ],
-    ids=["nul-id", "nul-kind", "10kb-id", "10kb-kind", "1026-bytes", "surrogate", "empty", "parse"],
+    ids=[
+        "nul-id",
+        "nul-kind",
+        "crlf-id",
+        "lf-kind",
+        "10kb-id",
+        "10kb-kind",
+        "1026-bytes",
+        "surrogate",
+        "empty",
+        "parse",
+    ],
 )
 def test_unstorable_scopes_are_refused_when_built(make: Callable[[], Any], fragment: str) -> None:
     with pytest.raises(pgsched.ConfigError) as info:
@@ -433,16 +448,16 @@ def test_a_job_name_and_scope_at_their_limits_can_run(
 
 
 ODD_SCOPES = [
-    pgsched.Scope("tenant", "line1\r\nline2"),
+    pgsched.Scope("tenant", "line1\u2028line2\u2029"),
     pgsched.Scope("tenant", "invoice\u202egpj.exe"),
-    pgsched.Scope("kind\r\n\u202e", "\n"),
+    pgsched.Scope("kind\u2028\u202e", "\u2029"),
     pgsched.Scope("tenant", " leading and trailing "),
     pgsched.Scope("tenant", "\\u0000 is text"),
 ]
-ODD_JOB = "report\r\n\u202eevil"
+ODD_JOB = "report\u2028\u202eevil"
 
 
-def test_cr_lf_and_right_to_left_override_are_stored_verbatim(
+def test_line_separators_and_right_to_left_override_are_stored_verbatim(
     make_scheduler: Any, migrated: str, db: Any, runtime_dsn: str
 ) -> None:
     s = make_scheduler()
@@ -469,7 +484,7 @@ def restore_logging() -> Iterator[None]:
     structlog.configure(**saved)
 
 
-def test_cr_lf_in_scopes_cannot_forge_json_log_lines(
+def test_line_separators_in_scopes_cannot_forge_json_log_lines(
     make_scheduler: Any, migrated: str, capsys: pytest.CaptureFixture[str], restore_logging: None
 ) -> None:
     s = make_scheduler()

@@ -40,7 +40,7 @@ def test_stale_lease_is_stolen_on_the_same_row_and_the_old_holder_is_fenced(
 
     s = make_scheduler("thief", max_concurrency=4)
 
-    @s.job(every="1d", max_attempts=3, **LONG_LEASE)
+    @s.job(every="1d", max_attempts=3, allow_stale_reentry=True, **LONG_LEASE)
     def stealable(run: pgsched.Run) -> pgsched.Result:
         recorder.enter(run)
         # The old holder tries its terminal write while the new holder runs.
@@ -91,7 +91,9 @@ def test_old_holders_terminal_write_is_rejected_after_a_steal(
     a = make_scheduler("A", max_concurrency=1)
     b = make_scheduler("B", max_concurrency=1)
     for s in (a, b):
-        s.register(held, name="held", every="1d", max_attempts=3, **LONG_LEASE)
+        s.register(
+            held, name="held", every="1d", max_attempts=3, allow_stale_reentry=True, **LONG_LEASE
+        )
 
     reports: list[pgsched.TickReport] = []
     thief = threading.Thread(target=lambda: reports.append(b.run_once()), daemon=True)
@@ -156,6 +158,7 @@ def test_lease_loss_is_signalled_to_a_running_handler(
             a_done.set()
 
     options = {"run_timeout": "20s", "stale_timeout": "30s", "heartbeat_interval": "1s"}
+    options["allow_stale_reentry"] = True
     a = make_scheduler("A", max_concurrency=1)
     b = make_scheduler("B", max_concurrency=1)
     for s in (a, b):
@@ -218,13 +221,13 @@ def test_stale_lease_with_attempts_exhausted_becomes_failed(
         "exhausted",
         current_day_plan(db),
         stale_in=-timedelta(seconds=5),
-        attempt=2,
+        attempt=3,  # a steal's extra attempt (max_attempts + 1): its holder died too
         max_attempts=2,
     )
     recorder = Recorder()
     s = make_scheduler()
 
-    @s.job(every="1d", max_attempts=2, **LONG_LEASE)
+    @s.job(every="1d", max_attempts=2, allow_stale_reentry=True, **LONG_LEASE)
     def exhausted(run: pgsched.Run) -> None:
         recorder.enter(run)
 
@@ -233,7 +236,7 @@ def test_stale_lease_with_attempts_exhausted_becomes_failed(
     assert report.started == 0
     assert len(recorder) == 0
     row = row_by_id(db, migrated, old["id"])
-    assert (row["status"], row["error_code"], row["attempt"]) == ("FAILED", "stale_timeout", 2)
+    assert (row["status"], row["error_code"], row["attempt"]) == ("FAILED", "stale_timeout", 3)
     assert row["next_retry_at"] is None
 
 
@@ -288,7 +291,9 @@ def test_concurrent_stealers_have_one_winner(make_scheduler: Any, migrated: str,
 
     schedulers = [make_scheduler(f"t{i}") for i in range(4)]
     for s in schedulers:
-        s.register(contested_steal, every="1d", max_attempts=3, **LONG_LEASE)
+        s.register(
+            contested_steal, every="1d", max_attempts=3, allow_stale_reentry=True, **LONG_LEASE
+        )
     reports = run_together([s.run_once for s in schedulers])
     assert sum(r.stolen for r in reports) == 1, reports
     assert sum(r.started for r in reports) == 1, reports
@@ -342,3 +347,198 @@ def test_heartbeats_extend_the_lease_while_the_handler_runs(
     assert beats == ["ok"]
     assert reports[0].succeeded == 1
     assert rows(db, migrated)[0]["status"] == "SUCCESS"
+
+
+# -- after a crash: which plans run again, and how often ---------------------------------------
+
+
+def test_a_transactional_job_with_max_attempts_1_is_run_again_after_its_holder_died(
+    make_scheduler: Any, migrated: str, db: Any, pg_dsn: str
+) -> None:
+    # The holder died (its lease went stale) with nothing committed: the default options of a
+    # transactional job run the plan again, though max_attempts=1 leaves no retry.
+    old = seed_running(
+        db,
+        migrated,
+        "tx_once",
+        current_day_plan(db),
+        stale_in=-timedelta(seconds=5),
+        max_attempts=1,
+        runner_id="dead-one",
+    )
+    recorder = Recorder()
+    s = make_scheduler("thief")
+
+    @s.job(every="1d", transactional=True, **LONG_LEASE)
+    def tx_once(run: pgsched.Run) -> int:
+        recorder.enter(run)
+        recorder.leave()
+        return 1
+
+    assert s.jobs["tx_once"].max_attempts == 1
+    report = s.run_once()
+    assert (report.stolen, report.closed_stale, report.succeeded) == (1, 0, 1)
+    (run,) = recorder.runs
+    assert (run.attempt, run.max_attempts) == (2, 1)
+    row = row_by_id(db, migrated, old["id"])
+    assert (row["status"], row["attempt"], row["max_attempts"]) == ("SUCCESS", 2, 1)
+    assert row["runner_id"] == "thief"
+    # the dead holder's attempt is kept, as for any steal
+    history = pgsched.Admin(dsn=pg_dsn, schema=migrated).run(old["id"])
+    assert [(a.attempt, a.runner_id, a.status, a.error_code) for a in history.attempts] == [
+        (1, "dead-one", "FAILED", "stale_timeout"),
+        (2, "thief", "SUCCESS", None),
+    ]
+
+
+def test_a_default_job_whose_holder_died_ends_failed_stale_timeout(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    # Not transactional: its handler may have done its work before the replica died, so the
+    # plan is not run again by default, even with attempts left.
+    old = seed_running(db, migrated, "plain", current_day_plan(db), stale_in=-timedelta(seconds=5))
+    recorder = Recorder()
+    s = make_scheduler()
+
+    @s.job(every="1d", max_attempts=3, **LONG_LEASE)
+    def plain(run: pgsched.Run) -> None:
+        recorder.enter(run)
+
+    report = s.run_once()
+    assert (report.closed_stale, report.stolen, report.started) == (1, 0, 0)
+    assert len(recorder) == 0
+    row = row_by_id(db, migrated, old["id"])
+    assert (row["status"], row["error_code"], row["attempt"]) == ("FAILED", "stale_timeout", 1)
+    assert row["next_retry_at"] is None
+    assert s.run_once().started == 0
+
+
+@pytest.mark.parametrize(
+    ("attempt", "outcome"),
+    [
+        (2, ("SUCCESS", None, 3)),  # the last attempt's holder died: one steal more
+        (3, ("FAILED", "stale_timeout", 3)),  # that one's holder died too: past stealing
+    ],
+)
+def test_a_stale_lease_is_stolen_up_to_one_attempt_past_max_attempts(
+    make_scheduler: Any, migrated: str, db: Any, attempt: int, outcome: tuple[Any, ...]
+) -> None:
+    old = seed_running(
+        db,
+        migrated,
+        "edge",
+        current_day_plan(db),
+        stale_in=-timedelta(seconds=5),
+        attempt=attempt,
+        max_attempts=2,
+    )
+    recorder = Recorder()
+    s = make_scheduler()
+
+    @s.job(every="1d", max_attempts=2, transactional=True, **LONG_LEASE)
+    def edge(run: pgsched.Run) -> None:
+        recorder.enter(run)
+        recorder.leave()
+
+    s.run_once()
+    row = row_by_id(db, migrated, old["id"])
+    assert (row["status"], row["error_code"], row["attempt"]) == outcome
+    assert [r.attempt for r in recorder.runs] == ([3] if attempt == 2 else [])
+
+
+def test_a_plan_whose_holders_die_max_attempts_plus_1_times_in_a_row_ends_stale_timeout(
+    make_scheduler: Any, migrated: str, db: Any, pg_dsn: str
+) -> None:
+    # A poison plan that kills its replica: max_attempts=1, so its first holder's death is
+    # survived (a steal) and the second's is not.
+    old = seed_running(
+        db,
+        migrated,
+        "poison",
+        current_day_plan(db),
+        stale_in=-timedelta(seconds=5),
+        max_attempts=1,
+        runner_id="dead-one",
+    )
+    entered, release = threading.Event(), threading.Event()
+    attempts: list[int] = []
+
+    def poison(run: pgsched.Run) -> None:
+        attempts.append(run.attempt)
+        entered.set()
+        assert release.wait(20), "never released"
+
+    a, b = make_scheduler("A", max_concurrency=1), make_scheduler("B")
+    for s in (a, b):
+        s.register(poison, every="1d", transactional=True, **LONG_LEASE)
+    reports: list[pgsched.TickReport] = []
+    thief = threading.Thread(target=lambda: reports.append(a.run_once()), daemon=True)
+    thief.start()
+    try:
+        assert entered.wait(15), "A did not steal the dead holder's lease"
+        stolen = row_by_id(db, migrated, old["id"])
+        assert (stolen["status"], stolen["runner_id"], stolen["attempt"]) == ("RUNNING", "A", 2)
+        make_stale(db, migrated, old["id"])  # A dies too (it will not heartbeat: LONG_LEASE)
+        closing = b.run_once()
+        assert (closing.closed_stale, closing.stolen, closing.started) == (1, 0, 0)
+    finally:
+        release.set()
+        thief.join(20)
+    assert attempts == [2]
+    assert reports[0].succeeded == 0  # A's late SUCCESS found its lease gone
+    row = row_by_id(db, migrated, old["id"])
+    assert (row["status"], row["error_code"], row["attempt"]) == ("FAILED", "stale_timeout", 2)
+    assert row["next_retry_at"] is None
+    history = pgsched.Admin(dsn=pg_dsn, schema=migrated).run(old["id"])
+    assert [(x.attempt, x.runner_id, x.error_code) for x in history.attempts] == [
+        (1, "dead-one", "stale_timeout"),
+        (2, "A", "stale_timeout"),
+    ]
+
+
+def test_a_handler_failure_is_still_bounded_by_max_attempts(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    # The extra attempt is a steal's only: a handler that fails is retried while
+    # attempt < max_attempts, whether or not a steal came first.
+    plan = current_day_plan(db)
+    crashed = seed_running(
+        db,
+        migrated,
+        "failing",
+        plan,
+        stale_in=-timedelta(seconds=5),
+        attempt=2,  # the last attempt's holder died
+        max_attempts=2,
+        scope=pgsched.Scope("shard", "crashed"),
+    )
+    calls: list[tuple[str, int]] = []
+
+    def failing(run: pgsched.Run) -> None:
+        calls.append((run.scope.id, run.attempt))
+        raise RuntimeError("boom")
+
+    s = make_scheduler()
+    s.register(
+        failing,
+        every="1d",
+        scopes=[pgsched.Scope("shard", "crashed"), pgsched.Scope("shard", "fresh")],
+        max_attempts=2,
+        retry_backoff=[0],
+        transactional=True,
+        overlap="allow",
+        **LONG_LEASE,
+    )
+    for _ in range(4):  # more ticks than any retry needs
+        s.run_once()
+    assert sorted(calls) == [("crashed", 3), ("fresh", 1), ("fresh", 2)]
+    final = {r["scope_id"]: r for r in rows(db, migrated, "failing")}
+    assert final["crashed"]["id"] == crashed["id"]
+    for scope, attempt in (("crashed", 3), ("fresh", 2)):
+        row = final[scope]
+        assert (row["status"], row["error_code"], row["attempt"]) == (
+            "FAILED",
+            "handler_error",
+            attempt,
+        ), scope
+        assert row["next_retry_at"] is None, scope

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 
 import pgsched
 from pgsched._storage.store import migration_files
-from tests.support.rows import rows, table
+from tests.support.migrations import migrate_to
+from tests.support.rows import db_now, insert_row, partition_holding, rows, table
 from tests.support.threads import run_together
+from tests.support.waiting import wait_until
 
 VERSIONS = [version for version, _, _ in migration_files()]
 TS = "timestamp with time zone"
@@ -178,3 +184,90 @@ def test_schema_name_that_needs_quoting(pg_dsn: str, db: Any) -> None:
         assert [r["status"] for r in rows(db, name)] == ["SUCCESS"]
     finally:
         db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def attempt_checks(db: psycopg.Connection[Any], schema: str) -> dict[str, str]:
+    """The attempt constraint of the ledger and of each of its partitions, by table."""
+    found = db.execute(
+        """
+        SELECT c.relname::text, pg_get_constraintdef(k.oid)
+        FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
+        WHERE c.relnamespace = to_regnamespace(%s)
+          AND c.relname LIKE 'cron_executions%%' AND k.conname = 'cron_executions_attempt_check'
+        """,
+        (sql.Identifier(schema).as_string(db),),
+    ).fetchall()
+    return dict(found)
+
+
+def test_a_steal_may_take_a_row_one_attempt_past_max_attempts_in_every_partition(
+    pg_dsn: str, schema: str, db: Any
+) -> None:
+    # A ledger written by version 11 (its table becomes the legacy partition), upgraded by
+    # this version's migrate: rows of the legacy, a day's partition and the DEFAULT one may reach
+    # attempt = max_attempts + 1 (a steal after a crash), never more.
+    migrate_to(pg_dsn, schema, "0011")
+    now = db_now(db)
+    legacy = insert_row(
+        db, schema, job_name="old", plan_time=now - timedelta(days=3), status="RUNNING"
+    )
+    applied = pgsched.Scheduler(dsn=pg_dsn, schema=schema).migrate()
+    assert applied == [v for v in VERSIONS if v > "0011"]
+    # (the legacy partition holds the plans up to the end of the upgrade's day)
+    soon = insert_row(
+        db, schema, job_name="new", plan_time=now + timedelta(days=2), status="RUNNING"
+    )
+    far = insert_row(
+        db, schema, job_name="far", plan_time=now + timedelta(days=3650), status="PENDING"
+    )
+    held = [partition_holding(db, schema, r["id"]) for r in (legacy, soon, far)]
+    assert held[0] == "cron_executions_legacy" and held[2] == "cron_executions_default", held
+    assert len(set(held)) == 3, held
+    attempt = sql.SQL("UPDATE {} SET attempt = %s WHERE id = %s").format(table(schema))
+    for row in (legacy, soon, far):
+        assert row["max_attempts"] == 1
+        db.execute(attempt, (2, row["id"]))
+        with pytest.raises(psycopg.errors.CheckViolation):
+            db.execute(attempt, (3, row["id"]))
+        with pytest.raises(psycopg.errors.CheckViolation):
+            db.execute(attempt, (0, row["id"]))
+    checks = attempt_checks(db, schema)
+    assert set(checks) >= {"cron_executions", *held}, checks
+    assert all("(max_attempts + 1)" in d for d in checks.values()), checks
+    # a partition made after the upgrade has it too
+    later = insert_row(
+        db, schema, job_name="later", plan_time=now + timedelta(days=20), status="PENDING"
+    )
+    assert (
+        "(max_attempts + 1)"
+        in attempt_checks(db, schema)[partition_holding(db, schema, later["id"])]
+    )
+
+
+def test_migration_18_waits_for_a_transaction_holding_the_ledger(
+    pg_dsn: str, schema: str, db: Any
+) -> None:
+    # Its ACCESS EXCLUSIVE lock request waits a second at a time (lock_timeout), so readers
+    # are not queued behind it while a transactional run holds the ledger.
+    migrate_to(pg_dsn, schema, "0017")
+    waiting = sql.SQL(
+        "SELECT count(*) FROM pg_locks WHERE relation = {}::regclass"
+        " AND mode = 'AccessExclusiveLock' AND NOT granted"
+    ).format(sql.Literal(f"{schema}.cron_executions"))
+    outcome: list[Any] = []
+    migrator = pgsched.Scheduler(dsn=pg_dsn, schema=schema)
+    with psycopg.connect(pg_dsn) as holder, psycopg.connect(pg_dsn, autocommit=True) as reader:
+        insert_row(holder, schema, job_name="long", plan_time=db_now(db), status="RUNNING")
+        migrating = threading.Thread(target=lambda: outcome.append(migrator.migrate()))
+        migrating.start()
+        wait_until(lambda: db.execute(waiting).fetchone()[0] == 1, 30, "the migration's lock try")
+        reader.execute("SET statement_timeout = '3s'")
+        started = time.monotonic()
+        while time.monotonic() - started < 3:
+            reader.execute(sql.SQL("SELECT count(*) FROM {}").format(table(schema))).fetchone()
+        assert outcome == []
+        assert "(max_attempts + 1)" not in attempt_checks(db, schema)["cron_executions"]
+        holder.commit()
+        migrating.join(30)
+    assert outcome == [["0018"]], outcome
+    assert "(max_attempts + 1)" in attempt_checks(db, schema)["cron_executions"]

@@ -24,6 +24,7 @@ from pgsched._engine import figures as figures_module
 from pgsched._engine.figures import LedgerFigures
 from pgsched._storage.connection import connect_options
 from pgsched._storage.store import Store, migration_files
+from tests.support.migrations import migrate_to as _migrate_to
 from tests.support.replica import Replica, clean_env
 from tests.support.rows import (
     count,
@@ -41,28 +42,6 @@ from tests.support.waiting import wait_until
 from tests.unit.engine_fakes import claim
 
 DAY = timedelta(days=1)
-
-
-def _migrate_to(dsn: str, schema: str, last: str) -> None:
-    """The schema as the migrations up to ``last`` left it (an earlier version's `migrate`)."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE {} (version text PRIMARY KEY, name text NOT NULL,"
-                " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
-            ).format(table(schema, "schema_migrations"))
-        )
-        for version, name, text in migration_files():
-            if version > last:
-                break
-            conn.execute(sql.SQL(text).format(schema=sql.Identifier(schema)))  # type: ignore[arg-type]
-            conn.execute(
-                sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(
-                    table(schema, "schema_migrations")
-                ),
-                (version, name),
-            )
 
 
 class _Version11Writer(threading.Thread):

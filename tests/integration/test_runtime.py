@@ -245,7 +245,7 @@ ODD_IDS = [
     "a/b\\c/../d",
     "  spaced  out  ",
     "semi;colon -- DROP TABLE x;",
-    "line\nbreak\ttab",
+    "line\u2028break\u00a0nbsp",  # (control characters such as a newline are refused)
     "x" * 1_024,  # the longest id allowed (MAX_SCOPE_BYTES)
 ]
 

@@ -154,6 +154,29 @@ def test_invalid_input_names_the_field_and_writes_nothing(
     assert schedules(db, migrated) == []
 
 
+def test_an_unknown_field_names_job_scope_field_and_the_field_meant(
+    make_scheduler: Any, migrated: str, db: Any, runtime_dsn: str
+) -> None:
+    s = dynamic_scheduler(make_scheduler)
+    scope = Scope("user", "9")
+    with pytest.raises(pgsched.ConfigError) as err:
+        s.put_schedule(JOB, scope, cron="0 9 * * *", tz="Europe/Berlin")  # type: ignore[arg-type]
+    assert str(err.value) == (
+        "job 'reminder', scope user:9: unknown field 'tz' (did you mean 'timezone'?)"
+    )
+
+    async def through_async_admin() -> str:
+        async with pgsched.AsyncAdmin(runtime_dsn, schema=migrated) as admin:
+            with pytest.raises(pgsched.ConfigError) as err:
+                await admin.put_schedule(JOB, scope, evry="1h")  # type: ignore[arg-type]
+            return str(err.value)
+
+    assert asyncio.run(through_async_admin()) == (
+        "job 'reminder', scope user:9: unknown field 'evry' (did you mean 'every'?)"
+    )
+    assert schedules(db, migrated) == []
+
+
 def test_jobs_that_are_not_dynamic_are_refused(
     make_scheduler: Any, migrated: str, db: Any, runtime_dsn: str
 ) -> None:

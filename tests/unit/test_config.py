@@ -203,7 +203,7 @@ def test_defaults() -> None:
     assert spec.run_timeout == timedelta(minutes=10)
     assert spec.stale_timeout == timedelta(minutes=11)
     assert spec.heartbeat_interval == timedelta(seconds=30)
-    assert spec.allow_stale_reentry is True
+    assert spec.allow_stale_reentry is False
     assert spec.max_attempts == 1
     assert spec.retry_backoff == (timedelta(minutes=1),)
     assert spec.max_running is None
@@ -446,7 +446,8 @@ def test_job_spells_out_every_option_with_the_same_defaults() -> None:
     from pgsched._config import JOB_DEFAULTS
 
     job = inspect.signature(pgsched.Scheduler.job).parameters
-    assert set(job) - {"self"} == set(JOB_DEFAULTS)
+    assert set(job) - {"self", "unknown"} == set(JOB_DEFAULTS)
+    assert job["unknown"].kind is inspect.Parameter.VAR_KEYWORD
     for name, default in JOB_DEFAULTS.items():
         assert job[name].kind is inspect.Parameter.KEYWORD_ONLY, name
         assert job[name].default == default, name
@@ -472,3 +473,84 @@ def test_an_unknown_option_of_an_unnamed_handler_names_the_function() -> None:
 
     with pytest.raises(pgsched.ConfigError, match=r"job 'rollup': unknown option 'evry'"):
         pgsched.Scheduler(dsn="postgresql://localhost/x").register(rollup, evry="1h")
+
+
+# -- after a crash: allow_stale_reentry's default ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "reentry"),
+    [
+        ({}, False),  # a handler may have done its work before its replica died
+        ({"transactional": True}, True),  # a dead run committed nothing
+        ({"transactional": True, "allow_stale_reentry": False}, False),
+        ({"allow_stale_reentry": True}, True),
+        ({"transactional": False, "allow_stale_reentry": None}, False),
+    ],
+)
+def test_stale_reentry_defaults_to_transactional_and_an_explicit_value_wins(
+    options: dict[str, Any], reentry: bool
+) -> None:
+    assert job(every="5m", **options).allow_stale_reentry is reentry
+    s = pgsched.Scheduler(dsn="postgresql://localhost/x")
+    s.job(every="5m", **options)(nightly_rollup)
+    assert s.jobs["nightly_rollup"].allow_stale_reentry is reentry
+
+
+def test_a_dynamic_transactional_job_is_stolen_by_default() -> None:
+    assert job(dynamic=True, transactional=True).allow_stale_reentry is True
+    assert job(dynamic=True).allow_stale_reentry is False
+
+
+# -- an option of another scheduler ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "hint"),
+    [
+        ("retries", "(did you mean 'max_attempts'? max_attempts counts the first attempt too:"),
+        ("max_retries", "(did you mean 'max_attempts'?"),
+        ("timeout", "(did you mean 'run_timeout'?)"),
+        ("schedule", "(did you mean 'cron' or 'every'?)"),
+        ("tz", "(did you mean 'timezone'?)"),
+        ("TZ", "(did you mean 'timezone'?)"),
+        ("scope", "(did you mean 'scopes'?)"),
+        ("max_attemps", "(did you mean 'max_attempts'?)"),  # no alias: the nearest option
+    ],
+)
+def test_the_decorator_refuses_an_unknown_option_with_a_config_error_and_a_hint(
+    option: str, hint: str
+) -> None:
+    s = pgsched.Scheduler(dsn="postgresql://localhost/x")
+    decorate = s.job(every="5m", **{option: 3})
+    with pytest.raises(pgsched.ConfigError) as err:
+
+        @decorate
+        def rollup(run: pgsched.Run) -> None: ...
+
+    assert str(err.value).startswith(f"job 'rollup': unknown option {option!r} {hint}"), err.value
+    assert s.jobs == {}
+    with pytest.raises(pgsched.ConfigError, match=f"job 'named': unknown option {option!r}"):
+        s.register(nightly_rollup, name="named", every="5m", **{option: 3})
+
+
+# -- control characters in names ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("a\nb", "'a\\nb' contains a control character (newline)"),
+        ("a\tb", "'a\\tb' contains a control character (tab)"),
+        ("a\x00b", "'a\\x00b' contains a control character (NUL)"),
+        ("a\x1bb", "'a\\x1bb' contains a control character (U+001B)"),
+        ("a\x85b", "'a\\x85b' contains a control character (U+0085)"),
+        ("a\x7fb", "'a\\x7fb' contains a control character (U+007F)"),
+    ],
+)
+def test_a_job_name_with_a_control_character_is_refused(name: str, shown: str) -> None:
+    with pytest.raises(pgsched.ConfigError) as err:
+        job(name=name, every="5m")
+    assert str(err.value) == f"job name={shown}"
+    # category Cf (a right-to-left override, a zero-width joiner) is not a control character
+    assert job(name="report\u202e\u200d", every="5m").name == "report\u202e\u200d"

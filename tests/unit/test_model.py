@@ -46,6 +46,32 @@ def test_bad_scopes(kind, ident) -> None:
     assert isinstance(info.value, ValueError)
 
 
+@pytest.mark.parametrize(
+    ("kind", "ident", "message"),
+    [
+        ("tenant", "a\nb", "Scope id='a\\nb' contains a control character (newline)"),
+        ("tenant", "a\rb", "Scope id='a\\rb' contains a control character (carriage return)"),
+        ("ten\tant", "a", "Scope kind='ten\\tant' contains a control character (tab)"),
+        ("tenant", "\x9b", "Scope id='\\x9b' contains a control character (U+009B)"),
+        ("tenant", "a\x00b", "Scope id='a\\x00b' contains a control character (NUL)"),
+    ],
+)
+def test_control_characters_are_refused_naming_field_and_value(kind, ident, message) -> None:
+    with pytest.raises(pgsched.ConfigError) as info:
+        Scope(kind, ident)
+    assert str(info.value) == message
+
+
+def test_scope_parse_names_the_job_when_given() -> None:
+    with pytest.raises(pgsched.ConfigError) as info:
+        Scope.parse("tenant:a\nb", "report")
+    assert str(info.value) == (
+        "job 'report': Scope id='a\\nb' contains a control character (newline)"
+    )
+    with pytest.raises(pgsched.ConfigError, match=r"^job 'report': scope 'x' is not of the form"):
+        Scope.parse("x", "report")
+
+
 def test_scope_parse() -> None:
     assert Scope.parse("tenant:a:b") == Scope("tenant", "a:b")
     assert Scope.parse("tenant:a:b").kind == "tenant"

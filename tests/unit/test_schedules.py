@@ -20,6 +20,7 @@ from pgsched._planning.schedules import (
     Schedule,
     ScheduleSpec,
     ValidSchedule,
+    check_fields,
     check_schedule,
     first_plan_after,
     plans_between,
@@ -153,9 +154,39 @@ def test_oversize_scope_kind_in_multibyte_characters() -> None:
 
 
 def test_scope_shown_as_repr_when_not_printable() -> None:
+    # (a right-to-left override: legal in a scope, unlike a control character such as "\n")
     with pytest.raises(ConfigError) as info:
-        check_schedule("reminder", ScheduleSpec(Scope("user", "a\nb"), cron="bad"))
-    assert str(info.value).startswith("job 'reminder', scope 'user:a\\nb': cron='bad'")
+        check_schedule("reminder", ScheduleSpec(Scope("user", "a\u202eb"), cron="bad"))
+    assert str(info.value).startswith("job 'reminder', scope 'user:a\\u202eb': cron='bad'")
+
+
+def test_a_scope_with_a_control_character_is_refused_naming_job_field_and_value() -> None:
+    # Scope() refuses it when built; a Scope that skipped those checks is refused here again.
+    bypassed = object.__new__(Scope)
+    object.__setattr__(bypassed, "kind", "user")
+    object.__setattr__(bypassed, "id", "a\tb")
+    with pytest.raises(ConfigError) as info:
+        check_schedule("reminder", ScheduleSpec(bypassed, every="1h"))
+    assert str(info.value) == (
+        "job 'reminder', scope 'user:a\\tb': Scope id='a\\tb' contains a control character (tab)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "hint"),
+    [
+        ("tz", " (did you mean 'timezone'?)"),
+        ("schedule", " (did you mean 'cron' or 'every'?)"),
+        ("data", " (did you mean 'payload'?)"),
+        ("ends", " (did you mean 'ends_at'?)"),
+        ("zzz", ""),
+    ],
+)
+def test_an_unknown_schedule_field_names_the_field_meant(field: str, hint: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_fields("reminder", Scope("user", "42"), ["every", field])
+    assert str(info.value) == f"job 'reminder', scope user:42: unknown field {field!r}{hint}"
+    check_fields("reminder", Scope("user", "42"), ["every", "timezone", "paused"])
 
 
 def test_scope_that_is_not_a_scope() -> None:

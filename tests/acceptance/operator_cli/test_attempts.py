@@ -41,7 +41,7 @@ STUCK_APP = textwrap.dedent(
     scheduler = pgsched.Scheduler(tick_interval="1s")
 
     @scheduler.job(every="1h", max_attempts=2, run_timeout="10s", stale_timeout="12s",
-                   heartbeat_interval="1s")
+                   heartbeat_interval="1s", allow_stale_reentry=True)
     def stuck(run):
         if run.attempt == 1:
             time.sleep(600)
