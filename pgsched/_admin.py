@@ -107,7 +107,7 @@ class ScheduleMethods:
         PORTAL.call(self._schedule_operations().pause_schedule(job, scope))
 
     def resume_schedule(self, job: str, scope: Scope) -> None:
-        """Resume the schedule; the job's catch-up mode decides which missed plans run."""
+        """Resume the schedule; plans that fell due while it was paused are skipped (``paused``)."""
         PORTAL.call(self._schedule_operations().resume_schedule(job, scope))
 
 

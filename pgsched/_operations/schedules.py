@@ -157,8 +157,8 @@ class ScheduleOperations(Audited):
         await self._set_schedule_paused(job, scope, True)
 
     async def resume_schedule(self, job: str, scope: Scope) -> None:
-        """Undo :meth:`pause_schedule`; the job's catch-up mode decides which missed plans
-        run."""
+        """Undo :meth:`pause_schedule`. Plans that fell due while the schedule was paused do
+        not run: they are recorded as skipped, reason ``paused``."""
         await self._set_schedule_paused(job, scope, False)
 
     async def _set_schedule_paused(self, job: str, scope: Scope, paused: bool) -> None:
