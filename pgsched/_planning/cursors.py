@@ -65,14 +65,6 @@ class CursorDecision(NamedTuple):
     def claims(self) -> int:
         return len(self.move.plans)
 
-    @property
-    def superseded(self) -> int:
-        return sum(s.plans for s in self.skips if s.reason == "superseded")
-
-    @property
-    def late(self) -> int:
-        return sum(s.plans for s in self.skips if s.reason == "max_lateness")
-
 
 def spec_key(recurrence: Recurrence) -> str:
     """What a cursor's next plan was computed from: two keys differ when the plans do."""

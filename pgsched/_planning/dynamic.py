@@ -65,14 +65,6 @@ class Decision(NamedTuple):
     def claims(self) -> bool:
         return self.move is not None and self.move.plan is not None
 
-    @property
-    def superseded(self) -> int:
-        return sum(s.plans for s in self.skips if s.reason == "superseded")
-
-    @property
-    def late(self) -> int:
-        return sum(s.plans for s in self.skips if s.reason == "max_lateness")
-
 
 def decide_schedules(
     job: CatchUpRules, rows: Sequence[DueSchedule], now: datetime

@@ -14,12 +14,13 @@ transaction.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .._records import Skip
+from .._times import parse_duration
 from .recurrence import CadenceRecurrence, CronRecurrence, Recurrence, count_plans_between
 
 REASONS = (
@@ -128,20 +129,15 @@ def described_recurrence(text: str | None) -> Recurrence | None:
         return None
     try:
         if text.startswith("every "):
-            return CadenceRecurrence(_duration(text[6:]))
+            return CadenceRecurrence(parse_duration(text[6:], field="every", allow_zero=False))
         match = re.fullmatch(r"cron '(.+)' (\S+)", text)
         if match:
             return CronRecurrence(match.group(1), ZoneInfo(match.group(2)))
-    except (ValueError, KeyError, ZoneInfoNotFoundError):
+    except (ValueError, KeyError, ZoneInfoNotFoundError):  # ConfigError is a ValueError
         return None
     return None
 
 
-def _duration(text: str) -> timedelta:
-    units = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-    if not text or text[-1] not in units:
-        raise ValueError(text)
-    seconds = float(text[:-1]) * units[text[-1]]
-    if not seconds > 0:
-        raise ValueError(text)
-    return timedelta(seconds=seconds)
+def plans_skipped(skips: Iterable[Skip], reason: str) -> int:
+    """How many plans ``skips`` passed over for ``reason``."""
+    return sum(s.plans for s in skips if s.reason == reason)

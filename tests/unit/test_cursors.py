@@ -19,6 +19,7 @@ from pgsched._planning.cursors import (
     first_plan,
     spec_key,
 )
+from pgsched._planning.skips import plans_skipped
 from pgsched._records import DueCursor
 from tests.support.plans import catch_up_options
 
@@ -79,7 +80,10 @@ def test_a_weekday_job_deployed_in_the_evening_first_runs_the_next_morning() -> 
     decision = decide_cursor(j, spec_key(j.schedule), seen_now(j, deployed), deployed, TICK)
     assert decision.move.plans == ()
     assert decision.move.next_plan == datetime(2027, 3, 11, 8, 0, tzinfo=UTC)
-    assert (decision.superseded, decision.late) == (0, 0)
+    assert (
+        plans_skipped(decision.skips, "superseded"),
+        plans_skipped(decision.skips, "max_lateness"),
+    ) == (0, 0)
 
 
 def test_a_plan_due_within_the_last_tick_counts_at_first_sight() -> None:
@@ -111,7 +115,7 @@ def test_latest_only_claims_the_newest_due_plan_and_counts_the_ones_between() ->
     now = datetime(2027, 3, 10, 12, 0, 5, tzinfo=UTC)  # down from 08:30 to 12:00
     decision = decide_cursor(j, spec_key(j.schedule), seen_now(j, seen), now, TICK)
     assert decision.move.plans == (datetime(2027, 3, 10, 12, 0, tzinfo=UTC),)
-    assert decision.superseded == 3  # 09:00, 10:00, 11:00
+    assert plans_skipped(decision.skips, "superseded") == 3  # 09:00, 10:00, 11:00
     assert decision.move.next_plan == datetime(2027, 3, 10, 13, 0, tzinfo=UTC)
 
 
@@ -150,12 +154,12 @@ def test_max_lateness_skips_and_counts() -> None:
     seen = datetime(2027, 3, 10, 8, 30, tzinfo=UTC)
     latest = job(every="1h", max_lateness="10m")
     d = decide_cursor(latest, spec_key(latest.schedule), seen_now(latest, seen), now, TICK)
-    assert (d.move.plans, d.late) == ((), 1)
+    assert (d.move.plans, plans_skipped(d.skips, "max_lateness")) == ((), 1)
     assert d.move.next_plan == datetime(2027, 3, 10, 13, 0, tzinfo=UTC)
     every = job(every="1h", catch_up="every_plan", max_plans_per_tick=1, max_lateness="2h")
     d = decide_cursor(every, spec_key(every.schedule), seen_now(every, seen), now, TICK)
     assert d.move.plans == (datetime(2027, 3, 10, 11, 0, tzinfo=UTC),)
-    assert d.late == 2  # 09:00 and 10:00
+    assert plans_skipped(d.skips, "max_lateness") == 2  # 09:00 and 10:00
 
 
 # -- jitter, room, a changed schedule, the upgrade path --------------------------------------------
@@ -208,7 +212,7 @@ def test_a_scope_from_an_earlier_version_resumes_after_its_latest_plan() -> None
     latest = job(every="1h")
     d = decide_cursor(latest, spec_key(latest.schedule), upgraded, now, TICK)
     assert d.move.plans == (datetime(2027, 3, 10, 12, 0, tzinfo=UTC),)
-    assert d.superseded == 1
+    assert plans_skipped(d.skips, "superseded") == 1
     caught_up = cursor(None, None, seen=now, last=datetime(2027, 3, 10, 12, 0, tzinfo=UTC))
     d = decide_cursor(latest, spec_key(latest.schedule), caught_up, now, TICK)
     assert d.move.plans == () and d.move.next_plan == datetime(2027, 3, 10, 13, 0, tzinfo=UTC)
