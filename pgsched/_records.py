@@ -311,6 +311,7 @@ class JobRecord:
 
     known: bool
     scopes: str | None
+    schedule: str | None  # as status shows it (``describe()``), the upgrade path's record
     recurrence: Any
     max_attempts: int | None
     upcoming: list[datetime] | None

@@ -729,7 +729,8 @@ WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
 -- What a trigger needs to know of a job: its job_state row (none: `known` false), whether a
 -- live replica (as list_replicas counts them) registers it, and the database's clock.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
-SELECT j.job_name IS NOT NULL AS known, j.scopes, j.recurrence, j.max_attempts, j.upcoming,
+SELECT j.job_name IS NOT NULL AS known, j.scopes, j.schedule, j.recurrence, j.max_attempts,
+       j.upcoming,
        EXISTS (SELECT 1 FROM {schema}.replicas p
                WHERE CASE WHEN p.live_until >= p.seen_at THEN p.live_until
                          ELSE p.seen_at + interval '30 seconds' END >= now.t

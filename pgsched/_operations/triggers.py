@@ -22,6 +22,7 @@ from .._errors import ConfigError, FieldError, NotFoundError, PgschedError
 from .._model import GLOBAL, Scope
 from .._planning.recurrence import Recurrence, is_plan, recurrence_from_record
 from .._planning.schedules import ValidSchedule, plans_between, stored_schedule
+from .._planning.skips import described_recurrence
 from .._records import JobRecord
 from .._storage.store import Conn, ScheduleStore, Store
 from .._views import Triggered
@@ -173,8 +174,14 @@ class ScheduledPlans:
         self._store, self._schedules, self._conn, self._job = store, schedules, conn, job
         self._dynamic = spec.dynamic if spec is not None else record.scopes == "dynamic"
         self._recurrence: Recurrence | None = (
-            spec.schedule if spec is not None else recurrence_from_record(record.recurrence)
+            spec.schedule
+            if spec is not None
+            # a replica of an earlier version recorded only the text status shows
+            else recurrence_from_record(record.recurrence) or described_recurrence(record.schedule)
         )
+        # Only a planner hook's plans are unknown without its code; a job nothing was recorded
+        # for (no replica of this version has run it) has no plan known to protect.
+        self._hook = spec is None and (record.schedule or "").startswith("planner=")
         self._upcoming = record.upcoming or []
 
     async def covering(self, scope: Scope, at: datetime) -> Triggered | None:
@@ -233,7 +240,7 @@ class ScheduledPlans:
             return True
         if self._upcoming and self._upcoming[0] <= at <= self._upcoming[-1]:
             return False  # within what the replicas listed, and not listed
-        return None
+        return None if self._hook else False
 
     async def _covering_schedule(self, scope: Scope, at: datetime) -> Triggered | None:
         row = await self._schedules.get_schedule(self._conn, self._job, scope.kind, scope.id)

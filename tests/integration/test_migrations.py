@@ -269,5 +269,5 @@ def test_migration_18_waits_for_a_transaction_holding_the_ledger(
         assert "(max_attempts + 1)" not in attempt_checks(db, schema)["cron_executions"]
         holder.commit()
         migrating.join(30)
-    assert outcome == [["0018"]], outcome
+    assert outcome == [[v for v, _, _ in migration_files() if v >= "0018"]], outcome
     assert "(max_attempts + 1)" in attempt_checks(db, schema)["cron_executions"]

@@ -134,7 +134,7 @@ def test_a_run_now_is_planned_off_every_scheduled_plan(
     if options.get("planner") == "fixed":
         options = {"planner": FixedPlans(AT, AT + timedelta(microseconds=1))}
     spec = build_job(_noop, name="tick", **options)
-    record = JobRecord(True, "global", None, None, None, True, now)
+    record = JobRecord(True, "global", None, None, None, None, True, now)
     plans = ScheduledPlans(
         Store("pgsched"), ScheduleStore("pgsched"), cast(Any, None), "tick", spec, record
     )

@@ -141,7 +141,8 @@ def test_api_runs_fields_filters_and_limit(cluster: Cluster) -> None:
     lower = cluster.main.get("/api/runs?status=success&limit=5").json()["runs"]
     assert len(lower) == 5 and {r["status"] for r in lower} == {"SUCCESS"}
     assert len(cluster.main.get("/api/runs?limit=1").json()["runs"]) == 1
-    assert cluster.main.get("/api/runs?job=no-such-job").json() == {"runs": []}
+    unknown = cluster.main.get("/api/runs?job=no-such-job")  # no record names it: not found
+    assert unknown.status == 404 and "no-such-job" in unknown.json()["error"], unknown.text
 
     for bad in ("0", "-1", "1001", "abc", "", "2.5"):
         resp = cluster.main.get(f"/api/runs?limit={bad}")
