@@ -274,28 +274,24 @@ def test_claims_and_skips_match_the_rows_this_replica_claimed(cluster: Cluster) 
                 (r,),
             )
         )
-        # latest_only: every schedule plan from where the scope started to its latest claimed
-        # one that has no row was superseded. Only `tick` and `boom` (every 1s) can skip here.
-        # A scope starts after its latest scheduled row from before its cursor (tick's seeded
-        # row), else at its first plan at or after its first sight less the tick interval
-        # (0.5 s): a first claim that came a second or more after that (a loaded machine)
-        # superseded plans before the job's first row, which the rows alone do not show.
+        # latest_only: what this replica (the only one on this schema) passed over is in the
+        # ledger's spans of skipped plans, written in the claim's transaction. A model of where
+        # each scope started cannot tell: with first_sight="latest" the first plan is the one
+        # due at first sight, superseded when the first claim comes after the next falls due.
         spans = dict(
-            (job, int(span) - n)
-            for job, span, n in cluster.q(
-                "WITH start AS ("
-                "  SELECT e.job_name, least(min(e.plan_time),"
-                "    (SELECT to_timestamp(ceil(extract(epoch FROM min(c.first_seen_at)) - 0.5))"
-                "     FROM {s}.cron_cursors c WHERE c.job_name = e.job_name) - interval '1 s'"
-                "  ) AS t"
-                "  FROM {s}.cron_executions e"
-                "  WHERE e.job_name IN ('tick', 'boom') AND e.trigger = 'schedule' GROUP BY 1)"
-                " SELECT e.job_name, extract(epoch FROM max(e.plan_time) - start.t),"
-                "  count(*) FILTER (WHERE e.plan_time > start.t)"
-                " FROM {s}.cron_executions e JOIN start USING (job_name)"
-                " WHERE e.trigger = 'schedule' GROUP BY e.job_name, start.t"
+            cluster.q(
+                "SELECT job_name, sum(plans)::int FROM {s}.cron_skips"
+                " WHERE reason = 'superseded' AND job_name IN ('tick', 'boom') GROUP BY 1"
             )
         )
+        # ... and no plan recorded as passed over has a row.
+        overlap = cluster.one(
+            "SELECT count(*) FROM {s}.cron_executions e JOIN {s}.cron_skips k"
+            " ON k.job_name = e.job_name AND k.scope_kind = e.scope_kind"
+            " AND k.scope_id = e.scope_id AND e.plan_time BETWEEN k.first_plan AND k.last_plan"
+            " WHERE e.trigger = 'schedule' AND k.reason = 'superseded'"
+        )
+        assert overlap == 0, "a plan recorded as superseded has a row"
         m2 = scrape(cluster.main)
         metrics = [
             {
