@@ -229,6 +229,7 @@ class Restore:
     status: str = "RUNNING"
     outcome: Finish | None = None
     next_retry_at: datetime | None = None
+    stolen: bool = False  # the row was once stolen after a crash (one attempt more)
 
 
 @dataclass(frozen=True, slots=True)

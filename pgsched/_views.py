@@ -27,8 +27,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def attempt_text(attempt: int, max_attempts: int) -> str:
-    """``2/3``; an attempt past ``max_attempts`` can only be a steal after a crash (the one
-    extra attempt a dead holder's plan gets), and says so: ``2/1 (+1 after a crash)``."""
+    """``2/3``; an attempt past ``max_attempts`` can only be on a row stolen after a crash (the
+    one extra attempt a crash gives its plan), and says so: ``2/1 (+1 after a crash)``."""
     text = f"{attempt}/{max_attempts}"
     return text if attempt <= max_attempts else f"{text} (+1 after a crash)"
 

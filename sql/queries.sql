@@ -168,7 +168,7 @@ scoped AS MATERIALIZED (
           AND (   (%(reentry)s AND c.status = 'RUNNING' AND c.stale_after < (SELECT t FROM now)
                    AND c.attempt <= c.max_attempts)
                OR (c.status = 'FAILED' AND c.next_retry_at <= (SELECT t FROM now)
-                   AND c.attempt < c.max_attempts)
+                   AND c.attempt < c.max_attempts + CASE WHEN c.stolen THEN 1 ELSE 0 END)
                OR (c.status = 'PENDING' AND c.plan_time <= (SELECT t FROM now)))
         ORDER BY c.plan_time, c.scope_kind, c.scope_id
         LIMIT %(limit)s
@@ -209,8 +209,9 @@ WHERE NOT EXISTS (SELECT 1 FROM keyed k
 
 -- name: claim_existing
 -- Takes over existing rows on the same row, oldest plan first: stale leases (steal, up to
--- attempt max_attempts + 1: see close_stale), FAILED rows whose retry is due (a handler's
--- failure is retried only while attempt < max_attempts), and PENDING rows (manual triggers
+-- attempt max_attempts + 1: see close_stale; the row is marked stolen), FAILED rows whose
+-- retry is due (a handler's failure is retried while attempt < max_attempts, + 1 on a row
+-- once stolen: the steal's attempt is the crash's, not a retry's), and PENDING rows (triggers
 -- and backfills). Under overlap="forbid" a scope runs one execution at a time: a row is
 -- taken only when its scope is one lock_existing_scopes locked and no other row of it is
 -- RUNNING (an exclusive one, or any with a live lease), at most one per scope per
@@ -226,7 +227,7 @@ locked AS (
       AND (   (%(reentry)s AND c.status = 'RUNNING' AND c.stale_after < (SELECT t FROM now)
                AND c.attempt <= c.max_attempts)
            OR (c.status = 'FAILED' AND c.next_retry_at <= (SELECT t FROM now)
-               AND c.attempt < c.max_attempts)
+               AND c.attempt < c.max_attempts + CASE WHEN c.stolen THEN 1 ELSE 0 END)
            OR (c.status = 'PENDING' AND c.plan_time <= (SELECT t FROM now)))
       AND (NOT %(forbid)s OR (
             (c.scope_kind, c.scope_id) IN (
@@ -254,6 +255,7 @@ taken AS (
     SET status = 'RUNNING',
         attempt = e.attempt + CASE WHEN e.status = 'PENDING' THEN 0 ELSE 1 END,
         max_attempts = CASE WHEN e.status = 'PENDING' THEN %(max_attempts)s ELSE e.max_attempts END,
+        stolen = e.stolen OR e.status = 'RUNNING',
         exclusive = %(forbid)s,
         lease_token = gen_random_uuid(),
         fencing_token = {schema}.next_fencing_token(),
@@ -264,8 +266,8 @@ taken AS (
     FROM picked, now
     WHERE e.id = picked.id
     RETURNING e.id, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.attempt, e.max_attempts,
-              e.lease_token, e.fencing_token, e.started_at, e.payload, picked.previous_status,
-              picked.previous_runner
+              e.lease_token, e.fencing_token, e.started_at, e.payload, e.stolen,
+              picked.previous_status, picked.previous_runner
 ),
 -- A stolen lease's attempt ends here: kept in cron_attempts with the runner that lost it.
 kept AS (
@@ -584,7 +586,9 @@ done AS (
         duration_ms = b.duration_ms, rows_affected = b.rows_affected,
         result = coalesce(b.result::jsonb, '{{}}'), error_code = b.error_code,
         error_msg = left(b.error_msg, 4000),
-        next_retry_at = CASE WHEN b.status = 'FAILED' AND e.attempt < e.max_attempts
+        next_retry_at = CASE WHEN b.status = 'FAILED'
+                                  AND e.attempt < e.max_attempts + CASE WHEN e.stolen
+                                                                        THEN 1 ELSE 0 END
                              THEN now.t + make_interval(secs => b.retry_delay) END
     FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(plans)b::timestamptz[],
                 %(statuses)b::text[], %(error_codes)b::text[], %(error_msgs)b::text[],
@@ -624,11 +628,11 @@ w AS MATERIALIZED (
         %(plans)b::timestamptz[], %(triggers)b::text[], %(statuses)b::text[],
         %(attempts)b::integer[], %(max_attempts)b::integer[], %(runners)b::text[],
         %(tokens)b::uuid[], %(fencing)b::bigint[], %(exclusive)b::boolean[],
-        %(payloads)b::text[], %(started)b::timestamptz[], %(stale_timeouts)b::float8[],
+        %(stolen)b::boolean[], %(payloads)b::text[], %(started)b::timestamptz[], %(stale_timeouts)b::float8[],
         %(error_codes)b::text[], %(error_msgs)b::text[], %(rows)b::bigint[],
         %(results)b::text[], %(durations)b::integer[], %(retry_at)b::timestamptz[])
     AS w(id, job, kind, scope_id, plan_time, trigger, status, attempt, max_attempts, runner,
-         token, fencing, exclusive, payload, started_at, stale_timeout_s, error_code, error_msg,
+         token, fencing, exclusive, stolen, payload, started_at, stale_timeout_s, error_code, error_msg,
          rows_affected, result, duration_ms, next_retry_at)
 ),
 brought AS (
@@ -639,7 +643,7 @@ brought AS (
         duration_ms = w.duration_ms, rows_affected = w.rows_affected,
         result = coalesce(w.result::jsonb, '{{}}'), error_code = w.error_code,
         error_msg = left(w.error_msg, 4000), next_retry_at = w.next_retry_at,
-        updated_at = now.t
+        stolen = e.stolen OR w.stolen, updated_at = now.t
     FROM w, now
     WHERE e.id = w.id AND e.plan_time = w.plan_time AND w.status <> 'RUNNING'
       AND (e.attempt < w.attempt
@@ -651,11 +655,12 @@ brought AS (
 restored AS (
     INSERT INTO {schema}.cron_executions AS x
         (id, job_name, scope_kind, scope_id, plan_time, trigger, status, attempt,
-         max_attempts, runner_id, lease_token, fencing_token, exclusive, payload,
+         max_attempts, runner_id, lease_token, fencing_token, exclusive, stolen, payload,
          heartbeat_at, stale_after, started_at, finished_at, duration_ms, rows_affected,
          result, error_code, error_msg, next_retry_at, created_at, updated_at)
     SELECT w.id, w.job, w.kind, w.scope_id, w.plan_time, w.trigger, w.status, w.attempt,
-           w.max_attempts, w.runner, w.token, w.fencing, w.exclusive, w.payload::jsonb,
+           w.max_attempts, w.runner, w.token, w.fencing, w.exclusive, w.stolen,
+           w.payload::jsonb,
            now.t, now.t + make_interval(secs => w.stale_timeout_s), w.started_at,
            CASE WHEN w.status <> 'RUNNING'
                 THEN w.started_at + make_interval(secs => w.duration_ms / 1000.0) END,
@@ -1655,9 +1660,11 @@ LIMIT %(limit)s
 
 -- name: retry_now
 -- A FAILED execution becomes due for a retry now, given one more attempt when it had none
--- left; the replicas' claims take it over as any due retry.
+-- left (a row once stolen after a crash has one past max_attempts: see claim_existing); the
+-- replicas' claims take it over as any due retry.
 UPDATE {schema}.cron_executions
-SET next_retry_at = clock_timestamp(), max_attempts = greatest(max_attempts, attempt + 1),
+SET next_retry_at = clock_timestamp(),
+    max_attempts = greatest(max_attempts, attempt + 1 - CASE WHEN stolen THEN 1 ELSE 0 END),
     updated_at = clock_timestamp()
 WHERE id = %(id)s AND status = 'FAILED'
 RETURNING id, job_name

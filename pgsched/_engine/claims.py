@@ -318,4 +318,5 @@ def _claim(row: Row, kind: ClaimKind, known: Known | None) -> Claim:
         started_at=row.get("started_at"),
         previous_runner=row.get("previous_runner") if kind == "stole" else None,
         payload=row.get("payload"),
+        stolen=row.get("stolen", False),
     )

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any
 
-from .._config import JobSpec
 from .._errors import LeaseLost
 from .._results import InvalidResult, describe_error, describe_traceback
 from .._run import Run
@@ -56,9 +55,7 @@ class Executor:
         lease.abandoned = True
         if lease.task is not None:
             lease.task.cancel()
-        self._submit(
-            lease, failed(lease.job, lease.run, time.monotonic(), "shutdown", why, retry_now=True)
-        )
+        self._submit(lease, failed(lease, time.monotonic(), "shutdown", why, retry_now=True))
 
     async def _execute(self, lease: Lease, traced: bool) -> None:
         try:
@@ -118,36 +115,37 @@ class Executor:
             if not (self._deadlines.disarm(lease) and (task is None or not task.cancelling())):
                 raise
             why = f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout})"
-            return failed(job, run, started, "run_timeout", why)
+            return failed(lease, started, "run_timeout", why)
         except LeaseLost:
             self._leases.lose(lease, "handler raised LeaseLost")
             return None
         except TransactionUnavailable:
             raise
         except InvalidResult as exc:  # a transactional run's result, refused before commit
-            return failed(job, run, started, "invalid_result", describe_error(exc))
+            return failed(lease, started, "invalid_result", describe_error(exc))
         except Exception as exc:
             error = describe_error(exc)
             self._recorder.handler_raised(lease, error, exc)
             tb = describe_traceback(exc)
-            return failed(job, run, started, "handler_error", error, traceback=tb, error=exc)
+            return failed(lease, started, "handler_error", error, traceback=tb, error=exc)
         finally:
             self._deadlines.disarm(lease)
-        return self._returned(job, run, started, value)
+        return self._returned(lease, started, value)
 
-    def _returned(self, job: JobSpec, run: Run, started: float, value: Any) -> Outcome:
+    def _returned(self, lease: Lease, started: float, value: Any) -> Outcome:
         """The outcome of a handler that returned ``value``."""
+        job = lease.job
         overran = time.monotonic() - started - job.run_timeout.total_seconds()
         if overran > 0:  # it blocked the loop past its deadline: asyncio could not cancel it
             why = (
                 f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout}) and"
                 " could not be interrupted: it blocked the event loop"
             )
-            return failed(job, run, started, "run_timeout", why)
+            return failed(lease, started, "run_timeout", why)
         try:
             return succeeded(started, value)
         except Exception as exc:  # InvalidResult, or anything odd a custom object raises
-            return failed(job, run, started, "invalid_result", describe_error(exc))
+            return failed(lease, started, "invalid_result", describe_error(exc))
 
     def _blocked(self, lease: Lease, seconds: float, core_wait: float, collector: float) -> None:
         if seconds >= LOOP_BLOCKED_S:

@@ -129,6 +129,7 @@ def open_lease(job: JobSpec, claim: Claim, runner_id: str, log: FilteringBoundLo
         next_beat=time.monotonic() + job.heartbeat_interval.total_seconds(),
         execution_id=claim.execution_id,
         kind=claim.kind,
+        stolen=claim.stolen,
         started_at=claim.started_at,
     )
     if claim.kind == "won" and claim.trigger == "schedule" and claim.started_at is not None:

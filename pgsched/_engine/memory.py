@@ -40,6 +40,7 @@ _CLAIMED = (
     "payload_json",
     "started_at",
     "stale_timeout_s",
+    "stolen",
 )
 _PLAIN = (*_CLAIMED, "status", "next_retry_at")
 # The outcome's fields after those (its id, token, plan time and status are the row's). Not
@@ -117,6 +118,7 @@ def _claimed(lease: Lease) -> tuple[Any, ...]:
         json.dumps(run.payload) if run.payload else "{}",
         lease.started_at,
         job.stale_timeout.total_seconds(),
+        lease.stolen,
     )
 
 

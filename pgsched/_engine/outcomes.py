@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import time
 
-from .._config import JobSpec
 from .._results import encode_result
-from .._run import Run
-from .values import Outcome
+from .values import Lease, Outcome
 
 
 def elapsed_ms(started: float) -> int:
@@ -30,8 +28,7 @@ def succeeded(started: float, value: object) -> Outcome:
 
 
 def failed(
-    job: JobSpec,
-    run: Run,
+    lease: Lease,
     started: float,
     code: str,
     message: str,
@@ -42,8 +39,11 @@ def failed(
 ) -> Outcome:
     """FAILED with ``code`` (and the handler's ``traceback``, if it raised); the job's backoff
     decides when it is retried (``retry_now``: at once, for a run abandoned at shutdown), None
-    when no attempt is left."""
-    delay = job.retry_delay(run.attempt, run.max_attempts)
+    when no attempt is left. A row once stolen after a crash has one attempt more: the steal's,
+    so the crash does not use up one of the handler's retries."""
+    run = lease.run
+    allowed = run.max_attempts + (1 if lease.stolen else 0)
+    delay = lease.job.retry_delay(run.attempt, allowed)
     return Outcome(
         "FAILED",
         elapsed_ms(started),

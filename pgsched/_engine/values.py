@@ -35,6 +35,7 @@ class Claim(NamedTuple):
     started_at: datetime | None
     previous_runner: str | None = None
     payload: dict[str, Any] | None = None  # the schedule's payload (dynamic jobs)
+    stolen: bool = False  # the row was once stolen after a crash: one more attempt is allowed
 
 
 @dataclass
@@ -65,6 +66,7 @@ class Lease:
     claim_lag: float | None = None  # seconds late at claim, for first scheduled attempts
     started_at: datetime | None = None  # the claim's database time (re-applied after a failover)
     kind: str = "won"  # how it was claimed: won, stole, retry
+    stolen: bool = False  # the row was once stolen after a crash (its retries have one more)
     claimed_at: float = field(default_factory=time.monotonic)
     abandoned: bool = False  # shutdown wrote (or is writing) its outcome
     submitted: bool = False  # its outcome is queued for (or being retried by) the writer

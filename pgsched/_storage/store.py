@@ -758,6 +758,7 @@ def _restore_params(rows: Sequence[Restore]) -> dict[str, Any]:
         "tokens": [r.token for r in ordered],
         "fencing": [r.fencing_token for r in ordered],
         "exclusive": [r.exclusive for r in ordered],
+        "stolen": [r.stolen for r in ordered],
         "payloads": [r.payload_json for r in ordered],
         "started": [r.started_at for r in ordered],
         "stale_timeouts": [r.stale_timeout_s for r in ordered],

@@ -499,8 +499,8 @@ def test_a_plan_whose_holders_die_max_attempts_plus_1_times_in_a_row_ends_stale_
 def test_a_handler_failure_is_still_bounded_by_max_attempts(
     make_scheduler: Any, migrated: str, db: Any
 ) -> None:
-    # The extra attempt is a steal's only: a handler that fails is retried while
-    # attempt < max_attempts, whether or not a steal came first.
+    # The extra attempt is a steal's only: a steal of the last attempt gives the handler one
+    # run more, and a failure of that run is not retried.
     plan = current_day_plan(db)
     crashed = seed_running(
         db,
@@ -542,3 +542,92 @@ def test_a_handler_failure_is_still_bounded_by_max_attempts(
             attempt,
         ), scope
         assert row["next_retry_at"] is None, scope
+
+
+def _crashed_then_failing(
+    make_scheduler: Any, migrated: str, db: Any, name: str, max_attempts: int, transactional: bool
+) -> tuple[dict[str, Any], list[tuple[str, int, int]], pgsched.Scheduler]:
+    """A plan whose first holder died (scope crashed) and one no replica held (scope fresh),
+    of a job whose handler always fails, retried at once."""
+    crashed = seed_running(
+        db,
+        migrated,
+        name,
+        current_day_plan(db),
+        stale_in=-timedelta(seconds=5),
+        max_attempts=max_attempts,
+        scope=pgsched.Scope("shard", "crashed"),
+    )
+    calls: list[tuple[str, int, int]] = []
+
+    def failing(run: pgsched.Run) -> None:
+        calls.append((run.scope.id, run.attempt, run.max_attempts))
+        raise RuntimeError("boom")
+
+    s = make_scheduler()
+    s.register(
+        failing,
+        name=name,
+        every="1d",
+        scopes=[pgsched.Scope("shard", "crashed"), pgsched.Scope("shard", "fresh")],
+        max_attempts=max_attempts,
+        retry_backoff=[0],
+        transactional=transactional,
+        allow_stale_reentry=True,
+        overlap="allow",
+        **LONG_LEASE,
+    )
+    for _ in range(max_attempts + 3):  # more ticks than any retry needs
+        s.run_once()
+    return crashed, calls, s
+
+
+def test_a_crash_does_not_use_up_one_of_the_handlers_retries(
+    make_scheduler: Any, migrated: str, db: Any
+) -> None:
+    # max_attempts=3: the first holder died, so the steal's attempt (2) is the crash's and the
+    # handler still has its three runs (2, 3, 4); a plan no crash touched fails at 3.
+    crashed, calls, _ = _crashed_then_failing(make_scheduler, migrated, db, "crashy", 3, False)
+    assert [(a, m) for scope, a, m in calls if scope == "crashed"] == [(2, 3), (3, 3), (4, 3)]
+    assert [a for scope, a, _ in calls if scope == "fresh"] == [1, 2, 3]
+    final = {r["scope_id"]: r for r in rows(db, migrated, "crashy")}
+    assert final["crashed"]["id"] == crashed["id"]
+    for scope, attempt, stolen in (("crashed", 4, True), ("fresh", 3, False)):
+        row = final[scope]
+        assert (row["status"], row["error_code"], row["attempt"], row["stolen"]) == (
+            "FAILED",
+            "handler_error",
+            attempt,
+            stolen,
+        ), scope
+        assert row["next_retry_at"] is None, scope
+
+
+def test_a_transactional_max_attempts_1_crash_then_a_handler_failure_ends_at_attempt_2(
+    make_scheduler: Any, migrated: str, db: Any, pg_dsn: str
+) -> None:
+    crashed, calls, _ = _crashed_then_failing(make_scheduler, migrated, db, "once", 1, True)
+    assert sorted(calls) == [("crashed", 2, 1), ("fresh", 1, 1)]
+    row = row_by_id(db, migrated, crashed["id"])
+    assert (row["status"], row["error_code"], row["attempt"], row["stolen"]) == (
+        "FAILED",
+        "handler_error",
+        2,
+        True,
+    )
+    assert row["next_retry_at"] is None
+
+
+def test_retry_now_gives_a_stolen_row_with_no_attempt_left_exactly_one_more(
+    make_scheduler: Any, migrated: str, db: Any, pg_dsn: str
+) -> None:
+    # pgsched retry's "one more attempt if it had none left" counts the steal's extra attempt:
+    # a stolen row FAILED at attempt 4 of 3 runs once more (5), not twice.
+    crashed, calls, s = _crashed_then_failing(make_scheduler, migrated, db, "again", 3, False)
+    assert row_by_id(db, migrated, crashed["id"])["attempt"] == 4
+    pgsched.Admin(dsn=pg_dsn, schema=migrated).retry_now(crashed["id"])
+    for _ in range(3):
+        s.run_once()
+    assert [a for scope, a, _ in calls if scope == "crashed"] == [2, 3, 4, 5]
+    row = row_by_id(db, migrated, crashed["id"])
+    assert (row["status"], row["attempt"], row["next_retry_at"]) == ("FAILED", 5, None)

@@ -48,6 +48,7 @@ CRON_EXECUTIONS = {
     "error_msg": ("text", "YES"),
     "created_at": (TS, "NO"),
     "updated_at": (TS, "NO"),
+    "stolen": ("boolean", "NO"),
 }
 
 
@@ -269,5 +270,32 @@ def test_migration_18_waits_for_a_transaction_holding_the_ledger(
         assert "(max_attempts + 1)" not in attempt_checks(db, schema)["cron_executions"]
         holder.commit()
         migrating.join(30)
-    assert outcome == [[v for v, _, _ in migration_files() if v >= "0018"]], outcome
+    assert outcome == [[v for v in VERSIONS if v > "0017"]], outcome
     assert "(max_attempts + 1)" in attempt_checks(db, schema)["cron_executions"]
+
+
+def test_migration_24_marks_no_row_of_an_upgraded_ledger_stolen_in_any_partition(
+    pg_dsn: str, schema: str, db: Any
+) -> None:
+    # A ledger of version 23 with rows in its partitions: the upgrade gives every partition
+    # the column, false for the rows already there (none is known to be stolen), and running
+    # it again changes nothing.
+    migrate_to(pg_dsn, schema, "0023")
+    now = db_now(db)
+    soon = insert_row(
+        db, schema, job_name="new", plan_time=now + timedelta(days=2), status="FAILED"
+    )
+    far = insert_row(
+        db, schema, job_name="far", plan_time=now + timedelta(days=3650), status="PENDING"
+    )
+    assert "stolen" not in columns(db, schema, "cron_executions")
+    scheduler = pgsched.Scheduler(dsn=pg_dsn, schema=schema)
+    assert scheduler.migrate() == [v for v in VERSIONS if v > "0023"]
+    assert scheduler.migrate() == []
+    for row in (soon, far):
+        part = partition_holding(db, schema, row["id"])
+        assert columns(db, schema, part)["stolen"] == ("boolean", "NO"), part
+        got = db.execute(
+            sql.SQL("SELECT stolen FROM {} WHERE id = %s").format(table(schema)), (row["id"],)
+        ).fetchone()
+        assert got is not None and got[0] is False, part
