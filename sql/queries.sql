@@ -732,14 +732,12 @@ WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
 
 -- name: job_record
 -- What a trigger needs to know of a job: its job_state row (none: `known` false), whether a
--- live replica (as list_replicas counts them) registers it, and the database's clock.
+-- live replica (live_replicas) registers it, and the database's clock.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 SELECT j.job_name IS NOT NULL AS known, j.scopes, j.schedule, j.recurrence, j.max_attempts,
        j.upcoming,
-       EXISTS (SELECT 1 FROM {schema}.replicas p
-               WHERE CASE WHEN p.live_until >= p.seen_at THEN p.live_until
-                         ELSE p.seen_at + interval '30 seconds' END >= now.t
-                 AND p.expires_at >= now.t AND %(job)s = ANY (p.jobs)) AS live,
+       EXISTS (SELECT 1 FROM {schema}.live_replicas p
+               WHERE %(job)s = ANY (p.jobs)) AS live,
        now.t AS now
 FROM now LEFT JOIN {schema}.job_state j ON j.job_name = %(job)s
 
@@ -896,26 +894,20 @@ WHERE expires_at >= clock_timestamp()
 DELETE FROM {schema}.replicas WHERE runner_id = %(runner)s
 
 -- name: list_replicas
--- The live replicas: rows renewed within three of their renewal intervals (live_until), by
--- runner id. A row an earlier version wrote (no live_until, or one older than its seen_at: it
--- renewed without writing it) renews every 10 s: live for 30 s after seen_at. A row past it
--- but not past its expiry is a replica that stopped renewing: shown gone, removed later.
+-- The live replicas (the view live_replicas, migration 0025: rows renewed within three of
+-- their renewal intervals), by runner id. A row past that but not past its expiry is a
+-- replica that stopped renewing: shown gone, removed later.
 SELECT runner_id, host, version, jobs, http_address, started_at, seen_at
-FROM {schema}.replicas
-WHERE CASE WHEN live_until >= seen_at THEN live_until
-           ELSE seen_at + interval '30 seconds' END >= clock_timestamp()
-  AND expires_at >= clock_timestamp()
+FROM {schema}.live_replicas
 ORDER BY runner_id
 
 -- name: forget_job
--- Removes a job no live replica (as list_replicas counts them) registers from job_state (its
+-- Removes a job no live replica (live_replicas) registers from job_state (its
 -- history rows stay); returns the live replicas that still register it instead when there
 -- are any (then nothing changes).
 WITH live AS (
-    SELECT p.runner_id FROM {schema}.replicas p
-    WHERE CASE WHEN p.live_until >= p.seen_at THEN p.live_until
-               ELSE p.seen_at + interval '30 seconds' END >= clock_timestamp()
-      AND p.expires_at >= clock_timestamp() AND %(job)s = ANY (p.jobs)
+    SELECT p.runner_id FROM {schema}.live_replicas p
+    WHERE %(job)s = ANY (p.jobs)
 ),
 gone AS (
     DELETE FROM {schema}.job_state j
@@ -1006,10 +998,8 @@ SELECT j.job_name AS job, j.paused, j.schedule, j.seen_at, j.seen_by,
        CASE WHEN j.schedule = 'dynamic' THEN dyn.next_due
             ELSE (SELECT min(u.p) FROM unnest(j.upcoming) AS u(p) WHERE u.p > (SELECT t FROM now))
        END AS next_plan,
-       EXISTS (SELECT 1 FROM {schema}.replicas p
-               WHERE CASE WHEN p.live_until >= p.seen_at THEN p.live_until
-                         ELSE p.seen_at + interval '30 seconds' END >= (SELECT t FROM now)
-                 AND p.expires_at >= (SELECT t FROM now) AND j.job_name = ANY (p.jobs)) AS live
+       EXISTS (SELECT 1 FROM {schema}.live_replicas p
+               WHERE j.job_name = ANY (p.jobs)) AS live
 FROM {schema}.job_state j
 LEFT JOIN LATERAL (
     SELECT count(*) AS schedules, count(*) FILTER (WHERE s.paused) AS schedules_paused,
@@ -1729,10 +1719,8 @@ SELECT j.job_name AS job, j.paused, j.schedule, j.seen_at, j.seen_by,
        CASE WHEN j.schedule = 'dynamic' THEN next.due
             ELSE (SELECT min(u.p) FROM unnest(j.upcoming) AS u(p) WHERE u.p > (SELECT t FROM now))
        END AS next_plan,
-       EXISTS (SELECT 1 FROM {schema}.replicas p
-               WHERE CASE WHEN p.live_until >= p.seen_at THEN p.live_until
-                         ELSE p.seen_at + interval '30 seconds' END >= (SELECT t FROM now)
-                 AND p.expires_at >= (SELECT t FROM now) AND j.job_name = ANY (p.jobs)) AS live
+       EXISTS (SELECT 1 FROM {schema}.live_replicas p
+               WHERE j.job_name = ANY (p.jobs)) AS live
 FROM {schema}.job_state j
 LEFT JOIN LATERAL (
     SELECT min(n.next_plan_time) AS due FROM {schema}.schedules n
@@ -1769,13 +1757,11 @@ CROSS JOIN LATERAL (
 ) AS p
 -- name: explain_job
 -- What `explain` reads of a job: its recorded schedule and scopes mode, its pause, the live
--- replicas that register it (live as list_replicas counts them), and the database's clock.
+-- replicas that register it (live_replicas), and the database's clock.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 SELECT j.schedule, j.scopes, j.paused, j.paused_at, j.resumed_at, (SELECT t FROM now) AS now,
-       ARRAY(SELECT p.runner_id FROM {schema}.replicas p
-             WHERE CASE WHEN p.live_until >= p.seen_at THEN p.live_until
-                        ELSE p.seen_at + interval '30 seconds' END >= (SELECT t FROM now)
-               AND p.expires_at >= (SELECT t FROM now) AND %(job)s = ANY (p.jobs)
+       ARRAY(SELECT p.runner_id FROM {schema}.live_replicas p
+             WHERE %(job)s = ANY (p.jobs)
              ORDER BY p.runner_id) AS runners
 FROM {schema}.job_state j
 WHERE j.job_name = %(job)s
