@@ -25,7 +25,10 @@ from tests.support.waiting import wait_until
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
 REDIS = "redis://127.0.0.1:6379"
 _ROOT = str(Path(__file__).resolve().parents[3])  # the checkout: tests.support.celery_app
-BEAT = ["beat", "-S", "pgsched.celery:BeatScheduler", "-l", "INFO"]
+# `-S pgsched` as users write it: the `celery.beat_schedulers` entry point of the installed
+# package (the dotted path works too: test_beats.py starts one beat so).
+SCHEDULER = "pgsched"
+BEAT = ["beat", "-l", "INFO"]
 WORKER = ["worker", "-l", "INFO", "-P", "solo"]
 WORKER += ["--without-heartbeat", "--without-gossip", "--without-mingle"]
 
@@ -123,8 +126,11 @@ class CeleryRig:
         proc.wait_output("ready.", timeout=40)
         return proc
 
-    def beat(self, name: str, schedule: dict[str, Any], **extra: str) -> CeleryProc:
-        proc = CeleryProc(name, BEAT, cwd=self.cwd, env=self.env(schedule, **extra))
+    def beat(
+        self, name: str, schedule: dict[str, Any], scheduler: str = SCHEDULER, **extra: str
+    ) -> CeleryProc:
+        args = [*BEAT, "-S", scheduler]
+        proc = CeleryProc(name, args, cwd=self.cwd, env=self.env(schedule, **extra))
         self.procs.append(proc)
         return proc
 

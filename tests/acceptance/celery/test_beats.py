@@ -32,8 +32,12 @@ def _plan(record: dict[str, Any]) -> datetime:
 def test_three_beats_one_killed_send_every_plan_once(db: Conn, any_rig: CeleryRig) -> None:
     rig = any_rig
     rig.worker()
-    beats = [rig.beat(f"beat{i}", EVERY_2S) for i in range(3)]
+    # Two beats by the entry point's short name, one by the dotted path.
+    beats = [rig.beat(f"beat{i}", EVERY_2S) for i in range(2)]
+    beats.append(rig.beat("beat2", EVERY_2S, scheduler="pgsched.celery:BeatScheduler"))
     wait_until(lambda: len(rig.records()) >= 3, 40, "three plans sent")
+    for beat in beats:
+        assert "scheduler -> pgsched.celery.beat.BeatScheduler" in beat.output(), beat.name
     # Kill the beat that won the latest plan (its runner id is "<host>-<pid>").
     latest = _rows(db, rig.schema, "celery:tick")[-1]
     victim = next((b for b in beats if latest[4].endswith(f"-{b.pid}")), beats[0])
