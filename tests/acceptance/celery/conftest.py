@@ -152,7 +152,7 @@ class CeleryRig:
             conn.default_channel.queue_delete(self.queue)
 
 
-def _redis_db(queue: str) -> int:
+def redis_db(queue: str) -> int:
     return 1 + int(queue[-4:], 16) % 15  # the queue is unique anyway; fewer keys per db
 
 
@@ -163,7 +163,7 @@ def any_rig(
     """A rig on RabbitMQ, then on Redis."""
     rig = CeleryRig(tmp_path, RABBITMQ, schema, pg_dsn)
     if request.param == "redis":
-        rig.broker = f"{REDIS}/{_redis_db(rig.queue)}"
+        rig.broker = f"{REDIS}/{redis_db(rig.queue)}"
     try:
         yield rig
     finally:
@@ -173,7 +173,7 @@ def any_rig(
 @pytest.fixture
 def redis_rig(tmp_path: Path, schema: str, pg_dsn: str) -> Iterator[CeleryRig]:
     rig = CeleryRig(tmp_path, REDIS, schema, pg_dsn)
-    rig.broker = f"{REDIS}/{_redis_db(rig.queue)}"
+    rig.broker = f"{REDIS}/{redis_db(rig.queue)}"
     try:
         yield rig
     finally:
