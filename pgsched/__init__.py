@@ -6,7 +6,7 @@ from typing import Any
 
 from ._admin import Admin
 from ._aio import AsyncAdmin
-from ._config import JobSpec
+from ._config import JobOptions, JobSpec
 from ._engine.values import TickReport
 from ._errors import (
     AppLoadError,
@@ -93,6 +93,7 @@ __all__ = [
     "ExplainLine",
     "Explanation",
     "FailedAttempt",
+    "JobOptions",
     "JobSpec",
     "JobStatus",
     "LeaseLost",

@@ -8,7 +8,7 @@ import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypedDict, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterError
@@ -28,7 +28,7 @@ from ._planning.recurrence import (
     Recurrence,
     unique_in_order,
 )
-from ._times import parse_duration
+from ._times import Duration, parse_duration
 
 Handler = Callable[..., Any]
 # on_failure(run, error) and on_recovery(run) (a Run, not named: job definitions stay clear of
@@ -113,8 +113,108 @@ class JobSpec:
         return self.retry_backoff[min(attempt - 1, len(self.retry_backoff) - 1)]
 
 
-# Every option of ``Scheduler.job`` with its default (that method spells them out, typed, for
-# help() and editors; a unit test keeps the two the same).
+class JobOptions(TypedDict, total=False):
+    """The options of a code-defined job: the keywords of ``Scheduler.job`` and
+    ``Scheduler.register``, each checked when the job is registered (a bad or unknown one
+    raises :class:`ConfigError` naming the job, the option and the value, and the option
+    meant when there is one: the nearest name, or pgsched's name for another scheduler's,
+    as ``retries`` for ``max_attempts``). This is their one description.
+
+    Durations take a ``timedelta``, a number of seconds, or a string such as ``"90s"``,
+    ``"5m"``, ``"1h30m"``, ``"1d"``. Exactly one of ``every``, ``cron`` and ``planner`` (or
+    ``dynamic=True``). The default follows each option's name in its description.
+    """
+
+    name: str | None
+    """(the function's name) The job's name, unique per scheduler: a non-empty string of at
+    most 200 bytes of UTF-8 without control characters."""
+    every: Duration | None
+    """A fixed cadence: plans are multiples of it since the Unix epoch (UTC)."""
+    cron: str | None
+    """A 5-field cron expression read as crontab(5) reads it, in ``timezone``."""
+    planner: Planner | None
+    """An object whose ``plans_between(start, end)`` returns the aware plan instants in
+    ``(start, end]``, ascending."""
+    timezone: str
+    """(``"UTC"``) The IANA zone a cron expression is read in."""
+    scopes: Iterable[Scope] | ScopesFn | None
+    """(``[GLOBAL]``) An iterable of ``Scope(kind, id)``, or ``scopes(now)`` (sync or async)
+    evaluated every tick; duplicates are dropped."""
+    catch_up: CatchUp
+    """(``"latest_only"``) ``"latest_only"`` claims only the newest due plan (older missed
+    ones are skipped ``superseded``); ``"every_plan"`` claims every missed plan after the
+    scope's latest, oldest first. Either way a scope seen for the first time starts as
+    ``first_sight`` says: ``cron="0 9 * * 1-5"`` deployed at 20:47 first runs the next
+    working day at 09:00; older plans run only through ``backfill``."""
+    catch_up_window: Duration
+    """(``"1d"``) ``every_plan`` ignores plans older than this (and looks at most at the
+    newest 1000)."""
+    max_plans_per_tick: int | None
+    """Plans claimed per scope per tick (>= 1); required with ``every_plan``."""
+    max_lateness: Duration | None
+    """(None) A plan not started within this of its due time is skipped ``max_lateness``."""
+    schedule_delay: Duration
+    """(0) A plan falls due this long after its plan time."""
+    overlap: Overlap
+    """(``"forbid"``) ``"forbid"`` starts no plan of a scope while an earlier one runs with
+    a live lease; ``"allow"`` does."""
+    jitter: Duration
+    """(0) Each (scope, plan) starts after a deterministic offset in ``[0, jitter)``."""
+    dst_repeated: DstRepeated | None
+    """(the DST rule) ``"first"``, ``"last"`` or ``"both"``: which instants a wall time
+    repeated by fall-back fires at."""
+    dst_skipped: DstSkipped | None
+    """(the DST rule) ``"shift"`` (the first instant after the gap) or ``"skip"``: a wall
+    time skipped by spring-forward."""
+    run_timeout: Duration
+    """(``"10m"``) A handler running longer is FAILED ``run_timeout``; an async one is
+    cancelled, and one that blocked the event loop past it is FAILED ``run_timeout`` when it
+    returns, saying so."""
+    stale_timeout: Duration | None
+    """(``run_timeout`` + 1 minute) A lease not renewed this long is stale; must exceed
+    ``run_timeout``."""
+    heartbeat_interval: Duration | None
+    """(``stale_timeout / 3``, at most 30 s) How often the lease is renewed; must be below
+    ``stale_timeout``."""
+    allow_stale_reentry: bool | None
+    """(True for ``transactional`` jobs, else False) After a crash (a lease its dead holder
+    stopped renewing): True steals the lease and runs the plan again (same row, attempt + 1,
+    up to ``max_attempts + 1``: the crash's attempt does not use up a retry); False ends the
+    row FAILED ``stale_timeout`` and never runs the plan again."""
+    max_attempts: int
+    """(1) Attempts per plan, retries included (a steal after a crash may add one)."""
+    retry_backoff: Sequence[Duration]
+    """(``["1m"]``) The delay before attempt ``i + 2``; the last entry repeats; ``[]``
+    retries at once."""
+    max_running: int | None
+    """(None) A cluster-wide cap on the job's running executions."""
+    priority: int
+    """(0) Higher claims first when slots are scarce."""
+    transactional: bool
+    """(False) ``run.conn`` is a transaction committed together with the SUCCESS row,
+    guarded by the lease."""
+    dynamic: bool
+    """(False) Each scope has a schedule of its own, stored in the database
+    (``put_schedule``, ``pgsched schedules put``, the HTTP API); refuses ``every``, ``cron``,
+    ``planner``, ``scopes``, ``timezone`` and the DST options; every other option applies to
+    each schedule; ``run.payload`` is the schedule's payload."""
+    first_sight: FirstSight | None
+    """(``"next"``, or ``$PGSCHED_FIRST_SIGHT``) Where a scope seen for the first time
+    starts: ``"next"``, the first plan due at or after that moment (a plan due within the
+    last tick interval counts); ``"latest"``, the newest plan already due, run at once. It
+    happens once per scope: first sight is stored."""
+    on_failure: FailureHook | None
+    """(None) ``on_failure(run, error)``, sync or async, after every failed attempt, retried
+    or not; ``error`` is the handler's exception or a ``RunFailed`` (``RunTimeout``,
+    ``RunAbandoned``, ``StaleLease``, ``UnstorableResult``). Also a ``Scheduler`` option;
+    both are called. A hook that raises is logged ``hook_failed`` and never changes the
+    outcome."""
+    on_recovery: RecoveryHook | None
+    """(None) ``on_recovery(run)``, sync or async, at the first success after a failed
+    attempt of the same job and scope."""
+
+
+# Every option with its default (a unit test keeps these the keys of JobOptions).
 JOB_DEFAULTS: dict[str, Any] = {
     "name": None,
     "every": None,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import functools
 import inspect
+import itertools
 import typing
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -440,21 +442,33 @@ def test_invalid_registration_leaves_no_job_behind() -> None:
 # -- the options are visible: help(), editors, mypy --------------------------------------------
 
 
-def test_job_spells_out_every_option_with_the_same_defaults() -> None:
-    """``Scheduler.job``'s keyword-only parameters are exactly the options ``register``
-    validates, with the same defaults, each documented in its docstring."""
+def test_every_option_is_typed_and_described_once_in_job_options() -> None:
+    """``pgsched.JobOptions`` is the options' one description: its keys are exactly the
+    options ``register`` validates (``JOB_DEFAULTS``), each typed and with a docstring of its
+    own (what the API reference renders), and ``Scheduler.job`` and ``register`` take them
+    as typed keywords."""
+    from pgsched import _config
     from pgsched._config import JOB_DEFAULTS
 
-    job = inspect.signature(pgsched.Scheduler.job).parameters
-    assert set(job) - {"self", "unknown"} == set(JOB_DEFAULTS)
-    assert job["unknown"].kind is inspect.Parameter.VAR_KEYWORD
-    for name, default in JOB_DEFAULTS.items():
-        assert job[name].kind is inspect.Parameter.KEYWORD_ONLY, name
-        assert job[name].default == default, name
-        assert f"``{name}``" in (pgsched.Scheduler.job.__doc__ or ""), name
-    assert "Literal['latest_only', 'every_plan']" in str(
-        typing.get_type_hints(pgsched.Scheduler.job)["catch_up"]
-    )
+    assert set(pgsched.JobOptions.__optional_keys__) == set(JOB_DEFAULTS)
+    tree = ast.parse(inspect.getsource(_config))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "JobOptions")
+    described = {
+        field.target.id
+        for field, doc in itertools.pairwise(cls.body)
+        if isinstance(field, ast.AnnAssign)
+        and isinstance(field.target, ast.Name)
+        and isinstance(doc, ast.Expr)
+        and isinstance(doc.value, ast.Constant)
+        and isinstance(doc.value.value, str)
+    }
+    assert described == set(JOB_DEFAULTS)
+    hints = typing.get_type_hints(pgsched.JobOptions)
+    assert hints["catch_up"] == typing.Literal["latest_only", "every_plan"]
+    for method in (pgsched.Scheduler.job, pgsched.Scheduler.register):
+        options = inspect.signature(method).parameters["options"]
+        assert options.kind is inspect.Parameter.VAR_KEYWORD
+        assert typing.get_type_hints(method)["options"] == typing.Unpack[pgsched.JobOptions]
 
 
 def test_an_unknown_option_is_a_config_error_naming_job_and_option() -> None:
