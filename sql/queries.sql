@@ -14,8 +14,8 @@
 -- is kept from the planner's estimates. Figures taken before the job had rows in a partition
 -- (a new job, or a partition autovacuum analyzed while it held other jobs' rows) estimate one
 -- row for it, and the index of (job, plan time) then looks as cheap as the one by scope:
--- each check read every row of the job in the partition (a 100,000-scope job's claims of
--- 2,000 took 5-7 s each and grew until one met the statement timeout). A name it does not
+-- each check read every row of the job in the partition (a 100,000-scope job's claims grew
+-- slower until one met the statement timeout). A name it does not
 -- know is estimated at the partition's rows per job, and the index by scope wins. The same
 -- with the cursors: on figures from before a job's 100,000 cursors, first sight's updates
 -- joined each of them (taken for one) with every listed scope, and a sight of an unchanged
@@ -57,8 +57,7 @@ SELECT (SELECT t FROM now) AS now,
 -- name: generic_plans
 -- Before tick_probe, in its transaction: plan it once per connection. Its custom plans were
 -- made again at every tick, and planning its reads of each of the ledger's partitions cost
--- more than running them (1 ms at 9 partitions, 9-18 ms at 41: a month of history); the one
--- generic plan leaves the partitions of later plans out as it starts (running_before).
+-- more than running them, more with every partition of history; the one generic plan leaves the partitions of later plans out as it starts (running_before).
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
 
 -- name: claim_begin
@@ -67,7 +66,7 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
 -- meanwhile the others' claims of the same keys wait at most lock_ms, then give up the tick.
 -- A claim reads pages it has just read or locked (the due cursors it moves, the scopes'
 -- recent rows): a random read costs about a sequential one, and at the default 4 the planner
--- moved 2,000 cursors of a 100,000-scope job by hashing all 100,000 (26 ms against 2 ms).
+-- moved a batch of a 100,000-scope job's cursors by hashing all 100,000 of them.
 SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true),
        set_config('lock_timeout', %(lock_ms)s, true),
        set_config('random_page_cost',
@@ -323,8 +322,8 @@ given AS MATERIALIZED (
 -- Every given scope beside the job's cursor for it, and every cursor beside its given scope,
 -- in one FULL JOIN: a full join is only ever a hash or merge join, where an anti-join of the
 -- cursors against the given scopes (or the reverse) was planned as a nested loop over the
--- scopes on a cursors table not yet analyzed (a new job, a first deploy): quadratic, 30 s and
--- more at 10,000 scopes, every replica's tick timing out until autovacuum analyzed it.
+-- scopes on a cursors table not yet analyzed (a new job, a first deploy): quadratic, every
+-- replica's tick timing out at 10,000 scopes until autovacuum analyzed it.
 pairs AS MATERIALIZED (
     SELECT g.kind, g.id, g.due_at, c.scope_kind, c.scope_id, c.retired_at, c.spec
     FROM given g
@@ -870,7 +869,7 @@ SET schedule = EXCLUDED.schedule, scopes = EXCLUDED.scopes, upcoming = EXCLUDED.
 -- After a sighting wrote thousands of cursors (a first deploy, a scope list grown at once):
 -- the planner's figures for the table are otherwise those of before, until autovacuum comes
 -- by, and claims planned on them sorted every due cursor of a 100,000-scope job to take the
--- first 2,000 (26 ms against 1 ms a claim). Only the table's owner may: for any other role
+-- first batch. Only the table's owner may: for any other role
 -- the server skips it with a warning.
 ANALYZE {schema}.cron_cursors
 
@@ -1153,15 +1152,14 @@ SELECT {schema}.cron_drop_partition(%(name)s) AS dropped
 -- its first day its first claims plan each one's check for a RUNNING row of the scope with
 -- those of an empty table, and an estimate of one row for every index makes the index of
 -- (job, plan time) look as cheap as the one of RUNNING rows by scope: each check then read
--- every row of the job in the partition (0.43 ms a check at 960 rows, against 2-9 us), until
--- autovacuum analyzed it, up to a minute later. `unanalyzed`: rows, and no figures for them,
--- in at most 8 MB: the estimates go wrong only while the partition looks tiny (at 1,000 and
--- 3,000 rows the planner chose right without figures), and a larger one (a restored
+-- every row of the job in the partition, until autovacuum analyzed it, up to a minute later.
+-- `unanalyzed`: rows, and no figures for them, in at most 8 MB: the estimates go wrong only
+-- while the partition looks tiny, and a larger one (a restored
 -- database's) could keep its ANALYZE from answering within the engine's bound on a statement.
 -- `outgrown`: figures taken when it held a quarter of its pages or fewer, in at most 64 MB. A
 -- statement planned once per connection (the tick's probe, psycopg's prepared ones) keeps
 -- the plan made on those figures until the partition is analyzed again: a probe planned on
--- 64 rows read all of the day's 20,000 or so at every tick (16 ms) until autovacuum came.
+-- a few dozen rows read all of the day's rows at every tick until autovacuum came.
 -- `rows`: the rows its figures count (as of its last ANALYZE, not its pages now).
 SELECT p.name, p.lo, p.hi,
        c.reltuples <= 0 AND pg_relation_size(c.oid) BETWEEN 1 AND 8388608 AS unanalyzed,
@@ -1251,14 +1249,13 @@ SELECT pg_is_in_recovery() AS in_recovery,
 -- own statements, not on a transactional handler's connection (`handler`), whose statements
 -- keep the server's: no JIT compilation (pgsched's statements each read few rows, but over a
 -- partitioned ledger with a long history they are estimated costly enough to be compiled,
--- which took longer than the statements themselves: 4 s of a `status` that runs in 12 ms; see
--- no_jit, its form for a pooled connection); timestamps in UTC (psycopg then returns them
+-- which took far longer than the statements themselves; see no_jit, its form for a pooled connection); timestamps in UTC (psycopg then returns them
 -- with datetime.UTC rather than the server's named zone: cheaper to load, convert and
 -- compare, which a replica does for every run it claims; no statement depends on the
 -- session's zone); and random_page_cost at most 1.1, as in claim transactions (claim_begin):
 -- pgsched's statements find rows by key in pages read moments ago, and at the default 4 a
--- batch of 400 terminal writes into a partition of 10,000 rows hashed the whole partition
--- (a sequential scan) rather than probe its id index 400 times (25 against 13 ms).
+-- batch of terminal writes hashed the whole partition (a sequential scan) rather than probe
+-- its id index once a row.
 SELECT set_config('statement_timeout', %(statement_ms)s, %(local)s),
        set_config('idle_in_transaction_session_timeout', %(idle_ms)s, %(local)s),
        set_config('jit', CASE WHEN %(handler)s THEN current_setting('jit') ELSE 'off' END,
@@ -1738,8 +1735,8 @@ LIMIT 1000
 -- name: no_jit
 -- For the rest of the transaction: the operator's reads (status, the gauges, the dashboard)
 -- cost milliseconds, but their subqueries over a partitioned ledger with a long history are
--- estimated high enough to trigger JIT compilation, which alone took 4 s for `job_summary`
--- over 10,000,000 rows in 30 partitions (12 ms without).
+-- estimated high enough to trigger JIT compilation, which alone took far longer than the
+-- statement (docs/performance.md, "Measured reasons in the code").
 SELECT set_config('jit', 'off', true)
 
 -- name: previous_outcomes

@@ -289,11 +289,10 @@ def _start_and_run(args: argparse.Namespace, guard: _StartGuard) -> int:
 
 
 # The young generation is collected after this many new container objects (Python's
-# default: 700). A replica's runs free their objects by reference counting, but every 700
-# allocations a collection traversed what the runs in flight held, and promoted it to older
-# generations whose full collections followed: one replica's first five fan-outs of 10,000
-# runs made 20 full collections and 1.5-1.6 s of collection in all, against none and 0.8-0.9 s
-# at 10,000 (about 13 us less CPU per run). Cyclic garbage waits a little longer.
+# default: 700). A replica's runs free their objects by reference counting, but at 700 a
+# collection traversed what the runs in flight held and promoted it to older generations,
+# whose full collections followed (docs/performance.md, "Measured reasons in the code").
+# Cyclic garbage waits a little longer.
 YOUNG_COLLECTION_EVERY = 10_000
 
 

@@ -25,10 +25,9 @@ from .values import Claim, ClaimBatch, ClaimKind
 
 # Due cursors are claimed at most this many per transaction (the free slots bound it first,
 # often), so no claim statement runs long enough to near the engine's answer timeout on a
-# loaded server and the Python work between its two statements stays bounded (about 10 ms a
-# thousand rows). Not fewer: each claim's round trips wait behind the handlers the previous
-# batch started, and with batches of 1,000 a 10,000-scope fan-out over three replicas took
-# 2.4-2.9 s against 1.6-2.0 s.
+# loaded server and the Python work between its two statements stays bounded. Not fewer:
+# each claim's round trips wait behind the handlers the previous batch started, so smaller
+# batches made a large fan-out slower (docs/performance.md, "Measured reasons in the code").
 CLAIM_BATCH = 2_000
 # A job's claims take at most this many due plans once a fan-out is drained, and twice as
 # many each time one comes back full, up to CLAIM_BATCH (the runtime keeps the size per job):
