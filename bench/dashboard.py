@@ -9,20 +9,16 @@ slowest of several renders. Results go to bench/results/dashboard.json.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import statistics
+import functools
 import sys
-import time
 from pathlib import Path
 from typing import Any
-
-import psycopg
-from psycopg import sql
 
 import pgsched
 from pgsched._http.auth import Tokens
 from pgsched._http.web import Dashboard, WebRequest
+
+from .seeded import SeededSchema, main, timed
 
 SCHEMA = "bench_dashboard"
 SCHEDULES = 1_000_000
@@ -70,28 +66,6 @@ SEED = [
 ]
 
 
-def seed(dsn: str) -> dict[str, float]:
-    took: dict[str, float] = {}
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
-        started = time.monotonic()
-        pgsched.Admin(dsn, SCHEMA).migrate()
-        params = {"schedules": SCHEDULES, "scopes": FANOUT_SCOPES, "plans": FANOUT_PLANS}
-        for i, text in enumerate(SEED):
-            step = time.monotonic()
-            query = sql.SQL(text).format(s=sql.Identifier(SCHEMA))
-            conn.execute(query, params if "%(" in text else None)
-            took[f"seed step {i}"] = round(time.monotonic() - step, 1)
-        took["seed total"] = round(time.monotonic() - started, 1)
-    return took
-
-
-def _seeded(dsn: str) -> bool:
-    with psycopg.connect(dsn) as conn:
-        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (SCHEMA,)).fetchone()
-    return found is not None
-
-
 PAGES = {
     "overview": ("/", {}),
     "job (100,000 scopes, first page)": ("/job", {"name": "fanout"}),
@@ -107,63 +81,27 @@ PAGES = {
 }
 
 
-async def measure(dsn: str) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
+SEEDED = SeededSchema(
+    SCHEMA, SEED, {"schedules": SCHEDULES, "scopes": FANOUT_SCOPES, "plans": FANOUT_PLANS}
+)
+
+
+async def measure(dsn: str) -> dict[str, Any]:
+    pages: dict[str, dict[str, float]] = {}
     async with pgsched.AsyncAdmin(dsn, SCHEMA) as admin:
         board = Dashboard(admin, tokens=Tokens(None, None))
         for name, (path, query) in PAGES.items():
             req = WebRequest("GET", path, query, {}, {}, {}, "/")
-            times = []
-            for _ in range(RENDERS + 1):  # the first warms the caches and the pool
-                started = time.perf_counter()
-                answer = await board.handle(req)
-                times.append((time.perf_counter() - started) * 1000)
-                assert answer.status == 200, (name, answer.status, answer.body[-500:])
-            timed = times[1:]
-            out[name] = {
-                "median_ms": round(statistics.median(timed), 1),
-                "max_ms": round(max(timed), 1),
-                "html_kb": round(len(answer.body) / 1024, 1),
-            }
+            figures, answer = await timed(functools.partial(board.handle, req), RENDERS)
+            assert answer.status == 200, (name, answer.status, answer.body[-500:])
+            pages[name] = {**figures, "html_kb": round(len(answer.body) / 1024, 1)}
             print(
-                f"{name:40} median {out[name]['median_ms']:8.1f} ms  max "
-                f"{out[name]['max_ms']:8.1f} ms  {out[name]['html_kb']} KiB",
+                f"{name:40} median {figures['median_ms']:8.1f} ms  max "
+                f"{figures['max_ms']:8.1f} ms  {pages[name]['html_kb']} KiB",
                 flush=True,
             )
-    return out
-
-
-def main(argv: list[str]) -> int:
-    """``DSN [--keep]``: ``--keep`` leaves the seeded schema (and reuses it when present)."""
-    keep = "--keep" in argv
-    argv = [a for a in argv if a != "--keep"]
-    dsn = argv[0] if argv else "postgresql://postgres@127.0.0.1:5432/postgres"
-    try:
-        seeded = {"seed total": 0.0} if keep and _seeded(dsn) else seed(dsn)
-        print(json.dumps(seeded), flush=True)
-        with psycopg.connect(dsn) as conn:
-            rows = conn.execute(
-                sql.SQL("SELECT count(*) FROM {}.cron_executions").format(sql.Identifier(SCHEMA))
-            ).fetchone()
-            version = conn.execute("SHOW server_version").fetchone()
-        pages = asyncio.run(measure(dsn))
-    finally:
-        if not keep:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                drop = sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA))
-                conn.execute(drop)
-    report: dict[str, Any] = {
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "schedules": SCHEDULES,
-        "ledger_rows": rows[0] if rows else None,
-        "postgres": version[0] if version else None,
-        "seed_s": seeded,
-        "pages": pages,
-    }
-    OUT.write_text(json.dumps(report, indent=1))
-    print(f"written to {OUT}")
-    return 0
+    return {"pages": pages}
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:], SEEDED, measure, OUT, {"schedules": SCHEDULES}))

@@ -12,19 +12,15 @@ Results go to bench/results/explain.json.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import statistics
+import functools
 import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg import sql
-
 import pgsched
+
+from .seeded import SeededSchema, main, timed
 
 SCHEMA = "bench_explain"
 SCOPES = 10_000
@@ -45,6 +41,9 @@ _SKIPPED = (
     " OR (i %% 10 = 1 AND k %% 97 = 0))"
 )
 SEED = [
+    # Partitions for the month back (the replicas made each day's as it came).
+    "SELECT {s}.cron_ensure_partitions(ARRAY(SELECT generate_series("
+    " now() - interval '32 days', now(), interval '1 day')))",
     "INSERT INTO {s}.job_state (job_name, schedule, scopes, seen_at, seen_by)"
     " VALUES ('fanout', 'every 1h', 'callable', now(), 'r1')",
     "INSERT INTO {s}.cron_cursors (job_name, scope_kind, scope_id, next_plan_time, due_at,"
@@ -95,40 +94,12 @@ SEED = [
 ]
 
 
-def seed(dsn: str) -> dict[str, float]:
-    took: dict[str, float] = {}
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
-        started = time.monotonic()
-        admin = pgsched.Admin(dsn, SCHEMA)
-        admin.migrate()
-        admin.close()
-        # Partitions for the month back (the replicas made each day's as it came).
-        conn.execute(
-            sql.SQL(
-                "SELECT {s}.cron_ensure_partitions(ARRAY(SELECT generate_series("
-                " now() - interval '32 days', now(), interval '1 day')))"
-            ).format(s=sql.Identifier(SCHEMA))
-        )
-        params = {
-            "scopes": SCOPES,
-            "history_scopes": HISTORY_SCOPES,
-            "days": DAYS,
-            "recent": RECENT_DAYS,
-        }
-        for i, text in enumerate(SEED):
-            step = time.monotonic()
-            query = sql.SQL(text).format(s=sql.Identifier(SCHEMA))
-            conn.execute(query, params if "%(" in text else None)
-            took[f"seed step {i}"] = round(time.monotonic() - step, 1)
-        took["seed total"] = round(time.monotonic() - started, 1)
-    return took
-
-
-def _seeded(dsn: str) -> bool:
-    with psycopg.connect(dsn) as conn:
-        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (SCHEMA,)).fetchone()
-    return found is not None
+SEEDED = SeededSchema(
+    SCHEMA,
+    SEED,
+    {"scopes": SCOPES, "history_scopes": HISTORY_SCOPES, "days": DAYS, "recent": RECENT_DAYS},
+    {"ledger_rows": "cron_executions", "skipped_spans": "cron_skips"},
+)
 
 
 def _questions(now: Any) -> dict[str, dict[str, Any]]:
@@ -149,65 +120,21 @@ def _questions(now: Any) -> dict[str, dict[str, Any]]:
     }
 
 
-async def measure(dsn: str) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
+async def measure(dsn: str) -> dict[str, Any]:
+    answers: dict[str, dict[str, float]] = {}
     async with pgsched.AsyncAdmin(dsn, SCHEMA) as admin:
         now = (await admin.explain("fanout", pgsched.Scope("tenant", "t00001"))).now
         for name, options in _questions(now).items():
-            times = []
-            for _ in range(RUNS + 1):  # the first warms the caches and the pool
-                started = time.perf_counter()
-                answer = await admin.explain("fanout", **options)
-                times.append((time.perf_counter() - started) * 1000)
-            timed = times[1:]
-            out[name] = {
-                "median_ms": round(statistics.median(timed), 1),
-                "max_ms": round(max(timed), 1),
-                "lines": len(answer.lines),
-            }
+            ask = functools.partial(admin.explain, "fanout", **options)
+            figures, answer = await timed(ask, RUNS)
+            answers[name] = {**figures, "lines": len(answer.lines)}
             print(
-                f"{name:45} median {out[name]['median_ms']:7.1f} ms  max "
-                f"{out[name]['max_ms']:7.1f} ms  {len(answer.lines)} lines",
+                f"{name:45} median {figures['median_ms']:7.1f} ms  max "
+                f"{figures['max_ms']:7.1f} ms  {len(answer.lines)} lines",
                 flush=True,
             )
-    return out
-
-
-def main(argv: list[str]) -> int:
-    """``DSN [--keep]``: ``--keep`` leaves the seeded schema (and reuses it when present)."""
-    keep = "--keep" in argv
-    argv = [a for a in argv if a != "--keep"]
-    dsn = argv[0] if argv else "postgresql://postgres@127.0.0.1:5432/postgres"
-    try:
-        seeded = {"seed total": 0.0} if keep and _seeded(dsn) else seed(dsn)
-        print(json.dumps(seeded), flush=True)
-        with psycopg.connect(dsn) as conn:
-            counts = conn.execute(
-                sql.SQL(
-                    "SELECT (SELECT count(*) FROM {s}.cron_executions),"
-                    " (SELECT count(*) FROM {s}.cron_skips)"
-                ).format(s=sql.Identifier(SCHEMA))
-            ).fetchone()
-            version = conn.execute("SHOW server_version").fetchone()
-        answers = asyncio.run(measure(dsn))
-    finally:
-        if not keep:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                drop = sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA))
-                conn.execute(drop)
-    report: dict[str, Any] = {
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "scopes": SCOPES,
-        "ledger_rows": counts[0] if counts else None,
-        "skipped_spans": counts[1] if counts else None,
-        "postgres": version[0] if version else None,
-        "seed_s": seeded,
-        "answers": answers,
-    }
-    OUT.write_text(json.dumps(report, indent=1))
-    print(f"written to {OUT}")
-    return 0
+    return {"answers": answers}
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:], SEEDED, measure, OUT, {"scopes": SCOPES}))
