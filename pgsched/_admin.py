@@ -382,19 +382,7 @@ class Admin(ScheduleMethods, TriggerMethod):
     ) -> ImportReport:
         """Copy django-celery-beat's enabled periodic tasks (on ``from_dsn``, else this
         Admin's database) into schedules of the dynamic job ``celery`` (docs/celery.md)."""
-        if from_dsn is None:
-            return PORTAL.call(self._ops.import_django_celery_beat(dry_run=dry_run))
-        source = KeptConnections(
-            from_dsn,
-            self.schema,
-            app_name="pgsched import",
-            transaction_pooling=self.transaction_pooling,
-            statement_timeout=self.statement_timeout,
-        )
-        try:
-            return PORTAL.call(self._ops.import_django_celery_beat(source.connect, dry_run=dry_run))
-        finally:
-            source.close()
+        return PORTAL.call(self._ops.import_django_celery_beat(from_dsn, dry_run=dry_run))
 
 
 class AdminShortcuts(ScheduleMethods, TriggerMethod):

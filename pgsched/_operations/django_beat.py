@@ -9,8 +9,8 @@ are left as they are.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,6 +22,7 @@ from .._model import Scope
 from .._planning.payloads import CELERY_JOB
 from .._planning.schedules import ScheduleSpec, ValidSchedule, check_schedule, stored_schedule
 from .._records import Row
+from .._storage.connection import connect_options, database_error
 from .._storage.django_beat import DjangoBeatStore
 from .._storage.store import Conn
 from .._times import format_duration
@@ -191,13 +192,14 @@ class DjangoBeatImport(ScheduleOperations):
     _connect: Connector
 
     async def import_django_celery_beat(
-        self, source: Connector | None = None, *, dry_run: bool = False
+        self, from_dsn: str | None = None, *, dry_run: bool = False
     ) -> ImportReport:
-        """Copy each enabled periodic task of the django-celery-beat tables on ``source``
-        (None: this core's database) into a schedule of the dynamic job ``celery``, all in
-        one transaction (nothing with ``dry_run``). A task imported before is updated when it
-        changed, its pause kept; a task refused is skipped with the reason."""
-        async with (source or self._connect)() as conn:
+        """Copy each enabled periodic task of the django-celery-beat tables on ``from_dsn``
+        (None: this core's database; the tables are found on its search_path) into a
+        schedule of the dynamic job ``celery``, all in one transaction (nothing with
+        ``dry_run``). A task imported before is updated when it changed, its pause kept; a
+        task refused is skipped with the reason."""
+        async with self._source(from_dsn) as conn:
             try:
                 rows = await DjangoBeatStore(self._store.schema).periodic_tasks(conn)
             except psycopg.errors.UndefinedTable as exc:
@@ -221,6 +223,22 @@ class DjangoBeatImport(ScheduleOperations):
                         f" {CELERY_JOB!r}), then import again"
                     ) from None
         return report
+
+    @asynccontextmanager
+    async def _source(self, from_dsn: str | None) -> AsyncIterator[Conn]:
+        """A connection to the tables' database: this core's, or one of its own to
+        ``from_dsn`` for the read, closed after it."""
+        if from_dsn is None:
+            async with self._connect() as conn:
+                yield conn
+            return
+        options = connect_options(from_dsn, "pgsched import", transaction_pooling=False)
+        try:
+            conn = await psycopg.AsyncConnection.connect(from_dsn, **options)
+        except psycopg.Error as exc:
+            raise database_error(exc, from_dsn) from None
+        async with conn:
+            yield conn
 
     async def _plan_import(
         self, conn: Conn, rows: list[Row], dry_run: bool
