@@ -200,6 +200,13 @@ def test_no_tables_or_no_beat_yet_is_one_line_and_nothing_written(
         "pgsched: error: unknown job 'celery': no replica has registered it: start a beat with"
         " -S pgsched (it registers the dynamic job 'celery'), then import again"
     ]
+    unreachable = "postgresql://someone:s3cret-pw@127.0.0.1:1/nothing"
+    down = pgsched_cli(
+        "celery", "import-django-celery-beat", "--from-dsn", unreachable, dsn=dsn, schema=schema
+    )
+    assert down.returncode == 1
+    assert down.stderr.startswith("pgsched: error: database error on 127.0.0.1:1: ")
+    assert len(down.stderr.splitlines()) == 1 and "s3cret-pw" not in down.stderr, down.stderr
     count = db.execute(f'SELECT count(*) FROM "{schema}".schedules').fetchone()[0]
     assert count == 0
 
