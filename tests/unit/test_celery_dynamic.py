@@ -132,7 +132,9 @@ def _row(**given: Any) -> dict[str, Any]:
     return row
 
 
-def _cron(minute: str = "*", hour: str = "*", dom: str = "*", month: str = "*", dow: str = "*"):
+def _cron(
+    minute: str = "*", hour: str = "*", dom: str = "*", month: str = "*", dow: str = "*"
+) -> dict[str, str]:
     return {
         "cron_minute": minute,
         "cron_hour": hour,
