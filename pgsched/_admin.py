@@ -20,6 +20,7 @@ from ._operations.audit import Actor
 from ._operations.connectors import KeptConnections
 from ._operations.core import Operations, check_schema, no_jobs
 from ._operations.dashboard import JobGrid, SchedulePage
+from ._operations.django_beat import ImportReport
 from ._planning.schedules import Schedule, ScheduleSpec
 from ._portal import PORTAL
 from ._records import TaskAttempt
@@ -375,6 +376,13 @@ class Admin(ScheduleMethods, TriggerMethod):
     def prune(self, older_than: Duration) -> int:
         """Delete finished runs older than ``older_than``; each scope's newest plan stays."""
         return PORTAL.call(self._ops.prune(older_than))
+
+    def import_django_celery_beat(
+        self, from_dsn: str | None = None, *, dry_run: bool = False
+    ) -> ImportReport:
+        """Copy django-celery-beat's enabled periodic tasks (on ``from_dsn``, else this
+        Admin's database) into schedules of the dynamic job ``celery`` (docs/celery.md)."""
+        return PORTAL.call(self._ops.import_django_celery_beat(from_dsn, dry_run=dry_run))
 
 
 class AdminShortcuts(ScheduleMethods, TriggerMethod):

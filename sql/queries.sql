@@ -1858,3 +1858,21 @@ WHERE id_hash = %(id_hash)s AND expires_at >= clock_timestamp()
 -- name: close_session
 -- Sign-out.
 DELETE FROM {schema}.dashboard_sessions WHERE id_hash = %(id_hash)s
+
+-- name: django_beat_tasks
+-- django-celery-beat's periodic tasks with their schedules (its tables as its migrations make
+-- them, found on the source connection's search_path), by name: what
+-- `pgsched celery import-django-celery-beat` copies. Read only.
+SELECT t.name, t.task, t.args, t.kwargs, t.queue, t.exchange, t.routing_key, t.headers,
+       t.priority, t.expires, t.expire_seconds, t.one_off, t.start_time, t.enabled,
+       t.description, t.solar_id,
+       i.every AS interval_every, i.period AS interval_period,
+       c.minute AS cron_minute, c.hour AS cron_hour, c.day_of_month AS cron_day_of_month,
+       c.month_of_year AS cron_month_of_year, c.day_of_week AS cron_day_of_week,
+       c.timezone AS cron_timezone,
+       k.clocked_time
+FROM django_celery_beat_periodictask t
+LEFT JOIN django_celery_beat_intervalschedule i ON i.id = t.interval_id
+LEFT JOIN django_celery_beat_crontabschedule c ON c.id = t.crontab_id
+LEFT JOIN django_celery_beat_clockedschedule k ON k.id = t.clocked_id
+ORDER BY t.name

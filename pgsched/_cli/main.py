@@ -22,6 +22,7 @@ from .._operations.core import DriverError
 from .._times import parse_time
 from .._version import installed_version
 from .._views import Triggered
+from .celery import add_celery_commands
 from .common import admin_from, cli_field, configured_dsn, print_table, utc_text
 from .explain import add_explain_command
 from .replicas import add_replica_commands
@@ -129,6 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     _replica_commands(sub)
     _operator_commands(sub, _Parser.with_parents(common))
     add_schedule_commands(sub, _Parser.with_parents(common))
+    add_celery_commands(sub, _Parser.with_parents(common))
     add_replica_commands(sub)
     add_web_command(sub)
     return parser

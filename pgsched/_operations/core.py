@@ -26,6 +26,7 @@ from .._times import Duration, aware, parse_duration
 from .._views import Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory, Triggered
 from .audit import Actor, Entry
 from .dashboard import DashboardOperations
+from .django_beat import DjangoBeatImport
 from .explain import ExplainOperations
 from .schedules import ScheduleOperations
 from .tasks import TaskOperations
@@ -52,7 +53,9 @@ def check_schema(schema: object) -> str:
     return schema
 
 
-class Operations(ScheduleOperations, DashboardOperations, ExplainOperations, TaskOperations):
+class Operations(
+    DjangoBeatImport, ScheduleOperations, DashboardOperations, ExplainOperations, TaskOperations
+):
     """Operator actions on one schema. ``jobs`` gives the jobs the caller has registered in
     code (a ``Scheduler``'s); other jobs are known from ``job_state``, where every replica
     records the jobs it runs. The schedule operations of dynamic jobs are in

@@ -17,6 +17,7 @@ from typing import Any, Never
 from .._config import JobSpec
 from .._errors import ConfigError, NotFoundError
 from .._model import Scope, check_job_name
+from .._planning.payloads import PAYLOAD_CHECKS, PayloadError
 from .._planning.schedules import (
     Schedule,
     ScheduleSpec,
@@ -68,7 +69,7 @@ class ScheduleOperations(Audited):
         """Create or replace the schedule of ``scope``; returns it as stored."""
         check_fields(job, scope, unknown)
         spec = ScheduleSpec(scope, every, cron, timezone, payload, starts_at, ends_at, paused)
-        valid = check_schedule(job, spec)
+        valid = check_payload(check_schedule(job, spec))
         entry = Entry("schedule_put", valid.job, str(scope))
         async with self._recorded(entry) as conn:
             entry.details["written"] = await self._put(conn, job, [valid])
@@ -80,7 +81,7 @@ class ScheduleOperations(Audited):
         """Create or replace many schedules in one transaction, all or nothing; returns how
         many were written (a schedule identical to the stored one is not)."""
         job = check_job_name(job)
-        valid = [check_schedule(job, spec) for spec in specs]
+        valid = [check_payload(check_schedule(job, spec)) for spec in specs]
         seen: set[tuple[str, str]] = set()
         for v in valid:
             key = (v.scope.kind, v.scope.id)
@@ -219,6 +220,18 @@ class ScheduleOperations(Audited):
             raise NotFoundError(f"unknown job {job!r}: no replica has registered it")
         if schedule != "dynamic":
             raise ConfigError(f"job {job!r} is not dynamic: its schedule is {schedule}")
+
+
+def check_payload(valid: ValidSchedule) -> ValidSchedule:
+    """``valid``, once its payload passes the rules of its job when pgsched has some for it
+    (the dynamic job ``celery``: a task to send); else a ConfigError naming the field."""
+    check = PAYLOAD_CHECKS.get(valid.job)
+    if check is not None:
+        try:
+            check(valid.payload)
+        except PayloadError as exc:
+            raise ConfigError(f"job {valid.job!r}, scope {valid.scope}: {exc}") from None
+    return valid
 
 
 def _target(job: str, scope: object) -> tuple[str, Scope]:

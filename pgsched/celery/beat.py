@@ -20,9 +20,10 @@ from celery.beat import Scheduler as CeleryScheduler
 
 from .._errors import ConfigError, DatabaseError, PgschedError
 from .._logging import configure_logging
+from .._planning.payloads import CELERY_JOB
 from .._run import Run
 from .._scheduler import Scheduler
-from .entries import BeatEntry, app_zone, read_entry
+from .entries import CELERY_JOB_DEFAULTS, BeatEntry, app_zone, dynamic_task, read_entry
 from .publish import Publisher
 from .replica import ReplicaThread
 
@@ -43,6 +44,7 @@ class BeatSettings:
     http_host: str
     migrate: bool
     max_concurrency: int
+    dynamic: bool = True  # the dynamic job "celery": schedules put as data
 
     @classmethod
     def from_app(cls, app: Celery) -> BeatSettings:
@@ -57,7 +59,22 @@ class BeatSettings:
             max_concurrency=_number(
                 "beat_pgsched_max_concurrency", conf.get("beat_pgsched_max_concurrency") or 8, 1
             ),
+            dynamic=_flag("beat_pgsched_dynamic", conf.get("beat_pgsched_dynamic"), True),
         )
+
+
+def _flag(setting: str, value: object, default: bool) -> bool:
+    """A true/false setting (a string from the environment too), else a ConfigError."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"celery setting {setting}={value!r} must be True or False")
 
 
 def _number(setting: str, value: object, least: int) -> int:
@@ -72,9 +89,15 @@ def _number(setting: str, value: object, least: int) -> int:
 
 
 def build_scheduler(
-    app: Celery, entries: Iterable[ScheduleEntry], publisher: Publisher | None, **options: Any
+    app: Celery,
+    entries: Iterable[ScheduleEntry],
+    publisher: Publisher | None,
+    *,
+    dynamic: bool = True,
+    **options: Any,
 ) -> tuple[Scheduler, list[BeatEntry]]:
-    """A pgsched ``Scheduler`` with one job per entry (``options`` are the Scheduler's); its
+    """A pgsched ``Scheduler`` with one job per entry (``options`` are the Scheduler's), and
+    with ``dynamic`` the dynamic job ``celery`` whose schedules are tasks put as data; its
     handlers publish through ``publisher`` (None: jobs for inspection only, which must not
     run). Raises :class:`ConfigError` naming the first entry pgsched cannot plan."""
     zone = app_zone(app)
@@ -82,6 +105,10 @@ def build_scheduler(
     scheduler = Scheduler(**options)
     for entry in read:
         scheduler.register(_handler(entry, publisher), name=entry.job, **entry.job_options)
+    if dynamic:
+        scheduler.register(
+            _dynamic_handler(publisher), name=CELERY_JOB, dynamic=True, **CELERY_JOB_DEFAULTS
+        )
     return scheduler, read
 
 
@@ -91,6 +118,18 @@ def _handler(entry: BeatEntry, publisher: Publisher | None) -> Any:
             raise PgschedError(f"job {entry.job!r}: built for inspection, not to publish")
         task_id = publisher.publish(entry, run)
         run.log.info("celery_task_sent", task=entry.task, task_id=task_id)
+
+    publish.__name__ = publish.__qualname__ = "publish"
+    return publish
+
+
+def _dynamic_handler(publisher: Publisher | None) -> Any:
+    def publish(run: Run) -> None:
+        if publisher is None:
+            raise PgschedError(f"job {CELERY_JOB!r}: built for inspection, not to publish")
+        task = dynamic_task(run.scope, run.payload)  # as claimed, checked again
+        task_id = publisher.send(task.task, task.args, task.kwargs, task.options, run)
+        run.log.info("celery_task_sent", task=task.task, task_id=task_id)
 
     publish.__name__ = publish.__qualname__ = "publish"
     return publish
@@ -150,6 +189,7 @@ class BeatScheduler(CeleryScheduler):  # type: ignore[misc]  # Celery has no typ
                 publisher,
                 dsn=settings.dsn,
                 schema=settings.schema,
+                dynamic=settings.dynamic,
                 max_concurrency=settings.max_concurrency,
                 shutdown_grace=_SHUTDOWN_GRACE_S,
             )
@@ -186,4 +226,5 @@ class BeatScheduler(CeleryScheduler):  # type: ignore[misc]  # Celery has no typ
     @property
     def info(self) -> str:
         entries = len(self.app.conf.beat_schedule or {})
-        return f"    . pgsched -> schema {self._settings.schema}, {entries} entries"
+        dynamic = f", dynamic job {CELERY_JOB!r}" if self._settings.dynamic else ""
+        return f"    . pgsched -> schema {self._settings.schema}, {entries} entries{dynamic}"

@@ -14,8 +14,9 @@ from celery import Celery
 from celery.beat import BeatLazyFunc, ScheduleEntry
 from celery.schedules import crontab, schedule
 
-from .._errors import ConfigError
+from .._errors import ConfigError, PgschedError
 from .._model import GLOBAL, Scope
+from .._planning.payloads import CELERY_JOB, PayloadError, check_celery_payload
 
 JOB_PREFIX = "celery:"
 # What a beat's job does unless the entry says otherwise: a publish takes milliseconds, so a
@@ -78,6 +79,32 @@ class BeatEntry:
         args = [v() if isinstance(v, BeatLazyFunc) else v for v in self.args]
         kwargs = {k: v() if isinstance(v, BeatLazyFunc) else v for k, v in self.kwargs.items()}
         return args, kwargs
+
+
+@dataclass(frozen=True)
+class DynamicTask:
+    """The task a schedule of the dynamic job ``celery`` sends: its payload, read."""
+
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    options: dict[str, Any]  # send_task's
+
+
+def dynamic_task(scope: Scope, payload: dict[str, Any]) -> DynamicTask:
+    """The task of a ``celery`` schedule's payload (as the claim read it). A payload is
+    checked when it is put; one written otherwise is refused here, naming the schedule, so
+    the plan's row says why nothing was sent."""
+    try:
+        check_celery_payload(payload)
+    except PayloadError as exc:
+        raise PgschedError(f"job {CELERY_JOB!r}, scope {scope}: {exc}") from None
+    return DynamicTask(
+        task=payload["task"],
+        args=list(payload.get("args") or []),
+        kwargs=dict(payload.get("kwargs") or {}),
+        options=dict(payload.get("options") or {}),
+    )
 
 
 def app_zone(app: Celery) -> str:

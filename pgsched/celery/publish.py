@@ -6,6 +6,7 @@ has the message, and raises when it could not be sent.
 from __future__ import annotations
 
 from datetime import UTC
+from typing import Any
 
 from celery import Celery
 
@@ -37,8 +38,22 @@ class Publisher:
 
     def publish(self, entry: BeatEntry, run: Run) -> str:
         """Send ``entry``'s task for ``run``'s plan; its task id is the execution id."""
+        args, kwargs = entry.call_args()
+        return self.send(entry.task, args, kwargs, entry.options, run)
+
+    def send(
+        self,
+        task: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        options: dict[str, Any],
+        run: Run,
+    ) -> str:
+        """Send ``task`` with ``options`` (send_task's) for ``run``'s plan, pgsched's headers
+        added; its task id is the execution id. Code entries and the schedules of the dynamic
+        job ``celery`` both come here."""
         task_id = str(run.execution_id)
-        options = dict(entry.options)
+        options = dict(options)
         options["headers"] = {
             **(options.get("headers") or {}),
             "celery_beat_task": True,  # as Celery's own beat marks them
@@ -47,12 +62,11 @@ class Publisher:
             **scope_header(run.scope),
         }
         options.setdefault("retry_policy", _PUBLISH_RETRY)
-        args, kwargs = entry.call_args()
         with self._pool.acquire(block=True, timeout=_ACQUIRE_TIMEOUT_S) as conn:
             producer = self._app.amqp.Producer(conn, auto_declare=False)
             try:
                 self._app.send_task(
-                    entry.task, args, kwargs, task_id=task_id, producer=producer, **options
+                    task, args, kwargs, task_id=task_id, producer=producer, **options
                 )
             except BaseException:
                 conn.collect()  # a connection that failed is not lent again as it is
