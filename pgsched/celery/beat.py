@@ -23,6 +23,7 @@ from .._logging import configure_logging
 from .._run import Run
 from .._scheduler import Scheduler
 from .entries import BeatEntry, app_zone, read_entry
+from .overlap import PreviousTasks
 from .publish import Publisher
 from .replica import ReplicaThread
 
@@ -43,6 +44,7 @@ class BeatSettings:
     http_host: str
     migrate: bool
     max_concurrency: int
+    track: bool  # the workers call pgsched.celery.track(app): overlap="forbid" may wait on it
 
     @classmethod
     def from_app(cls, app: Celery) -> BeatSettings:
@@ -57,6 +59,7 @@ class BeatSettings:
             max_concurrency=_number(
                 "beat_pgsched_max_concurrency", conf.get("beat_pgsched_max_concurrency") or 8, 1
             ),
+            track=bool(conf.get("beat_pgsched_track")),
         )
 
 
@@ -78,17 +81,24 @@ def build_scheduler(
     handlers publish through ``publisher`` (None: jobs for inspection only, which must not
     run). Raises :class:`ConfigError` naming the first entry pgsched cannot plan."""
     zone = app_zone(app)
-    read = [read_entry(entry, zone) for entry in entries]
+    tracked = bool(app.conf.get("beat_pgsched_track"))
+    read = [read_entry(entry, zone, tracked=tracked) for entry in entries]
     scheduler = Scheduler(**options)
+    previous = None
+    if publisher is not None:
+        previous = PreviousTasks(lambda: scheduler.admin, publisher.stopping)
     for entry in read:
-        scheduler.register(_handler(entry, publisher), name=entry.job, **entry.job_options)
+        waits = previous if entry.waits_for_previous else None
+        scheduler.register(_handler(entry, publisher, waits), name=entry.job, **entry.job_options)
     return scheduler, read
 
 
-def _handler(entry: BeatEntry, publisher: Publisher | None) -> Any:
+def _handler(entry: BeatEntry, publisher: Publisher | None, previous: PreviousTasks | None) -> Any:
     def publish(run: Run) -> None:
         if publisher is None:
             raise PgschedError(f"job {entry.job!r}: built for inspection, not to publish")
+        if previous is not None:
+            previous.wait(entry, run)
         task_id = publisher.publish(entry, run)
         run.log.info("celery_task_sent", task=entry.task, task_id=task_id)
 
@@ -176,6 +186,8 @@ class BeatScheduler(CeleryScheduler):  # type: ignore[misc]  # Celery has no typ
 
     def close(self) -> None:
         replica, self._replica = self._replica, None
+        if self._publisher is not None:
+            self._publisher.stopping.set()  # publishes waiting for a previous task give up
         if replica is not None:
             replica.stop(_SHUTDOWN_GRACE_S + 5.0)
         publisher, self._publisher = self._publisher, None
