@@ -375,13 +375,12 @@ class TaskAttempt:
 @dataclass(frozen=True, slots=True)
 class RecordedTask:
     """What ``record_task_attempt`` and ``settle_task`` did: the attempt's number (None for
-    ``settle_task``), the execution's status after it, and whether that status now follows
-    the task's final outcome (False while the row is still RUNNING: its publish not yet
-    written)."""
+    ``settle_task``), the execution's status after it (still RUNNING: its publish not yet
+    written), and whether this set it to the task's final outcome."""
 
     attempt: int | None
     execution_status: str
-    settled: bool
+    changed: bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -1092,11 +1092,12 @@ ORDER BY 1, 5 NULLS LAST
 -- A final outcome (`final`: SUCCESS, or the task's failure; not a run Celery retries) of a
 -- Celery job's task becomes the execution's status in the same statement: FAILED
 -- 'task_failed' with no retry (sending it again would run the task twice), or SUCCESS again
--- after a later run succeeded. Only a row its publish made SUCCESS, or one a run made
--- FAILED, changes (checked again on the row as updated: EvalPlanQual); the publish's own
--- attempt is kept first, so `runs show` still shows it as the beat's success. A row still
--- RUNNING (its publish not yet written) is left as it is: `settled` false, and the worker
--- calls settle_task once it is written.
+-- after a later run succeeded. Only a row its publish made SUCCESS (to FAILED), or one a run
+-- made FAILED, changes (checked again on the row as updated: EvalPlanQual); a success of a
+-- SUCCESS row writes nothing more. The publish's own attempt is kept before its row turns
+-- FAILED, so `runs show` still shows it as the beat's success. A row still RUNNING (its
+-- publish not yet written) is left as it is, and the worker calls settle_task once it is
+-- written. `changed`: the execution's status was set to the outcome.
 WITH e AS MATERIALIZED (
     SELECT x.id, x.plan_time, x.attempt, x.status, x.error_code, x.job_name, x.fencing_token,
            x.runner_id, x.started_at, x.finished_at
@@ -1119,7 +1120,8 @@ kept AS (
 settles AS MATERIALIZED (
     SELECT e.* FROM e
     WHERE %(final)s AND starts_with(e.job_name, 'celery:')
-      AND (e.status = 'SUCCESS' OR (e.status = 'FAILED' AND e.error_code = 'task_failed'))
+      AND ((e.status = 'SUCCESS' AND %(status)s = 'FAILED')
+           OR (e.status = 'FAILED' AND e.error_code = 'task_failed'))
 ),
 sent AS (
     INSERT INTO {schema}.cron_attempts
@@ -1138,11 +1140,12 @@ settled AS (
         next_retry_at = NULL, updated_at = clock_timestamp()
     FROM settles s
     WHERE x.id = s.id AND x.plan_time = s.plan_time
-      AND (x.status = 'SUCCESS' OR (x.status = 'FAILED' AND x.error_code = 'task_failed'))
+      AND ((x.status = 'SUCCESS' AND %(status)s = 'FAILED')
+           OR (x.status = 'FAILED' AND x.error_code = 'task_failed'))
     RETURNING x.status
 )
 SELECT kept.attempt, coalesce((SELECT status FROM settled), e.status) AS execution_status,
-       EXISTS (SELECT 1 FROM settled) AS settled
+       EXISTS (SELECT 1 FROM settled) AS changed
 FROM kept, e
 
 -- name: settle_task
@@ -1150,7 +1153,7 @@ FROM kept, e
 -- row was still RUNNING (the worker ran the task before the beat had written its publish):
 -- the newest final outcome a consumer recorded (SUCCESS, or a 'task_failed' attempt; the
 -- publish's attempt has the row's fencing token and is not one) becomes the status, under
--- the same guard. The row's status after it, and whether it now follows that outcome.
+-- the same guard. The row's status after it, and whether this changed it.
 WITH e AS MATERIALIZED (
     SELECT x.id, x.plan_time, x.attempt, x.status, x.error_code, x.job_name, x.fencing_token,
            x.runner_id, x.started_at, x.finished_at
@@ -1167,28 +1170,34 @@ last AS MATERIALIZED (
     ORDER BY a.attempt DESC
     LIMIT 1
 ),
+settles AS MATERIALIZED (
+    SELECT e.*, last.status AS outcome, last.error_msg FROM e, last
+    WHERE (e.status = 'SUCCESS' AND last.status = 'FAILED')
+       OR (e.status = 'FAILED' AND e.error_code = 'task_failed')
+),
 sent AS (
     INSERT INTO {schema}.cron_attempts
         (execution_id, fencing_token, attempt, runner_id, started_at, finished_at, status,
          plan_time)
-    SELECT e.id, e.fencing_token, e.attempt, e.runner_id, e.started_at, e.finished_at,
-           'SUCCESS', e.plan_time
-    FROM e, last WHERE e.status = 'SUCCESS'
+    SELECT s.id, s.fencing_token, s.attempt, s.runner_id, s.started_at, s.finished_at,
+           'SUCCESS', s.plan_time
+    FROM settles s WHERE s.status = 'SUCCESS'
     ON CONFLICT DO NOTHING
 ),
 settled AS (
     UPDATE {schema}.cron_executions x
-    SET status = last.status,
-        error_code = CASE WHEN last.status = 'FAILED' THEN 'task_failed' END,
-        error_msg = CASE WHEN last.status = 'FAILED' THEN last.error_msg END,
+    SET status = s.outcome,
+        error_code = CASE WHEN s.outcome = 'FAILED' THEN 'task_failed' END,
+        error_msg = CASE WHEN s.outcome = 'FAILED' THEN s.error_msg END,
         next_retry_at = NULL, updated_at = clock_timestamp()
-    FROM e, last
-    WHERE x.id = e.id AND x.plan_time = e.plan_time
-      AND (x.status = 'SUCCESS' OR (x.status = 'FAILED' AND x.error_code = 'task_failed'))
+    FROM settles s
+    WHERE x.id = s.id AND x.plan_time = s.plan_time
+      AND ((x.status = 'SUCCESS' AND s.outcome = 'FAILED')
+           OR (x.status = 'FAILED' AND x.error_code = 'task_failed'))
     RETURNING x.status
 )
 SELECT coalesce((SELECT status FROM settled), e.status) AS execution_status,
-       EXISTS (SELECT 1 FROM settled) AS settled
+       EXISTS (SELECT 1 FROM settled) AS changed
 FROM e
 
 -- name: previous_task

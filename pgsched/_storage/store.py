@@ -908,7 +908,7 @@ class TaskStore(_Statements):
         if not rows:
             return None
         row = rows[0]
-        return RecordedTask(int(row["attempt"]), row["execution_status"], row["settled"])
+        return RecordedTask(int(row["attempt"]), row["execution_status"], row["changed"])
 
     async def settle_task(self, conn: Conn, execution_id: UUID) -> RecordedTask | None:
         """The newest final outcome kept for the execution becomes its status, when its row
@@ -916,7 +916,7 @@ class TaskStore(_Statements):
         rows = await self._rows(conn, "settle_task", {"id": execution_id})
         if not rows:
             return None
-        return RecordedTask(None, rows[0]["execution_status"], rows[0]["settled"])
+        return RecordedTask(None, rows[0]["execution_status"], rows[0]["changed"])
 
     async def previous_task(
         self, conn: Conn, job: str, scope: Scope, plan_time: datetime, lost_after: float

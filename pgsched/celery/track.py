@@ -125,8 +125,9 @@ class Tracker:
             _log.warning(
                 "pgsched could not settle execution %s: %s", execution, describe_error(exc)
             )
-            settled = None
-        if settled is None or settled.execution_status == "RUNNING":
+            self._settle_later(execution, step + 1)
+            return
+        if settled is not None and settled.execution_status == "RUNNING":
             self._settle_later(execution, step + 1)
 
     def _admin_here(self) -> Admin:

@@ -49,6 +49,8 @@ def test_runs_are_numbered_after_the_publish_and_shown_in_order(
     assert first is not None and first.attempt == 2
     second = admin.record_task_attempt(str(execution), TaskAttempt("celery@w2", 0.5, "SUCCESS"))
     assert second is not None and second.attempt == 3
+    # A success of a row its publish made SUCCESS writes nothing more to the row.
+    assert (second.execution_status, second.changed) == ("SUCCESS", False)
     attempts = admin.run(execution).attempts
     assert [(a.attempt, a.runner_id, a.status, a.error_code) for a in attempts] == [
         (1, "beat-1", "SUCCESS", None),
@@ -102,6 +104,7 @@ def test_the_final_outcome_is_the_executions_status_a_retry_is_not(
     retried = TaskAttempt("celery@w", 0, "FAILED", "task_retried", "Retry in 1s", final=False)
     recorded = admin.record_task_attempt(execution, retried)
     assert recorded == RecordedTask(2, "SUCCESS", False)  # a retry is not an outcome
+    assert [a.status for a in admin.run(execution).attempts] == ["SUCCESS", "FAILED"]
     failed = TaskAttempt("celery@w", 0.1, "FAILED", "task_failed", "ValueError: no", "tb")
     assert admin.record_task_attempt(execution, failed) == RecordedTask(3, "FAILED", True)
     run = admin.run(execution)
