@@ -23,7 +23,7 @@ from ._operations.dashboard import JobGrid, SchedulePage
 from ._operations.django_beat import ImportReport
 from ._planning.schedules import Schedule, ScheduleSpec
 from ._portal import PORTAL
-from ._records import TaskAttempt
+from ._records import PreviousTask, RecordedTask, TaskAttempt
 from ._times import Duration, parse_duration
 from ._views import (
     ActionRecord,
@@ -281,10 +281,25 @@ class Admin(ScheduleMethods, TriggerMethod):
         """Cancel a PENDING execution."""
         PORTAL.call(self._ops.cancel(execution_id))
 
-    def record_task_attempt(self, execution_id: UUID | str, attempt: TaskAttempt) -> int | None:
+    def record_task_attempt(
+        self, execution_id: UUID | str, attempt: TaskAttempt
+    ) -> RecordedTask | None:
         """Keep a consumer's run of the task ``execution_id`` sent (``pgsched.celery.track``)
-        as an attempt of it; its attempt number, or None when there is no such execution."""
+        as an attempt of it (a final outcome of a Celery job's task becomes the execution's
+        status); what was done, or None when there is no such execution."""
         return PORTAL.call(self._ops.record_task_attempt(execution_id, attempt))
+
+    def settle_task(self, execution_id: UUID | str) -> RecordedTask | None:
+        """Make the newest final outcome recorded for ``execution_id`` its status (once the
+        row its publish left RUNNING is written)."""
+        return PORTAL.call(self._ops.settle_task(execution_id))
+
+    def previous_task(
+        self, job: str, scope: Scope, plan_time: datetime, lost_after: float
+    ) -> PreviousTask | None:
+        """``overlap="forbid"`` of a Celery entry: the scope's newest earlier plan whose task
+        was sent, and whether its outcome is recorded."""
+        return PORTAL.call(self._ops.previous_task(job, scope, plan_time, lost_after))
 
     def job_overview(self) -> list[JobStatus]:
         """``status()`` for the dashboard: at most 1000 jobs, each count stopping past 1,000."""

@@ -367,3 +367,28 @@ class TaskAttempt:
     error_code: str | None = None
     error_msg: str | None = None
     traceback: str | None = None
+    # The task's final outcome, which a Celery job's execution then takes as its status;
+    # False for a run the consumer will retry (Celery's ``task_retry``).
+    final: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedTask:
+    """What ``record_task_attempt`` and ``settle_task`` did: the attempt's number (None for
+    ``settle_task``), the execution's status after it (still RUNNING: its publish not yet
+    written), and whether this set it to the task's final outcome."""
+
+    attempt: int | None
+    execution_status: str
+    changed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PreviousTask:
+    """``overlap="forbid"`` of a Celery entry: the scope's newest earlier plan whose task was
+    sent, whether a consumer's final outcome of it is recorded, and the seconds left (negative
+    once past) of the time its task may take from its publish."""
+
+    execution_id: UUID
+    outcome: bool
+    left_s: float

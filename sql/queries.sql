@@ -1088,17 +1088,135 @@ ORDER BY 1, 5 NULLS LAST
 -- row per run, even for runs of one task at once). It started `elapsed` seconds before now,
 -- on the database's clock. Nothing when the execution does not exist (pruned, or a task id
 -- that only looks like one).
-INSERT INTO {schema}.cron_attempts
-    (execution_id, fencing_token, attempt, runner_id, started_at, finished_at, status,
-     error_code, error_msg, traceback, plan_time)
-SELECT e.id, {schema}.next_fencing_token(),
-       greatest(e.attempt, (SELECT max(a.attempt) FROM {schema}.cron_attempts a
-                            WHERE a.execution_id = e.id)) + 1,
-       %(runner_id)s, clock_timestamp() - make_interval(secs => %(elapsed)s), clock_timestamp(),
-       %(status)s, %(error_code)s, left(%(error_msg)s, 4000), %(traceback)s, e.plan_time
-FROM {schema}.cron_executions e
-WHERE e.id = %(id)s
-RETURNING attempt
+-- A final outcome (`final`: SUCCESS, or the task's failure; not a run Celery retries) of a
+-- Celery job's task (celery:<entry>, or the dynamic job celery) becomes the execution's status
+-- in the same statement: FAILED 'task_failed' with no retry (sending it again would run the
+-- task twice), or SUCCESS again after a later run succeeded. Only a row its publish made SUCCESS (to FAILED), or one a run
+-- made FAILED, changes (checked again on the row as updated: EvalPlanQual); a success of a
+-- SUCCESS row writes nothing more. The publish's own attempt is kept before its row turns
+-- FAILED, so `runs show` still shows it as the beat's success. A row still RUNNING (its
+-- publish not yet written) is left as it is, and the worker calls settle_task once it is
+-- written. `changed`: the execution's status was set to the outcome.
+WITH e AS MATERIALIZED (
+    SELECT x.id, x.plan_time, x.attempt, x.status, x.error_code, x.job_name, x.fencing_token,
+           x.runner_id, x.started_at, x.finished_at
+    FROM {schema}.cron_executions x
+    WHERE x.id = %(id)s
+),
+kept AS (
+    INSERT INTO {schema}.cron_attempts
+        (execution_id, fencing_token, attempt, runner_id, started_at, finished_at, status,
+         error_code, error_msg, traceback, plan_time)
+    SELECT e.id, {schema}.next_fencing_token(),
+           greatest(e.attempt, (SELECT max(a.attempt) FROM {schema}.cron_attempts a
+                                WHERE a.execution_id = e.id)) + 1,
+           %(runner_id)s, clock_timestamp() - make_interval(secs => %(elapsed)s),
+           clock_timestamp(), %(status)s, %(error_code)s, left(%(error_msg)s, 4000),
+           %(traceback)s, e.plan_time
+    FROM e
+    RETURNING attempt
+),
+settles AS MATERIALIZED (
+    SELECT e.* FROM e
+    WHERE %(final)s AND (e.job_name = 'celery' OR starts_with(e.job_name, 'celery:'))
+      AND ((e.status = 'SUCCESS' AND %(status)s = 'FAILED')
+           OR (e.status = 'FAILED' AND e.error_code = 'task_failed'))
+),
+sent AS (
+    INSERT INTO {schema}.cron_attempts
+        (execution_id, fencing_token, attempt, runner_id, started_at, finished_at, status,
+         plan_time)
+    SELECT s.id, s.fencing_token, s.attempt, s.runner_id, s.started_at, s.finished_at,
+           'SUCCESS', s.plan_time
+    FROM settles s WHERE s.status = 'SUCCESS'
+    ON CONFLICT DO NOTHING
+),
+settled AS (
+    UPDATE {schema}.cron_executions x
+    SET status = %(status)s,
+        error_code = CASE WHEN %(status)s = 'FAILED' THEN 'task_failed' END,
+        error_msg = CASE WHEN %(status)s = 'FAILED' THEN left(%(error_msg)s, 4000) END,
+        next_retry_at = NULL, updated_at = clock_timestamp()
+    FROM settles s
+    WHERE x.id = s.id AND x.plan_time = s.plan_time
+      AND ((x.status = 'SUCCESS' AND %(status)s = 'FAILED')
+           OR (x.status = 'FAILED' AND x.error_code = 'task_failed'))
+    RETURNING x.status
+)
+SELECT kept.attempt, coalesce((SELECT status FROM settled), e.status) AS execution_status,
+       EXISTS (SELECT 1 FROM settled) AS changed
+FROM kept, e
+
+-- name: settle_task
+-- What record_task_attempt does to the execution's status, for an outcome it kept while the
+-- row was still RUNNING (the worker ran the task before the beat had written its publish):
+-- the newest final outcome a consumer recorded (SUCCESS, or a 'task_failed' attempt; the
+-- publish's attempt has the row's fencing token and is not one) becomes the status, under
+-- the same guard. The row's status after it, and whether this changed it.
+WITH e AS MATERIALIZED (
+    SELECT x.id, x.plan_time, x.attempt, x.status, x.error_code, x.job_name, x.fencing_token,
+           x.runner_id, x.started_at, x.finished_at
+    FROM {schema}.cron_executions x
+    WHERE x.id = %(id)s
+),
+last AS MATERIALIZED (
+    SELECT a.status, a.error_msg
+    FROM e JOIN {schema}.cron_attempts a ON a.execution_id = e.id
+    WHERE (e.job_name = 'celery' OR starts_with(e.job_name, 'celery:'))
+      AND (e.status = 'SUCCESS' OR (e.status = 'FAILED' AND e.error_code = 'task_failed'))
+      AND a.fencing_token <> e.fencing_token
+      AND (a.status = 'SUCCESS' OR a.error_code = 'task_failed')
+    ORDER BY a.attempt DESC
+    LIMIT 1
+),
+settles AS MATERIALIZED (
+    SELECT e.*, last.status AS outcome, last.error_msg FROM e, last
+    WHERE (e.status = 'SUCCESS' AND last.status = 'FAILED')
+       OR (e.status = 'FAILED' AND e.error_code = 'task_failed')
+),
+sent AS (
+    INSERT INTO {schema}.cron_attempts
+        (execution_id, fencing_token, attempt, runner_id, started_at, finished_at, status,
+         plan_time)
+    SELECT s.id, s.fencing_token, s.attempt, s.runner_id, s.started_at, s.finished_at,
+           'SUCCESS', s.plan_time
+    FROM settles s WHERE s.status = 'SUCCESS'
+    ON CONFLICT DO NOTHING
+),
+settled AS (
+    UPDATE {schema}.cron_executions x
+    SET status = s.outcome,
+        error_code = CASE WHEN s.outcome = 'FAILED' THEN 'task_failed' END,
+        error_msg = CASE WHEN s.outcome = 'FAILED' THEN s.error_msg END,
+        next_retry_at = NULL, updated_at = clock_timestamp()
+    FROM settles s
+    WHERE x.id = s.id AND x.plan_time = s.plan_time
+      AND ((x.status = 'SUCCESS' AND s.outcome = 'FAILED')
+           OR (x.status = 'FAILED' AND x.error_code = 'task_failed'))
+    RETURNING x.status
+)
+SELECT coalesce((SELECT status FROM settled), e.status) AS execution_status,
+       EXISTS (SELECT 1 FROM settled) AS changed
+FROM e
+
+-- name: previous_task
+-- overlap="forbid" of a Celery entry: the scope's newest plan before this one whose task was
+-- sent (its row SUCCESS by the publish, or FAILED by the worker's run), whether a consumer's
+-- final outcome of it is kept (a 'task_retried' run is not one), and the seconds left of the
+-- `lost_after` its task may take from its publish (negative: past it, counted as lost). Read
+-- newest plan first through the plan key.
+SELECT p.id,
+       EXISTS (SELECT 1 FROM {schema}.cron_attempts a
+               WHERE a.execution_id = p.id AND a.fencing_token <> p.fencing_token
+                 AND (a.status = 'SUCCESS' OR a.error_code = 'task_failed')) AS outcome,
+       extract(epoch FROM p.finished_at + make_interval(secs => %(lost_after)s)
+                          - clock_timestamp())::float8 AS left_s
+FROM {schema}.cron_executions p
+WHERE p.job_name = %(job)s AND p.scope_kind = %(kind)s AND p.scope_id = %(scope_id)s
+  AND p.plan_time < %(plan)s
+  AND (p.status = 'SUCCESS' OR (p.status = 'FAILED' AND p.error_code = 'task_failed'))
+ORDER BY p.plan_time DESC
+LIMIT 1
 
 -- name: failed_attempts
 -- The newest failed attempts across jobs (the status page's recent failures), those of

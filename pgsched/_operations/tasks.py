@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from uuid import UUID
 
 from .._errors import ConfigError
-from .._records import TaskAttempt
+from .._model import Scope
+from .._records import PreviousTask, RecordedTask, TaskAttempt
 from .._storage.store import Conn, TaskStore
 
 TASK_STATUSES = ("SUCCESS", "FAILED")
@@ -27,13 +29,12 @@ class TaskOperations:
 
     async def record_task_attempt(
         self, execution_id: UUID | str, attempt: TaskAttempt
-    ) -> int | None:
+    ) -> RecordedTask | None:
         """Keep ``attempt`` (a consumer's run of the task ``execution_id`` sent) as an attempt
-        of that execution; its attempt number, or None when there is no such execution."""
-        try:
-            ident = UUID(str(execution_id))
-        except ValueError:
-            raise ConfigError(f"execution id {execution_id!r} is not a UUID") from None
+        of that execution; a final outcome of a Celery job's task (``attempt.final``) becomes
+        the execution's status when the publish made it SUCCESS (or an earlier run FAILED).
+        None when there is no such execution."""
+        ident = _execution_id(execution_id)
         if attempt.status not in TASK_STATUSES:
             raise ConfigError(
                 f"execution {ident}: task status={attempt.status!r} must be SUCCESS or FAILED"
@@ -54,6 +55,30 @@ class TaskOperations:
                 attempt.error_code,
                 attempt.error_msg,
                 tail,
+                attempt.final,
             )
         async with self._conn() as conn:
             return await self._tasks.record_task_attempt(conn, ident, kept)
+
+    async def settle_task(self, execution_id: UUID | str) -> RecordedTask | None:
+        """Make the newest final outcome recorded for ``execution_id`` its status, as
+        ``record_task_attempt`` would have, had the row not still been RUNNING then."""
+        ident = _execution_id(execution_id)
+        async with self._conn() as conn:
+            return await self._tasks.settle_task(conn, ident)
+
+    async def previous_task(
+        self, job: str, scope: Scope, plan_time: datetime, lost_after: float
+    ) -> PreviousTask | None:
+        """The newest plan of ``job``'s ``scope`` before ``plan_time`` whose task was sent,
+        with whether its outcome is recorded; its task counts as lost ``lost_after`` seconds
+        after its publish."""
+        async with self._conn() as conn:
+            return await self._tasks.previous_task(conn, job, scope, plan_time, lost_after)
+
+
+def _execution_id(execution_id: UUID | str) -> UUID:
+    try:
+        return UUID(str(execution_id))
+    except ValueError:
+        raise ConfigError(f"execution id {execution_id!r} is not a UUID") from None

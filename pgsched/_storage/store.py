@@ -30,7 +30,9 @@ from .._records import (
     JobEntry,
     JobRecord,
     PartitionFigures,
+    PreviousTask,
     Probe,
+    RecordedTask,
     Renewal,
     ReplicaEntry,
     Restore,
@@ -897,9 +899,38 @@ class TaskStore(_Statements):
 
     async def record_task_attempt(
         self, conn: Conn, execution_id: UUID, attempt: TaskAttempt
-    ) -> int | None:
-        """Keep a consumer's run as an attempt; its number, or None if no such execution."""
+    ) -> RecordedTask | None:
+        """Keep a consumer's run as an attempt (a final outcome of a Celery job's task becomes
+        the execution's status); None if no such execution."""
         params: dict[str, Any] = {"id": execution_id}
         params.update((f.name, getattr(attempt, f.name)) for f in fields(attempt))
         rows = await self._rows(conn, "record_task_attempt", params)
-        return int(rows[0]["attempt"]) if rows else None
+        if not rows:
+            return None
+        row = rows[0]
+        return RecordedTask(int(row["attempt"]), row["execution_status"], row["changed"])
+
+    async def settle_task(self, conn: Conn, execution_id: UUID) -> RecordedTask | None:
+        """The newest final outcome kept for the execution becomes its status, when its row
+        allows; None if no such execution."""
+        rows = await self._rows(conn, "settle_task", {"id": execution_id})
+        if not rows:
+            return None
+        return RecordedTask(None, rows[0]["execution_status"], rows[0]["changed"])
+
+    async def previous_task(
+        self, conn: Conn, job: str, scope: Scope, plan_time: datetime, lost_after: float
+    ) -> PreviousTask | None:
+        """The scope's newest earlier plan whose task was sent, and whether it has an outcome."""
+        params = {
+            "job": job,
+            "kind": scope.kind,
+            "scope_id": scope.id,
+            "plan": plan_time,
+            "lost_after": lost_after,
+        }
+        rows = await self._rows(conn, "previous_task", params)
+        if not rows:
+            return None
+        row = rows[0]
+        return PreviousTask(row["id"], row["outcome"], float(row["left_s"]))

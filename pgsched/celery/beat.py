@@ -24,6 +24,7 @@ from .._planning.payloads import CELERY_JOB
 from .._run import Run
 from .._scheduler import Scheduler
 from .entries import CELERY_JOB_DEFAULTS, BeatEntry, app_zone, dynamic_task, read_entry
+from .overlap import PreviousTasks
 from .publish import Publisher
 from .replica import ReplicaThread
 
@@ -44,6 +45,7 @@ class BeatSettings:
     http_host: str
     migrate: bool
     max_concurrency: int
+    track: bool  # the workers call pgsched.celery.track(app): overlap="forbid" may wait on it
     dynamic: bool = True  # the dynamic job "celery": schedules put as data
 
     @classmethod
@@ -59,6 +61,7 @@ class BeatSettings:
             max_concurrency=_number(
                 "beat_pgsched_max_concurrency", conf.get("beat_pgsched_max_concurrency") or 8, 1
             ),
+            track=_flag("beat_pgsched_track", conf.get("beat_pgsched_track"), False),
             dynamic=_flag("beat_pgsched_dynamic", conf.get("beat_pgsched_dynamic"), True),
         )
 
@@ -101,10 +104,15 @@ def build_scheduler(
     handlers publish through ``publisher`` (None: jobs for inspection only, which must not
     run). Raises :class:`ConfigError` naming the first entry pgsched cannot plan."""
     zone = app_zone(app)
-    read = [read_entry(entry, zone) for entry in entries]
+    tracked = _flag("beat_pgsched_track", app.conf.get("beat_pgsched_track"), False)
+    read = [read_entry(entry, zone, tracked=tracked) for entry in entries]
     scheduler = Scheduler(**options)
+    previous = None
+    if publisher is not None:
+        previous = PreviousTasks(lambda: scheduler.admin, publisher.stopping)
     for entry in read:
-        scheduler.register(_handler(entry, publisher), name=entry.job, **entry.job_options)
+        waits = previous if entry.waits_for_previous else None
+        scheduler.register(_handler(entry, publisher, waits), name=entry.job, **entry.job_options)
     if dynamic:
         scheduler.register(
             _dynamic_handler(publisher), name=CELERY_JOB, dynamic=True, **CELERY_JOB_DEFAULTS
@@ -112,10 +120,12 @@ def build_scheduler(
     return scheduler, read
 
 
-def _handler(entry: BeatEntry, publisher: Publisher | None) -> Any:
+def _handler(entry: BeatEntry, publisher: Publisher | None, previous: PreviousTasks | None) -> Any:
     def publish(run: Run) -> None:
         if publisher is None:
             raise PgschedError(f"job {entry.job!r}: built for inspection, not to publish")
+        if previous is not None:
+            previous.wait(entry, run)
         task_id = publisher.publish(entry, run)
         run.log.info("celery_task_sent", task=entry.task, task_id=task_id)
 
@@ -216,6 +226,8 @@ class BeatScheduler(CeleryScheduler):  # type: ignore[misc]  # Celery has no typ
 
     def close(self) -> None:
         replica, self._replica = self._replica, None
+        if self._publisher is not None:
+            self._publisher.stopping.set()  # publishes waiting for a previous task give up
         if replica is not None:
             replica.stop(_SHUTDOWN_GRACE_S + 5.0)
         publisher, self._publisher = self._publisher, None

@@ -32,6 +32,9 @@ CELERY_JOB_DEFAULTS: dict[str, Any] = {
     "retry_backoff": ("1s", "5s"),
     "catch_up": "latest_only",
 }
+# overlap="forbid": the publish of a plan waits for the previous plan's task in a worker, so
+# the job's run_timeout bounds that task (past it, the task counts as lost) unless given.
+FORBID_RUN_TIMEOUT = "1h"
 # The pgsched options an entry may set under options["pgsched"].
 ENTRY_OPTIONS = frozenset(
     {
@@ -45,6 +48,7 @@ ENTRY_OPTIONS = frozenset(
         "max_attempts",
         "retry_backoff",
         "priority",
+        "run_timeout",
     }
 )
 # every_plan needs a per-tick bound; an entry that does not give one gets this.
@@ -73,6 +77,11 @@ class BeatEntry:
     @property
     def job(self) -> str:
         return JOB_PREFIX + self.entry
+
+    @property
+    def waits_for_previous(self) -> bool:
+        """overlap="forbid": a plan is sent once the previous plan's task has an outcome."""
+        return bool(self.job_options.get("overlap") == "forbid")
 
     def call_args(self) -> tuple[list[Any], dict[str, Any]]:
         """The task's args and kwargs, beat's lazy values (``BeatLazyFunc``) evaluated now."""
@@ -117,8 +126,9 @@ def app_zone(app: Celery) -> str:
     return key
 
 
-def read_entry(entry: ScheduleEntry, zone: str) -> BeatEntry:
-    """``entry`` as a :class:`BeatEntry`, or a :class:`ConfigError` naming it."""
+def read_entry(entry: ScheduleEntry, zone: str, *, tracked: bool = False) -> BeatEntry:
+    """``entry`` as a :class:`BeatEntry`, or a :class:`ConfigError` naming it. ``tracked``:
+    the workers record outcomes (``beat_pgsched_track``), which overlap="forbid" needs."""
     name = entry.name
     options = dict(entry.options or {})
     ours = options.pop("pgsched", None) or {}
@@ -135,6 +145,17 @@ def read_entry(entry: ScheduleEntry, zone: str) -> BeatEntry:
         job_options["scopes"] = _scopes(name, ours["scopes"])
     if job_options["catch_up"] == "every_plan":
         job_options.setdefault("max_plans_per_tick", _PLANS_PER_TICK)
+    if job_options["overlap"] == "forbid":
+        if not tracked:
+            raise ConfigError(
+                f"beat_schedule entry {name!r}: pgsched overlap='forbid' waits for the outcome"
+                " of the previous task, which only workers calling pgsched.celery.track(app)"
+                " record: set beat_pgsched_track = True"
+            )
+        if "run_timeout" not in ours:
+            job_options["run_timeout"] = FORBID_RUN_TIMEOUT
+        # A lease must outlive run_timeout (pgsched's rule): the default, run_timeout + 1 min.
+        job_options["stale_timeout"] = None
     return BeatEntry(
         entry=name,
         task=entry.task,

@@ -5,6 +5,7 @@ has the message, and raises when it could not be sent.
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC
 from typing import Any
 
@@ -26,6 +27,7 @@ class Publisher:
 
     def __init__(self, app: Celery, limit: int) -> None:
         self._app = app
+        self.stopping = threading.Event()  # the beat is stopping: send nothing new
         options = dict(_CONNECT)
         connection = app.connection_for_write()
         if connection.transport.driver_type == "amqp":

@@ -1,7 +1,8 @@
 """``pgsched.celery.track(app)`` in a Celery worker: each run of a task a pgsched beat sent
 (its task id is the execution id) is kept as an attempt of that execution, with the worker,
-its start and end, and the traceback when it failed, so ``pgsched runs show`` and the
-dashboard's failures show whether the work ran, not only whether it was sent.
+its start and end, and the traceback when it failed; the task's final outcome becomes the
+execution's status. ``pgsched runs``, ``status``, the gauges and the dashboard then show
+whether the work ran, not only whether it was sent.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from .._results import describe_error
 from .beat import BeatSettings
 
 _log = logging.getLogger("pgsched.celery")
+# A task can end before the beat has written its publish (the row is still RUNNING then):
+# its outcome is applied again after these delays (seconds), past a dead beat's takeover.
+_SETTLE_DELAYS = (0.2, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 
 
 class Tracker:
@@ -58,7 +62,7 @@ class Tracker:
 
     def retried(self, sender: Any = None, reason: Any = None, einfo: Any = None, **_: Any) -> None:
         error = reason if isinstance(reason, BaseException) else None
-        self._record(sender, "FAILED", "task_retried", error, einfo, reason)
+        self._record(sender, "FAILED", "task_retried", error, einfo, reason, final=False)
 
     def _record(
         self,
@@ -68,6 +72,8 @@ class Tracker:
         error: BaseException | None = None,
         einfo: Any = None,
         reason: Any = None,
+        *,
+        final: bool = True,
     ) -> None:
         execution = _execution_id(task)
         if execution is None:
@@ -86,15 +92,43 @@ class Tracker:
             error_code=error_code,
             error_msg=message,
             traceback=str(einfo.traceback) if getattr(einfo, "traceback", None) else None,
+            final=final,
         )
         try:
-            self._admin_here().record_task_attempt(execution, attempt)
+            recorded = self._admin_here().record_task_attempt(execution, attempt)
         except Exception as exc:  # the task's outcome stands whatever the record does
             _log.warning(
                 "pgsched could not record the attempt of execution %s: %s",
                 execution,
                 describe_error(exc),
             )
+            return
+        if final and recorded is not None and recorded.execution_status == "RUNNING":
+            self._settle_later(execution, 0)
+
+    def _settle_later(self, execution: str, step: int) -> None:
+        """Apply the outcome once the beat has written its publish, on a timer thread (the
+        worker goes on with its next task)."""
+        if step >= len(_SETTLE_DELAYS):
+            _log.warning(
+                "pgsched left execution %s RUNNING: its publish was not written", execution
+            )
+            return
+        timer = threading.Timer(_SETTLE_DELAYS[step], self._settle, (execution, step))
+        timer.daemon = True
+        timer.start()
+
+    def _settle(self, execution: str, step: int) -> None:
+        try:
+            settled = self._admin_here().settle_task(execution)
+        except Exception as exc:  # the next delay tries again
+            _log.warning(
+                "pgsched could not settle execution %s: %s", execution, describe_error(exc)
+            )
+            self._settle_later(execution, step + 1)
+            return
+        if settled is not None and settled.execution_status == "RUNNING":
+            self._settle_later(execution, step + 1)
 
     def _admin_here(self) -> Admin:
         pid = os.getpid()

@@ -299,3 +299,30 @@ def test_migration_24_marks_no_row_of_an_upgraded_ledger_stolen_in_any_partition
             sql.SQL("SELECT stolen FROM {} WHERE id = %s").format(table(schema)), (row["id"],)
         ).fetchone()
         assert got is not None and got[0] is False, part
+
+
+def test_migration_26_lets_every_partition_hold_a_task_failed_row(
+    pg_dsn: str, schema: str, db: Any
+) -> None:
+    # A ledger of version 25 refuses error_code 'task_failed'; after the upgrade each
+    # partition takes it (the far one too), the row already there is untouched, and running
+    # it again changes nothing.
+    migrate_to(pg_dsn, schema, "0025")
+    now = db_now(db)
+    old = insert_row(db, schema, job_name="celery:e", plan_time=now, status="SUCCESS")
+    far = insert_row(
+        db, schema, job_name="celery:e", plan_time=now + timedelta(days=3650), status="SUCCESS"
+    )
+    fail = sql.SQL("UPDATE {} SET status = 'FAILED', error_code = 'task_failed' WHERE id = %s")
+    with pytest.raises(psycopg.errors.CheckViolation):
+        db.execute(fail.format(table(schema)), (old["id"],))
+    scheduler = pgsched.Scheduler(dsn=pg_dsn, schema=schema)
+    assert scheduler.migrate() == [v for v in VERSIONS if v > "0025"]
+    assert scheduler.migrate() == []
+    for row in (old, far):
+        db.execute(fail.format(table(schema)), (row["id"],))
+    with pytest.raises(psycopg.errors.CheckViolation):
+        db.execute(
+            sql.SQL("UPDATE {} SET error_code = 'nonsense' WHERE id = %s").format(table(schema)),
+            (far["id"],),
+        )

@@ -4,19 +4,23 @@ record file and pgsched schema:
 
 - ``CELERY_TEST_BROKER``: the broker URL; ``CELERY_TEST_QUEUE``: the queue beats send to;
 - ``CELERY_TEST_SCHEDULE``: JSON ``{entry: {"every": seconds} | {"cron": {crontab kwargs}} |
-  {"solar": [event, lat, lon]}, with optional "task" (``tests.record``, or
-  ``tests.fail`` which records, then raises) and "pgsched": {...}}``;
+  {"solar": [event, lat, lon]}, with optional "task" (``tests.record``; ``tests.fail``
+  which records, then raises; ``tests.flaky``, which records, then has Celery retry it once
+  before it succeeds; ``tests.slow``, which records, sleeps ``CELERY_TEST_SLOW_S`` seconds,
+  then records its end as ``"end": true``) and "pgsched": {...}}``;
 - ``CELERY_TEST_RECORD``: the file the worker appends one JSON line per task to (its id and
   the pgsched headers), the side effect whose duplicates the tests count;
 - ``CELERY_TEST_TIMEZONE``; ``CELERY_TEST_TRACK=1``: the worker calls
-  ``pgsched.celery.track(app)``; pgsched's own settings come from ``PGSCHED_DSN`` /
-  ``PGSCHED_SCHEMA`` as in a deployment, ``beat_pgsched_migrate`` is on.
+  ``pgsched.celery.track(app)`` and a beat has ``beat_pgsched_track``; pgsched's own
+  settings come from ``PGSCHED_DSN`` / ``PGSCHED_SCHEMA`` as in a deployment,
+  ``beat_pgsched_migrate`` is on.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -31,6 +35,7 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     beat_pgsched_migrate=os.environ.get("CELERY_TEST_MIGRATE", "1") == "1",
     beat_pgsched_http_port=os.environ.get("CELERY_TEST_HTTP_PORT"),
+    beat_pgsched_track=os.environ.get("CELERY_TEST_TRACK") == "1",
 )
 
 
@@ -66,7 +71,7 @@ def record(self: Any, entry: str) -> None:
     _write(self.request, entry)
 
 
-def _write(request: Any, entry: str) -> None:
+def _write(request: Any, entry: str, **more: Any) -> None:
     headers = request.headers or {}
 
     def header(name: str) -> Any:
@@ -78,6 +83,8 @@ def _write(request: Any, entry: str) -> None:
         "plan_time": header("pgsched_plan_time"),
         "execution_id": header("pgsched_execution_id"),
         "scope": header("pgsched_scope"),
+        "retries": request.retries,
+        **more,
     }
     with open(os.environ["CELERY_TEST_RECORD"], "a", encoding="utf-8") as out:
         out.write(json.dumps(line) + "\n")
@@ -87,6 +94,20 @@ def _write(request: Any, entry: str) -> None:
 def fail(self: Any, entry: str) -> None:
     _write(self.request, entry)
     raise ValueError(f"{entry} failed on purpose")
+
+
+@app.task(name="tests.flaky", bind=True)
+def flaky(self: Any, entry: str) -> None:
+    _write(self.request, entry)
+    if self.request.retries == 0:
+        raise self.retry(countdown=0.2, max_retries=1)
+
+
+@app.task(name="tests.slow", bind=True)
+def slow(self: Any, entry: str) -> None:
+    _write(self.request, entry)
+    time.sleep(float(os.environ.get("CELERY_TEST_SLOW_S", "3")))
+    _write(self.request, entry, end=True)
 
 
 if os.environ.get("CELERY_TEST_TRACK") == "1":

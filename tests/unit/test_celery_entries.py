@@ -171,3 +171,23 @@ def test_the_settings_come_from_the_celery_config_else_the_environment(
     )
     with pytest.raises(pgsched.ConfigError, match="beat_pgsched_http_port='x' must be an integer"):
         BeatSettings.from_app(_app(beat_pgsched_http_port="x"))
+
+
+def test_overlap_forbid_needs_tracking_and_waits_up_to_its_run_timeout() -> None:
+    forbid = {"schedule": 10, "options": {"pgsched": {"overlap": "forbid"}}}
+    app = _app()
+    with pytest.raises(pgsched.ConfigError) as refused:
+        build_scheduler(app, _entries(app, poll=forbid), None)
+    line = str(refused.value)
+    assert "entry 'poll'" in line and "beat_pgsched_track = True" in line
+    assert "\n" not in line
+    tracked = _app(beat_pgsched_track=True)
+    given = {"schedule": 10, "options": {"pgsched": {"overlap": "forbid", "run_timeout": "5m"}}}
+    _, (waits, bounded, free) = build_scheduler(
+        tracked, _entries(tracked, poll=forbid, slow=given, other={"schedule": 10}), None
+    )
+    assert (waits.waits_for_previous, waits.job_options["run_timeout"]) == (True, "1h")
+    assert waits.job_options["stale_timeout"] is None  # pgsched's: run_timeout + 1 minute
+    assert (bounded.waits_for_previous, bounded.job_options["run_timeout"]) == (True, "5m")
+    assert (free.waits_for_previous, free.job_options["run_timeout"]) == (False, "10s")
+    assert BeatSettings.from_app(tracked).track and not BeatSettings.from_app(app).track

@@ -48,6 +48,25 @@ def test_a_solar_entry_is_refused_with_one_line_naming_it(db: Conn, redis_rig: C
     assert not _schema_exists(db, rig.schema)  # nothing migrated, nothing written
 
 
+def test_overlap_forbid_without_tracking_is_refused_naming_the_entry_and_setting(
+    db: Conn, redis_rig: CeleryRig
+) -> None:
+    rig = redis_rig
+    schedule = {"sync": {"every": 5, "pgsched": {"overlap": "forbid"}}, "ok": {"every": 5}}
+    beat = rig.beat("beat", schedule)  # no CELERY_TEST_TRACK: no beat_pgsched_track
+    assert beat.wait() != 0
+    out = beat.output()
+    naming = [text for text in out.splitlines() if "'sync'" in text]
+    assert len(naming) == 1, out[-3000:]
+    assert (
+        "celery beat -S pgsched: beat_schedule entry 'sync': pgsched overlap='forbid'"
+        in (naming[0])
+    )
+    assert naming[0].endswith("set beat_pgsched_track = True"), naming
+    assert "Traceback" not in out, out[-3000:]
+    assert not _schema_exists(db, rig.schema)
+
+
 def _app(pg_dsn: str, schema: str, broker: str) -> Celery:
     app = Celery("lazy", broker=broker)
     app.conf.update(

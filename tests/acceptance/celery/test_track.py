@@ -3,10 +3,12 @@ attempt of its execution, its success, or its failure with the traceback."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pgsched
 from tests.acceptance.celery.conftest import CeleryRig
+from tests.support.net import free_port, http
 from tests.support.waiting import wait_until
 
 
@@ -49,3 +51,123 @@ def test_the_workers_outcome_is_an_attempt_of_the_execution(redis_rig: CeleryRig
     # The dashboard's recent failures hold the worker's failure, not its successes.
     assert {f.execution_id for f in failures if f.error_code == "task_failed"} >= {bad.execution.id}
     assert all(f.error_code == "task_failed" for f in failures), failures
+
+
+def _gauge(metrics: str, name: str, job: str) -> float | None:
+    for line in metrics.splitlines():
+        if line.startswith(f"{name}{{") and f'job="{job}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_the_workers_final_outcome_is_the_executions_status(redis_rig: CeleryRig) -> None:
+    rig = redis_rig
+    schedule = {
+        "bad": {"every": 2, "task": "tests.fail"},
+        "flaky": {"every": 2, "task": "tests.flaky"},
+    }
+    rig.worker(env=rig.env({}, CELERY_TEST_TRACK="1"))
+    port = free_port()
+    beat = rig.beat("beat", schedule, CELERY_TEST_HTTP_PORT=str(port))
+    admin = pgsched.Admin(dsn=rig.dsn, schema=rig.schema)
+    try:
+
+        def executions(entry: str, count: int) -> list[str]:
+            ids = list(dict.fromkeys(r["task_id"] for r in rig.records() if r["entry"] == entry))
+            return ids[:count] if len(ids) >= count else []
+
+        bad_ids = wait_until(lambda: executions("bad", 2), 40, "two failing tasks run")
+        flaky_id = wait_until(lambda: executions("flaky", 1), 40, "a flaky task run")[0]
+
+        def ended(ident: str, status: str) -> Any:
+            run = admin.run(ident)
+            return run if run.execution.status == status else None
+
+        # Each failed in the worker: FAILED, whether its outcome came before or after the
+        # beat wrote its publish (a task of milliseconds often ends first).
+        bad = [wait_until(lambda i=i: ended(i, "FAILED"), 40, f"{i} FAILED") for i in bad_ids]
+
+        def retried_then_succeeded() -> Any:
+            run = admin.run(flaky_id)
+            outcomes = [(a.status, a.error_code) for a in run.attempts[1:]]
+            done = outcomes == [("FAILED", "task_retried"), ("SUCCESS", None)]
+            return run if done and run.execution.status == "SUCCESS" else None
+
+        flaky = wait_until(retried_then_succeeded, 40, "the retried task SUCCESS")
+        failed = wait_until(
+            lambda: (
+                (s := next(j for j in admin.status() if j.job == "celery:bad")).failed >= 2 and s
+            ),
+            20,
+            "status counting the failed runs",
+        )
+        metrics = wait_until(
+            lambda: (
+                (m := http("GET", f"http://127.0.0.1:{port}/metrics").text)
+                and (_gauge(m, "pgsched_failed_runs", "celery:bad") or 0) >= 2
+                and m
+            ),
+            30,
+            "pgsched_failed_runs counting the worker's failures",
+        )
+    finally:
+        admin.close()
+    assert beat.stop() == 0, beat.output()[-3000:]
+    for run in bad:
+        row = run.execution
+        assert (row.error_code, row.error_msg) == (
+            "task_failed",
+            "ValueError: bad failed on purpose",
+        )
+        assert row.next_retry_at is None  # never sent again
+        assert [(a.attempt, a.status) for a in run.attempts] == [(1, "SUCCESS"), (2, "FAILED")]
+        assert run.attempts[0].runner_id is not None
+        assert not run.attempts[0].runner_id.startswith("celery@")  # the beat's publish
+    # Sent once: Celery's retry ran it again, pgsched did not send it again.
+    assert [r["retries"] for r in rig.records() if r["task_id"] == flaky_id] == [0, 1]
+    assert flaky.execution.error_code is None
+    assert failed.failed >= 2
+    assert _gauge(metrics, "pgsched_failed_runs", "celery:flaky") == 0
+    assert _gauge(metrics, "pgsched_last_success_timestamp_seconds", "celery:flaky") is not None
+
+
+def test_overlap_forbid_sends_a_plan_once_the_previous_task_has_its_outcome(
+    redis_rig: CeleryRig,
+) -> None:
+    rig = redis_rig
+    # Tasks of 3 s every second, two workers: without the wait, tasks would run at once.
+    forbid = {"overlap": "forbid", "run_timeout": "60s"}
+    schedule = {"slow": {"every": 1, "task": "tests.slow", "pgsched": forbid}}
+    worker_env = rig.env({}, CELERY_TEST_TRACK="1", CELERY_TEST_SLOW_S="3")
+    rig.worker("worker-1", env=worker_env)
+    rig.worker("worker-2", env=worker_env)
+    beat = rig.beat("beat", schedule, CELERY_TEST_TRACK="1")
+    admin = pgsched.Admin(dsn=rig.dsn, schema=rig.schema)
+    try:
+        wait_until(
+            lambda: sum(1 for r in rig.records() if r.get("end")) >= 3, 60, "three tasks ended"
+        )
+        records = rig.records()
+        runs = [admin.run(r["task_id"]) for r in records if r.get("end")][:3]
+    finally:
+        admin.close()
+    assert beat.stop() == 0, beat.output()[-3000:]
+    # The workers' log: each task started after the one before ended, never two at once.
+    events = [("end" if r.get("end") else "start", r["task_id"]) for r in records]
+    running: list[str] = []
+    for kind, task_id in events:
+        if kind == "start":
+            assert not running, f"{task_id} started while {running} ran: {events}"
+            running.append(task_id)
+        else:
+            assert running == [task_id], events
+            running.clear()
+    assert "celery_waiting_for_previous_task" in beat.output()
+    # The ledger: each plan was sent after the previous plan's outcome was recorded.
+    for before, after in itertools.pairwise(runs):
+        outcome = before.attempts[-1]
+        publish = after.attempts[0]
+        assert outcome.status == "SUCCESS" and (outcome.runner_id or "").startswith("celery@")
+        assert outcome.finished_at is not None and publish.finished_at is not None
+        assert publish.finished_at >= outcome.finished_at, (before, after)
+        assert before.execution.plan_time < after.execution.plan_time
