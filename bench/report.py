@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import REPO, measure, report_dynamic
+from bench import REPO, measure, report_beat, report_dynamic
 from bench.dynamic_schedulers import DYNAMIC
 from bench.schedulers import CEILINGS, ORDER, label
 
@@ -506,7 +506,10 @@ def _titled(workload: dict[str, Any]) -> str:
     return f"{workload['title']}{rule}"
 
 
-def render(report: dict[str, Any], chart: bool, notes: str) -> str:
+def render(
+    report: dict[str, Any], chart: bool, notes: str, beat: dict[str, Any] | None = None
+) -> str:
+    """The page; ``beat`` (bench/results/beat.json) adds its "HA Celery beat" section."""
     # Ratios to the limits are in the JSON; results written before some were added get them.
     report = {**report, "results": copy.deepcopy(report["results"])}
     measure.add_ratios(report["results"])
@@ -538,6 +541,8 @@ def render(report: dict[str, Any], chart: bool, notes: str) -> str:
         mark = "yes" if ok else ("not measured" if ok is None else "**no**")
         parts.append(f"| {goal} | {mark} | {evidence} |")
     parts += ["", notes.strip(), ""]
+    if beat is not None:
+        parts += report_beat.section(beat)
     tops = top_statements(report)
     if tops:
         parts += [
@@ -571,7 +576,7 @@ def write_docs(report: dict[str, Any], chart_python: str | None, source: Path) -
     elif PNG.exists():
         chart = True
     notes = NOTES.read_text() if NOTES.exists() else ""
-    DOC.write_text(render(report, chart, notes))
+    DOC.write_text(render(report, chart, notes, report_beat.load()))
 
 
 MERGED = REPO / "bench" / "results" / "merged.json"
