@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import measure, pg, report, report_beat, rounds
+from bench import measure, pg, report_beat, rounds
 from bench.beat_figures import median_of
 from bench.beat_trial import CONFIGS, BeatTrial, Shape
 from bench.run import RESULTS, log, peers_python
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         mark = "met" if ok else "NOT MET" if ok is False else "not measured"
         log(f"goal {mark}: {goal}: {evidence}")
     if not args.no_docs:
-        report_beat.write_section(report.DOC, result)
+        report_beat.write_section(report_beat.DOC, result)
     took = time.monotonic() - started
     log(f"beat: done in {took:.0f} s, results in {args.results_dir}/beat.json")
     return 0

@@ -96,6 +96,7 @@ def figures(arrivals: list[dict[str, Any]], w: Window) -> dict[str, Any]:
             plans.setdefault((entry, round(when, 3)), []).append(a["t"])
             task_ids.setdefault((entry, round(when, 3)), set()).add(a["task_id"])
     split = w.kill_t if w.kill_t is not None else w.end
+    settled = split - w.every_s
     grid = phases(arrivals)
     phase = {e: 0.0 if w.kind == "pgsched" else grid.get(e, w.start) for e in w.entries}
     expected_before = sum(slots(w, p, w.start, split) for p in phase.values())
@@ -112,8 +113,9 @@ def figures(arrivals: list[dict[str, Any]], w: Window) -> dict[str, Any]:
         # runs them twice (pgsched sends a plan again under its first task id when the beat
         # that sent it died before its row said so).
         "duplicated_new_task_id": sum(1 for ids in task_ids.values() if len(ids) > 1),
-        "duplicated_before_kill": sum(1 for k in duplicated if k[1] < split),
-        "published_before_kill": len(before),
+        # Plans due a cadence or more before the kill: every beat had its turn to send them.
+        "duplicated_a_cadence_before_kill": sum(1 for k in duplicated if k[1] < settled),
+        "published_a_cadence_before_kill": sum(1 for k in before if k[1] < settled),
         "lost": expected - len(plans),
         "lost_before_kill": expected_before - len(before),
         "lost_after_kill": (expected - expected_before) - (len(plans) - len(before)),

@@ -33,6 +33,14 @@ from bench import REPO, measure, pg
 from bench.beat_figures import Window, figures
 
 SCHEMA = "pgsched"
+# pgsched's own account of the window, beside the consumer's: its rows of the window's plans
+# by status, and the plans its claims skipped (spans starting in the window) by reason.
+LEDGER_ROWS = """SELECT status, count(*) FROM {}.cron_executions
+WHERE plan_time >= to_timestamp(%(start)s) AND plan_time < to_timestamp(%(end)s)
+GROUP BY status"""
+LEDGER_SKIPS = """SELECT reason, sum(plans) FROM {}.cron_skips
+WHERE first_plan >= to_timestamp(%(start)s) AND first_plan < to_timestamp(%(end)s)
+GROUP BY reason"""
 
 
 @dataclass(frozen=True)
@@ -266,6 +274,21 @@ class BeatTrial:
             "beat_cpu_s": cpu,
             "beat_exits": exits,
             "loadavg": load,
+            **self.ledger(start),
+        }
+
+    def ledger(self, start: float) -> dict[str, Any]:
+        """pgsched's rows and skipped plans of the window (nothing for the other beats)."""
+        if not self.db_created:
+            return {}
+        window = {"start": start, "end": start + self.shape.window_s}
+        schema = sql.Identifier(SCHEMA)
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            rows = conn.execute(sql.SQL(LEDGER_ROWS).format(schema), window).fetchall()
+            skips = conn.execute(sql.SQL(LEDGER_SKIPS).format(schema), window).fetchall()
+        return {
+            "ledger_rows": {str(k): int(n) for k, n in rows},
+            "ledger_skipped": {str(k): int(n) for k, n in skips},
         }
 
     def write_arrivals(self) -> None:

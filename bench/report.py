@@ -19,7 +19,7 @@ from bench.schedulers import CEILINGS, ORDER, label
 
 ALL_ORDER = (*ORDER, *(k for k in DYNAMIC if k not in ORDER))
 
-DOC = REPO / "docs" / "performance.md"
+DOC = report_beat.DOC
 PNG = REPO / "docs" / "performance.png"
 
 METHOD = """\
@@ -35,6 +35,7 @@ python -m bench --workloads g,h,i --merge bench/results/results-STAMP.json
 python -m bench.report OLD.json NEW.json   # the same from two results files
 python -m bench --workloads a,b,c,h --schedulers raw,raw_handler,pgsched --rounds 3
                                      # each workload three times over; the median round stands
+python -m bench.beat                 # HA Celery beat: pgsched, plain beat, redbeat (3 rounds)
 ```
 
 Run it from the repository with pgsched installed (`pip install -e . --group dev`). The first

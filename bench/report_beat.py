@@ -1,15 +1,19 @@
 """The "HA Celery beat" section of docs/performance.md, from bench/results/beat.json (written
 by ``python -m bench.beat``): every round's figures, their median, and the goals beside them.
-``python -m bench.beat`` rewrites the section in place; ``python -m bench.report`` keeps it.
+``python -m bench.beat`` rewrites the section in place, as ``python -m bench.report_beat
+[beat.json]`` does without running anything; ``python -m bench.report`` keeps it.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from bench import REPO
+
+DOC = REPO / "docs" / "performance.md"
 
 RESULTS = REPO / "bench" / "results" / "beat.json"
 HEADING = "## HA Celery beat"
@@ -71,11 +75,15 @@ def goals(beat: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
     out.append(
         (
             "two plain beats duplicate every plan (until one is killed)",
-            all(t["duplicated_before_kill"] == t["published_before_kill"] for t in two)
+            all(
+                t["duplicated_a_cadence_before_kill"] == t["published_a_cadence_before_kill"]
+                for t in two
+            )
             if two
             else None,
-            f"duplicated {_each(two, 'duplicated_before_kill')} of "
-            f"{_each(two, 'published_before_kill')} plans before the kill",
+            f"sent twice: {_each(two, 'duplicated_a_cadence_before_kill')} of "
+            f"{_each(two, 'published_a_cadence_before_kill')} plans due a cadence or more "
+            f"before the kill; {_each(two, 'duplicated')} of {_each(two, 'published')} in all",
         )
     )
     out.append(_redbeat_goal(beat, trials.get("redbeat", [])))
@@ -129,12 +137,33 @@ def section(beat: dict[str, Any]) -> list[str]:
     for r in beat["rounds"]:
         for key in r["order"]:
             lines.append(row(f"{r['round'] + 1}: {configs[key]['label']}", r["trials"][key]))
+    lines += ["", *_ledger(beat)]
     lines += ["", "| goal | met | evidence |", "|---|---|---|"]
     for goal, ok, evidence in goals(beat):
         mark = "yes" if ok else ("not measured" if ok is None else "**no**")
         lines.append(f"| {goal} | {mark} | {evidence} |")
     lines += ["", *_definitions(shape), ""]
     return lines
+
+
+def _ledger(beat: dict[str, Any]) -> list[str]:
+    """pgsched's own account of each round's window, beside the consumer's."""
+    parts = []
+    for r in beat["rounds"]:
+        t = r["trials"].get("pgsched") or {}
+        if t.get("status") == "ok":
+            rows, skips = _counts(t.get("ledger_rows")), _counts(t.get("ledger_skipped"))
+            parts.append(f"round {r['round'] + 1}: rows {rows}; skipped {skips}")
+    if not parts:
+        return []
+    return [
+        "pgsched's ledger of the window's plans (its rows by status, and the plans its claims "
+        "skipped, by reason, in spans starting in the window): " + "; ".join(parts) + "."
+    ]
+
+
+def _counts(counts: dict[str, int] | None) -> str:
+    return ", ".join(f"{n:,} {k}" for k, n in sorted((counts or {}).items())) or "none"
 
 
 def _intro(beat: dict[str, Any]) -> list[str]:
@@ -148,7 +177,9 @@ def _intro(beat: dict[str, Any]) -> list[str]:
         f"{shape['entries']} `beat_schedule` entries, each every {shape['every_s']} s "
         f"(`timedelta`), measured for {shape['window_s']:g} s; where a configuration has more "
         f"than one beat, the one that sent the latest message is SIGKILLed "
-        f"{shape['kill_at_s']:g} s into the window (redbeat: its lock holder). pgsched's "
+        f"{shape['kill_at_s']:g} s into the window (redbeat: its lock holder; the window "
+        "starts on pgsched's grid, so the kill comes as pgsched's beats claim a plan). "
+        "pgsched's "
         "beats share one PostgreSQL; each plain beat has its own schedule file; redbeat's "
         f"beats run with `beat_max_loop_interval = {shape['redbeat_max_loop_s']:g}`, so its "
         f"lock timeout is its default rule, 5 x that ({shape['redbeat_max_loop_s'] * 5:g} s; "
@@ -196,3 +227,17 @@ def write_section(doc: Path, beat: dict[str, Any]) -> None:
         at = next((k for k, line in enumerate(lines) if line.rstrip() == BEFORE), len(lines))
         lines[at:at] = [new]
     doc.write_text("".join(lines))
+
+
+def main(argv: list[str]) -> int:
+    path = Path(argv[0]) if argv else RESULTS
+    beat = load(path)
+    if beat is None:
+        print(f"bench.report_beat: no {path}: run python -m bench.beat first", file=sys.stderr)
+        return 1
+    write_section(DOC, beat)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -50,7 +50,8 @@ def test_plain_beats_grid_counts_a_second_beat_as_duplicates_and_a_gap_as_lost()
     w = Window("plain", ["e0"], 5, start=100.0, length_s=60.0, kill_t=120.0 + 0.5)
     got = figures(arrivals, w)
     assert got["expected"] == 12 and got["published"] == 9 and got["lost"] == 3
-    assert got["duplicated"] == 4 and got["duplicated_before_kill"] == 4
+    assert got["duplicated"] == 4 and got["duplicated_a_cadence_before_kill"] == 4
+    assert got["published_a_cadence_before_kill"] == 4  # the plans due before 115.5
     assert got["duplicated_new_task_id"] == 4
     assert got["lost_before_kill"] == 0 and got["lost_after_kill"] == 3
     assert got["lag_max_s"] == 0.11 and got["longest_silence_s"] > 19
