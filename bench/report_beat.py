@@ -42,7 +42,7 @@ def fmt(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:,.0f}" if value.is_integer() and abs(value) >= 1 else f"{value:.3f}"
+        return f"{int(value):,}" if value.is_integer() else f"{value:.3f}"
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
