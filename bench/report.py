@@ -13,13 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import REPO, measure, report_dynamic
+from bench import REPO, measure, report_beat, report_dynamic
 from bench.dynamic_schedulers import DYNAMIC
 from bench.schedulers import CEILINGS, ORDER, label
 
 ALL_ORDER = (*ORDER, *(k for k in DYNAMIC if k not in ORDER))
 
-DOC = REPO / "docs" / "performance.md"
+DOC = report_beat.DOC
 PNG = REPO / "docs" / "performance.png"
 
 METHOD = """\
@@ -35,6 +35,7 @@ python -m bench --workloads g,h,i --merge bench/results/results-STAMP.json
 python -m bench.report OLD.json NEW.json   # the same from two results files
 python -m bench --workloads a,b,c,h --schedulers raw,raw_handler,pgsched --rounds 3
                                      # each workload three times over; the median round stands
+python -m bench.beat                 # HA Celery beat: pgsched, plain beat, redbeat (3 rounds)
 ```
 
 Run it from the repository with pgsched installed (`pip install -e . --group dev`). The first
@@ -506,7 +507,10 @@ def _titled(workload: dict[str, Any]) -> str:
     return f"{workload['title']}{rule}"
 
 
-def render(report: dict[str, Any], chart: bool, notes: str) -> str:
+def render(
+    report: dict[str, Any], chart: bool, notes: str, beat: dict[str, Any] | None = None
+) -> str:
+    """The page; ``beat`` (bench/results/beat.json) adds its "HA Celery beat" section."""
     # Ratios to the limits are in the JSON; results written before some were added get them.
     report = {**report, "results": copy.deepcopy(report["results"])}
     measure.add_ratios(report["results"])
@@ -538,6 +542,8 @@ def render(report: dict[str, Any], chart: bool, notes: str) -> str:
         mark = "yes" if ok else ("not measured" if ok is None else "**no**")
         parts.append(f"| {goal} | {mark} | {evidence} |")
     parts += ["", notes.strip(), ""]
+    if beat is not None:
+        parts += report_beat.section(beat)
     tops = top_statements(report)
     if tops:
         parts += [
@@ -571,7 +577,7 @@ def write_docs(report: dict[str, Any], chart_python: str | None, source: Path) -
     elif PNG.exists():
         chart = True
     notes = NOTES.read_text() if NOTES.exists() else ""
-    DOC.write_text(render(report, chart, notes))
+    DOC.write_text(render(report, chart, notes, report_beat.load()))
 
 
 MERGED = REPO / "bench" / "results" / "merged.json"

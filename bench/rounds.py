@@ -27,6 +27,13 @@ def order(schedulers: Sequence[str], round_no: int) -> list[str]:
     return list(schedulers) if round_no % 2 == 0 else list(reversed(schedulers))
 
 
+def rotated(keys: Sequence[str], round_no: int) -> list[str]:
+    """``keys`` in the order round ``round_no`` runs them: each round starts one further on,
+    so that every configuration runs first (and after each other) as often as the others."""
+    shift = round_no % len(keys) if keys else 0
+    return [*keys[shift:], *keys[:shift]]
+
+
 def settle(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One result per (workload, scheduler) from ``trials`` (each with its ``round``): those of
     the median round of each workload, with ratios taken within that round and ``rounds``,
