@@ -1367,10 +1367,10 @@ SELECT pg_is_in_recovery() AS in_recovery,
 -- own statements, not on a transactional handler's connection (`handler`), whose statements
 -- keep the server's: no JIT compilation (pgsched's statements each read few rows, but over a
 -- partitioned ledger with a long history they are estimated costly enough to be compiled,
--- which took far longer than the statements themselves; see no_jit, its form for a pooled connection); timestamps in UTC (psycopg then returns them
--- with datetime.UTC rather than the server's named zone: cheaper to load, convert and
--- compare, which a replica does for every run it claims; no statement depends on the
--- session's zone); and random_page_cost at most 1.1, as in claim transactions (claim_begin):
+-- which took far longer than the statements themselves; see no_jit, its form for a pooled
+-- connection); timestamps in UTC (psycopg then returns them with datetime.UTC rather than the
+-- server's named zone: cheaper to load, convert and compare, which a replica does for every
+-- run it claims; no statement depends on the session's zone); and random_page_cost at most 1.1, as in claim transactions (claim_begin):
 -- pgsched's statements find rows by key in pages read moments ago, and at the default 4 a
 -- batch of terminal writes hashed the whole partition (a sequential scan) rather than probe
 -- its id index once a row.

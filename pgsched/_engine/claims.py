@@ -7,7 +7,9 @@ the database are where each scope is).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import itertools
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 import psycopg
@@ -76,6 +78,20 @@ class Claimer:
         self._schedules = ScheduleStore(store.schema)
         self._skips = SkipStore(store.schema)
         self._lookback = lookback  # the tick interval: first sight counts a plan this old
+        self._start = zlib.crc32(runner.encode())  # where this replica's claim order starts
+
+    def order(self, jobs: Iterable[JobSpec]) -> list[JobSpec]:
+        """The order this replica claims ``jobs`` in each tick: higher priority first; jobs of
+        one priority in name order, started at a place of this replica's own. Replicas that
+        woke for the same plans of many jobs (the entries of a beat_schedule) then each start
+        on different jobs instead of queueing behind each other's claims of the same ones."""
+        ranked = sorted(jobs, key=lambda j: (-j.priority, j.name))
+        ordered: list[JobSpec] = []
+        for _, group in itertools.groupby(ranked, key=lambda j: j.priority):
+            same = list(group)
+            start = self._start % len(same)
+            ordered += same[start:] + same[:start]
+        return ordered
 
     async def claim(
         self,

@@ -15,7 +15,7 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -42,6 +42,7 @@ from .execution import Executor
 from .figures import LedgerFigures
 from .hooks import Hooks
 from .leases import LeaseTable, open_lease
+from .probing import Prober
 from .recorder import Recorder
 from .registration import RENEWAL_DEFAULT, Registration
 from .sighting import Sightings
@@ -136,6 +137,7 @@ class Runtime:
         every = self.registration.every  # the peers' scope lists read as often as it registers
         self.sightings = Sightings(store, self.recorder, settings.tick_interval, runner_id, every)
         self.figures = LedgerFigures(store)
+        self.prober = Prober(store)
         self.claimer = Claimer(
             store,
             runner_id,
@@ -158,7 +160,6 @@ class Runtime:
         self.watch.on_adopted(self.sightings.forget_all)
         self._wake, self._stopping = asyncio.Event(), asyncio.Event()
         self._next_due: float | None = None  # monotonic time the next plan falls due
-        self._clock: datetime | None = None  # the database's, at the last tick's probe
         self._loops: list[asyncio.Task[None]] = []
         # The last tick the database served to its end (a job's own claim error aside: one
         # bad job must not get the replica restarted); /healthz.
@@ -301,22 +302,22 @@ class Runtime:
             return True
         ok = True
         async with pooled(self.pool) as conn:
-            dynamic = [name for name, job in jobs.items() if job.dynamic]
-            probe = await self._store.tick_probe(conn, list(jobs), dynamic, self._clock)
-            self._clock = probe.now
-            probed_at = time.monotonic()
+            probe = await self.prober.read(conn, jobs)
             if not self._standbys_checked:
                 await _warn_unprotected(self._store, self.recorder, conn, self._hosts)
                 self._standbys_checked = True
             await self.registration.register(conn, jobs, probe.now)
             await self.sightings.settle(conn)
-            for job in sorted(jobs.values(), key=lambda j: (-j.priority, j.name)):
+            for job in self.claimer.order(jobs.values()):
+                probe = await self.prober.fresh(conn, jobs)
                 if job.name in probe.paused or self._stopping.is_set():
                     continue
                 ok = await self._tick_job(conn, job, probe) and ok
         soonest = _next_due(jobs, probe)
         self._next_due = (
-            None if soonest is None else probed_at + soonest.total_seconds() + _DUE_MARGIN_S
+            None
+            if soonest is None
+            else self.prober.read_at + soonest.total_seconds() + _DUE_MARGIN_S
         )
         return ok
 

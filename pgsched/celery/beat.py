@@ -32,6 +32,10 @@ from .replica import ReplicaThread
 # and publishes on its own loop.
 _CHECK_INTERVAL_S = 1.0
 _SHUTDOWN_GRACE_S = 10.0
+# A publish holds its slot until its SUCCESS row is written (the writer batches those), so
+# the slots, not the broker, bound how many plans a beat sends a second: many entries due at
+# once (a beat_schedule of hundreds) need many in flight.
+PUBLISHES_IN_FLIGHT = 64
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,9 @@ class BeatSettings:
             http_host=conf.get("beat_pgsched_http_host") or "127.0.0.1",
             migrate=bool(conf.get("beat_pgsched_migrate")),
             max_concurrency=_number(
-                "beat_pgsched_max_concurrency", conf.get("beat_pgsched_max_concurrency") or 8, 1
+                "beat_pgsched_max_concurrency",
+                conf.get("beat_pgsched_max_concurrency") or PUBLISHES_IN_FLIGHT,
+                1,
             ),
             track=_flag("beat_pgsched_track", conf.get("beat_pgsched_track"), False),
             dynamic=_flag("beat_pgsched_dynamic", conf.get("beat_pgsched_dynamic"), True),
