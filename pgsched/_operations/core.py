@@ -193,6 +193,16 @@ class Operations(ScheduleOperations, DashboardOperations, ExplainOperations, Tas
         all_scopes: Literal[True],
     ) -> list[Triggered]: ...
 
+    @overload
+    async def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: bool,
+    ) -> Triggered | list[Triggered]: ...
+
     async def trigger(
         self,
         job: str,
