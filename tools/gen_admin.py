@@ -117,7 +117,7 @@ class Module:
         """Each name its ``from ... import`` statements bind: (absolute module, name there)."""
         names: dict[str, tuple[str, str]] = {}
         package = self.dotted.split(".")
-        for node in ast.walk(self.tree):
+        for node in self.top_level():
             if not isinstance(node, ast.ImportFrom):
                 continue
             base = package[: len(package) - node.level] if node.level else []
@@ -125,6 +125,18 @@ class Module:
             for alias in node.names:
                 names[alias.asname or alias.name] = (module, alias.name)
         return names
+
+    def top_level(self) -> list[ast.stmt]:
+        """Its top-level statements, those under a top-level ``if`` or ``try`` included (not
+        a function's own imports)."""
+        found: list[ast.stmt] = []
+        pending = list(self.tree.body)
+        while pending:
+            node = pending.pop(0)
+            found.append(node)
+            if isinstance(node, ast.If | ast.Try):
+                pending += [*node.body, *node.orelse, *getattr(node, "finalbody", [])]
+        return found
 
     def defined(self) -> set[str]:
         """The names its top level defines."""
@@ -233,11 +245,12 @@ def is_overload(node: ast.AsyncFunctionDef) -> bool:
 
 
 def docstring(node: ast.AsyncFunctionDef) -> ast.Expr | None:
+    """The method's docstring, on lines of its own."""
     first = node.body[0]
-    value = first.value if isinstance(first, ast.Expr) else None
-    if isinstance(value, ast.Constant) and isinstance(value.value, str):
-        return first if first.lineno > node.lineno else None
-    return None
+    if not isinstance(first, ast.Expr) or first.lineno <= node.lineno:
+        return None
+    value = first.value
+    return first if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
 
 
 def forward(node: ast.AsyncFunctionDef) -> str:
