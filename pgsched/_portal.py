@@ -1,7 +1,9 @@
-"""The event loop behind the synchronous facades: ``Admin`` runs each operation of the async
-core here, on one daemon thread per process, so the connections it keeps between calls stay
-on the loop that opened them. Callers on any thread (or inside another running loop) block
-until their coroutine is done; many threads' calls run concurrently on this loop.
+"""The event loop behind the synchronous facades, the one bridge from sync code to the async
+core: ``Admin`` (and the ``Scheduler``'s shortcuts) run each operation of the core here, and
+``Scheduler.run_once`` its tick, on one daemon thread per process, so the connections an Admin
+keeps between calls stay on the loop that opened them. Callers on any thread (or inside
+another running loop) block until their coroutine is done; many threads' calls run
+concurrently on this loop.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import os
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
+
+from ._errors import PgschedError
 
 _T = TypeVar("_T")
 
@@ -43,7 +47,15 @@ class Portal:
             return False
 
     def call(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        """Run ``coro`` on the portal's loop and return its result (or raise its error)."""
+        """Run ``coro`` on the portal's loop and return its result (or raise its error).
+        Refused from a coroutine on that loop, which would wait on itself for ever."""
+        if self.owns_running_loop():
+            coro.close()
+            raise PgschedError(
+                "a blocking pgsched call (Admin, a Scheduler method) from a coroutine running on"
+                " pgsched's own loop would wait for ever: await the coroutine instead"
+                " (Scheduler.aio, Admin.operations)"
+            )
         future = asyncio.run_coroutine_threadsafe(coro, self._running())
         try:
             return future.result()

@@ -1,5 +1,6 @@
 """The public ``Scheduler``: job registration, the replica's lifecycle (``run``, ``serve``,
-``run_once``), and the operator actions on its jobs through the ``Admin`` it has.
+``run_once``), and the operator actions on its jobs through the ``Admin`` it has (its
+shortcuts are generated from the operations core: ``_sync_operations``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from ._admin import Admin, AdminShortcuts, blocking
+from ._admin import Admin
 from ._aio import AsyncAdmin
 from ._config import FailureHook, Handler, RecoveryHook, RunHooks
 from ._dsn import require_dsn, resolve_synchronous_claims, resolve_transaction_pooling
@@ -23,11 +24,14 @@ from ._engine.values import TickReport
 from ._errors import ConfigError, PgschedError
 from ._logging import bound_logger
 from ._metrics import Metrics
+from ._operations.core import Operations
+from ._portal import PORTAL
 from ._registry import JobRegistry
 from ._replica import Replica
 from ._run import Run
 from ._storage.connection import WritablePool, make_pool
 from ._storage.store import Store
+from ._sync_operations import ShortcutOperations
 from ._times import Duration, parse_duration
 
 _F = TypeVar("_F", bound=Handler)
@@ -42,7 +46,7 @@ def _setting(value: Duration | None, field: str, default: str) -> timedelta:
 PRUNE_JOB = "pgsched.prune"
 
 
-class Scheduler(JobRegistry, AdminShortcuts):
+class Scheduler(JobRegistry, ShortcutOperations):
     """Registers jobs and runs them on this replica, coordinated through PostgreSQL.
 
     The DSN is ``dsn``, else ``PGSCHED_DSN``, else ``DATABASE_URL``, read when first needed
@@ -146,6 +150,9 @@ class Scheduler(JobRegistry, AdminShortcuts):
     def _new_admin(self) -> Admin:
         return Admin(**self._operator_options())
 
+    def _core(self) -> Operations:
+        return self.admin.operations
+
     def configure(
         self,
         *,
@@ -185,8 +192,9 @@ class Scheduler(JobRegistry, AdminShortcuts):
     # -- running ----------------------------------------------------------------------------
 
     def run_once(self) -> TickReport:
-        """One full tick: plan, claim, run the claimed handlers to completion, write rows."""
-        return blocking(self._run_once())
+        """One full tick: plan, claim, run the claimed handlers to completion, write rows (on
+        the portal's loop, where the ``Admin``'s calls run)."""
+        return PORTAL.call(self._run_once())
 
     async def _run_once(self) -> TickReport:
         pool = self._pool()  # the replica opens it once the database answers

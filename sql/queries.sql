@@ -57,7 +57,8 @@ SELECT (SELECT t FROM now) AS now,
 -- name: generic_plans
 -- Before tick_probe, in its transaction: plan it once per connection. Its custom plans were
 -- made again at every tick, and planning its reads of each of the ledger's partitions cost
--- more than running them, more with every partition of history; the one generic plan leaves the partitions of later plans out as it starts (running_before).
+-- more than running them, more with every partition of history; the one generic plan leaves
+-- the partitions of later plans out as it starts (running_before).
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
 
 -- name: claim_begin
@@ -1085,18 +1086,18 @@ ORDER BY 1, 5 NULLS LAST
 -- name: record_task_attempt
 -- A consumer's run of the task an execution sent (pgsched.celery.track: a Celery worker's),
 -- kept as an attempt numbered after the execution's own, with a fencing token of its own (one
--- row per run, even for runs of one task at once). It started `elapsed` seconds before now,
--- on the database's clock. Nothing when the execution does not exist (pruned, or a task id
--- that only looks like one).
--- A final outcome (`final`: SUCCESS, or the task's failure; not a run Celery retries) of a
--- Celery job's task (celery:<entry>, or the dynamic job celery) becomes the execution's status
--- in the same statement: FAILED 'task_failed' with no retry (sending it again would run the
--- task twice), or SUCCESS again after a later run succeeded. Only a row its publish made SUCCESS (to FAILED), or one a run
--- made FAILED, changes (checked again on the row as updated: EvalPlanQual); a success of a
--- SUCCESS row writes nothing more. The publish's own attempt is kept before its row turns
--- FAILED, so `runs show` still shows it as the beat's success. A row still RUNNING (its
--- publish not yet written) is left as it is, and the worker calls settle_task once it is
--- written. `changed`: the execution's status was set to the outcome.
+-- row per run, even for runs of one task at once). It started `elapsed` seconds before now, on
+-- the database's clock. Nothing when the execution does not exist (pruned, or a task id that
+-- only looks like one). A final outcome (`final`: SUCCESS, or the task's failure; not a run
+-- Celery retries) of a Celery job's task (celery:<entry>, or the dynamic job celery) becomes
+-- the execution's status in the same statement: FAILED 'task_failed' with no retry (sending it
+-- again would run the task twice), or SUCCESS again after a later run succeeded. Only a row
+-- its publish made SUCCESS (to FAILED), or one a run made FAILED, changes (checked again on
+-- the row as updated: EvalPlanQual); a success of a SUCCESS row writes nothing more. The
+-- publish's own attempt is kept before its row turns FAILED, so `runs show` still shows it as
+-- the beat's success. A row still RUNNING (its publish not yet written) is left as it is, and
+-- the worker calls settle_task once it is written. `changed`: the execution's status was set
+-- to the outcome.
 WITH e AS MATERIALIZED (
     SELECT x.id, x.plan_time, x.attempt, x.status, x.error_code, x.job_name, x.fencing_token,
            x.runner_id, x.started_at, x.finished_at

@@ -196,6 +196,16 @@ class Operations(
         all_scopes: Literal[True],
     ) -> list[Triggered]: ...
 
+    @overload
+    async def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: bool,
+    ) -> Triggered | list[Triggered]: ...
+
     async def trigger(
         self,
         job: str,
