@@ -34,6 +34,16 @@ def django_beat_tables(dsn: str, schema: str) -> Iterator[ModuleType]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
     connection.close()
+    # The connection goes where ``dsn`` points (the suite's server: the embedded one in CI,
+    # not the environment's), in the test's schema.
+    params = conninfo_to_dict(dsn)
+    connection.settings_dict.update(
+        NAME=params.get("dbname", "postgres"),
+        USER=params.get("user", ""),
+        PASSWORD=params.get("password", ""),
+        HOST=params.get("host", ""),
+        PORT=params.get("port", ""),
+    )
     connection.settings_dict["OPTIONS"]["options"] = f"-c search_path={schema}"
     try:
         call_command("migrate", "django_celery_beat", verbosity=0)
