@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from tests.support.replica import Replica
+from tests.support.rows import count
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
@@ -25,7 +26,9 @@ pytestmark = pytest.mark.acceptance
 REPO = Path(__file__).resolve().parents[2]
 
 
-def pgsched(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
+def pgsched(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("PGSCHED_DSN", "DATABASE_URL")}
     return subprocess.run(
         [sys.executable, "-m", "pgsched", *args],
@@ -210,11 +213,7 @@ def test_run_with_dsn_never_starts_embedded(pg_dsn: str, schema: str, tmp_path: 
     )
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         wait_until(
-            lambda: conn.execute(
-                psycopg.sql.SQL(
-                    "SELECT count(*) FROM {}.cron_executions WHERE status = 'SUCCESS'"
-                ).format(psycopg.sql.Identifier(schema))
-            ).fetchone()[0],
+            lambda: count(conn, schema, "status = 'SUCCESS'"),
             30,
             "the run on the configured database",
         )
@@ -348,12 +347,9 @@ def test_run_synchronous_claims_warns_once_without_a_synchronous_standby(
         env["PGSCHED_SYNCHRONOUS_CLAIMS"] = "1"
     base = {k: v for k, v in os.environ.items() if k != "PGSCHED_SYNCHRONOUS_CLAIMS"}
     replica = Replica(args, cwd=tmp_path, env={**base, **env})
-    query = psycopg.sql.SQL(
-        "SELECT count(*) FROM {}.cron_executions WHERE status = 'SUCCESS'"
-    ).format(psycopg.sql.Identifier(schema))
     try:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            wait_until(lambda: conn.execute(query).fetchone()[0] >= 2, 30, "two runs")
+            wait_until(lambda: count(conn, schema, "status = 'SUCCESS'") >= 2, 30, "two runs")
     finally:
         code = replica.stop(30)
     assert code == 0

@@ -15,7 +15,7 @@ import sys
 import textwrap
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -188,13 +188,14 @@ def test_no_output_of_a_whole_run_contains_the_password(
     executions = sql.Identifier(schema, "cron_executions")
 
     def both_finished() -> bool:
-        found = dict(
-            db.execute(
+        found = {
+            job: status
+            for job, status in db.execute(
                 sql.SQL("SELECT job_name, status FROM {} WHERE status <> 'RUNNING'").format(
                     executions
                 )
             ).fetchall()
-        )
+        }
         return found.get("fine") == "SUCCESS" and found.get("leaky") == "FAILED"
 
     wait_until(both_finished, 30, "fine to succeed and leaky to fail")
@@ -298,7 +299,7 @@ def test_bad_dsns_in_a_real_process_never_show_the_password(
     """The matrix above through ``python -m pgsched`` for each bad DSN, given in each place
     once: what the interpreter itself prints (an uncaught error, a warning at exit) is seen."""
     unreachable = secret.url_with(secret.encoded, port="1")
-    places = [
+    places: list[Callable[[str], tuple[tuple[str, ...], dict[str, str]]]] = [
         lambda dsn: (("--dsn", dsn, "status"), base_env),
         lambda dsn: (("runs", "--json", "--dsn", dsn), base_env),
         lambda dsn: (("trigger", "fine", f"--dsn={dsn}", "--schema", "elsewhere"), base_env),
@@ -312,7 +313,7 @@ def test_bad_dsns_in_a_real_process_never_show_the_password(
         secret.assert_absent(result.stdout + result.stderr, f"{args[0]} with {dsn!r}")
 
 
-USAGE_ERRORS = [
+USAGE_ERRORS: list[Callable[[str], tuple[str, ...]]] = [
     lambda dsn: ("status", "--dsn", dsn, "--bogus"),
     lambda dsn: ("--dsn", dsn, "status", "--bogus", dsn),
     lambda dsn: ("status", dsn),

@@ -102,7 +102,7 @@ def _fast_plans(db: psycopg.Connection[tuple[object, ...]], schema: str) -> int:
     found = in_schema(
         db, schema, "SELECT count(DISTINCT plan_time) FROM {s}.ledger WHERE job='fast'"
     )
-    return int(found[0][0])  # type: ignore[call-overload]
+    return int(found[0][0])
 
 
 def test_replicas_and_commands_through_a_transaction_pooling_pgbouncer(

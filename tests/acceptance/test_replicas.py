@@ -5,18 +5,21 @@ from __future__ import annotations
 import signal
 from datetime import timedelta
 from itertools import pairwise
+from typing import Any
 
 import pytest
 from psycopg import sql
 
 from tests.acceptance.conftest import Replicas, victim_first_attempt
-from tests.support.rows import in_schema
+from tests.support.rows import Conn, in_schema
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance
 
 
-def test_three_replicas_run_every_plan_exactly_once(replicas: Replicas, db, schema) -> None:
+def test_three_replicas_run_every_plan_exactly_once(
+    replicas: Replicas, db: Conn, schema: str
+) -> None:
     for i in range(3):
         replicas.start(f"replica-{i}")
 
@@ -64,7 +67,9 @@ def test_three_replicas_run_every_plan_exactly_once(replicas: Replicas, db, sche
     assert sum(per_plan.values()) == ledger_count
 
 
-def test_sigkilled_holder_is_stolen_within_stale_timeout(replicas: Replicas, db, schema) -> None:
+def test_sigkilled_holder_is_stolen_within_stale_timeout(
+    replicas: Replicas, db: Conn, schema: str
+) -> None:
     for i in range(3):
         replicas.start(f"replica-{i}")
     plan_time, holder = victim_first_attempt(db, schema)
@@ -76,9 +81,11 @@ def test_sigkilled_holder_is_stolen_within_stale_timeout(replicas: Replicas, db,
         (plan_time,),
     )[0]
     replicas.members[holder].signal(signal.SIGKILL)
-    killed_at = db.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+    clock = db.execute("SELECT clock_timestamp()").fetchone()
+    assert clock is not None
+    killed_at = clock[0]
 
-    def stolen() -> list[tuple]:
+    def stolen() -> list[tuple[Any, ...]]:
         return in_schema(
             db,
             schema,
@@ -128,11 +135,13 @@ def work(run):
 """
 
 
-def test_rolling_update_runs_no_plan_twice_and_loses_none(replicas: Replicas, db, schema) -> None:
+def test_rolling_update_runs_no_plan_twice_and_loses_none(
+    replicas: Replicas, db: Conn, schema: str
+) -> None:
     (replicas.workdir / "rolling.py").write_text(ROLLING_APP)
 
     def plans_seen() -> int:
-        return in_schema(db, schema, "SELECT count(DISTINCT plan_time) FROM {s}.ledger")[0][0]
+        return int(in_schema(db, schema, "SELECT count(DISTINCT plan_time) FROM {s}.ledger")[0][0])
 
     def ran() -> set[str]:
         return {r[0] for r in in_schema(db, schema, "SELECT DISTINCT runner_id FROM {s}.ledger")}
@@ -144,25 +153,36 @@ def test_rolling_update_runs_no_plan_twice_and_loses_none(replicas: Replicas, db
     # replacement, wait for a plan to complete with the new set, go on.
     for i in range(3):
         old = replicas.members.pop(f"old-{i}")
+
+        def running_on_old(i: int = i) -> int:
+            return int(
+                in_schema(
+                    db,
+                    schema,
+                    "SELECT count(*) FROM {s}.cron_executions WHERE status = 'RUNNING'"
+                    " AND runner_id = %s",
+                    (f"old-{i}",),
+                )[0][0]
+            )
+
         in_flight = wait_until(
-            lambda i=i: in_schema(
-                db,
-                schema,
-                "SELECT count(*) FROM {s}.cron_executions WHERE status = 'RUNNING'"
-                " AND runner_id = %s",
-                (f"old-{i}",),
-            )[0][0],
-            15,
-            f"old-{i} to hold a running execution",
-            interval=0.02,
+            running_on_old, 15, f"old-{i} to hold a running execution", interval=0.02
         )
         assert old.stop(30) == 0
         replicas.start(f"new-{i}", app="rolling.py")
         seen = plans_seen()
-        wait_until(lambda seen=seen: plans_seen() >= seen + 2, 30, "plans go on")
+
+        def plans_go_on(seen: int = seen) -> bool:
+            return plans_seen() >= seen + 2
+
+        wait_until(plans_go_on, 30, "plans go on")
         # The next pod goes only once this one works (a Deployment waits for its readiness):
         # else, on a loaded machine, the last replacement may be stopped before it started.
-        wait_until(lambda i=i: f"new-{i}" in ran(), 30, f"new-{i} to run a plan")
+
+        def new_ran(i: int = i) -> bool:
+            return f"new-{i}" in ran()
+
+        wait_until(new_ran, 30, f"new-{i} to run a plan")
         print(f"old-{i}: {in_flight} run(s) in flight at SIGTERM")
     assert set(replicas.terminate_all().values()) == {0}
 
@@ -214,7 +234,7 @@ def books(run):
 
 
 def test_a_transactional_plan_whose_replica_is_killed_runs_again_on_the_other(
-    replicas: Replicas, db, schema
+    replicas: Replicas, db: Conn, schema: str
 ) -> None:
     (replicas.workdir / "crash_tx.py").write_text(CRASH_APP)
     db.execute(
@@ -234,7 +254,7 @@ def test_a_transactional_plan_whose_replica_is_killed_runs_again_on_the_other(
     )[0]
     replicas.members[holder].signal(signal.SIGKILL)
 
-    def succeeded() -> list[tuple]:
+    def succeeded() -> list[tuple[Any, ...]]:
         return in_schema(
             db,
             schema,

@@ -110,7 +110,7 @@ def test_runtime_role_runs_pgsched_without_ddl(roles: Roles, tmp_path: Path) -> 
         with psycopg.connect(roles.admin_dsn, autocommit=True) as conn:
 
             def done() -> bool:
-                counts = dict(
+                counts: dict[str, int] = dict(
                     conn.execute(
                         sql.SQL(
                             "SELECT job_name, count(*) FROM {}.cron_executions"

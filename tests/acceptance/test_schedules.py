@@ -18,9 +18,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.acceptance.conftest import in_schema
 from tests.support.net import http
 from tests.support.replica import Replica, clean_env
+from tests.support.rows import in_schema
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.acceptance

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -36,7 +37,7 @@ APP = textwrap.dedent(
 )
 
 
-def _row(conn: psycopg.Connection, schema: str) -> tuple | None:
+def _row(conn: psycopg.Connection, schema: str) -> tuple[Any, ...] | None:
     return conn.execute(
         sql.SQL(
             "SELECT status, error_code, next_retry_at IS NOT NULL, rows_affected"
@@ -60,7 +61,7 @@ def test_sigterm_mid_run(
     db: psycopg.Connection,
     grace: str,
     sleep: str,
-    expected: tuple,
+    expected: tuple[Any, ...],
 ) -> None:
     (tmp_path / "app.py").write_text(APP)
     env = {**os.environ, "PGSCHED_DSN": pg_dsn, "GRACE": grace, "SLEEP": sleep}

@@ -130,6 +130,7 @@ def _work(run: pgsched.Run) -> pgsched.Result:
 
 @scheduler.job(name="tx", transactional=True, **COMMON)
 def tx(run: pgsched.Run) -> pgsched.Result:
+    assert isinstance(run.conn, psycopg.Connection)
     run.conn.execute(LEDGER, _ledger_row("tx", run))
     return _work(run)
 

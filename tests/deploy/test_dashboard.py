@@ -94,7 +94,8 @@ EXPORTED = _exported_metric_names()
 
 @pytest.fixture(scope="module")
 def dashboard() -> dict[str, Any]:
-    return json.loads(DASHBOARD.read_text())
+    board: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return board
 
 
 def _panels(panels: list[Panel]) -> Iterator[Panel]:

@@ -74,23 +74,27 @@ def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 
 def _pod_spec(obj: Obj) -> Obj:
-    return obj["spec"]["template"]["spec"]
+    spec: Obj = obj["spec"]["template"]["spec"]
+    return spec
 
 
 def _pod_labels(obj: Obj) -> dict[str, str]:
-    return obj["spec"]["template"]["metadata"]["labels"]
+    labels: dict[str, str] = obj["spec"]["template"]["metadata"]["labels"]
+    return labels
 
 
 def _container(obj: Obj) -> Obj:
     containers = _pod_spec(obj)["containers"]
     assert len(containers) == 1
-    return containers[0]
+    container: Obj = containers[0]
+    return container
 
 
 def _init_container(obj: Obj) -> Obj:
     containers = _pod_spec(obj).get("initContainers", [])
     assert len(containers) == 1, "one init container: migrate"
-    return containers[0]
+    container: Obj = containers[0]
+    return container
 
 
 def _env(container: Obj) -> dict[str, Obj]:

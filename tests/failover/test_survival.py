@@ -179,11 +179,11 @@ def test_heartbeats_and_ticks_outlive_terminated_connections(primary: PrivateSer
                 "WHERE application_name LIKE 'pgsched %'"
             )
             assert killed, "no pgsched connection to terminate"
-            wait_until(
-                lambda before=before: all(a > b for a, b in zip(beats(), before, strict=True)),
-                15,
-                "every lease renewed after its connection was terminated",
-            )
+
+            def renewed(before: list[Any] = before) -> bool:
+                return all(a > b for a, b in zip(beats(), before, strict=True))
+
+            wait_until(renewed, 15, "every lease renewed after its connection was terminated")
             assert _loops_alive(runtime)
         gate.set()
         wait_until(

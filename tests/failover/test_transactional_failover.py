@@ -9,6 +9,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 import pgsched
@@ -51,6 +52,7 @@ def test_a_transactional_run_cut_off_by_a_crash_failover_runs_once_on_the_new_pr
     calls: list[int] = []
 
     def handler(run: pgsched.Run) -> int:
+        assert isinstance(run.conn, psycopg.Connection)
         calls.append(run.attempt)
         run.conn.execute(f'INSERT INTO "{schema}".ledger VALUES (%s, %s)', ("p", run.attempt))
         if len(calls) == 1:

@@ -17,6 +17,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 import pgsched
+from tests.integration.conftest import SchedulerFactory
 from tests.support.net import http
 from tests.support.rows import table
 
@@ -51,6 +52,7 @@ def test_admin_actions_are_recorded_with_its_actor(
         admin.pause("nightly")
         admin.resume("nightly")
         done = admin.trigger("nightly", at=at)
+        assert done.id is not None
         admin.cancel(done.id)
         with pytest.raises(pgsched.NotFoundError):
             admin.pause("nope")
@@ -98,7 +100,7 @@ def test_async_admin_actions_are_recorded(migrated: str, db: Any, runtime_dsn: s
 
 
 def test_http_api_and_dashboard_actions_are_recorded_and_shown(
-    make_scheduler: Any, migrated: str, db: Any, monkeypatch: pytest.MonkeyPatch
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PGSCHED_HTTP_TOKEN", "s3cret-operator")
     monkeypatch.setenv("PGSCHED_HTTP_TOKEN_LABEL", "oncall")

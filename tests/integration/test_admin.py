@@ -17,6 +17,7 @@ from psycopg import sql
 
 import pgsched
 from pgsched._admin import Admin
+from tests.integration.conftest import SchedulerFactory
 from tests.support.net import free_port
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import count, db_now, floor_to, insert_row, row_by_id, rows, table
@@ -42,7 +43,7 @@ def admin(runtime_dsn: str, migrated: str) -> Admin:
 
 
 @pytest.fixture
-def registered(make_scheduler: Any, migrated: str) -> pgsched.Scheduler:
+def registered(make_scheduler: SchedulerFactory, migrated: str) -> pgsched.Scheduler:
     """A replica that has registered alpha and beta in job_state (one tick ran them)."""
     s = make_scheduler("replica")
     s.register(_ok, name="alpha", every="1h", max_attempts=3)
@@ -164,6 +165,7 @@ def test_trigger_and_cancel(
     after = db_now(db)
     assert isinstance(first, pgsched.Triggered) and first.created
     ident = first.id
+    assert ident is not None
     row = row_by_id(db, migrated, ident)
     assert (row["status"], row["trigger"], row["scope_id"]) == ("PENDING", "manual", "global")
     assert before <= row["plan_time"] <= after
@@ -173,6 +175,7 @@ def test_trigger_and_cancel(
 
     at = datetime(2031, 5, 6, 7, 30, tzinfo=UTC)  # between two of beta's hourly plans
     later = admin.trigger("beta", pgsched.Scope("t", "1"), at=at).id
+    assert later is not None
     row = row_by_id(db, migrated, later)
     assert (row["scope_kind"], row["scope_id"], row["plan_time"]) == ("t", "1", at)
 
@@ -210,6 +213,7 @@ def test_pause_and_resume(
     assert paused(db, migrated, "alpha") is True
     assert paused(db, migrated, "beta") is False
     pending = admin.trigger("alpha").id
+    assert pending is not None
     assert registered.run_once().started == 0, "a paused job is not claimed"
     assert row_by_id(db, migrated, pending)["status"] == "PENDING"
 
@@ -288,7 +292,7 @@ def test_prune(admin: Admin, migrated: str, db: Any) -> None:
 
 
 def test_retention_registers_and_runs_the_prune_job(
-    make_scheduler: Any, migrated: str, db: Any, admin: Admin
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, admin: Admin
 ) -> None:
     _seed_old_finished(db, migrated, "old", scopes=2, plans=5)
     s = make_scheduler("keeper", retention="1s")
@@ -308,7 +312,7 @@ def test_retention_registers_and_runs_the_prune_job(
 
 
 def test_prune_never_lets_a_succeeded_plan_run_again(
-    make_scheduler: Any, migrated: str, db: Any, admin: Admin
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, admin: Admin
 ) -> None:
     plan = past_plan(db)
     recorder = Recorder()
@@ -346,7 +350,9 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | Non
     return registry.get_sample_value(name, labels)
 
 
-def test_metrics_count_runs_and_claims(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_metrics_count_runs_and_claims(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     plan = past_plan(db)
     registry = CollectorRegistry()
     s = make_scheduler("metered", registry=registry)
@@ -385,7 +391,7 @@ def test_metrics_count_runs_and_claims(make_scheduler: Any, migrated: str, db: A
 
 
 def test_two_schedulers_in_one_process_do_not_clash(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     plan = past_plan(db)
     s1 = make_scheduler("m1")
@@ -415,7 +421,9 @@ def test_two_schedulers_in_one_process_do_not_clash(
     assert sample(s3.metrics.registry, runs, job="same", status="success") == 0
 
 
-def test_start_lag_and_job_interval_metrics(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_start_lag_and_job_interval_metrics(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     registry = CollectorRegistry()
     s = make_scheduler(registry=registry)
     s.register(lambda run: 1, name="hourly", every="1h")

@@ -17,6 +17,7 @@ from psycopg import sql
 
 import pgsched
 from pgsched._admin import Admin
+from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import db_now, floor_to, insert_row, rows, seed_running, table
 from tests.support.threads import running
@@ -29,7 +30,7 @@ def admin(runtime_dsn: str, migrated: str) -> Admin:
     return Admin(dsn=runtime_dsn, schema=migrated)
 
 
-def _third_time_lucky(make_scheduler: Any, db: Any) -> pgsched.Scheduler:
+def _third_time_lucky(make_scheduler: SchedulerFactory, db: Any) -> pgsched.Scheduler:
     """A replica whose job ``flaky`` fails on attempts 1 and 2 and succeeds on 3."""
     s = make_scheduler("replica-a")
 
@@ -45,7 +46,7 @@ def _third_time_lucky(make_scheduler: Any, db: Any) -> pgsched.Scheduler:
 
 
 def test_a_run_that_succeeded_on_its_third_attempt_keeps_the_two_failed_ones(
-    make_scheduler: Any, migrated: str, db: Any, admin: Admin
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, admin: Admin
 ) -> None:
     _third_time_lucky(make_scheduler, db)
     (row,) = rows(db, migrated)
@@ -77,7 +78,7 @@ def test_a_run_that_succeeded_on_its_third_attempt_keeps_the_two_failed_ones(
 
 
 def test_the_final_failed_attempt_keeps_its_traceback(
-    make_scheduler: Any, migrated: str, db: Any, admin: Admin
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, admin: Admin
 ) -> None:
     s = make_scheduler("replica-a")
 
@@ -94,7 +95,7 @@ def test_the_final_failed_attempt_keeps_its_traceback(
 
 
 def test_a_stolen_lease_is_kept_as_an_attempt_of_the_dead_runner(
-    make_scheduler: Any, migrated: str, db: Any, admin: Admin
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, admin: Admin
 ) -> None:
     plan = floor_to(db_now(db), DAY)
     old = seed_running(
@@ -120,7 +121,7 @@ def test_a_stolen_lease_is_kept_as_an_attempt_of_the_dead_runner(
 
 
 def test_a_stale_lease_closed_out_is_kept_as_an_attempt(
-    make_scheduler: Any, migrated: str, db: Any, admin: Admin
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, admin: Admin
 ) -> None:
     plan = floor_to(db_now(db), DAY)
     old = seed_running(
@@ -144,7 +145,7 @@ def test_a_stale_lease_closed_out_is_kept_as_an_attempt(
 
 
 def test_a_run_abandoned_at_shutdown_is_kept_as_an_attempt(
-    make_scheduler: Any, migrated: str, db: Any, admin: Admin
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, admin: Admin
 ) -> None:
     started, release = threading.Event(), threading.Event()
     s = make_scheduler("stopping", shutdown_grace=0.5, tick_interval=0.2)
@@ -172,7 +173,9 @@ def test_run_of_an_unknown_or_malformed_id(admin: Admin) -> None:
         admin.run("nope")
 
 
-def test_async_admin_run(make_scheduler: Any, migrated: str, db: Any, runtime_dsn: str) -> None:
+def test_async_admin_run(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, runtime_dsn: str
+) -> None:
     _third_time_lucky(make_scheduler, db)
     (row,) = rows(db, migrated)
 
@@ -185,7 +188,7 @@ def test_async_admin_run(make_scheduler: Any, migrated: str, db: Any, runtime_ds
 
 
 def test_http_run_by_id_and_the_pages_recent_failures(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = _third_time_lucky(make_scheduler, db)
     (row,) = rows(db, migrated)
@@ -226,7 +229,7 @@ def test_http_run_by_id_and_the_pages_recent_failures(
 
 
 def test_failed_attempts_lists_retried_and_final_failures(
-    make_scheduler: Any, migrated: str, db: Any, runtime_dsn: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, runtime_dsn: str
 ) -> None:
     _third_time_lucky(make_scheduler, db)
     # A FAILED row with no kept attempt (written before version 8) of a job its replicas
@@ -287,7 +290,7 @@ def test_runs_filters_scope_and_plan_times(admin: Admin, migrated: str, db: Any)
 
 
 def test_prune_removes_attempts_with_their_executions(
-    make_scheduler: Any, migrated: str, db: Any, admin: Admin
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, admin: Admin
 ) -> None:
     _third_time_lucky(make_scheduler, db)
     (row,) = rows(db, migrated)

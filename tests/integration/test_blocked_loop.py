@@ -12,13 +12,14 @@ from typing import Any
 from structlog.testing import capture_logs
 
 import pgsched
+from tests.integration.conftest import SchedulerFactory
 from tests.support.rows import rows
 
 BLOCK_S = 1.5  # past LOOP_BLOCKED_S (1 s) and past the run_timeout below
 
 
 def test_an_async_handler_blocking_past_run_timeout_is_failed_and_named(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = make_scheduler()
 
@@ -45,7 +46,7 @@ def test_an_async_handler_blocking_past_run_timeout_is_failed_and_named(
 
 
 def test_an_async_handler_blocking_within_run_timeout_succeeds_but_is_named(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = make_scheduler()
 
@@ -63,7 +64,7 @@ def test_an_async_handler_blocking_within_run_timeout_succeeds_but_is_named(
 
 
 def test_an_async_handler_that_awaits_is_not_reported(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = make_scheduler()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import threading
 import time
@@ -22,6 +23,7 @@ import pgsched
 from pgsched._engine.claims import EXISTING_SCOPE_LOCKS
 from pgsched._records import ClaimTerms
 from pgsched._storage.store import Store
+from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import (
     count,
@@ -38,7 +40,7 @@ from tests.support.waiting import wait_until
 
 
 def test_eight_concurrent_claimers_have_exactly_one_winner(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     recorder = Recorder()
 
@@ -74,7 +76,7 @@ def test_eight_concurrent_claimers_have_exactly_one_winner(
 
 
 def test_fan_out_of_200_scopes_over_three_replicas(
-    make_scheduler: Any, migrated: str, db: Any, pg_dsn: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, pg_dsn: str
 ) -> None:
     scopes = [pgsched.Scope("tenant", str(i)) for i in range(200)]
     recorder = Recorder()
@@ -109,7 +111,7 @@ def test_fan_out_of_200_scopes_over_three_replicas(
 
             wait_until(finished, 40, "the fan-out to finish", interval=0)
 
-    run_together([lambda s=s: replica(s) for s in schedulers], timeout=60)
+    run_together([functools.partial(replica, s) for s in schedulers], timeout=60)
 
     all_reports = [r for rs in reports.values() for r in rs]
     assert max(r.claimed for r in all_reports) <= 50, [r.claimed for r in all_reports]
@@ -125,7 +127,9 @@ def test_fan_out_of_200_scopes_over_three_replicas(
     assert len({r["plan_time"] for r in stored}) == 1
 
 
-def test_max_concurrency_caps_one_tick(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_max_concurrency_caps_one_tick(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     plan = past_plan(db)
     scopes = [pgsched.Scope("shard", f"{i:02d}") for i in range(20)]
     recorder = Recorder()
@@ -147,7 +151,7 @@ def test_max_concurrency_caps_one_tick(make_scheduler: Any, migrated: str, db: A
 
 
 def test_max_concurrency_holds_across_jobs_and_priority_goes_first(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """The handlers hold their slots until the tick has claimed every job (its duration is
     recorded when it ends): runs that ended within the tick would free slots, and a later
@@ -183,7 +187,7 @@ def test_max_concurrency_holds_across_jobs_and_priority_goes_first(
 
 
 def test_second_replica_claims_what_the_first_could_not(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     plan = past_plan(db)
     scopes = [pgsched.Scope("shard", str(i)) for i in range(6)]
@@ -199,7 +203,7 @@ def test_second_replica_claims_what_the_first_could_not(
 
 
 def test_a_failing_job_does_not_orphan_the_claims_of_other_jobs(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     # Seeding: the database refuses every claim of the job "broken".
     db.execute(
@@ -232,7 +236,7 @@ def test_a_failing_job_does_not_orphan_the_claims_of_other_jobs(
 
 
 def test_eight_concurrent_claimers_never_overlap_a_forbid_scope(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """No job-wide lock: 8 replicas claim one overlap="forbid" job at once, on overlapping
     plans (new plans every second, several due per scope, backfilled PENDING rows and manual
@@ -271,8 +275,8 @@ def test_eight_concurrent_claimers_never_overlap_a_forbid_scope(
             stack.enter_context(running(s))
         wait_until(lambda: len(spans) >= 60, 60, "60 executions")
     by_scope: dict[pgsched.Scope, list[tuple[float, float, datetime, str, str]]] = {}
-    for scope, start, end, *rest in spans:
-        by_scope.setdefault(scope, []).append((start, end, *rest))
+    for scope, start, end, plan, trigger, runner in spans:
+        by_scope.setdefault(scope, []).append((start, end, plan, trigger, runner))
     for scope, intervals in by_scope.items():
         intervals.sort()
         for one, two in itertools.pairwise(intervals):
@@ -285,7 +289,7 @@ def test_eight_concurrent_claimers_never_overlap_a_forbid_scope(
 
 
 def test_a_claim_blocked_by_another_unfinished_claim_gives_up_the_tick_then_claims(
-    make_scheduler: Any, migrated: str, db: Any, pg_dsn: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, pg_dsn: str
 ) -> None:
     """Another replica's claim transaction holds the plan's row uncommitted (a replica cut off
     mid-claim): this replica's claim waits for it at most the claim lock timeout, gives up the
@@ -378,7 +382,7 @@ def test_a_retry_waits_while_its_scopes_next_plan_is_being_claimed(
 
 
 def test_a_retry_storm_is_claimed_a_bounded_number_of_scopes_at_a_time(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """Every scope's retry due at once, under overlap="forbid": a claim takes at most
     EXISTING_SCOPE_LOCKS scopes (each holds a lock in the server's shared lock table until
@@ -401,7 +405,7 @@ def test_a_retry_storm_is_claimed_a_bounded_number_of_scopes_at_a_time(
 
 
 def test_a_claim_that_finds_its_cursor_moved_since_its_read_rolls_back(
-    make_scheduler: Any, migrated: str, db: Any, monkeypatch: pytest.MonkeyPatch
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The claim moves each cursor where due_cursors read it (its address, kept by the row
     lock). A cursor found elsewhere (here: written again after the read, in the claim's own

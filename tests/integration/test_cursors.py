@@ -19,6 +19,7 @@ import pgsched
 from pgsched._planning.cursors import scope_digest
 from pgsched._records import RUNNING_HORIZON, ClaimTerms, JobEntry, ReplicaEntry, Sighting
 from pgsched._storage.store import Store, _query_texts
+from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import db_now, estimated_rows, insert_due_cursors, insert_row, rows, table
 from tests.support.threads import Recorder, run_together, running
@@ -41,7 +42,7 @@ def _wait_past(db: Any, plan: Any, what: str) -> None:
 
 
 def test_first_deploy_of_a_weekday_job_does_not_run_a_plan_from_before_it(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """cron="0 9 * * 1-5" in Berlin, deployed whenever the test runs: the first plan is the
     one `upcoming` names (the first due at or after first sight), never an earlier one."""
@@ -59,7 +60,7 @@ def test_first_deploy_of_a_weekday_job_does_not_run_a_plan_from_before_it(
 
 
 def test_a_deploy_a_moment_after_a_plan_still_runs_it(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """A plan that fell due within the last tick interval counts at first sight; one older
     than that does not."""
@@ -74,12 +75,16 @@ def test_a_deploy_a_moment_after_a_plan_still_runs_it(
 
 
 def test_an_outage_after_first_sight_loses_nothing_under_every_plan(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     ahead = past_plan(db, timedelta(0))
     first, second = ahead + timedelta(seconds=2), ahead + timedelta(seconds=3)
     plans = FixedPlans(first, second)
-    options = {"catch_up": "every_plan", "max_plans_per_tick": 5, "overlap": "allow"}
+    options: dict[str, Any] = {
+        "catch_up": "every_plan",
+        "max_plans_per_tick": 5,
+        "overlap": "allow",
+    }
     seer = make_scheduler("seer")
     seer.register(lambda run: None, name="nightly", planner=plans, **options)
     assert seer.run_once().claimed == 0  # first sight: nothing due yet
@@ -91,7 +96,7 @@ def test_an_outage_after_first_sight_loses_nothing_under_every_plan(
 
 
 def test_a_scope_with_ledger_rows_and_no_cursor_resumes_after_its_latest_plan(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """The upgrade path: rows written by the earlier claim path, no cursor. Nothing before
     the latest is re-run or caught up; plans after it run. A plan an old replica claims
@@ -102,7 +107,11 @@ def test_a_scope_with_ledger_rows_and_no_cursor_resumes_after_its_latest_plan(
     insert_row(db, migrated, job_name="legacy", plan_time=p1, status="SUCCESS", finished_at=done)
     recorder = Recorder()
     s = make_scheduler("new")
-    options = {"catch_up": "every_plan", "max_plans_per_tick": 5, "overlap": "allow"}
+    options: dict[str, Any] = {
+        "catch_up": "every_plan",
+        "max_plans_per_tick": 5,
+        "overlap": "allow",
+    }
     s.register(recorder.enter, name="legacy", planner=FixedPlans(p0, p1, p2, ahead), **options)
     assert s.run_once().succeeded == 1
     assert [r.plan_time for r in recorder.runs] == [p2]
@@ -117,7 +126,7 @@ def test_a_scope_with_ledger_rows_and_no_cursor_resumes_after_its_latest_plan(
 
 
 def test_a_scope_that_leaves_is_retired_and_comes_back_as_on_first_sight(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     ahead = past_plan(db, timedelta(0))
     first, second = ahead + timedelta(seconds=2), ahead + timedelta(seconds=3)
@@ -154,7 +163,7 @@ def _sighted(db: Any, schema: str, runner: str) -> bool:
 
 
 def test_a_rolling_update_that_changes_the_scopes_retires_nothing_until_replicas_agree(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """Version 1 lists tenants a and x, version 2 lists a and y. While both run, neither
     retires the other's scopes, however often each starts; once version 1 is gone, version
@@ -238,7 +247,9 @@ def test_opposite_scope_changes_written_at_once_retire_nothing_either_lists(
     assert retired == {"a": False, "x": False, "y": False}
 
 
-def test_eight_replicas_claim_each_scope_once(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_eight_replicas_claim_each_scope_once(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     scopes = [pgsched.Scope("tenant", str(i)) for i in range(60)]
     plan = past_plan(db, timedelta(0)) + timedelta(seconds=2)
     recorder = Recorder()
@@ -256,7 +267,9 @@ def test_eight_replicas_claim_each_scope_once(make_scheduler: Any, migrated: str
     assert sorted(r["scope_id"] for r in rows(db, migrated, "fan")) == sorted(s.id for s in scopes)
 
 
-def test_claims_never_read_the_ledger_history(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_claims_never_read_the_ledger_history(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     """Pruning (here: deleting) every row of a job re-opens no plan: the cursor remembers."""
     first = past_plan(db, timedelta(0)) + timedelta(seconds=2)
     recorder = Recorder()
@@ -340,7 +353,7 @@ def test_a_claim_past_its_bound_waits_for_the_next_tick(migrated: str, db: Any) 
 
 
 def test_a_changed_schedule_moves_the_cursors_to_the_new_one(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """A daily job redeployed every second: its cursor, due tomorrow under the old schedule,
     is computed again at once (after its latest claimed plan, else from first sight)."""
@@ -362,7 +375,7 @@ def test_a_changed_schedule_moves_the_cursors_to_the_new_one(
 
 
 def test_a_first_sight_of_thousands_of_scopes_refreshes_the_planners_figures(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """Claims planned on the figures of the empty table sorted every due cursor of a
     100,000-scope job to take the first 2,000: a sighting that writes thousands of cursors
@@ -382,4 +395,4 @@ def test_a_first_sight_of_thousands_of_scopes_refreshes_the_planners_figures(
 
 
 def _scopes(count: int) -> list[pgsched.Scope]:
-    return [pgsched.Scope("t", i) for i in range(count)]
+    return [pgsched.Scope("t", str(i)) for i in range(count)]

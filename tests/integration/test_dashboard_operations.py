@@ -14,6 +14,7 @@ from psycopg import sql
 import pgsched
 from pgsched._operations.audit import Actor, acting
 from pgsched._operations.dashboard import each
+from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import insert_row, row_by_id, table
 
@@ -35,7 +36,7 @@ def _seed_job(db: Any, schema: str, job: str) -> None:
 
 
 def test_retry_now_makes_a_failed_run_due_and_a_replica_retries_it(
-    make_scheduler: Any, migrated: str, db: Any, runtime_dsn: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, runtime_dsn: str
 ) -> None:
     plan = past_plan(db)
     s = make_scheduler("r1")

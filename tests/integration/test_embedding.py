@@ -19,6 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 import pgsched
+from tests.integration.conftest import SchedulerFactory
 from tests.support.rows import insert_row
 from tests.support.threads import running
 from tests.support.waiting import wait_until
@@ -98,7 +99,10 @@ async def _watch_loop(stop: asyncio.Event, gaps: list[float]) -> None:
 
 
 def test_serve_and_async_admin_never_stall_the_loop(
-    make_scheduler: Any, migrated: str, runtime_dsn: str, monkeypatch: pytest.MonkeyPatch
+    make_scheduler: SchedulerFactory,
+    migrated: str,
+    runtime_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A coroutine ticking every 10 ms is never more than 50 ms late while the replica
     serves on the same loop and 100 operator actions run through ``AsyncAdmin``."""
@@ -115,7 +119,7 @@ def test_serve_and_async_admin_never_stall_the_loop(
     async def app() -> list[float]:
         blocking.loop_thread = threading.get_ident()
         cpu.loop_thread = threading.get_ident()
-        stop, gaps = asyncio.Event(), []
+        stop, gaps = asyncio.Event(), list[float]()
         watcher = asyncio.create_task(_watch_loop(stop, gaps))
         server = asyncio.create_task(s.serve())
         async with pgsched.AsyncAdmin(runtime_dsn, schema=migrated) as admin:
@@ -151,7 +155,7 @@ def test_serve_and_async_admin_never_stall_the_loop(
 
 
 def test_database_gauges_are_collected_from_the_applications_registry(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """The application scrapes the registry it gave the scheduler (not pgsched's /metrics):
     the gauges read the database then, and many scrapes a second make one read per TTL."""

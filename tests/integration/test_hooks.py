@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 
 import pgsched
 from pgsched._storage.store import Store
+from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import rows, seed_running
 from tests.support.waiting import wait_until
@@ -38,7 +39,7 @@ class Calls:
 
 
 def test_every_failed_attempt_then_the_recovery_across_plans(
-    make_scheduler: Any, db: Any, migrated: str
+    make_scheduler: SchedulerFactory, db: Any, migrated: str
 ) -> None:
     calls = Calls()
     s = make_scheduler("r1")
@@ -74,7 +75,7 @@ def test_every_failed_attempt_then_the_recovery_across_plans(
 
 
 def test_a_retry_that_succeeds_is_a_recovery_and_async_hooks_are_awaited(
-    db: Any, make_scheduler: Any, migrated: str
+    db: Any, make_scheduler: SchedulerFactory, migrated: str
 ) -> None:
     calls = Calls()
 
@@ -110,7 +111,7 @@ def test_a_retry_that_succeeds_is_a_recovery_and_async_hooks_are_awaited(
 
 
 def test_a_run_timeout_reaches_on_failure_as_a_timeout(
-    db: Any, make_scheduler: Any, migrated: str
+    db: Any, make_scheduler: SchedulerFactory, migrated: str
 ) -> None:
     errors: list[BaseException] = []
     s = make_scheduler("r1")
@@ -130,7 +131,7 @@ def test_a_run_timeout_reaches_on_failure_as_a_timeout(
 
 
 def test_a_hook_that_raises_is_logged_and_the_run_stays_a_success(
-    db: Any, make_scheduler: Any, migrated: str
+    db: Any, make_scheduler: SchedulerFactory, migrated: str
 ) -> None:
     def broken_hook(run: pgsched.Run) -> None:
         raise RuntimeError("the hook is broken")
@@ -159,7 +160,7 @@ def test_a_hook_that_raises_is_logged_and_the_run_stays_a_success(
 
 
 def test_a_stale_lease_closed_here_calls_on_failure(
-    db: Any, make_scheduler: Any, migrated: str
+    db: Any, make_scheduler: SchedulerFactory, migrated: str
 ) -> None:
     errors: list[tuple[pgsched.Run, BaseException]] = []
     s = make_scheduler("closer", on_failure=lambda run, error: errors.append((run, error)))
@@ -173,7 +174,7 @@ def test_a_stale_lease_closed_here_calls_on_failure(
 
 
 def test_no_lookup_without_a_recovery_hook(
-    db: Any, make_scheduler: Any, migrated: str, monkeypatch: pytest.MonkeyPatch
+    db: Any, make_scheduler: SchedulerFactory, migrated: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The previous plan's status is read only for jobs with a recovery hook."""
     looked_up: list[int] = []
@@ -197,7 +198,7 @@ def test_no_lookup_without_a_recovery_hook(
 
 
 def test_a_slow_hook_delays_no_other_runs_terminal_write(
-    db: Any, make_scheduler: Any, migrated: str
+    db: Any, make_scheduler: SchedulerFactory, migrated: str
 ) -> None:
     """A failure hook still blocked; meanwhile another run of the replica lands SUCCESS."""
     release, entered = threading.Event(), threading.Event()
@@ -236,7 +237,7 @@ def test_a_slow_hook_delays_no_other_runs_terminal_write(
 
 
 def test_a_run_abandoned_at_shutdown_reaches_on_failure(
-    db: Any, make_scheduler: Any, migrated: str
+    db: Any, make_scheduler: SchedulerFactory, migrated: str
 ) -> None:
     errors: list[BaseException] = []
     s = make_scheduler("r1", shutdown_grace=0, on_failure=lambda run, e: errors.append(e))

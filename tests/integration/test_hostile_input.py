@@ -24,7 +24,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -36,6 +36,7 @@ from structlog.testing import capture_logs
 import pgsched
 from pgsched._admin import Admin
 from pgsched._logging import configure_logging
+from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import count, inserted, job_index_reads, partition_of, rows, table
 from tests.support.waiting import wait_until
@@ -69,12 +70,12 @@ def counts(db: Any, schema: str) -> dict[str, int]:
     }
 
 
-def alarming(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def alarming(events: list[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:
     return [e for e in events if e.get("log_level") in ALARMING]
 
 
 @pytest.fixture
-def baseline(make_scheduler: Any, migrated: str, db: Any) -> pgsched.Scheduler:
+def baseline(make_scheduler: SchedulerFactory, migrated: str, db: Any) -> pgsched.Scheduler:
     """A replica that has run one good job once, so the tables hold something to keep. The
     job has that one plan: it never falls due again, wherever the clock is (an hourly job
     fell due again when a test crossed the hour)."""
@@ -127,7 +128,12 @@ HOSTILE_OPTIONS: list[tuple[dict[str, Any], str, list[str]]] = [
     ids=[f"{f}={o.get(f, o.get('cron', o.get('every')))!r}" for o, f, _ in HOSTILE_OPTIONS],
 )
 def test_bad_option_is_refused_at_registration_and_writes_nothing(
-    baseline: pgsched.Scheduler, migrated: str, db: Any, options, field, fragments
+    baseline: pgsched.Scheduler,
+    migrated: str,
+    db: Any,
+    options: dict[str, Any],
+    field: str,
+    fragments: list[str],
 ) -> None:
     before = snapshot(db, migrated)
     with pytest.raises(pgsched.ConfigError) as info:
@@ -194,7 +200,7 @@ def test_bad_job_names_are_refused_and_write_nothing(
 
 
 def test_etc_gmt_plus_5_means_utc_minus_5_as_the_readme_warns(
-    make_scheduler: Any, migrated: str
+    make_scheduler: SchedulerFactory, migrated: str
 ) -> None:
     from pathlib import Path
 
@@ -211,7 +217,7 @@ def test_etc_gmt_plus_5_means_utc_minus_5_as_the_readme_warns(
 
 
 def test_no_scopes_runs_nothing_and_logs_nothing_alarming(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     seen: list[pgsched.Run] = []
 
@@ -293,7 +299,7 @@ class _Watch:
 
 
 def test_a_hundred_thousand_scopes_each_run_exactly_once(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     # 100,000 by default (about 30 s on an idle 2-core machine); PGSCHED_TEST_FANOUT lowers it
     # for a quick local run. CI runs the default.
@@ -353,7 +359,7 @@ def test_a_hundred_thousand_scopes_each_run_exactly_once(
 
 
 def test_duplicate_scopes_are_deduplicated_in_order(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     a, b = pgsched.Scope("tenant", "a"), pgsched.Scope("tenant", "b")
     s = make_scheduler()
@@ -409,7 +415,7 @@ def test_unstorable_scopes_are_refused_when_built(make: Callable[[], Any], fragm
 
 
 def test_a_scopes_callable_that_builds_a_bad_scope_stops_only_its_job(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = make_scheduler()
     s.register(ok, name="steady", every="1d")
@@ -423,7 +429,9 @@ def test_a_scopes_callable_that_builds_a_bad_scope_stops_only_its_job(
     assert errors and errors[0]["job"] == "nul_scopes" and "NUL" in errors[0]["error"]
 
 
-def test_scope_at_the_size_limit_is_stored(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_scope_at_the_size_limit_is_stored(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     scopes = [pgsched.Scope("tenant", "x" * 1024), pgsched.Scope("k" * 1024, "😀" * 256)]
     s = make_scheduler()
     s.register(ok, name="at_limit", every="1d", scopes=scopes)
@@ -433,7 +441,7 @@ def test_scope_at_the_size_limit_is_stored(make_scheduler: Any, migrated: str, d
 
 
 def test_a_job_name_and_scope_at_their_limits_can_run(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     import random
 
@@ -460,7 +468,7 @@ ODD_JOB = "report\u2028\u202eevil"
 
 
 def test_line_separators_and_right_to_left_override_are_stored_verbatim(
-    make_scheduler: Any, migrated: str, db: Any, runtime_dsn: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, runtime_dsn: str
 ) -> None:
     s = make_scheduler()
     seen: list[pgsched.Scope] = []
@@ -474,6 +482,7 @@ def test_line_separators_and_right_to_left_override_are_stored_verbatim(
     # The operator API takes and shows them verbatim too.
     admin = Admin(dsn=runtime_dsn, schema=migrated)
     ident = admin.trigger(ODD_JOB, ODD_SCOPES[0], datetime.now(UTC) + timedelta(days=1)).id
+    assert ident is not None
     listed = {r.id: r for r in admin.runs(job=ODD_JOB, limit=50)}
     assert listed[ident].scope == ODD_SCOPES[0]
     assert ODD_JOB in {r.job for r in admin.status()}
@@ -487,7 +496,10 @@ def restore_logging() -> Iterator[None]:
 
 
 def test_line_separators_in_scopes_cannot_forge_json_log_lines(
-    make_scheduler: Any, migrated: str, capsys: pytest.CaptureFixture[str], restore_logging: None
+    make_scheduler: SchedulerFactory,
+    migrated: str,
+    capsys: pytest.CaptureFixture[str],
+    restore_logging: None,
 ) -> None:
     s = make_scheduler()
     s.register(ok, name=ODD_JOB, every="1d", scopes=ODD_SCOPES)

@@ -19,6 +19,7 @@ from psycopg import sql
 
 import pgsched
 from pgsched._results import InvalidResult, encode_result
+from tests.integration.conftest import SchedulerFactory
 from tests.support.roles import DbRoles
 from tests.support.rows import as_role, rows, table
 from tests.support.threads import running
@@ -54,7 +55,7 @@ HOSTILE_RESULTS: dict[str, tuple[Callable[[], Any], str]] = {
 
 
 def test_unstorable_results_fail_the_run_and_the_replica_carries_on(
-    make_scheduler: Any, migrated: str, db: Any, db_roles: DbRoles
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, db_roles: DbRoles
 ) -> None:
     side = table(migrated, "side_effects")
     with as_role(db, db_roles.owner):  # an application table the runtime role may write
@@ -70,6 +71,7 @@ def test_unstorable_results_fail_the_run_and_the_replica_carries_on(
         s.register(lambda run, make=make: make(), name=name, every="1h")
 
     def tx_nan(run: pgsched.Run) -> pgsched.Result:
+        assert isinstance(run.conn, psycopg.Connection)
         run.conn.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(side), (run.job,))
         return pgsched.Result(data={"x": float("nan")})
 
@@ -189,7 +191,7 @@ def _has_float(value: Any) -> bool:
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_sync_handler_raising_system_exit_fails_as_a_handler_error(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     def exits(run: pgsched.Run) -> None:
         raise SystemExit("handler gave up")

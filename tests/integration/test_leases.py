@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 import pgsched
+from tests.integration.conftest import SchedulerFactory
+from tests.support.options import LeaseTimes
 from tests.support.rows import (
     db_now,
     finish_with_token,
@@ -23,7 +25,7 @@ from tests.support.threads import Recorder, run_together, running
 from tests.support.waiting import wait_until
 
 DAY = timedelta(days=1)
-LONG_LEASE = {"run_timeout": "30s", "stale_timeout": "1h", "heartbeat_interval": "20m"}
+LONG_LEASE = LeaseTimes(run_timeout="30s", stale_timeout="1h", heartbeat_interval="20m")
 
 
 def current_day_plan(db: Any) -> Any:
@@ -31,7 +33,7 @@ def current_day_plan(db: Any) -> Any:
 
 
 def test_stale_lease_is_stolen_on_the_same_row_and_the_old_holder_is_fenced(
-    make_scheduler: Any, migrated: str, db: Any, pg_dsn: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, pg_dsn: str
 ) -> None:
     plan = current_day_plan(db)
     old = seed_running(db, migrated, "stealable", plan, stale_in=-timedelta(seconds=5))
@@ -75,7 +77,7 @@ def test_stale_lease_is_stolen_on_the_same_row_and_the_old_holder_is_fenced(
 
 
 def test_old_holders_terminal_write_is_rejected_after_a_steal(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     gates = {name: (threading.Event(), threading.Event()) for name in ("A", "B")}
     seen: dict[str, pgsched.Run] = {}
@@ -131,7 +133,7 @@ def test_old_holders_terminal_write_is_rejected_after_a_steal(
 
 
 def test_lease_loss_is_signalled_to_a_running_handler(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     a_started, a_done = threading.Event(), threading.Event()
     observed: dict[str, Any] = {}
@@ -157,12 +159,18 @@ def test_lease_loss_is_signalled_to_a_running_handler(
         finally:
             a_done.set()
 
-    options = {"run_timeout": "20s", "stale_timeout": "30s", "heartbeat_interval": "1s"}
-    options["allow_stale_reentry"] = True
+    options = LeaseTimes(run_timeout="20s", stale_timeout="30s", heartbeat_interval="1s")
     a = make_scheduler("A", max_concurrency=1)
     b = make_scheduler("B", max_concurrency=1)
     for s in (a, b):
-        s.register(signalled, name="signalled", every="1d", max_attempts=3, **options)
+        s.register(
+            signalled,
+            name="signalled",
+            every="1d",
+            max_attempts=3,
+            allow_stale_reentry=True,
+            **options,
+        )
 
     with running(a):
         assert a_started.wait(10)
@@ -185,7 +193,7 @@ def test_lease_loss_is_signalled_to_a_running_handler(
 
 
 def test_stale_lease_without_reentry_becomes_failed(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     old = seed_running(
         db, migrated, "no_reentry", current_day_plan(db), stale_in=-timedelta(seconds=5)
@@ -213,7 +221,7 @@ def test_stale_lease_without_reentry_becomes_failed(
 
 
 def test_stale_lease_with_attempts_exhausted_becomes_failed(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     old = seed_running(
         db,
@@ -242,7 +250,7 @@ def test_stale_lease_with_attempts_exhausted_becomes_failed(
 
 @pytest.mark.parametrize("reentry", [False, True])
 def test_stale_rows_of_past_plans_are_handled_too(
-    make_scheduler: Any, migrated: str, db: Any, reentry: bool
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, reentry: bool
 ) -> None:
     plan = current_day_plan(db)
     past = [
@@ -280,7 +288,9 @@ def test_stale_rows_of_past_plans_are_handled_too(
     assert report.claimed == 1, "the current plan is claimed as well"
 
 
-def test_concurrent_stealers_have_one_winner(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_concurrent_stealers_have_one_winner(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     old = seed_running(
         db, migrated, "contested_steal", current_day_plan(db), stale_in=-timedelta(seconds=5)
     )
@@ -304,7 +314,7 @@ def test_concurrent_stealers_have_one_winner(make_scheduler: Any, migrated: str,
 
 
 def test_heartbeats_extend_the_lease_while_the_handler_runs(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     started, release = threading.Event(), threading.Event()
     beats: list[str] = []
@@ -330,7 +340,7 @@ def test_heartbeats_extend_the_lease_while_the_handler_runs(
 
         def renewed() -> bool:
             (now,) = rows(db, migrated)
-            return (
+            return bool(
                 now["stale_after"] > first["stale_after"]
                 and now["heartbeat_at"] > first["heartbeat_at"]
             )
@@ -353,7 +363,7 @@ def test_heartbeats_extend_the_lease_while_the_handler_runs(
 
 
 def test_a_transactional_job_with_max_attempts_1_is_run_again_after_its_holder_died(
-    make_scheduler: Any, migrated: str, db: Any, pg_dsn: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, pg_dsn: str
 ) -> None:
     # The holder died (its lease went stale) with nothing committed: the default options of a
     # transactional job run the plan again, though max_attempts=1 leaves no retry.
@@ -392,7 +402,7 @@ def test_a_transactional_job_with_max_attempts_1_is_run_again_after_its_holder_d
 
 
 def test_a_default_job_whose_holder_died_ends_failed_stale_timeout(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     # Not transactional: its handler may have done its work before the replica died, so the
     # plan is not run again by default, even with attempts left.
@@ -421,7 +431,7 @@ def test_a_default_job_whose_holder_died_ends_failed_stale_timeout(
     ],
 )
 def test_a_stale_lease_is_stolen_up_to_one_attempt_past_max_attempts(
-    make_scheduler: Any, migrated: str, db: Any, attempt: int, outcome: tuple[Any, ...]
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, attempt: int, outcome: tuple[Any, ...]
 ) -> None:
     old = seed_running(
         db,
@@ -447,7 +457,7 @@ def test_a_stale_lease_is_stolen_up_to_one_attempt_past_max_attempts(
 
 
 def test_a_plan_whose_holders_die_max_attempts_plus_1_times_in_a_row_ends_stale_timeout(
-    make_scheduler: Any, migrated: str, db: Any, pg_dsn: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, pg_dsn: str
 ) -> None:
     # A poison plan that kills its replica: max_attempts=1, so its first holder's death is
     # survived (a steal) and the second's is not.
@@ -497,7 +507,7 @@ def test_a_plan_whose_holders_die_max_attempts_plus_1_times_in_a_row_ends_stale_
 
 
 def test_a_handler_failure_is_still_bounded_by_max_attempts(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     # The extra attempt is a steal's only: a steal of the last attempt gives the handler one
     # run more, and a failure of that run is not retried.
@@ -545,7 +555,12 @@ def test_a_handler_failure_is_still_bounded_by_max_attempts(
 
 
 def _crashed_then_failing(
-    make_scheduler: Any, migrated: str, db: Any, name: str, max_attempts: int, transactional: bool
+    make_scheduler: SchedulerFactory,
+    migrated: str,
+    db: Any,
+    name: str,
+    max_attempts: int,
+    transactional: bool,
 ) -> tuple[dict[str, Any], list[tuple[str, int, int]], pgsched.Scheduler]:
     """A plan whose first holder died (scope crashed) and one no replica held (scope fresh),
     of a job whose handler always fails, retried at once."""
@@ -583,7 +598,7 @@ def _crashed_then_failing(
 
 
 def test_a_crash_does_not_use_up_one_of_the_handlers_retries(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     # max_attempts=3: the first holder died, so the steal's attempt (2) is the crash's and the
     # handler still has its three runs (2, 3, 4); a plan no crash touched fails at 3.
@@ -604,7 +619,7 @@ def test_a_crash_does_not_use_up_one_of_the_handlers_retries(
 
 
 def test_a_transactional_max_attempts_1_crash_then_a_handler_failure_ends_at_attempt_2(
-    make_scheduler: Any, migrated: str, db: Any, pg_dsn: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, pg_dsn: str
 ) -> None:
     crashed, calls, _ = _crashed_then_failing(make_scheduler, migrated, db, "once", 1, True)
     assert sorted(calls) == [("crashed", 2, 1), ("fresh", 1, 1)]
@@ -619,7 +634,7 @@ def test_a_transactional_max_attempts_1_crash_then_a_handler_failure_ends_at_att
 
 
 def test_retry_now_gives_a_stolen_row_with_no_attempt_left_exactly_one_more(
-    make_scheduler: Any, migrated: str, db: Any, pg_dsn: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, pg_dsn: str
 ) -> None:
     # pgsched retry's "one more attempt if it had none left" counts the steal's extra attempt:
     # a stolen row FAILED at attempt 4 of 3 runs once more (5), not twice.

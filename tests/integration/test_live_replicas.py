@@ -13,6 +13,7 @@ from psycopg import sql
 
 import pgsched
 from pgsched._admin import Admin
+from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import rows, table
 from tests.support.waiting import wait_until
@@ -37,7 +38,7 @@ def _fake_replica(db: Any, schema: str, runner: str, jobs: list[str], expires_in
 
 
 def test_serving_replicas_are_listed_with_their_jobs_and_a_stopped_one_leaves(
-    make_scheduler: Any, migrated: str, runtime_dsn: str
+    make_scheduler: SchedulerFactory, migrated: str, runtime_dsn: str
 ) -> None:
     """Two serving replicas each have one row (runner, host, version, jobs); the one stopped
     cleanly removes its row while the other stays."""
@@ -72,7 +73,7 @@ def test_serving_replicas_are_listed_with_their_jobs_and_a_stopped_one_leaves(
 
 
 def test_a_replica_past_its_expiry_is_not_listed_and_its_row_is_removed(
-    make_scheduler: Any, migrated: str, runtime_dsn: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, runtime_dsn: str, db: Any
 ) -> None:
     """A row not refreshed within its expiry (a replica that died) is hidden at once and
     deleted by the next registration of any replica; a live one stays."""
@@ -90,7 +91,7 @@ def test_a_replica_past_its_expiry_is_not_listed_and_its_row_is_removed(
 
 
 def test_forget_removes_a_job_no_replica_runs_and_keeps_its_history(
-    make_scheduler: Any, migrated: str, runtime_dsn: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, runtime_dsn: str, db: Any
 ) -> None:
     s = make_scheduler("replica")
     s.register(_ok, name="gone", planner=FixedPlans(past_plan(db)))
@@ -106,7 +107,7 @@ def test_forget_removes_a_job_no_replica_runs_and_keeps_its_history(
 
 
 def test_forget_is_refused_while_a_live_replica_registers_the_job(
-    make_scheduler: Any, migrated: str, runtime_dsn: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, runtime_dsn: str, db: Any
 ) -> None:
     s = make_scheduler("replica")
     s.register(_ok, name="busy", planner=FixedPlans())
@@ -127,7 +128,7 @@ def test_forget_is_refused_while_a_live_replica_registers_the_job(
 
 
 def test_a_scope_that_leaves_the_jobs_scopes_is_no_longer_planned(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """scopes() answered a and b for the first plan, then only a: the second plan gets a row
     for a alone, b's cursor is retired and its history stays."""
@@ -150,7 +151,7 @@ def test_a_scope_that_leaves_the_jobs_scopes_is_no_longer_planned(
 
 
 def test_status_shows_each_jobs_next_plan(
-    make_scheduler: Any, migrated: str, runtime_dsn: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, runtime_dsn: str, db: Any
 ) -> None:
     """A job's next plan is the first plan its replica registered that is still ahead; a
     dynamic job's is its schedules' earliest; none once every registered plan has passed
@@ -181,7 +182,7 @@ def test_status_shows_each_jobs_next_plan(
 
 
 def test_a_replica_that_stopped_renewing_is_gone_before_its_row_expires(
-    make_scheduler: Any, migrated: str, runtime_dsn: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, runtime_dsn: str, db: Any
 ) -> None:
     """Live means renewed within three renewal intervals (the row's live_until; 30 s after
     seen_at for a row an earlier version wrote without it), not "not yet expired": forget

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from psycopg import sql
 
 import pgsched
+from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import (
     count,
@@ -40,7 +42,7 @@ def paused_flag(db: Any, schema: str, job: str) -> bool | None:
 
 
 def test_pause_on_one_replica_stops_claims_on_another(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     plan = past_plan(db)
     recorder = Recorder()
@@ -56,6 +58,7 @@ def test_pause_on_one_replica_stops_claims_on_another(
 
     # PENDING rows of a paused job are not claimed either
     manual = s1.trigger("pausable").id
+    assert manual is not None
     assert s2.run_once().started == 0
     assert row_by_id(db, migrated, manual)["status"] == "PENDING"
 
@@ -69,7 +72,9 @@ def test_pause_on_one_replica_stops_claims_on_another(
     assert {r["status"] for r in rows(db, migrated)} == {"SUCCESS"}
 
 
-def test_pause_stops_a_running_replica(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_pause_stops_a_running_replica(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     recorder = Recorder()
     runner, operator = make_scheduler("runner", tick_interval=0.2), make_scheduler("operator")
     for s in (runner, operator):
@@ -84,6 +89,7 @@ def test_pause_stops_a_running_replica(make_scheduler: Any, migrated: str, db: A
     with running(runner):
         # a manual run for one scope, made while paused: must stay PENDING
         manual = operator.trigger("ticking", scope=pgsched.Scope("t", "2")).id
+        assert manual is not None
         wait_for_fresh_tick(runner)
         assert len(recorder) == 0
         assert row_by_id(db, migrated, manual)["status"] == "PENDING"
@@ -96,7 +102,9 @@ def test_pause_stops_a_running_replica(make_scheduler: Any, migrated: str, db: A
     ]
 
 
-def test_trigger_inserts_a_pending_manual_run(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_trigger_inserts_a_pending_manual_run(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     recorder = Recorder()
     s = make_scheduler()
     s.register(recorder.enter, name="manual", every="1d")
@@ -104,6 +112,7 @@ def test_trigger_inserts_a_pending_manual_run(make_scheduler: Any, migrated: str
 
     before = db_now(db)
     ident = s.trigger("manual").id
+    assert ident is not None
     after = db_now(db)
     row = row_by_id(db, migrated, ident)
     assert (row["status"], row["trigger"], row["attempt"]) == ("PENDING", "manual", 1)
@@ -124,12 +133,13 @@ def test_trigger_inserts_a_pending_manual_run(make_scheduler: Any, migrated: str
     # once it ran, a new trigger is a new run
     again = s.trigger("manual")
     assert again.created and again.id != ident
+    assert again.id is not None
     s.run_once()
     assert row_by_id(db, migrated, again.id)["status"] == "SUCCESS"
 
 
 def test_trigger_in_the_future_waits_and_cancel(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     recorder = Recorder()
     s = make_scheduler()
@@ -139,12 +149,14 @@ def test_trigger_in_the_future_waits_and_cancel(
 
     at = db_now(db) + HOUR
     ident = s.trigger("later", at=at).id
+    assert ident is not None
     row = row_by_id(db, migrated, ident)
     assert (row["status"], row["trigger"], row["plan_time"]) == ("PENDING", "manual", at)
     assert s.run_once().started == 0
     assert len(recorder) == ran
     now_run = s.trigger("later")
     assert now_run.created and now_run.id != ident, "a future trigger never holds a run-now"
+    assert now_run.id is not None
 
     s.cancel(ident)
     cancelled = row_by_id(db, migrated, ident)
@@ -157,7 +169,7 @@ def test_trigger_in_the_future_waits_and_cancel(
 
 
 def test_cancel_refuses_rows_that_are_not_pending(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = make_scheduler()
     s.register(lambda run: None, name="done", every="1d")
@@ -178,7 +190,7 @@ def test_cancel_refuses_rows_that_are_not_pending(
 
 
 def test_backfill_inserts_pending_rows_and_runs_them_oldest_first(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     scopes = [pgsched.Scope("s", "a"), pgsched.Scope("s", "b")]
     recorder = Recorder()
@@ -237,7 +249,7 @@ def test_backfill_inserts_pending_rows_and_runs_them_oldest_first(
 
 
 def test_max_running_caps_a_job_across_replicas(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     scopes = [pgsched.Scope("slow", str(i)) for i in range(10)]
     recorder = Recorder()
@@ -270,7 +282,7 @@ def test_max_running_caps_a_job_across_replicas(
 
 @pytest.mark.parametrize("overlap", ["forbid", "allow"])
 def test_overlap_with_a_live_earlier_plan(
-    make_scheduler: Any, migrated: str, db: Any, overlap: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, overlap: Literal["forbid", "allow"]
 ) -> None:
     a, b = pgsched.Scope("s", "a"), pgsched.Scope("s", "b")
     plan = floor_to(db_now(db), DAY)
@@ -291,7 +303,7 @@ def test_overlap_with_a_live_earlier_plan(
     assert row_by_id(db, migrated, earlier["id"]) == earlier, "a live lease is left alone"
 
 
-def test_upcoming_lists_the_next_plans(make_scheduler: Any, migrated: str) -> None:
+def test_upcoming_lists_the_next_plans(make_scheduler: SchedulerFactory, migrated: str) -> None:
     s = make_scheduler()
     s.register(lambda run: None, name="hourly", every="1h")
     s.register(lambda run: None, name="weekday_nine", cron="0 9 * * 1-5", timezone="Europe/Berlin")
@@ -306,19 +318,21 @@ def test_upcoming_lists_the_next_plans(make_scheduler: Any, migrated: str) -> No
 
 
 def test_concurrent_triggers_make_one_pending_run(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     schedulers = [make_scheduler(f"op{i}") for i in range(8)]
     for s in schedulers:
         s.register(lambda run: None, name="button", every="1d")
-    done = run_together([lambda s=s: s.trigger("button") for s in schedulers])
+    done = run_together([functools.partial(s.trigger, "button") for s in schedulers])
     ids = {t.id for t in done}
     assert len(ids) == 1, ids
     assert sum(t.created for t in done) == 1, "one call created it, the others were told"
     assert count(db, migrated, "status = 'PENDING'") == 1
 
 
-def test_cancel_racing_a_claim_is_consistent(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_cancel_racing_a_claim_is_consistent(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     recorder = Recorder()
     s = make_scheduler()
     rounds = [pgsched.Scope("round", str(i)) for i in range(5)]
@@ -327,6 +341,7 @@ def test_cancel_racing_a_claim_is_consistent(make_scheduler: Any, migrated: str,
     for i in range(5):
         scope = rounds[i]
         ident = s.trigger("racy", scope=scope).id
+        assert ident is not None
 
         def cancel(ident: uuid.UUID = ident) -> str:
             try:

@@ -24,6 +24,7 @@ from pgsched._engine import figures as figures_module
 from pgsched._engine.figures import LedgerFigures
 from pgsched._storage.connection import connect_options
 from pgsched._storage.store import Store, migration_files
+from tests.integration.conftest import SchedulerFactory
 from tests.support.migrations import migrate_to as _migrate_to
 from tests.support.replica import Replica, clean_env
 from tests.support.rows import (
@@ -207,7 +208,7 @@ def test_upgrade_in_place_while_a_replica_of_version_11_writes(
 
 
 def test_any_plan_time_gets_a_partition_and_retention_drops_only_finished_ones(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = make_scheduler(role="owner")
     s.register(lambda run: None, name="far", every="1d", max_attempts=1)
@@ -215,7 +216,7 @@ def test_any_plan_time_gets_a_partition_and_retention_drops_only_finished_ones(
     years_back = now.replace(microsecond=0) - timedelta(days=3 * 365)
     assert s.backfill("far", start=years_back, end=years_back + 2 * DAY) >= 2
     ahead = s.trigger("far", at=now + timedelta(days=900))
-    assert ahead.created
+    assert ahead.created and ahead.id is not None
     backfilled = [r["id"] for r in _rows_where(db, migrated, "trigger = 'backfill'")]
     held = {partition_holding(db, migrated, ident) for ident in backfilled}
     assert len(backfilled) >= 2 and "cron_executions_default" not in held, held
@@ -255,7 +256,7 @@ def _partitions(db: Any, schema: str) -> list[tuple[str, datetime, datetime]]:
     ]
 
 
-def _rows_where(db: Any, schema: str, where: str) -> list[Any]:
+def _rows_where(db: psycopg.Connection[Any], schema: str, where: str) -> list[Any]:
     with db.cursor(row_factory=dict_row) as cur:
         cur.execute(sql.SQL("SELECT * FROM {} WHERE ").format(table(schema)) + sql.SQL(where))
         return cur.fetchall()
@@ -330,7 +331,7 @@ def test_the_tick_probe_is_planned_once_per_connection(pg_dsn: str, migrated: st
 
 
 def test_a_first_claim_into_a_partition_gives_the_planner_its_figures(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """A partition made ahead has no figures until it is analyzed. On its first day, the
     claims' check of each scope for a RUNNING row took the index of (job, plan time) for as

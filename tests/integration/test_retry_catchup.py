@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 from psycopg import sql
 
 import pgsched
+from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import db_now, floor_to, insert_row, rows, table
 from tests.support.threads import Recorder
@@ -44,7 +45,7 @@ def seed_success(db: Any, schema: str, job: str, plan: datetime, **columns: Any)
 
 
 def test_failing_handler_is_retried_on_the_same_row(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     plan = past_plan(db)
     recorder = Recorder()
@@ -91,7 +92,7 @@ def test_failing_handler_is_retried_on_the_same_row(
 
 
 def test_retry_backoff_schedules_the_next_attempt(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     plan = past_plan(db)
     s = make_scheduler()
@@ -107,7 +108,8 @@ def test_retry_backoff_schedules_the_next_attempt(
         # the failure was just written by the DB clock (normally milliseconds ago; 5 s guards
         # against an order-of-magnitude regression, not a performance claim: see bench/)
         assert abs(db_now(db) - row["finished_at"]) < timedelta(seconds=5)
-        return row["next_retry_at"] - row["finished_at"]
+        delay: timedelta = row["next_retry_at"] - row["finished_at"]
+        return delay
 
     assert s.run_once().failed == 1
     delay = next_delay()
@@ -128,7 +130,7 @@ def test_retry_backoff_schedules_the_next_attempt(
 
 
 def test_retry_backoff_one_hour_against_db_clock(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = make_scheduler()
 
@@ -143,7 +145,9 @@ def test_retry_backoff_one_hour_against_db_clock(
     assert before + HOUR <= row["next_retry_at"] <= after + HOUR
 
 
-def test_every_plan_catches_up_oldest_first(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_every_plan_catches_up_oldest_first(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     now = db_now(db)
     plan = floor_to(now, HOUR)
     seed_success(db, migrated, "catchup", plan - 5 * HOUR)
@@ -166,7 +170,7 @@ def test_every_plan_catches_up_oldest_first(make_scheduler: Any, migrated: str, 
 
     second = s.run_once()
     latest = floor_to(db_now(db), HOUR)
-    expected_second = []
+    expected_second: list[datetime] = []
     p = plan - HOUR
     while p <= latest and len(expected_second) < 3:
         expected_second.append(p)
@@ -180,7 +184,7 @@ def test_every_plan_catches_up_oldest_first(make_scheduler: Any, migrated: str, 
 
 
 def test_every_plan_under_forbid_runs_one_plan_of_a_scope_at_a_time(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """overlap="forbid" (the default): a catching-up scope runs its missed plans one after
     the other, oldest first, each claimed once the one before it has finished."""
@@ -202,7 +206,7 @@ def test_every_plan_under_forbid_runs_one_plan_of_a_scope_at_a_time(
 
 
 def test_every_plan_starts_a_new_scope_at_its_latest_plan(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """A scope with no stored plan (a first deploy, a tenant new to the fan-out) starts at its
     latest due plan (the README's ``catch_up``); it does not replay the catch-up window."""
@@ -237,7 +241,7 @@ def test_every_plan_starts_a_new_scope_at_its_latest_plan(
 
 
 def test_every_plan_skips_plans_older_than_the_window(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     plan = floor_to(db_now(db), HOUR)
     seed_success(db, migrated, "window", plan - 12 * HOUR)
@@ -269,7 +273,7 @@ def test_every_plan_skips_plans_older_than_the_window(
 
 
 def test_latest_only_claims_the_latest_plan_and_counts_skipped(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     plan = floor_to(db_now(db), HOUR)
     seed_success(db, migrated, "latest", plan - 5 * HOUR)
@@ -291,7 +295,7 @@ def test_latest_only_claims_the_latest_plan_and_counts_skipped(
 
 
 def test_max_lateness_leaves_a_too_late_plan_unstarted(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     # A daily plan at the hour three hours ago: its latest plan is 3 to 4 hours late, whatever
     # the time of day the test runs.
@@ -314,7 +318,9 @@ def test_max_lateness_leaves_a_too_late_plan_unstarted(
     assert [r["job_name"] for r in rows(db, migrated)] == ["daily_ok"]
 
 
-def test_schedule_delay_shifts_the_plan(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_schedule_delay_shifts_the_plan(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     recorder = Recorder()
     s = make_scheduler()
 
@@ -331,7 +337,7 @@ def test_schedule_delay_shifts_the_plan(make_scheduler: Any, migrated: str, db: 
 
 
 def test_a_claim_rolled_back_at_commit_counts_no_skipped_plan(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     # A deferred constraint trigger on the cursors fails the first claim's COMMIT; once it is
     # dropped, the next claim decides the same plans again, and only its count stands.

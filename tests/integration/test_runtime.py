@@ -6,7 +6,7 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, timedelta
 from typing import Any
 
@@ -15,13 +15,15 @@ import pytest
 from structlog.testing import capture_logs
 
 import pgsched
+from tests.integration.conftest import SchedulerFactory
+from tests.support.options import LeaseTimes
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.postgres import PrivateServer
 from tests.support.rows import count, db_now, row_by_id, rows
 from tests.support.threads import Recorder, running, wait_for_fresh_tick
 from tests.support.waiting import wait_until
 
-QUICK_TIMEOUT = {"run_timeout": "1s", "stale_timeout": "10s", "heartbeat_interval": "2s"}
+QUICK_TIMEOUT = LeaseTimes(run_timeout="1s", stale_timeout="10s", heartbeat_interval="2s")
 
 
 def by_scope(db: Any, schema: str) -> dict[str, dict[str, Any]]:
@@ -29,7 +31,7 @@ def by_scope(db: Any, schema: str) -> dict[str, dict[str, Any]]:
 
 
 def test_async_handler_past_run_timeout_is_cancelled(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     cancelled = threading.Event()
     s = make_scheduler()
@@ -57,7 +59,7 @@ def test_async_handler_past_run_timeout_is_cancelled(
 
 
 def test_sync_handler_past_run_timeout_fails_and_its_late_result_is_discarded(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     release, returned = threading.Event(), threading.Event()
     s = make_scheduler()
@@ -86,7 +88,7 @@ def test_sync_handler_past_run_timeout_fails_and_its_late_result_is_discarded(
 
 
 def test_late_sync_result_is_discarded_while_the_replica_keeps_running(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     release, returned = threading.Event(), threading.Event()
     s = make_scheduler(tick_interval=0.2)
@@ -115,7 +117,7 @@ def test_late_sync_result_is_discarded_while_the_replica_keeps_running(
 
 
 def test_register_and_unregister_on_a_running_scheduler(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     recorder = Recorder()
     s = make_scheduler(tick_interval=0.2)
@@ -154,10 +156,11 @@ BEHAVIOURS: dict[str, Any] = {
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
 def test_handler_outcomes_are_stored(
-    make_scheduler: Any, migrated: str, db: Any, is_async: bool
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, is_async: bool
 ) -> None:
     s = make_scheduler(max_concurrency=len(BEHAVIOURS))
     scopes = [pgsched.Scope("case", name) for name in BEHAVIOURS]
+    outcomes: Callable[[pgsched.Run], Any]
 
     if is_async:
 
@@ -211,7 +214,7 @@ def test_handler_outcomes_are_stored(
         assert row["duration_ms"] is not None and row["duration_ms"] >= 0
 
 
-def test_run_fields_match_the_row(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_run_fields_match_the_row(make_scheduler: SchedulerFactory, migrated: str, db: Any) -> None:
     recorder = Recorder()
     s = make_scheduler("fields-runner")
 
@@ -250,7 +253,7 @@ ODD_IDS = [
 ]
 
 
-def test_scope_ids_are_data(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_scope_ids_are_data(make_scheduler: SchedulerFactory, migrated: str, db: Any) -> None:
     plan = past_plan(db)
     recorder = Recorder()
     scopes = [pgsched.Scope("k'ind %", sid) for sid in ODD_IDS]
@@ -268,13 +271,14 @@ def test_scope_ids_are_data(make_scheduler: Any, migrated: str, db: Any) -> None
 
     # a manual trigger with an odd scope
     ident = s.trigger("odd", scope=pgsched.Scope("k'ind %", ODD_IDS[2])).id
+    assert ident is not None
     s.run_once()
     assert recorder.runs[-1].scope.id == ODD_IDS[2]
     assert row_by_id(db, migrated, ident)["scope_id"] == ODD_IDS[2]
 
 
 def test_longest_incompressible_scope_id_is_data(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     # 1024 bytes of random CJK text: the longest id allowed, and pglz cannot squeeze it.
     long_id = "".join(chr(0x4E00 + b) for b in os.urandom(341))
@@ -293,7 +297,9 @@ def test_too_long_scope_id_is_refused_with_its_size() -> None:
         pgsched.Scope("k", "x" * 10_240)
 
 
-def test_run_ticks_every_plan_once_and_stops(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_run_ticks_every_plan_once_and_stops(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     recorder = Recorder()
     s = make_scheduler(tick_interval=0.2)
     s.register(recorder.enter, name="every_second", every="1s")
@@ -307,7 +313,7 @@ def test_run_ticks_every_plan_once_and_stops(make_scheduler: Any, migrated: str,
 
 
 def test_shutdown_fails_an_abandoned_run_as_retryable(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     started, release = threading.Event(), threading.Event()
     s = make_scheduler(shutdown_grace=0.5, tick_interval=0.2)
@@ -328,7 +334,7 @@ def test_shutdown_fails_an_abandoned_run_as_retryable(
 
 
 def test_shutdown_lets_a_handler_finish_within_the_grace(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     started, release = threading.Event(), threading.Event()
     # The 10 s grace bounds the handler, released ~0.3 s into the shutdown: a guard against an
@@ -423,7 +429,7 @@ def _run_once_within(s: pgsched.Scheduler, timeout: float) -> list[pgsched.TickR
 
 
 def test_lone_surrogate_result_is_invalid_result(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = make_scheduler()
     s.register(lambda run: pgsched.Result(data={"s": "\ud800"}), name="surrogate", every="1d")
@@ -436,7 +442,7 @@ def test_lone_surrogate_result_is_invalid_result(
 
 
 def test_exception_message_with_lone_surrogate_does_not_block_outcomes(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     def undecodable(run: pgsched.Run) -> int:
         if run.scope.id == "fine":
@@ -461,7 +467,7 @@ def test_exception_message_with_lone_surrogate_does_not_block_outcomes(
 
 
 def test_a_tick_error_names_the_statement_that_failed(
-    make_scheduler: Any, migrated: str, pg_dsn: str
+    make_scheduler: SchedulerFactory, migrated: str, pg_dsn: str
 ) -> None:
     # "canceling statement due to statement timeout" alone does not say which of a tick's
     # statements ran long; the log line does.

@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 
 import pgsched
 from pgsched._storage.store import ScheduleStore
+from tests.integration.conftest import SchedulerFactory
 from tests.support.rows import (
     count,
     db_now,
@@ -33,13 +34,16 @@ JOB = "reminder"
 
 
 def dynamic_scheduler(
-    make_scheduler: Any, runner: str = "r1", job: dict[str, Any] | None = None, **options: Any
+    make_scheduler: SchedulerFactory,
+    runner: str = "r1",
+    job: dict[str, Any] | None = None,
+    **options: Any,
 ) -> Any:
     """A scheduler (``options``) with the dynamic job ``reminder`` (more options in ``job``)
     whose handler records its runs in ``scheduler.recorder``."""
     recorder = Recorder()
     options.setdefault("tick_interval", "0.2s")
-    s = make_scheduler(runner, **options)
+    s: Any = make_scheduler(runner, **options)  # it carries the test's recorder
 
     def reminder(run: pgsched.Run) -> None:
         s.recorder.enter(run)  # looked up per run: a test may share one recorder
@@ -50,7 +54,7 @@ def dynamic_scheduler(
     return s
 
 
-def schedules(db: Any, schema: str) -> list[dict[str, Any]]:
+def schedules(db: psycopg.Connection[Any], schema: str) -> list[dict[str, Any]]:
     query = sql.SQL("SELECT * FROM {} ORDER BY scope_kind, scope_id").format(
         table(schema, "schedules")
     )
@@ -58,7 +62,7 @@ def schedules(db: Any, schema: str) -> list[dict[str, Any]]:
         return cur.execute(query).fetchall()
 
 
-def test_put_get_list_delete(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_put_get_list_delete(make_scheduler: SchedulerFactory, migrated: str, db: Any) -> None:
     s = dynamic_scheduler(make_scheduler)
     before = db_now(db)
     put = s.put_schedule(
@@ -90,7 +94,7 @@ def test_put_get_list_delete(make_scheduler: Any, migrated: str, db: Any) -> Non
 
 
 def test_identical_put_writes_nothing_and_payload_changes_keep_plan_times(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = dynamic_scheduler(make_scheduler)
     spec = pgsched.ScheduleSpec(Scope("user", "1"), every="1h", payload={"a": 1})
@@ -108,7 +112,7 @@ def test_identical_put_writes_nothing_and_payload_changes_keep_plan_times(
 
 
 def test_replacing_the_spec_moves_the_next_plan_to_the_new_one(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = dynamic_scheduler(make_scheduler)
     s.put_schedule(JOB, Scope("user", "1"), every="7d")
@@ -119,7 +123,7 @@ def test_replacing_the_spec_moves_the_next_plan_to_the_new_one(
 
 
 def test_invalid_input_names_the_field_and_writes_nothing(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = dynamic_scheduler(make_scheduler)
     good = [pgsched.ScheduleSpec(Scope("user", str(i)), every="1h") for i in range(3)]
@@ -155,12 +159,12 @@ def test_invalid_input_names_the_field_and_writes_nothing(
 
 
 def test_an_unknown_field_names_job_scope_field_and_the_field_meant(
-    make_scheduler: Any, migrated: str, db: Any, runtime_dsn: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, runtime_dsn: str
 ) -> None:
     s = dynamic_scheduler(make_scheduler)
     scope = Scope("user", "9")
     with pytest.raises(pgsched.ConfigError) as err:
-        s.put_schedule(JOB, scope, cron="0 9 * * *", tz="Europe/Berlin")  # type: ignore[arg-type]
+        s.put_schedule(JOB, scope, cron="0 9 * * *", tz="Europe/Berlin")
     assert str(err.value) == (
         "job 'reminder', scope user:9: unknown field 'tz' (did you mean 'timezone'?)"
     )
@@ -178,7 +182,7 @@ def test_an_unknown_field_names_job_scope_field_and_the_field_meant(
 
 
 def test_jobs_that_are_not_dynamic_are_refused(
-    make_scheduler: Any, migrated: str, db: Any, runtime_dsn: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, runtime_dsn: str
 ) -> None:
     admin = pgsched.Admin(runtime_dsn, schema=migrated)
     with pytest.raises(pgsched.NotFoundError, match="no replica has registered it"):
@@ -201,7 +205,7 @@ def test_jobs_that_are_not_dynamic_are_refused(
 
 
 def test_due_schedules_run_with_their_payload_each_plan_once(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     a = dynamic_scheduler(make_scheduler, "a")
     b = dynamic_scheduler(make_scheduler, "b")
@@ -226,7 +230,9 @@ def test_due_schedules_run_with_their_payload_each_plan_once(
     assert all(stored[r.execution_id]["payload"] == r.payload for r in runs)
 
 
-def test_delete_and_replace_racing_claims(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_delete_and_replace_racing_claims(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     """Replicas claim every second while the application deletes one schedule and replaces
     another: after each change commits, no plan of the deleted schedule or of the replaced
     spec is claimed."""
@@ -254,7 +260,7 @@ def test_delete_and_replace_racing_claims(make_scheduler: Any, migrated: str, db
 
 
 def test_pause_across_replicas_then_resume_with_catch_up(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     a = dynamic_scheduler(make_scheduler, "a", tick_interval="0.1s")
     b = dynamic_scheduler(make_scheduler, "b", tick_interval="0.1s")
@@ -277,7 +283,7 @@ def test_pause_across_replicas_then_resume_with_catch_up(
 
 
 def test_triggers_and_backfills_carry_the_schedule_payload(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = dynamic_scheduler(make_scheduler)
     scope = Scope("user", "7")
@@ -298,7 +304,7 @@ def test_triggers_and_backfills_carry_the_schedule_payload(
         s.backfill(JOB, end - timedelta(hours=1), end)
 
 
-def test_window_bounds_the_plans(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_window_bounds_the_plans(make_scheduler: SchedulerFactory, migrated: str, db: Any) -> None:
     s = dynamic_scheduler(make_scheduler)
     now = db_now(db)
     later = floor_to(now, timedelta(hours=1)) + timedelta(days=3, minutes=30)
@@ -313,7 +319,7 @@ def test_window_bounds_the_plans(make_scheduler: Any, migrated: str, db: Any) ->
 
 
 def test_eight_replicas_claim_ten_thousand_due_schedules_once_each(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     replicas = [dynamic_scheduler(make_scheduler, f"r{i}", max_concurrency=2000) for i in range(8)]
     for s in replicas[1:]:
@@ -350,7 +356,9 @@ def test_eight_replicas_claim_ten_thousand_due_schedules_once_each(
     assert count(db, migrated, "status = 'SUCCESS'") == 10_000
 
 
-def test_notify_wakes_replicas_within_a_second(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_notify_wakes_replicas_within_a_second(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     s = dynamic_scheduler(make_scheduler, tick_interval="30s")
     scope = Scope("user", "n")
     with running(s):
@@ -368,7 +376,7 @@ def test_notify_wakes_replicas_within_a_second(make_scheduler: Any, migrated: st
 
 
 def test_async_admin_offers_the_schedule_operations_as_coroutines(
-    make_scheduler: Any, migrated: str, db: Any, runtime_dsn: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, runtime_dsn: str
 ) -> None:
     dynamic_scheduler(make_scheduler).run_once()  # a replica registers the dynamic job
 
@@ -380,7 +388,12 @@ def test_async_admin_offers_the_schedule_operations_as_coroutines(
             page = await admin.list_schedules(JOB, limit=10)
             deleted = await admin.delete_schedule(JOB, Scope("user", "2"))
             with pytest.raises(pgsched.ConfigError, match="payload"):
-                await admin.put_schedule(JOB, Scope("user", "3"), every="1h", payload={1: 2})
+                await admin.put_schedule(
+                    JOB,
+                    Scope("user", "3"),
+                    every="1h",
+                    payload={1: 2},  # type: ignore[dict-item]  # the bad key under test
+                )
             return written, page, deleted, await admin.get_schedule(JOB, Scope("user", "2"))
 
     written, page, deleted, gone = asyncio.run(scenario())
@@ -390,7 +403,7 @@ def test_async_admin_offers_the_schedule_operations_as_coroutines(
 
 
 def test_narrowing_the_window_moves_the_next_plan(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = dynamic_scheduler(make_scheduler)
     scope = Scope("user", "w")
@@ -404,7 +417,7 @@ def test_narrowing_the_window_moves_the_next_plan(
 
 
 def test_a_bulk_put_refreshes_the_planners_figures(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """Claims planned on the figures of the empty table hashed every schedule of the job
     twice per claim: a put that writes thousands of schedules analyzes the table (a few more
@@ -425,7 +438,7 @@ def test_a_bulk_put_refreshes_the_planners_figures(
 
 
 def test_a_plan_that_already_has_a_row_moves_its_schedule_on(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """A due plan a backfill or trigger already ran is not claimed again, and the schedule
     still moves on past it (not left due on that plan forever)."""
@@ -451,7 +464,7 @@ def test_a_plan_that_already_has_a_row_moves_its_schedule_on(
 
 
 def test_a_claim_that_finds_its_schedule_moved_since_its_read_rolls_back(
-    make_scheduler: Any, migrated: str, db: Any, monkeypatch: pytest.MonkeyPatch
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As for a code-defined job's cursor (tests/integration/test_claims.py): a schedule found
     elsewhere than where due_schedules read it rolls the whole claim back with a warning,

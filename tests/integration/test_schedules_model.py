@@ -36,6 +36,7 @@ from psycopg import sql
 
 import pgsched
 from pgsched._planning.schedules import ScheduleSpec, check_schedule, recurrence_for
+from tests.integration.conftest import SchedulerFactory
 from tests.support.rows import db_now
 from tests.support.threads import Recorder
 
@@ -226,7 +227,9 @@ class SchedulesMachine(RuleBasedStateMachine):
             self.replicas[0].delete_schedule(JOB, self._scope(n))
 
 
-def test_schedules_follow_the_model(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_schedules_follow_the_model(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     SchedulesMachine.make_scheduler = staticmethod(make_scheduler)
     SchedulesMachine.db = db
     SchedulesMachine.schema = migrated

@@ -14,6 +14,7 @@ from psycopg import sql
 
 import pgsched
 from pgsched._admin import Admin
+from tests.integration.conftest import SchedulerFactory
 from tests.support.roles import DbRoles
 from tests.support.rows import as_role, table
 
@@ -35,7 +36,7 @@ async def _pooled(s: pgsched.Scheduler, query: str) -> tuple[Any, ...]:
 
 
 def test_schedulers_connect_as_the_runtime_role(
-    make_scheduler: Any, db_roles: DbRoles, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, db_roles: DbRoles, migrated: str, db: Any
 ) -> None:
     if not db_roles.enabled:
         pytest.skip("the test database user cannot create roles")
@@ -61,7 +62,7 @@ def _migrate_again(s: pgsched.Scheduler, db: Any) -> None:
 
 
 def test_the_runtime_role_has_no_ddl(
-    make_scheduler: Any, db_roles: DbRoles, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, db_roles: DbRoles, migrated: str, db: Any
 ) -> None:
     if not db_roles.enabled:
         pytest.skip("the test database user cannot create roles")
@@ -83,14 +84,16 @@ def test_the_runtime_role_has_no_ddl(
     ids=["default", "1s"],
 )
 def test_pooled_connections_have_both_timeouts(
-    make_scheduler: Any, options: dict[str, Any], statement: str, idle: str
+    make_scheduler: SchedulerFactory, options: dict[str, Any], statement: str, idle: str
 ) -> None:
     s = make_scheduler(**options)
     _, _, got_statement, got_idle = asyncio.run(_pooled(s, SETTINGS))
     assert (got_statement, got_idle) == (statement, idle)
 
 
-def test_a_stuck_statement_on_a_pooled_connection_is_cancelled(make_scheduler: Any) -> None:
+def test_a_stuck_statement_on_a_pooled_connection_is_cancelled(
+    make_scheduler: SchedulerFactory,
+) -> None:
     s = make_scheduler(statement_timeout="1s")
     started = time.monotonic()
     with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
@@ -101,7 +104,7 @@ def test_a_stuck_statement_on_a_pooled_connection_is_cancelled(make_scheduler: A
 
 
 def test_an_idle_transaction_holding_a_row_lock_is_killed(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = make_scheduler(statement_timeout="1s")  # so idle transactions may last 2 s
     job_state = table(migrated, "job_state")
@@ -133,7 +136,7 @@ def test_an_idle_transaction_holding_a_row_lock_is_killed(
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_transactional_runs_connection_has_both_timeouts(
-    make_scheduler: Any, migrated: str, db: Any, kind: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, kind: str
 ) -> None:
     s = make_scheduler()
     query = (
@@ -144,13 +147,17 @@ def test_a_transactional_runs_connection_has_both_timeouts(
     if kind == "sync":
 
         def handler(run: pgsched.Run) -> pgsched.Result:
+            assert isinstance(run.conn, psycopg.Connection)
             row = run.conn.execute(query).fetchone()
+            assert row is not None
             return pgsched.Result(data=list(row))
 
     else:
 
         async def handler(run: pgsched.Run) -> pgsched.Result:  # type: ignore[misc]
+            assert isinstance(run.conn, psycopg.AsyncConnection)
             row = await (await run.conn.execute(query)).fetchone()
+            assert row is not None
             return pgsched.Result(data=list(row))
 
     s.register(handler, name="tx", every="1h", run_timeout="5s", transactional=True)
@@ -176,7 +183,7 @@ def test_operator_connections_have_both_timeouts_too(runtime_dsn: str, migrated:
 
 
 def test_as_role_creates_tables_the_runtime_role_can_write(
-    make_scheduler: Any, migrated: str, db: Any, db_roles: DbRoles
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, db_roles: DbRoles
 ) -> None:
     """The helper the transactional tests use: a table made by the owner gets the runtime
     role's DML through sql/roles.sql's default privileges."""
@@ -186,6 +193,7 @@ def test_as_role_creates_tables_the_runtime_role_can_write(
     s = make_scheduler()
 
     def write(run: pgsched.Run) -> int:
+        assert isinstance(run.conn, psycopg.Connection)
         run.conn.execute(sql.SQL("INSERT INTO {} VALUES (1)").format(target))
         return 1
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
 import pgsched
 from pgsched._storage import store as store_module
+from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import db_now, insert_row, rows, table
 from tests.support.threads import Recorder
@@ -20,7 +22,7 @@ from tests.support.waiting import wait_until
 S = timedelta(seconds=1)
 
 
-def spans(db: Any, schema: str, job: str) -> list[dict[str, Any]]:
+def spans(db: psycopg.Connection[Any], schema: str, job: str) -> list[dict[str, Any]]:
     with db.cursor(row_factory=dict_row) as cur:
         cur.execute(
             sql.SQL(
@@ -43,7 +45,7 @@ def seed(db: Any, schema: str, job: str, plan: datetime) -> None:
 
 
 def test_plans_due_while_paused_are_one_paused_span_and_do_not_run(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     now = past_plan(db, timedelta(0))
     first = now - S
@@ -76,7 +78,7 @@ def test_plans_due_while_paused_are_one_paused_span_and_do_not_run(
 
 
 def test_latest_only_after_downtime_records_the_superseded_plans(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     p0, p1, p2, p3 = (past_plan(db, timedelta(minutes=m)) for m in (40, 30, 20, 10))
     seed(db, migrated, "hourly", p0)
@@ -95,7 +97,9 @@ def test_latest_only_after_downtime_records_the_superseded_plans(
     )
 
 
-def test_max_lateness_records_the_late_plan(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_max_lateness_records_the_late_plan(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     p0, p1, p2 = (past_plan(db, timedelta(minutes=m)) for m in (30, 20, 10))
     seed(db, migrated, "late", p0)
     s = make_scheduler()
@@ -109,13 +113,13 @@ def test_max_lateness_records_the_late_plan(make_scheduler: Any, migrated: str, 
 
 
 def test_a_second_consecutive_skip_extends_the_span(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     p0, p1, p2 = (past_plan(db, timedelta(minutes=m)) for m in (30, 20, 10))
     now = past_plan(db, timedelta(0))
     p3, p4 = now + 2 * S, now + 2.5 * S
     seed(db, migrated, "drip", p0)
-    options = {
+    options: dict[str, Any] = {
         "catch_up": "every_plan",
         "max_lateness": "1s",
         "overlap": "allow",
@@ -136,7 +140,7 @@ def test_a_second_consecutive_skip_extends_the_span(
 
 
 def test_a_schedule_outside_its_window_records_its_due_plans(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = make_scheduler()
     s.register(lambda run: None, name="remind", dynamic=True)
@@ -162,7 +166,7 @@ def test_a_schedule_outside_its_window_records_its_due_plans(
 
 
 def test_a_tick_that_skips_nothing_runs_no_span_statement(
-    make_scheduler: Any, migrated: str, db: Any, monkeypatch: pytest.MonkeyPatch
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     names: list[str] = []
     execute = store_module._Statements._execute
@@ -181,7 +185,7 @@ def test_a_tick_that_skips_nothing_runs_no_span_statement(
 
 
 def test_prune_drops_the_spans_older_than_the_retention(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     now = db_now(db)
     old, recent = now - timedelta(days=40), now - timedelta(days=2)
@@ -199,7 +203,7 @@ def test_prune_drops_the_spans_older_than_the_retention(
 
 
 def test_explain_of_a_whole_job_counts_its_scopes_runs_and_skips_per_plan(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     p0, p1, p2, p3 = (past_plan(db, timedelta(minutes=m)) for m in (40, 30, 20, 10))
     scopes = [pgsched.Scope("tenant", str(n)) for n in range(3)]

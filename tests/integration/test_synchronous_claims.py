@@ -13,6 +13,7 @@ from structlog.testing import capture_logs
 
 import pgsched
 from pgsched._storage.store import _Statements
+from tests.integration.conftest import SchedulerFactory
 from tests.support.rows import count, rows
 from tests.support.waiting import wait_until
 
@@ -41,7 +42,9 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return names
 
 
-def _ticks(make_scheduler: Any, statements: list[str], runner: str, **options: Any) -> list[str]:
+def _ticks(
+    make_scheduler: SchedulerFactory, statements: list[str], runner: str, **options: Any
+) -> list[str]:
     """On one replica: a claiming tick (one plan due, its handler run and written), then an
     idle tick (nothing due, nothing held)."""
     s = make_scheduler(runner, **options)
@@ -66,7 +69,7 @@ def _ticks(make_scheduler: Any, statements: list[str], runner: str, **options: A
 
 
 def test_without_the_option_no_statement_is_added(
-    make_scheduler: Any, statements: list[str]
+    make_scheduler: SchedulerFactory, statements: list[str]
 ) -> None:
     off = _ticks(make_scheduler, statements, "off")
     on = _ticks(make_scheduler, statements, "on", synchronous_claims=True)
@@ -87,7 +90,7 @@ def test_without_the_option_no_statement_is_added(
 
 
 def test_one_warning_when_the_server_has_no_synchronous_standby(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     s = make_scheduler(synchronous_claims=True, tick_interval="0.1s")
     s.register(lambda run: 1, name="often", every="1s")
@@ -107,7 +110,7 @@ def test_one_warning_when_the_server_has_no_synchronous_standby(
     assert {r["status"] for r in rows(db, migrated)} <= {"SUCCESS", "RUNNING"}
 
 
-def test_without_the_option_no_warning(make_scheduler: Any) -> None:
+def test_without_the_option_no_warning(make_scheduler: SchedulerFactory) -> None:
     s = make_scheduler()
     s.register(lambda run: 1, name="once", every="1h")
     with capture_logs() as logs:
@@ -116,7 +119,7 @@ def test_without_the_option_no_warning(make_scheduler: Any) -> None:
 
 
 def test_a_dynamic_jobs_claims_are_synchronous_too(
-    make_scheduler: Any, statements: list[str]
+    make_scheduler: SchedulerFactory, statements: list[str]
 ) -> None:
     """A dynamic job's claim transaction is opened by the same synchronous claim_begin, so no
     claim statement runs in a transaction that commits without the standby."""

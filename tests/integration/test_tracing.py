@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 import pgsched
+from tests.integration.conftest import SchedulerFactory
 from tests.support.rows import db_now, floor_to, seed_running
 
 _EXPORTER = InMemorySpanExporter()
@@ -39,7 +40,7 @@ def _runs(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
 
 
 def test_a_span_per_execution_with_its_attributes_and_status(
-    make_scheduler: Any, migrated: str, spans: InMemorySpanExporter
+    make_scheduler: SchedulerFactory, migrated: str, spans: InMemorySpanExporter
 ) -> None:
     s = make_scheduler("traced")
     tracer = trace.get_tracer("the-app")
@@ -62,7 +63,8 @@ def test_a_span_per_execution_with_its_attributes_and_status(
     assert ok.attributes["pgsched.scope"] == "tenant:a"
     assert ok.attributes["pgsched.attempt"] == 1
     assert ok.attributes["pgsched.trigger"] == "schedule"
-    assert ok.attributes["pgsched.plan_time"].endswith("+00:00")  # type: ignore[union-attr]
+    plan_time = ok.attributes["pgsched.plan_time"]
+    assert isinstance(plan_time, str) and plan_time.endswith("+00:00")
     assert {"pgsched.execution_id"} <= set(ok.attributes)
     child = next(x for x in spans.get_finished_spans() if x.name == "the-handler's-own-work")
     assert child.parent is not None and child.parent.span_id == ok.context.span_id
@@ -72,7 +74,7 @@ def test_a_span_per_execution_with_its_attributes_and_status(
 
 
 def test_a_stolen_lease_runs_in_a_span_of_its_own(
-    make_scheduler: Any, migrated: str, db: Any, spans: InMemorySpanExporter
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, spans: InMemorySpanExporter
 ) -> None:
     plan = floor_to(db_now(db), timedelta(days=1))
     seed_running(db, migrated, "resumable", plan, stale_in=-timedelta(seconds=1))

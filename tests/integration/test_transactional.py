@@ -12,6 +12,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import pgsched
+from tests.integration.conftest import SchedulerFactory
+from tests.support.options import LeaseTimes
 from tests.support.roles import DbRoles
 from tests.support.rows import as_role, make_stale, row_by_id, rows, table
 from tests.support.threads import running
@@ -30,7 +32,7 @@ def ledger(db: Any, migrated: str, db_roles: DbRoles) -> sql.Composable:
     return name
 
 
-def ledger_rows(db: Any, name: sql.Composable) -> list[tuple[Any, ...]]:
+def ledger_rows(db: psycopg.Connection[Any], name: sql.Composable) -> list[tuple[Any, ...]]:
     return db.execute(
         sql.SQL("SELECT plan, attempt, runner FROM {} ORDER BY 2").format(name)
     ).fetchall()
@@ -38,7 +40,7 @@ def ledger_rows(db: Any, name: sql.Composable) -> list[tuple[Any, ...]]:
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_success_commits_writes_with_the_success_row(
-    make_scheduler: Any, migrated: str, db: Any, ledger: sql.Composable, kind: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, ledger: sql.Composable, kind: str
 ) -> None:
     s = make_scheduler()
     insert = sql.SQL("INSERT INTO {} VALUES (%s, %s, %s)").format(ledger)
@@ -67,7 +69,7 @@ def test_success_commits_writes_with_the_success_row(
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_failure_and_invalid_result_roll_the_writes_back(
-    make_scheduler: Any, migrated: str, db: Any, ledger: sql.Composable, kind: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, ledger: sql.Composable, kind: str
 ) -> None:
     s = make_scheduler()
     insert = sql.SQL("INSERT INTO {} VALUES ('x', 1, 'r')").format(ledger)
@@ -75,20 +77,24 @@ def test_failure_and_invalid_result_roll_the_writes_back(
     if kind == "sync":
 
         def boom(run: pgsched.Run) -> None:
+            assert isinstance(run.conn, psycopg.Connection)
             run.conn.execute(insert)
             raise RuntimeError("after writing")
 
         def bad(run: pgsched.Run) -> object:
+            assert isinstance(run.conn, psycopg.Connection)
             run.conn.execute(insert)
             return "not a result"
 
     else:
 
         async def boom(run: pgsched.Run) -> None:  # type: ignore[misc]
+            assert isinstance(run.conn, psycopg.AsyncConnection)
             await run.conn.execute(insert)
             raise RuntimeError("after writing")
 
         async def bad(run: pgsched.Run) -> object:  # type: ignore[misc]
+            assert isinstance(run.conn, psycopg.AsyncConnection)
             await run.conn.execute(insert)
             return "not a result"
 
@@ -102,7 +108,7 @@ def test_failure_and_invalid_result_roll_the_writes_back(
 
 
 def test_stolen_lease_rolls_back_the_old_holders_writes(
-    make_scheduler: Any, migrated: str, db: Any, ledger: sql.Composable
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, ledger: sql.Composable
 ) -> None:
     """A holder that keeps running after its lease was stolen commits nothing; the thief's
     writes commit exactly once."""
@@ -110,13 +116,14 @@ def test_stolen_lease_rolls_back_the_old_holders_writes(
     insert = sql.SQL("INSERT INTO {} VALUES (%s, %s, %s)").format(ledger)
 
     def handler(run: pgsched.Run) -> int:
+        assert isinstance(run.conn, psycopg.Connection)
         run.conn.execute(insert, (run.plan_time.isoformat(), run.attempt, run.runner_id))
         if run.attempt == 1:
             first_started.set()
             release.wait(20)  # still writing when its lease is taken
         return 1
 
-    options = {"run_timeout": "20s", "stale_timeout": "30s", "heartbeat_interval": "1s"}
+    options = LeaseTimes(run_timeout="20s", stale_timeout="30s", heartbeat_interval="1s")
     a, b = make_scheduler("A", max_concurrency=1), make_scheduler("B", max_concurrency=1)
     for s in (a, b):
         s.register(handler, name="tx", every="1d", max_attempts=3, transactional=True, **options)
@@ -144,13 +151,18 @@ def test_stolen_lease_rolls_back_the_old_holders_writes(
     assert ledger_rows(db, ledger) == [(row["plan_time"].isoformat(), 2, "B")]
 
 
-def test_run_conn_has_session_timeouts(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_run_conn_has_session_timeouts(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     seen: dict[str, str] = {}
 
     async def handler(run: pgsched.Run) -> None:
+        assert isinstance(run.conn, psycopg.AsyncConnection)
         for name in ("statement_timeout", "idle_in_transaction_session_timeout"):
             cur = await run.conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name)))
-            seen[name] = (await cur.fetchone())[0]
+            row = await cur.fetchone()
+            assert row is not None
+            seen[name] = row[0]
         await asyncio.sleep(0)
 
     s = make_scheduler()
@@ -176,7 +188,10 @@ def test_jit_and_time_zone_are_pgsched_s_own_and_left_to_the_server_for_the_hand
     seen: list[tuple[str, str, str]] = []
 
     async def handler(run: pgsched.Run) -> None:
-        seen.append(await (await run.conn.execute(show)).fetchone())
+        assert isinstance(run.conn, psycopg.AsyncConnection)
+        row = await (await run.conn.execute(show)).fetchone()
+        assert row is not None
+        seen.append(row)
 
     s = pgsched.Scheduler(dsn=dsn, schema=migrated, runner_id="r1")
     s.register(handler, name="tx", every="1h", transactional=True)
@@ -186,6 +201,8 @@ def test_jit_and_time_zone_are_pgsched_s_own_and_left_to_the_server_for_the_hand
     async def operator_session() -> tuple[str, str, str]:
         admin = pgsched.AsyncAdmin(dsn, schema=migrated)
         async with admin, admin._conn() as conn:  # the connection its operations use
-            return await (await conn.execute(show)).fetchone()
+            row: tuple[str, str, str] | None = await (await conn.execute(show)).fetchone()
+            assert row is not None
+            return row
 
     assert asyncio.run(operator_session()) == ("off", "UTC", "1.1")

@@ -19,6 +19,7 @@ import pgsched
 from pgsched._engine.transaction import Transactions, TransactionUnavailable, Written
 from pgsched._records import Finish
 from pgsched._storage.store import Store
+from tests.integration.conftest import SchedulerFactory
 from tests.support.roles import DbRoles
 from tests.support.rows import as_role, rows, table
 from tests.support.waiting import wait_until
@@ -34,7 +35,7 @@ def ledger(db: Any, migrated: str, db_roles: DbRoles) -> sql.Composable:
     return name
 
 
-def _ledger(db: Any, name: sql.Composable) -> list[tuple[Any, ...]]:
+def _ledger(db: psycopg.Connection[Any], name: sql.Composable) -> list[tuple[Any, ...]]:
     return db.execute(sql.SQL("SELECT plan, attempt FROM {}").format(name)).fetchall()
 
 
@@ -47,7 +48,7 @@ def _in_thread(fn: Any) -> tuple[threading.Thread, list[Any]]:
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_killed_connection_runs_the_plan_again_without_spending_it(
-    make_scheduler: Any, migrated: str, db: Any, ledger: sql.Composable, kind: str
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, ledger: sql.Composable, kind: str
 ) -> None:
     s = make_scheduler()
     insert = sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(ledger)
@@ -57,9 +58,12 @@ def test_a_killed_connection_runs_the_plan_again_without_spending_it(
     if kind == "sync":
 
         def handler(run: pgsched.Run) -> int:
+            assert isinstance(run.conn, psycopg.Connection)
             run.conn.execute(insert, ("p", run.attempt))
             if not pids:
-                pids.append(run.conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+                row = run.conn.execute("SELECT pg_backend_pid()").fetchone()
+                assert row is not None
+                pids.append(row[0])
                 assert killed.wait(10)
                 run.conn.execute("SELECT 1")  # the server ended this session: raises
             return 1
@@ -67,10 +71,13 @@ def test_a_killed_connection_runs_the_plan_again_without_spending_it(
     else:
 
         async def handler(run: pgsched.Run) -> int:  # type: ignore[misc]
+            assert isinstance(run.conn, psycopg.AsyncConnection)
             await run.conn.execute(insert, ("p", run.attempt))
             if not pids:
                 cur = await run.conn.execute("SELECT pg_backend_pid()")
-                pids.append((await cur.fetchone())[0])
+                row = await cur.fetchone()
+                assert row is not None
+                pids.append(row[0])
                 while not killed.is_set():
                     await asyncio.sleep(0.02)
                 await run.conn.execute("SELECT 1")
@@ -94,7 +101,11 @@ def test_a_killed_connection_runs_the_plan_again_without_spending_it(
 
 
 def test_a_commit_that_landed_but_was_cut_off_is_not_run_again(
-    make_scheduler: Any, migrated: str, db: Any, ledger: sql.Composable, monkeypatch: Any
+    make_scheduler: SchedulerFactory,
+    migrated: str,
+    db: Any,
+    ledger: sql.Composable,
+    monkeypatch: Any,
 ) -> None:
     """The connection is lost during COMMIT after the server committed: the replica cannot
     tell, reads the row, finds it SUCCESS under its own lease and records that."""
@@ -112,6 +123,7 @@ def test_a_commit_that_landed_but_was_cut_off_is_not_run_again(
     calls: list[int] = []
 
     async def handler(run: pgsched.Run) -> int:
+        assert isinstance(run.conn, psycopg.AsyncConnection)
         calls.append(run.attempt)
         await run.conn.execute(insert)
         return 1
@@ -158,6 +170,7 @@ def test_a_database_turned_read_only_leaves_the_plan_running_until_it_takes_writ
     calls: list[int] = []
 
     async def handler(run: pgsched.Run) -> int:
+        assert isinstance(run.conn, psycopg.AsyncConnection)
         calls.append(run.attempt)
         await run.conn.execute("INSERT INTO ledger VALUES ('p', %s)", (run.attempt,))
         return 1
@@ -204,7 +217,11 @@ async def _resume(dsn: str, job: str) -> None:
 
 
 def test_a_second_success_under_the_same_lease_writes_nothing(
-    make_scheduler: Any, migrated: str, db: Any, ledger: sql.Composable, runtime_dsn: str
+    make_scheduler: SchedulerFactory,
+    migrated: str,
+    db: Any,
+    ledger: sql.Composable,
+    runtime_dsn: str,
 ) -> None:
     """The guard a rerun would meet if its COMMIT had landed unseen: the SUCCESS write matches
     only a RUNNING row, so a second transaction of the same lease rolls its effect back."""
@@ -212,6 +229,7 @@ def test_a_second_success_under_the_same_lease_writes_nothing(
     insert = sql.SQL("INSERT INTO {} VALUES ('p', 1)").format(ledger)
 
     async def handler(run: pgsched.Run) -> int:
+        assert isinstance(run.conn, psycopg.AsyncConnection)
         await run.conn.execute(insert)
         return 1
 

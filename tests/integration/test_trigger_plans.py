@@ -13,6 +13,7 @@ from typing import Any
 
 import pgsched
 from pgsched import Admin, Scope
+from tests.integration.conftest import SchedulerFactory
 from tests.support.rows import count, db_now, floor_to, rows
 from tests.support.threads import Recorder, running
 from tests.support.waiting import wait_until
@@ -31,7 +32,7 @@ def _row_at(db: Any, schema: str, job: str, plan: datetime) -> dict[str, Any] | 
 
 
 def test_cancelling_a_trigger_at_a_scheduled_plan_never_loses_that_plan(
-    make_scheduler: Any, migrated: str, runtime_dsn: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, runtime_dsn: str, db: Any
 ) -> None:
     recorder = Recorder()
     s = make_scheduler(tick_interval=0.2)
@@ -58,7 +59,7 @@ def test_cancelling_a_trigger_at_a_scheduled_plan_never_loses_that_plan(
 
 
 def test_an_operator_without_the_code_knows_the_recorded_plans(
-    make_scheduler: Any, migrated: str, runtime_dsn: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, runtime_dsn: str, db: Any
 ) -> None:
     s = make_scheduler()
     s.register(_ok, name="daily", cron="0 9 * * *", timezone="Europe/Berlin", max_attempts=2)
@@ -86,7 +87,7 @@ def test_an_operator_without_the_code_knows_the_recorded_plans(
 
 
 def test_a_dynamic_jobs_schedule_covers_its_plans(
-    make_scheduler: Any, migrated: str, runtime_dsn: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, runtime_dsn: str, db: Any
 ) -> None:
     s = make_scheduler()
     s.register(_ok, name="remind", dynamic=True)
@@ -103,7 +104,7 @@ def test_a_dynamic_jobs_schedule_covers_its_plans(
 
 
 def test_a_plan_the_cursor_moved_past_can_be_run_by_hand_with_a_warning(
-    make_scheduler: Any, migrated: str, runtime_dsn: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, runtime_dsn: str, db: Any
 ) -> None:
     s = make_scheduler()
     s.register(_ok, name="hourly", every="1h")
@@ -116,7 +117,7 @@ def test_a_plan_the_cursor_moved_past_can_be_run_by_hand_with_a_warning(
 
 
 def test_a_trigger_no_live_replica_will_run_is_accepted_with_a_warning(
-    make_scheduler: Any, migrated: str, runtime_dsn: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, runtime_dsn: str, db: Any
 ) -> None:
     s = make_scheduler(tick_interval=0.2)
     s.register(_ok, name="solo", every="1h")

@@ -6,6 +6,7 @@ latest scheduled or started one."""
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 import pgsched
 from pgsched import Admin, Scope
+from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import count, db_now, row_by_id
 from tests.support.threads import Recorder, run_together
@@ -21,7 +23,7 @@ TENANTS = [Scope("tenant", "acme"), Scope("tenant", "beta")]
 
 
 def test_future_trigger_never_swallows_a_run_now(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     recorder = Recorder()
     s = make_scheduler()
@@ -38,6 +40,7 @@ def test_future_trigger_never_swallows_a_run_now(
     )
     now = s.trigger("flaky_sync")
     assert now.created and now.id != later.id, "a future trigger never holds a run-now"
+    assert later.id is not None
     held = s.trigger("flaky_sync")
     assert (held.id, held.created, held.status) == (now.id, False, "PENDING")
     same = s.trigger("flaky_sync", at=at)
@@ -58,13 +61,14 @@ def test_future_trigger_never_swallows_a_run_now(
 
 
 def test_summary_last_plan_ignores_future_and_cancelled_triggers(
-    make_scheduler: Any, migrated: str, runtime_dsn: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, runtime_dsn: str, db: Any
 ) -> None:
     plan = past_plan(db)
     s = make_scheduler()
     s.register(lambda run: None, name="flaky_sync", planner=FixedPlans(plan))
     assert s.run_once().succeeded == 1
     later = s.trigger("flaky_sync", at=db_now(db) + timedelta(days=400))
+    assert later.id is not None
     s.cancel(later.id)
     s.trigger("flaky_sync", at=db_now(db) + timedelta(days=500))  # still PENDING, ahead
     admin = Admin(dsn=runtime_dsn, schema=migrated)
@@ -79,7 +83,7 @@ def test_summary_last_plan_ignores_future_and_cancelled_triggers(
 
 
 def test_scoped_job_needs_a_scope_it_has(
-    make_scheduler: Any, migrated: str, runtime_dsn: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, runtime_dsn: str, db: Any
 ) -> None:
     recorder = Recorder()
     s = make_scheduler()
@@ -108,7 +112,7 @@ def test_scoped_job_needs_a_scope_it_has(
 
 
 def test_callable_scopes_are_checked_against_their_answer(
-    make_scheduler: Any, migrated: str, runtime_dsn: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, runtime_dsn: str, db: Any
 ) -> None:
     s = make_scheduler()
     s.register(
@@ -126,7 +130,9 @@ def test_callable_scopes_are_checked_against_their_answer(
         admin.trigger("computed", TENANTS[1])  # its replicas planned acme only
 
 
-def test_global_job_refuses_another_scope(make_scheduler: Any, migrated: str, db: Any) -> None:
+def test_global_job_refuses_another_scope(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
     s = make_scheduler()
     s.register(lambda run: None, name="plain", planner=FixedPlans(past_plan(db)))
     with pytest.raises(pgsched.ConfigError, match=r"'plain'.*global scope only"):
@@ -136,7 +142,7 @@ def test_global_job_refuses_another_scope(make_scheduler: Any, migrated: str, db
 
 
 def test_concurrent_run_nows_of_a_scope_make_one(
-    make_scheduler: Any, migrated: str, db: Any
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
     """One PENDING run-now per (job, scope), held by the trigger's scope lock since the ledger
     is partitioned (a partial unique index did before migration 14): eight operators pressing
@@ -146,7 +152,7 @@ def test_concurrent_run_nows_of_a_scope_make_one(
     admins = [make_scheduler(f"op{i}") for i in range(8)]
     for a in admins:
         a.register(lambda run: None, name="pressed", planner=FixedPlans(past_plan(db)))
-    results = run_together([lambda a=a: a.trigger("pressed") for a in admins])
+    results = run_together([functools.partial(a.trigger, "pressed") for a in admins])
     assert len({r.id for r in results}) == 1, results
     assert sum(r.created for r in results) == 1, results
     later = s.trigger("pressed", at=db_now(db) + timedelta(days=400))

@@ -21,8 +21,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from celery import Celery
 from celery.schedules import BaseSchedule, crontab, solar
@@ -64,9 +65,15 @@ def _entries(raw: str) -> dict[str, Any]:
 
 
 app.conf.beat_schedule = _entries(os.environ.get("CELERY_TEST_SCHEDULE", "{}"))
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
-@app.task(name="tests.record", bind=True)
+def task(**options: Any) -> Callable[[_F], _F]:
+    """``app.task`` typed (Celery has no type hints): the function is registered, and kept."""
+    return cast(Callable[[_F], _F], app.task(**options))
+
+
+@task(name="tests.record", bind=True)
 def record(self: Any, entry: str) -> None:
     _write(self.request, entry)
 
@@ -90,20 +97,20 @@ def _write(request: Any, entry: str, **more: Any) -> None:
         out.write(json.dumps(line) + "\n")
 
 
-@app.task(name="tests.fail", bind=True)
+@task(name="tests.fail", bind=True)
 def fail(self: Any, entry: str) -> None:
     _write(self.request, entry)
     raise ValueError(f"{entry} failed on purpose")
 
 
-@app.task(name="tests.flaky", bind=True)
+@task(name="tests.flaky", bind=True)
 def flaky(self: Any, entry: str) -> None:
     _write(self.request, entry)
     if self.request.retries == 0:
         raise self.retry(countdown=0.2, max_retries=1)
 
 
-@app.task(name="tests.slow", bind=True)
+@task(name="tests.slow", bind=True)
 def slow(self: Any, entry: str) -> None:
     _write(self.request, entry)
     time.sleep(float(os.environ.get("CELERY_TEST_SLOW_S", "3")))

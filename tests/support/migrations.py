@@ -22,7 +22,7 @@ def migrate_to(dsn: str, schema: str, last: str) -> None:
         for version, name, text in migration_files():
             if version > last:
                 break
-            conn.execute(sql.SQL(text).format(schema=sql.Identifier(schema)))  # type: ignore[arg-type]
+            conn.execute(sql.SQL(text).format(schema=sql.Identifier(schema)))
             conn.execute(
                 sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(
                     table(schema, "schema_migrations")

@@ -5,22 +5,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 T = TypeVar("T")
 
 
 def wait_until(
-    condition: Callable[[], T],
+    condition: Callable[[], T | Literal[False] | None],
     timeout: float,
     message: str | Callable[[], str],
     *,
     interval: float = 0.1,
 ) -> T:
-    """Poll ``condition`` until it returns something truthy, and return that; fail with
-    ``message`` (what was waited for, or a function saying what is still missing) once
-    ``timeout`` seconds have passed. An exception in ``condition`` ends the wait at once (so
-    a replica that died says so instead of timing out)."""
+    """Poll ``condition`` until it returns something truthy, and return that (never None or
+    False, so the type says neither); fail with ``message`` (what was waited for, or a
+    function saying what is still missing) once ``timeout`` seconds have passed. An exception
+    in ``condition`` ends the wait at once (so a replica that died says so instead of timing
+    out)."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()

@@ -8,6 +8,7 @@ import functools
 import inspect
 import itertools
 import typing
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -118,7 +119,7 @@ INVALID: list[tuple[dict[str, Any], str, str]] = [
     ("options", "field", "shown"), INVALID, ids=[f"{f}={v}" for _, f, v in INVALID]
 )
 def test_invalid_option_raises_config_error_naming_job_field_and_value(
-    options, field, shown
+    options: dict[str, Any], field: str, shown: str
 ) -> None:
     with pytest.raises(pgsched.ConfigError) as info:
         job(**options)
@@ -134,7 +135,7 @@ def test_invalid_option_raises_config_error_naming_job_field_and_value(
     [{}, {"every": "1m", "cron": "0 * * * *"}],
     ids=["neither", "both"],
 )
-def test_exactly_one_of_every_or_cron(options) -> None:
+def test_exactly_one_of_every_or_cron(options: dict[str, Any]) -> None:
     with pytest.raises(pgsched.ConfigError, match=r"'nightly_rollup'.*every.*cron"):
         job(**options)
 
@@ -149,7 +150,7 @@ def test_every_and_planner_together_are_refused() -> None:
 
 
 @pytest.mark.parametrize("name", ["", "x" * 201, "a\x00b", 42])
-def test_bad_job_names(name) -> None:
+def test_bad_job_names(name: object) -> None:
     with pytest.raises(pgsched.ConfigError, match="name"):
         job(every="1m", name=name)
 
@@ -173,13 +174,13 @@ def test_bad_dst_value_does_not_blame_the_cron_expression() -> None:
         {"dst_skipped": "never"},
     ],
 )
-def test_schedule_options_are_validated_with_every_too(options) -> None:
+def test_schedule_options_are_validated_with_every_too(options: dict[str, Any]) -> None:
     with pytest.raises(pgsched.ConfigError):
         job(every="1m", **options)
 
 
 @pytest.mark.parametrize("expr", ["R * * * *", "0 R * * *"])
-def test_random_cron_fields_are_refused(expr) -> None:
+def test_random_cron_fields_are_refused(expr: str) -> None:
     with pytest.raises(pgsched.ConfigError):
         job(cron=expr)
 
@@ -221,7 +222,9 @@ def test_defaults() -> None:
         (1, timedelta(seconds=61), timedelta(seconds=61) / 3),
     ],
 )
-def test_stale_timeout_and_heartbeat_defaults(run_timeout, stale, beat) -> None:
+def test_stale_timeout_and_heartbeat_defaults(
+    run_timeout: str | int, stale: timedelta, beat: timedelta
+) -> None:
     spec = job(every="1m", run_timeout=run_timeout)
     assert spec.stale_timeout == stale
     assert spec.heartbeat_interval == beat
@@ -241,7 +244,8 @@ def test_spec_example_job_is_accepted() -> None:
         name="tenant_report",
         cron="0 9 * * 1-5",
         timezone="Europe/Berlin",
-        scopes=lambda now: [pgsched.Scope("tenant", t) for t in (1, 2)],
+        # int ids are accepted (stored as text), though Scope.id is typed str
+        scopes=lambda now: [pgsched.Scope("tenant", t) for t in (1, 2)],  # type: ignore[arg-type]
         catch_up="every_plan",
         catch_up_window="1d",
         max_plans_per_tick=10,
@@ -287,10 +291,11 @@ def test_scope_callables_sync_and_async() -> None:
 
     def sync_scopes(t: datetime) -> list[pgsched.Scope]:
         seen.append(t)
-        return [pgsched.Scope("tenant", 1), pgsched.Scope("tenant", 1), pgsched.Scope("x", 2)]
+        # int ids are accepted (stored as text), though Scope.id is typed str
+        return [pgsched.Scope("tenant", 1), pgsched.Scope("tenant", 1), pgsched.Scope("x", 2)]  # type: ignore[arg-type]
 
     async def async_scopes(t: datetime) -> list[pgsched.Scope]:
-        return [pgsched.Scope("tenant", 3)]
+        return [pgsched.Scope("tenant", 3)]  # type: ignore[arg-type]
 
     got = asyncio.run(evaluate_scopes(job(every="1m", scopes=sync_scopes), now))
     assert list(got) == [pgsched.Scope("tenant", "1"), pgsched.Scope("x", "2")]
@@ -331,7 +336,9 @@ class _SyncCallable:
         (lambda run: None, "lam", False),
     ],
 )
-def test_async_handlers_are_detected(handler, name, expected) -> None:
+def test_async_handlers_are_detected(
+    handler: Callable[[pgsched.Run], object], name: str | None, expected: bool
+) -> None:
     spec = build_job(handler, every="1m", name=name)
     assert spec.is_async is expected
 
@@ -410,7 +417,8 @@ def test_scheduler_refuses_duplicate_job_names_without_connecting() -> None:
     with pytest.raises(pgsched.ConfigError, match="'nightly_rollup'"):
         scheduler.register(async_rollup, name="nightly_rollup", cron="0 * * * *")
     assert list(scheduler.jobs) == ["nightly_rollup"]
-    assert scheduler.jobs["nightly_rollup"].schedule.every == timedelta(minutes=1)
+    schedule = scheduler.jobs["nightly_rollup"].schedule
+    assert isinstance(schedule, CadenceRecurrence) and schedule.every == timedelta(minutes=1)
 
 
 def test_scheduler_decorator_registers_and_upcoming_lists_plans() -> None:
@@ -474,7 +482,7 @@ def test_every_option_is_typed_and_described_once_in_job_options() -> None:
 def test_an_unknown_option_is_a_config_error_naming_job_and_option() -> None:
     s = pgsched.Scheduler(dsn="postgresql://localhost/x")
     with pytest.raises(pgsched.ConfigError) as err:
-        s.register(lambda run: None, name="nightly", every="1h", max_attemps=3)
+        s.register(lambda run: None, name="nightly", every="1h", max_attemps=3)  # type: ignore[call-arg]
     assert (
         str(err.value)
         == "job 'nightly': unknown option 'max_attemps' (did you mean 'max_attempts'?)"
@@ -486,7 +494,7 @@ def test_an_unknown_option_of_an_unnamed_handler_names_the_function() -> None:
     def rollup(run: pgsched.Run) -> None: ...
 
     with pytest.raises(pgsched.ConfigError, match=r"job 'rollup': unknown option 'evry'"):
-        pgsched.Scheduler(dsn="postgresql://localhost/x").register(rollup, evry="1h")
+        pgsched.Scheduler(dsn="postgresql://localhost/x").register(rollup, evry="1h")  # type: ignore[call-arg]
 
 
 # -- after a crash: allow_stale_reentry's default ---------------------------------------------
@@ -536,7 +544,8 @@ def test_the_decorator_refuses_an_unknown_option_with_a_config_error_and_a_hint(
     option: str, hint: str
 ) -> None:
     s = pgsched.Scheduler(dsn="postgresql://localhost/x")
-    decorate = s.job(every="5m", **{option: 3})
+    unknown: dict[str, Any] = {option: 3}
+    decorate = s.job(every="5m", **unknown)
     with pytest.raises(pgsched.ConfigError) as err:
 
         @decorate
@@ -545,7 +554,7 @@ def test_the_decorator_refuses_an_unknown_option_with_a_config_error_and_a_hint(
     assert str(err.value).startswith(f"job 'rollup': unknown option {option!r} {hint}"), err.value
     assert s.jobs == {}
     with pytest.raises(pgsched.ConfigError, match=f"job 'named': unknown option {option!r}"):
-        s.register(nightly_rollup, name="named", every="5m", **{option: 3})
+        s.register(nightly_rollup, name="named", every="5m", **unknown)
 
 
 # -- control characters in names ---------------------------------------------------------------

@@ -249,12 +249,12 @@ def run_cases(seed: int = SEED, cases: int = CASES) -> tuple[Counter[str], list[
             if ours == theirs:
                 figures["agreements"] += 1
                 continue
-            kind = difference_kind(expr, schedule, ours, theirs, start)
-            if kind is None:
+            difference = difference_kind(expr, schedule, ours, theirs, start)
+            if difference is None:
                 direction = "previous" if back else "next"
                 failures.append(f"{expr!r} {tz.key} {start} {direction}: {ours} != {theirs}")
             else:
-                figures[f"documented {kind}"] += 1
+                figures[f"documented {difference}"] += 1
     return figures, failures
 
 

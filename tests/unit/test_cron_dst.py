@@ -14,8 +14,16 @@ from pgsched._planning.recurrence import CronRecurrence
 DAY = timedelta(days=1)
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
+def utc(
+    year: int,
+    month: int,
+    day: int,
+    hour: int = 0,
+    minute: int = 0,
+    second: int = 0,
+    microsecond: int = 0,
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, microsecond, tzinfo=UTC)
 
 
 def local_midnight(tz: ZoneInfo, d: date) -> datetime:
@@ -77,7 +85,7 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("zone", DST_ZONES)
-def test_helper_finds_two_dst_days_a_year(zone) -> None:
+def test_helper_finds_two_dst_days_a_year(zone: str) -> None:
     days = dst_days(zone, range(2026, 2029))
     assert [kind for _, kind in days].count("spring") == 3
     assert [kind for _, kind in days].count("fall") == 3
@@ -85,7 +93,7 @@ def test_helper_finds_two_dst_days_a_year(zone) -> None:
 
 @pytest.mark.parametrize("expr", sorted(EXPECTED))
 @pytest.mark.parametrize("zone", DST_ZONES)
-def test_fires_per_local_day_on_dst_days_2026_2028(zone, expr) -> None:
+def test_fires_per_local_day_on_dst_days_2026_2028(zone: str, expr: str) -> None:
     schedule = CronRecurrence(expr, ZoneInfo(zone))
     for d, kind in dst_days(zone, range(2026, 2029)):
         for day, k in ((d, kind), (d - 7 * DAY, "normal")):
@@ -120,7 +128,7 @@ def test_repeated_wall_time_fires_once_at_its_first_occurrence_new_york() -> Non
 @pytest.mark.parametrize(
     ("d", "count"), [(date(2027, 10, 31), 25), (date(2027, 3, 28), 23), (date(2027, 6, 1), 24)]
 )
-def test_hourly_follows_elapsed_time_in_berlin(d, count) -> None:
+def test_hourly_follows_elapsed_time_in_berlin(d: date, count: int) -> None:
     for expr in ("0 * * * *", "@hourly"):
         plans = fires_on(CronRecurrence(expr, ZoneInfo("Europe/Berlin")), d)
         assert len(plans) == count
@@ -253,7 +261,9 @@ def test_sao_paulo_historical_midnight_dst_and_none_now() -> None:
         ("America/Asuncion", timedelta(hours=-3)),
     ],
 )
-def test_zones_without_dst_fire_every_day_at_the_same_utc_time(zone, offset) -> None:
+def test_zones_without_dst_fire_every_day_at_the_same_utc_time(
+    zone: str, offset: timedelta
+) -> None:
     tz = ZoneInfo(zone)
     s = CronRecurrence("30 2 * * *", tz)
     plans = s.plans_between(utc(2027, 1, 1), utc(2028, 1, 1))
@@ -278,7 +288,9 @@ def test_zones_without_dst_fire_every_day_at_the_same_utc_time(zone, offset) -> 
         ("0 * * * *", "America/New_York", utc(2027, 11, 7, 0)),
     ],
 )
-def test_elapsed_time_expressions_match_a_minute_by_minute_scan(expr, zone, start) -> None:
+def test_elapsed_time_expressions_match_a_minute_by_minute_scan(
+    expr: str, zone: str, start: datetime
+) -> None:
     tz = ZoneInfo(zone)
     end = start + timedelta(hours=12)
     expected = []
@@ -316,7 +328,7 @@ def test_leap_day_only_expression_finds_the_next_leap_year() -> None:
         ("30 23 * * *", "America/Santiago"),
     ],
 )
-def test_upcoming_is_strictly_increasing_aware_utc(expr, zone) -> None:
+def test_upcoming_is_strictly_increasing_aware_utc(expr: str, zone: str) -> None:
     s = CronRecurrence(expr, ZoneInfo(zone))
     after = utc(2027, 3, 26)
     got = s.upcoming(after, 60)

@@ -24,7 +24,7 @@ from pgsched._dsn import redact, resolve_dsn
         ("postgresql://user@host/db?password=secret", "postgresql://user@host/db?password=***"),
     ],
 )
-def test_redact_forms(text, expected) -> None:
+def test_redact_forms(text: str, expected: str) -> None:
     assert redact(text) == expected
     assert "secret" not in redact(text)
 
@@ -61,7 +61,7 @@ def test_redact_every_occurrence() -> None:
         "",
     ],
 )
-def test_redact_leaves_text_without_passwords_alone(text) -> None:
+def test_redact_leaves_text_without_passwords_alone(text: str) -> None:
     assert redact(text) == text
 
 

@@ -26,7 +26,7 @@ def job(**options: Any) -> Any:
 
 
 def row(next_plan: datetime | None, **cols: Any) -> dict[str, Any]:
-    base = {
+    base: dict[str, Any] = {
         "scope_kind": "user",
         "scope_id": "1",
         "every_us": None,
@@ -49,9 +49,10 @@ def row(next_plan: datetime | None, **cols: Any) -> dict[str, Any]:
 def due(next_plan: datetime, **cols: Any) -> DueSchedule:
     """The due schedule a claim reads: ``row``'s spec, window and next plan."""
     full = row(next_plan, **cols)
-    return DueSchedule(
-        **{f: full.get(f) for f in DueSchedule._fields if f not in ("now", "tid")}, now=T0
-    )
+    fields: dict[str, Any] = {
+        f: full.get(f) for f in DueSchedule._fields if f not in ("now", "tid")
+    }
+    return DueSchedule(**fields, now=T0)
 
 
 @pytest.mark.parametrize(
@@ -171,7 +172,7 @@ def test_public_read_result_is_aware_utc() -> None:
 
 
 # Specs a bulk put repeats (cadences and crons, zones, windows) and next plans around now.
-_SPECS = [
+_SPECS: list[dict[str, Any]] = [
     {"every_us": 60_000_000},
     {"every_us": 420_000_000, "timezone": "Europe/Berlin"},
     {"every_us": None, "cron": "*/5 9-17 * * 1-5", "timezone": "America/New_York"},

@@ -465,7 +465,7 @@ def _timed_step(
 
     async def timed() -> None:
         await _execution._StepTimed(
-            handler(), None, lambda _, step, wait, gc_s: steps.append((step, wait, gc_s))
+            handler(), lease(job()), lambda _, step, wait, gc_s: steps.append((step, wait, gc_s))
         )
 
     asyncio.run(timed())

@@ -6,6 +6,7 @@ import inspect
 import time
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,7 @@ def test_global_scope() -> None:
         (None, "a"),
     ],
 )
-def test_bad_scopes(kind, ident) -> None:
+def test_bad_scopes(kind: Any, ident: Any) -> None:
     with pytest.raises(pgsched.ConfigError) as info:
         Scope(kind, ident)
     assert isinstance(info.value, ValueError)
@@ -56,7 +57,9 @@ def test_bad_scopes(kind, ident) -> None:
         ("tenant", "a\x00b", "Scope id='a\\x00b' contains a control character (NUL)"),
     ],
 )
-def test_control_characters_are_refused_naming_field_and_value(kind, ident, message) -> None:
+def test_control_characters_are_refused_naming_field_and_value(
+    kind: str, ident: str, message: str
+) -> None:
     with pytest.raises(pgsched.ConfigError) as info:
         Scope(kind, ident)
     assert str(info.value) == message
@@ -81,7 +84,7 @@ def test_scope_parse() -> None:
 
 
 @pytest.mark.parametrize("text", ["tenant", "tenant:", ":a", ":", "", "ten\x00ant:a"])
-def test_scope_parse_bad_forms(text) -> None:
+def test_scope_parse_bad_forms(text: str) -> None:
     with pytest.raises(pgsched.ConfigError):
         Scope.parse(text)
 
@@ -91,8 +94,8 @@ def test_scopes_order_and_hash() -> None:
     assert sorted(scopes) == [Scope("t", "a"), Scope("t", "b")]
 
 
-def make_run(**overrides) -> Run:
-    fields = dict(
+def make_run(**overrides: Any) -> Run:
+    fields: dict[str, Any] = dict(
         job="rollup",
         scope=Scope("tenant", "1"),
         plan_time=datetime(2027, 1, 1, tzinfo=UTC),

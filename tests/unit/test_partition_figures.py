@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from pgsched._engine.figures import LOOK_AGAIN_AFTER, LedgerFigures
 from pgsched._records import PartitionFigures as Figures
-from pgsched._storage.store import Store
+from pgsched._storage.store import Conn, Store
 from tests.unit.engine_fakes import PLAN, claim
 
 DAY = timedelta(days=1)
@@ -45,6 +45,10 @@ def part(
     return Figures(name, lo, lo + DAY, unanalyzed, empty, outgrown, rows)
 
 
+# The fake store never reads the connection the figures pass it.
+NO_CONN = cast(Conn, None)
+
+
 def claims_at(*plans: datetime, kind: str = "won") -> list[Any]:
     return [claim(plan=p, kind=kind) for p in plans]
 
@@ -56,10 +60,10 @@ def figures(store: FigureStore) -> LedgerFigures:
 def test_a_partition_without_figures_is_analyzed_once_then_never_looked_up_again() -> None:
     store = FigureStore([part("today", TODAY, unanalyzed=True)])
     known = figures(store)
-    asyncio.run(known.after_claim(None, claims_at(PLAN, PLAN + timedelta(minutes=1))))
+    asyncio.run(known.after_claim(NO_CONN, claims_at(PLAN, PLAN + timedelta(minutes=1))))
     assert store.analyzed == ["today"]
     assert store.looked_up == [(PLAN, PLAN + timedelta(minutes=1))]
-    asyncio.run(known.after_claim(None, claims_at(PLAN + timedelta(hours=1))))
+    asyncio.run(known.after_claim(NO_CONN, claims_at(PLAN + timedelta(hours=1))))
     assert (store.analyzed, len(store.looked_up)) == (["today"], 1)
 
 
@@ -67,7 +71,7 @@ def test_a_partition_with_figures_is_remembered_without_analyzing() -> None:
     store = FigureStore([part("today", TODAY)])
     known = figures(store)
     for _ in range(3):
-        asyncio.run(known.after_claim(None, claims_at(PLAN)))
+        asyncio.run(known.after_claim(NO_CONN, claims_at(PLAN)))
     assert (store.analyzed, len(store.looked_up)) == ([], 1)
 
 
@@ -76,12 +80,12 @@ def test_an_empty_partition_is_looked_up_again_and_the_next_day_on_its_own() -> 
     the next day's plans looks up that partition: the first one's span does not hold them."""
     store = FigureStore([part("today", TODAY, empty=True)])
     known = figures(store)
-    asyncio.run(known.after_claim(None, claims_at(PLAN)))
+    asyncio.run(known.after_claim(NO_CONN, claims_at(PLAN)))
     store.parts["today"] = part("today", TODAY, unanalyzed=True)
-    asyncio.run(known.after_claim(None, claims_at(PLAN)))
+    asyncio.run(known.after_claim(NO_CONN, claims_at(PLAN)))
     assert (store.analyzed, len(store.looked_up)) == (["today"], 2)
     store.parts["tomorrow"] = part("tomorrow", TODAY + DAY, unanalyzed=True)
-    asyncio.run(known.after_claim(None, claims_at(PLAN + DAY)))
+    asyncio.run(known.after_claim(NO_CONN, claims_at(PLAN + DAY)))
     assert store.analyzed == ["today", "tomorrow"]
 
 
@@ -90,11 +94,11 @@ def test_only_new_plans_count_and_plans_with_no_partition_are_remembered() -> No
     own) are autovacuum's, looked up once."""
     store = FigureStore([])
     known = figures(store)
-    asyncio.run(known.after_claim(None, claims_at(PLAN, kind="retry")))
-    asyncio.run(known.after_claim(None, claims_at(PLAN, kind="stole")))
+    asyncio.run(known.after_claim(NO_CONN, claims_at(PLAN, kind="retry")))
+    asyncio.run(known.after_claim(NO_CONN, claims_at(PLAN, kind="stole")))
     assert store.looked_up == []
-    asyncio.run(known.after_claim(None, claims_at(PLAN)))
-    asyncio.run(known.after_claim(None, claims_at(PLAN)))
+    asyncio.run(known.after_claim(NO_CONN, claims_at(PLAN)))
+    asyncio.run(known.after_claim(NO_CONN, claims_at(PLAN)))
     assert (store.analyzed, store.looked_up) == ([], [(PLAN, PLAN)])
 
 
@@ -104,24 +108,24 @@ def test_a_remembered_partition_is_looked_up_again_once_this_replica_filled_it_a
     count that lookup read sets the next one."""
     store = FigureStore([part("today", TODAY, rows=5_000)])
     known = figures(store)
-    asyncio.run(known.after_claim(None, claims_at(PLAN)))
-    asyncio.run(known.after_claim(None, claims_at(*[PLAN] * 4_999)))  # the claims that fill it
+    asyncio.run(known.after_claim(NO_CONN, claims_at(PLAN)))
+    asyncio.run(known.after_claim(NO_CONN, claims_at(*[PLAN] * 4_999)))  # the claims that fill it
     assert (store.analyzed, len(store.looked_up)) == ([], 1)
     store.parts["today"] = part("today", TODAY, outgrown=True, rows=20_000)
-    asyncio.run(known.after_claim(None, claims_at(PLAN)))
+    asyncio.run(known.after_claim(NO_CONN, claims_at(PLAN)))
     assert (store.analyzed, len(store.looked_up)) == (["today"], 2)
     for _ in range(3):
-        asyncio.run(known.after_claim(None, claims_at(PLAN)))
+        asyncio.run(known.after_claim(NO_CONN, claims_at(PLAN)))
     assert len(store.looked_up) == 2
 
 
 def test_a_small_partition_is_looked_up_again_after_a_thousand_rows_kept_if_not_outgrown() -> None:
     store = FigureStore([part("today", TODAY, rows=64)])
     known = figures(store)
-    asyncio.run(known.after_claim(None, claims_at(PLAN)))  # looked up, remembered
-    asyncio.run(known.after_claim(None, claims_at(*[PLAN] * (LOOK_AGAIN_AFTER - 1))))
+    asyncio.run(known.after_claim(NO_CONN, claims_at(PLAN)))  # looked up, remembered
+    asyncio.run(known.after_claim(NO_CONN, claims_at(*[PLAN] * (LOOK_AGAIN_AFTER - 1))))
     assert len(store.looked_up) == 1
-    asyncio.run(known.after_claim(None, claims_at(PLAN)))  # the 1,000th row since: look again
+    asyncio.run(known.after_claim(NO_CONN, claims_at(PLAN)))  # the 1,000th row since: look again
     assert (store.analyzed, len(store.looked_up)) == ([], 2)
-    asyncio.run(known.after_claim(None, claims_at(PLAN)))
+    asyncio.run(known.after_claim(NO_CONN, claims_at(PLAN)))
     assert len(store.looked_up) == 2

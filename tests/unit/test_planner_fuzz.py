@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import pgsched
 from pgsched._config import build_job
-from pgsched._planning.recurrence import CronRecurrence
+from pgsched._planning.recurrence import CronRecurrence, DstRepeated, DstSkipped
 from pgsched._results import MAX_RESULT_BYTES, Encoded, InvalidResult, encode_result
 from pgsched._times import parse_duration
 
@@ -143,7 +143,13 @@ def _aware_utc(p: datetime) -> bool:
 )
 @example("0 0 31 2 *", ("Europe/Berlin", datetime(2027, 1, 1, tzinfo=UTC)), None, None, US)
 @example("* * * * *", ("Australia/Lord_Howe", datetime(2026, 4, 4, 15, tzinfo=UTC)), None, None, US)
-def test_random_expressions_in_random_zones(expr, zone_t, repeated, skipped, span) -> None:
+def test_random_expressions_in_random_zones(
+    expr: str,
+    zone_t: tuple[str, datetime],
+    repeated: DstRepeated | None,
+    skipped: DstSkipped | None,
+    span: timedelta,
+) -> None:
     zone, t = zone_t
     s = CronRecurrence(expr, ZoneInfo(zone), repeated, skipped)  # valid: never raises
     nxt = s.next_after(t)
@@ -167,7 +173,7 @@ def test_random_expressions_in_random_zones(expr, zone_t, repeated, skipped, spa
 
 @settings(max_examples=25, deadline=None)
 @given(expressions, zones)
-def test_build_job_accepts_a_random_expression_unless_it_never_fires(expr, zone) -> None:
+def test_build_job_accepts_a_random_expression_unless_it_never_fires(expr: str, zone: str) -> None:
     try:
         spec = build_job(handler, name="fuzz", cron=expr, timezone=zone)
     except pgsched.ConfigError as exc:
@@ -188,7 +194,9 @@ ELAPSED = {
 
 @FAST
 @given(zone_and_instant(), st.sampled_from(sorted(ELAPSED)))
-def test_elapsed_time_expressions_match_a_minute_scan_in_random_zones(zone_t, expr) -> None:
+def test_elapsed_time_expressions_match_a_minute_scan_in_random_zones(
+    zone_t: tuple[str, datetime], expr: str
+) -> None:
     """``*``/step hours follow elapsed time (the README's DST rules): every real instant whose
     local time matches fires (oracle: the wall time of each UTC minute of the range)."""
     zone, t = zone_t
@@ -323,7 +331,9 @@ duration_values: st.SearchStrategy[Any] = st.one_of(
 @example(timedelta.min, True)
 @example("36500d", True)
 @example("36500d 1s", True)
-def test_parse_duration_is_a_timedelta_in_range_or_a_config_error(value, allow_zero) -> None:
+def test_parse_duration_is_a_timedelta_in_range_or_a_config_error(
+    value: object, allow_zero: bool
+) -> None:
     try:
         result = parse_duration(value, field="fuzz_field", job="fuzz_job", allow_zero=allow_zero)
     except pgsched.ConfigError as exc:

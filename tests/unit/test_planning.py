@@ -11,10 +11,12 @@ import pytest
 from pgsched._planning.recurrence import (
     EPOCH,
     CadenceRecurrence,
+    CatchUp,
     CronRecurrence,
     DuePlans,
     HookRecurrence,
     PlanCursor,
+    Recurrence,
     count_plans_between,
     jitter_offset,
 )
@@ -22,8 +24,16 @@ from pgsched._planning.recurrence import (
 US = timedelta(microseconds=1)
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
+def utc(
+    year: int,
+    month: int,
+    day: int,
+    hour: int = 0,
+    minute: int = 0,
+    second: int = 0,
+    microsecond: int = 0,
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, microsecond, tzinfo=UTC)
 
 
 def minutes(n: float) -> timedelta:
@@ -61,7 +71,7 @@ def test_cadence_instant_on_a_plan_is_its_own_latest_and_not_its_next() -> None:
         timedelta(milliseconds=250),
     ],
 )
-def test_cadence_plans_are_multiples_of_the_cadence_since_the_unix_epoch(every) -> None:
+def test_cadence_plans_are_multiples_of_the_cadence_since_the_unix_epoch(every: timedelta) -> None:
     s = CadenceRecurrence(every)
     t = utc(2027, 6, 15, 13, 47, 12, 345678)
     latest = s.latest_at_or_before(t)
@@ -124,13 +134,13 @@ def test_cadence_plans_between_is_start_exclusive_end_inclusive() -> None:
         (utc(2027, 1, 1, 12, 3), utc(2027, 1, 1, 12, 4)),
     ],
 )
-def test_cadence_count_between_matches_plans_between(start, end) -> None:
+def test_cadence_count_between_matches_plans_between(start: datetime, end: datetime) -> None:
     s = CadenceRecurrence(minutes(5))
     assert s.count_between(start, end) == len(s.plans_between(start, end))
 
 
 @pytest.mark.parametrize("every", [timedelta(0), timedelta(seconds=-1)])
-def test_cadence_refuses_non_positive(every) -> None:
+def test_cadence_refuses_non_positive(every: timedelta) -> None:
     with pytest.raises(ValueError):
         CadenceRecurrence(every)
 
@@ -186,13 +196,13 @@ def test_hook_schedule_normalises_to_sorted_unique_utc_within_the_range() -> Non
 
 
 def cursor(
-    schedule=None,
+    schedule: Recurrence | None = None,
     *,
-    catch_up="latest_only",
-    delay=timedelta(0),
-    window=timedelta(days=1),
-    max_lateness=None,
-    limit=1000,
+    catch_up: CatchUp = "latest_only",
+    delay: timedelta = timedelta(0),
+    window: timedelta = timedelta(days=1),
+    max_lateness: timedelta | None = None,
+    limit: int = 1000,
 ) -> PlanCursor:
     return PlanCursor(
         schedule or CadenceRecurrence(minutes(5)),
@@ -288,7 +298,7 @@ def test_zero_max_lateness_keeps_only_a_plan_exactly_at_the_horizon() -> None:
 
 
 @pytest.mark.parametrize("catch_up", ["latest_only", "every_plan"])
-def test_no_plans_gives_nothing_due(catch_up) -> None:
+def test_no_plans_gives_nothing_due(catch_up: CatchUp) -> None:
     never = CronRecurrence("0 0 31 2 *", ZoneInfo("UTC"))
     c = cursor(never, catch_up=catch_up)
     assert c.due(utc(2027, 1, 1)) == DuePlans([], [])
@@ -296,7 +306,7 @@ def test_no_plans_gives_nothing_due(catch_up) -> None:
 
 
 @pytest.mark.parametrize("catch_up", ["latest_only", "every_plan"])
-def test_memoised_cursor_follows_time_and_returns_fresh_lists(catch_up) -> None:
+def test_memoised_cursor_follows_time_and_returns_fresh_lists(catch_up: CatchUp) -> None:
     c = cursor(catch_up=catch_up, window=minutes(10))
     first = c.due(utc(2027, 1, 1, 12, 6))
     first.plans.append(utc(2000, 1, 1))  # a caller mutating its copy must not poison the memo

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pgsched._planning.recurrence import (
     EPOCH,
     CadenceRecurrence,
+    CatchUp,
     CronRecurrence,
     PlanCursor,
     Recurrence,
@@ -72,7 +73,9 @@ def check_next_latest(s: Recurrence, t: datetime, fracs: list[float]) -> None:
     assert latest <= t
     assert nxt.utcoffset() == timedelta(0) and latest.utcoffset() == timedelta(0)
     assert s.latest_at_or_before(nxt) == nxt
-    assert s.next_after(latest) == nxt or s.next_after(latest) <= t
+    after_latest = s.next_after(latest)
+    assert after_latest is not None
+    assert after_latest == nxt or after_latest <= t
     # nothing lies strictly between latest and next
     assert s.plans_between(latest, nxt) == [nxt]
     for f in fracs:
@@ -84,7 +87,7 @@ def check_next_latest(s: Recurrence, t: datetime, fracs: list[float]) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(cadences, instants, fractions)
-def test_cadence_next_and_latest(every, t, fracs) -> None:
+def test_cadence_next_and_latest(every: timedelta, t: datetime, fracs: list[float]) -> None:
     s = CadenceRecurrence(every)
     check_next_latest(s, t, fracs)
     latest = s.latest_at_or_before(t)
@@ -94,7 +97,7 @@ def test_cadence_next_and_latest(every, t, fracs) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(crons, any_instant, fractions)
-def test_cron_next_and_latest(s, t, fracs) -> None:
+def test_cron_next_and_latest(s: CronRecurrence, t: datetime, fracs: list[float]) -> None:
     check_next_latest(s, t, fracs)
 
 
@@ -106,7 +109,9 @@ def test_cron_next_and_latest(s, t, fracs) -> None:
     st.floats(min_value=0, max_value=1),
     st.floats(min_value=0, max_value=1),
 )
-def test_plans_between_is_sorted_unique_and_consistent_with_subranges(s, t, span, f1, f2) -> None:
+def test_plans_between_is_sorted_unique_and_consistent_with_subranges(
+    s: Recurrence, t: datetime, span: timedelta, f1: float, f2: float
+) -> None:
     if isinstance(s, CadenceRecurrence):
         assume(span / s.every < 5000)
     start, end = t, t + span
@@ -203,7 +208,14 @@ steps = st.lists(
     deltas=[timedelta(0), timedelta(minutes=4), timedelta(minutes=1), timedelta(hours=3)],
 )
 def test_long_lived_cursor_matches_fresh_cursors_and_the_spec(
-    s, catch_up, delay, window, max_lateness, limit, t0, deltas
+    s: Recurrence,
+    catch_up: CatchUp,
+    delay: timedelta,
+    window: timedelta,
+    max_lateness: timedelta | None,
+    limit: int,
+    t0: datetime,
+    deltas: list[timedelta],
 ) -> None:
     def make() -> PlanCursor:
         return PlanCursor(

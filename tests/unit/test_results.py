@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import psycopg
 import pytest
@@ -26,7 +27,7 @@ def test_none() -> None:
 
 
 @pytest.mark.parametrize("rows", [0, 1, 12345, -1, 2**63 - 1, -(2**63)])
-def test_int_rows(rows) -> None:
+def test_int_rows(rows: int) -> None:
     assert encode_result(rows) == Encoded(rows, None)
 
 
@@ -61,11 +62,11 @@ def test_size_is_measured_in_utf8_bytes() -> None:
         encode_result(pgsched.Result(data="é" * 9000))
 
 
-def _deep(n: int) -> list:
-    root: list = []
+def _deep(n: int) -> list[Any]:
+    root: list[Any] = []
     node = root
     for _ in range(n):
-        child: list = []
+        child: list[Any] = []
         node.append(child)
         node = child
     return root
@@ -104,13 +105,13 @@ def _deep(n: int) -> list:
     ],
     ids=lambda v: type(v).__name__ if not isinstance(v, pgsched.Result) else "Result",
 )
-def test_invalid_results_raise_invalid_result(value) -> None:
+def test_invalid_results_raise_invalid_result(value: object) -> None:
     with pytest.raises(InvalidResult):
         encode_result(value)
 
 
 def test_deep_dict_nesting_is_invalid_not_a_crash() -> None:
-    root: dict = {}
+    root: dict[str, Any] = {}
     node = root
     for _ in range(10_000):
         node["k"] = {}

@@ -118,6 +118,7 @@ def test_every_plan_claims_the_plans_due_before_the_pause_first() -> None:
     pause = {"paused_at": T + H + 30 * 60 * TICK, "resumed_at": T + 3 * H + 30 * 60 * TICK}
     d = decide_cursor(j, spec_key(j.schedule), due(j, T + H, **pause), T + 4 * H + TICK, TICK)
     assert (d.move.plans, d.skips) == ((T + H,), ())
+    assert d.move.next_plan is not None
     after = decide_cursor(
         j, spec_key(j.schedule), due(j, d.move.next_plan, **pause), T + 4 * H + TICK, TICK
     )

@@ -3,6 +3,7 @@ attempt of its execution, its success, or its failure with the traceback."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any
 
@@ -85,7 +86,9 @@ def test_the_workers_final_outcome_is_the_executions_status(redis_rig: CeleryRig
 
         # Each failed in the worker: FAILED, whether its outcome came before or after the
         # beat wrote its publish (a task of milliseconds often ends first).
-        bad = [wait_until(lambda i=i: ended(i, "FAILED"), 40, f"{i} FAILED") for i in bad_ids]
+        bad = [
+            wait_until(functools.partial(ended, i, "FAILED"), 40, f"{i} FAILED") for i in bad_ids
+        ]
 
         def retried_then_succeeded() -> Any:
             run = admin.run(flaky_id)

@@ -166,7 +166,7 @@ def _apply_first_migration_only(conn: psycopg.Connection[Any], schema: str) -> N
                 " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
             ).format(ident)
         )
-        conn.execute(sql.SQL(first.read_text()).format(schema=ident))  # type: ignore[arg-type]
+        conn.execute(sql.SQL(first.read_text()).format(schema=ident))
         conn.execute(
             sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES ('0001', %s)").format(
                 ident
@@ -249,7 +249,8 @@ def running_cluster(dsn: str, workdir: Path) -> Iterator[Cluster]:
     try:
         _prepare(conn, dsn, schemas[0], schemas[2])
         replicas = _start_all(workdir, dsn, schemas)
-        cluster = Cluster(dsn, schemas[0], schemas[1], conn, *replicas)
+        main, quiet, nomig, old = replicas
+        cluster = Cluster(dsn, schemas[0], schemas[1], conn, main, quiet, nomig, old)
         cluster.replicas = replicas
         main = cluster.main
         wait_until(

@@ -16,6 +16,7 @@ from tests.acceptance.http.cluster import (
     SEEDED_GAP_S,
     TOKEN,
     Cluster,
+    Scrape,
     scrape,
     seed_job,
     seed_run,
@@ -44,6 +45,7 @@ def test_metrics_expose_spec_names_types_and_labels(cluster: Cluster) -> None:
         15,
         "series in every family",
     )
+    assert isinstance(m, Scrape)
     for name, (kind, labels, sample) in EXPECTED_METRICS.items():
         family = m.families.get(name)
         assert family is not None, f"{name} missing from /metrics"

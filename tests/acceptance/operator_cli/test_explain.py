@@ -38,7 +38,8 @@ def _paused_spans(ops: Ops) -> list[dict[str, Any]]:
             f"SELECT * FROM {table(ops.schema, 'cron_skips').as_string(ops.db)}"
             " WHERE job_name = 'tick' AND reason = 'paused'"
         )
-        return cur.fetchall()
+        spans: list[dict[str, Any]] = cur.fetchall()
+        return spans
 
 
 def test_explain_shows_the_plans_skipped_while_paused(bare_ops: Ops) -> None:

@@ -133,7 +133,7 @@ def _seed_runs(ops: Ops) -> None:
 
 
 def _runs_json(ops: Ops, *args: str) -> list[dict[str, Any]]:
-    runs = json.loads(ops.ok("runs", "--json", *args))["runs"]
+    runs: list[dict[str, Any]] = json.loads(ops.ok("runs", "--json", *args))["runs"]
     plans = [datetime.fromisoformat(r["plan_time"]) for r in runs]
     assert plans == sorted(plans, reverse=True), "runs are listed newest plan first"
     return runs

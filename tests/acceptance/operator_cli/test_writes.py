@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from psycopg import sql
@@ -247,7 +248,7 @@ def test_prune_deletes_old_finished_rows_in_batches(ops: Ops) -> None:
     )
     now = db_now(db)
     old, recent = now - timedelta(days=60), now - timedelta(days=1)
-    special = {
+    special: dict[str, dict[str, Any]] = {
         "pending": dict(status="PENDING", trigger="manual"),
         "running": dict(status="RUNNING", started_at=old, stale_after=now + HOUR),
         "failed_retry": dict(
