@@ -363,8 +363,9 @@ def test_blackhole_inside_a_claim_transaction(
         ready = run.begin(replicas, via_proxy=True, faketime=None)
         quiet_phase(run, QUIET_S)
         # The job name "tx" as a length-prefixed text parameter: sent by the claim statements
-        # of a "tx" claim transaction (after its claim_begin). A tick claims "plain" first, so
-        # a replica sending it often holds the "plain" leases it has just claimed.
+        # of a "tx" claim transaction (after its claim_begin). A tick claims "plain" first (its
+        # priority is higher), so a replica sending it often holds the "plain" leases it has
+        # just claimed.
         needle = b"\x00\x00\x00\x02tx"
         _cut_off_r2_on(
             run,
