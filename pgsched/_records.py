@@ -86,6 +86,7 @@ class DueCursor(NamedTuple):
     # When the job was last paused and resumed (job_state): plans due in between are skipped.
     paused_at: datetime | None = None
     resumed_at: datetime | None = None
+    job: str = ""  # the cursor's job, in a joint claim's read of several jobs' cursors
 
 
 class DueSchedule(NamedTuple):
@@ -138,6 +139,7 @@ class WonPlan(NamedTuple):
     # The claim statement's count, on each of its rows, of the cursors (schedules) it did
     # not find where the claim read them: never expected; the claim is then rolled back.
     unmoved: int = 0
+    job: str = ""  # the plan's job, in a joint claim of several jobs' cursors
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +156,20 @@ class PartitionFigures:
     empty: bool
     outgrown: bool = False
     rows: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JointTerms:
+    """One job's part of a joint claim (the due cursors of several jobs in one transaction):
+    what its read and its inserts need of the job."""
+
+    job: str
+    delay: timedelta  # the job's schedule_delay: its cursors are due this long after
+    limit: int  # the most due cursors to read
+    spec: str  # the key of the job's schedule, stored on each cursor moved
+    max_attempts: int
+    stale_timeout: timedelta
+    forbid: bool  # overlap="forbid"
 
 
 class CursorMove(NamedTuple):

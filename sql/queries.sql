@@ -508,6 +508,116 @@ SELECT ins.id, ins.scope_kind, ins.scope_id, ins.plan_time, ins.lease_token, ins
 FROM (SELECT 1) AS one
 LEFT JOIN ins ON true
 
+-- name: due_cursors_of_jobs
+-- due_cursors for several jobs in one statement, the first half of a joint claim (the due
+-- entries of a beat_schedule, each a job, claimed in one transaction instead of one each).
+-- Only jobs whose claim is the plain one take part: code-defined, no max_running, nothing to
+-- take over (engine/joint.py). Each job's cursors are read through the due index, soonest
+-- first, at most its own limit, locked (SKIP LOCKED: concurrent replicas take different
+-- ones); under the job's overlap="forbid", not a cursor whose scope has a RUNNING execution.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+j AS MATERIALIZED (
+    SELECT * FROM unnest(%(jobs)b::text[], %(delays)b::interval[], %(limits)b::int[],
+                         %(forbids)b::bool[])
+             AS j(job, delay, lim, forbid)
+)
+SELECT c.scope_kind, c.scope_id, c.next_plan_time, c.spec, c.first_seen_at, c.last_plan_time,
+       (SELECT t FROM now) AS now, c.tid, s.paused_at, s.resumed_at, j.job
+FROM j
+LEFT JOIN {schema}.job_state s ON s.job_name = j.job
+CROSS JOIN LATERAL (
+    SELECT c.scope_kind, c.scope_id, c.next_plan_time, c.spec, c.first_seen_at,
+           c.last_plan_time, c.ctid::text AS tid
+    FROM {schema}.cron_cursors c
+    WHERE c.job_name = j.job AND c.due_at IS NOT NULL
+      AND c.due_at <= (SELECT t FROM now) - j.delay
+      AND (NOT j.forbid OR (
+            (SELECT t FROM now) < coalesce(%(running_before)s::timestamptz, 'infinity')
+            AND NOT EXISTS (
+                SELECT 1 FROM {schema}.cron_executions r
+                WHERE r.job_name = j.job AND r.scope_kind = c.scope_kind
+                  AND r.scope_id = c.scope_id AND r.status = 'RUNNING'
+                  AND r.plan_time < coalesce(%(running_before)s::timestamptz, 'infinity')
+                  AND (r.exclusive OR r.stale_after >= (SELECT t FROM now)))))
+    ORDER BY c.due_at
+    LIMIT j.lim
+    FOR UPDATE OF c SKIP LOCKED
+) c
+
+-- name: claim_cursors_of_jobs
+-- claim_cursors for several jobs in one statement, the second half of a joint claim: the
+-- chosen plans' RUNNING rows inserted in one canonical key order, and each cursor moved on
+-- where due_cursors_of_jobs read it, only once every plan chosen for it has a row (see
+-- claim_cursors). Each job's spec, max_attempts, stale_timeout and overlap come with it.
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+j AS MATERIALIZED (
+    SELECT * FROM unnest(%(jobs)b::text[], %(specs)b::text[], %(max_attempts)b::int[],
+                         %(stale_timeouts)b::interval[], %(forbids)b::bool[])
+             AS j(job, spec, max_attempts, stale_timeout, forbid)
+),
+p AS MATERIALIZED (
+    SELECT * FROM unnest(%(plan_jobs)b::text[], %(plan_kinds)b::text[], %(plan_ids)b::text[],
+                         %(plans)b::timestamptz[]) AS p(job, kind, id, plan_time)
+),
+m AS MATERIALIZED (
+    SELECT * FROM unnest(%(move_jobs)b::text[], %(kinds)b::text[], %(ids)b::text[],
+                         %(nexts)b::timestamptz[], %(dues)b::timestamptz[],
+                         %(lasts)b::timestamptz[], %(tids)b::text[]::tid[])
+             AS m(job, kind, id, next_plan, due_at, last_plan, tid)
+),
+ins AS (
+    INSERT INTO {schema}.cron_executions AS x
+        (job_name, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
+         exclusive, runner_id, heartbeat_at, stale_after, started_at, created_at, updated_at)
+    SELECT p.job, p.kind, p.id, p.plan_time, 'schedule', 'RUNNING', 1, j.max_attempts,
+           j.forbid, %(runner)s, now.t, now.t + j.stale_timeout, now.t, now.t, now.t
+    FROM p JOIN j ON j.job = p.job, now
+    -- overlap="forbid": not while the scope has a RUNNING row (as in claim_cursors)
+    WHERE NOT j.forbid OR (
+        now.t < coalesce(%(running_before)s::timestamptz, 'infinity') AND NOT EXISTS (
+            SELECT 1 FROM {schema}.cron_executions r
+            WHERE r.job_name = p.job AND r.scope_kind = p.kind AND r.scope_id = p.id
+              AND r.status = 'RUNNING'
+              AND r.plan_time < coalesce(%(running_before)s::timestamptz, 'infinity')
+              AND (r.exclusive OR r.stale_after >= now.t)))
+    ORDER BY p.job, p.kind, p.id, p.plan_time
+    ON CONFLICT DO NOTHING
+    RETURNING x.job_name, x.id, x.scope_kind, x.scope_id, x.plan_time, x.lease_token,
+              x.fencing_token, x.started_at
+),
+untaken AS MATERIALIZED (
+    SELECT p.job, p.kind, p.id, p.plan_time FROM p
+    LEFT JOIN ins i ON i.job_name = p.job AND i.scope_kind = p.kind AND i.scope_id = p.id
+                   AND i.plan_time = p.plan_time
+    WHERE i.scope_id IS NULL
+),
+lacking AS MATERIALIZED (  -- cursors with a chosen plan that has no row: they stay due
+    SELECT DISTINCT u.job, u.kind, u.id FROM untaken u
+    WHERE (SELECT true FROM {schema}.cron_executions e
+           WHERE e.job_name = u.job AND e.scope_kind = u.kind AND e.scope_id = u.id
+             AND e.plan_time = u.plan_time
+             AND e.plan_time BETWEEN %(first_plan)s AND %(last_plan)s
+           LIMIT 1) IS NULL
+),
+moved AS (
+    UPDATE {schema}.cron_cursors c
+    SET next_plan_time = m.next_plan, due_at = m.due_at, spec = j.spec, updated_at = now.t,
+        last_plan_time = greatest(c.last_plan_time, m.last_plan)
+    FROM m JOIN j ON j.job = m.job, now
+    WHERE c.ctid = m.tid
+      AND c.job_name = m.job AND c.scope_kind = m.kind AND c.scope_id = m.id
+      AND NOT EXISTS (SELECT 1 FROM lacking x
+                      WHERE x.job = m.job AND x.kind = m.kind AND x.id = m.id)
+    RETURNING c.scope_kind
+)
+SELECT ins.id, ins.scope_kind, ins.scope_id, ins.plan_time, ins.lease_token, ins.fencing_token,
+       ins.started_at, NULL::jsonb AS payload,
+       (SELECT count(*) FROM m) - (SELECT count(*) FROM moved) - (SELECT count(*) FROM lacking)
+         AS unmoved,
+       ins.job_name AS job
+FROM (SELECT 1) AS one
+LEFT JOIN ins ON true
+
 -- name: record_skips
 -- The spans of plans a claim decided not to run, in its transaction (only a claim that
 -- skipped something runs it). A span whose scope and reason already have one ending at the

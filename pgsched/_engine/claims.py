@@ -18,12 +18,12 @@ from .._config import JobSpec
 from .._model import Scope
 from .._planning.cursors import CursorDecision, decide_cursors, spec_key
 from .._planning.dynamic import Decision, decide_schedules
-from .._records import ClaimTerms, DueCursor, DueSchedule, Probe, Row, WonPlan
+from .._records import ClaimTerms, DueCursor, DueSchedule, Probe, Row
 from .._storage.skips import SkipStore
 from .._storage.store import Conn, ScheduleStore, Store
 from .._views import trusted_scope
 from .recorder import Recorder
-from .values import Claim, ClaimBatch, ClaimKind
+from .values import Claim, ClaimBatch, ClaimKind, Unmoved
 
 # Due cursors are claimed at most this many per transaction (the free slots bound it first,
 # often), so no claim statement runs long enough to near the engine's answer timeout on a
@@ -53,10 +53,6 @@ CLAIM_IDLE_TIMEOUT = timedelta(seconds=10)
 CLAIM_LOCK_TIMEOUT = timedelta(seconds=2)
 _KIND_OF = {"RUNNING": "stole", "FAILED": "retry"}
 Known = Mapping[tuple[str, str], Scope]
-
-
-class _Unmoved(Exception):
-    """A claim found cursors (schedules) elsewhere than where it read them: rolled back."""
 
 
 class Claimer:
@@ -130,10 +126,10 @@ class Claimer:
         except psycopg.errors.LockNotAvailable:  # rolled back: the plans wait for a tick
             self._recorder.claim_blocked(job.name, CLAIM_LOCK_TIMEOUT.total_seconds())
             return ClaimBatch(backlog=True)
-        except _Unmoved as exc:  # rolled back: the next claim reads them again
+        except Unmoved as exc:  # rolled back: the next claim reads them again
             self._recorder.log.warning("claim_rolled_back", job=job.name, unmoved=exc.args[0])
             return ClaimBatch(backlog=True)
-        self._count(job.name, batch)
+        self._recorder.committed(job.name, batch)
         return batch
 
     async def _transaction(
@@ -247,18 +243,11 @@ class Claimer:
             spec = spec_key(job.schedule)
             won, unmoved = await self._store.claim_cursors(conn, terms, spec, cursor_moves, at)
         if unmoved:
-            raise _Unmoved(unmoved)
-        return [_won(plan, job.max_attempts, known) for plan in won]
-
-    def _count(self, job: str, batch: ClaimBatch) -> None:
-        """The plans a committed claim passed over or lost to another claim, and the stale
-        leases it closed."""
-        for row in batch.closed:
-            self._recorder.stale_closed(job, row)
-        for reason, plans in batch.skipped.items():
-            self._recorder.skipped(job, reason, plans)
-        if batch.conflicts:
-            self._recorder.conflicts(job, batch.conflicts)
+            raise Unmoved(unmoved)
+        return [
+            Claim.first(plan, job.max_attempts, (known or {}).get((plan.scope_kind, plan.scope_id)))
+            for plan in won
+        ]
 
     async def _cap(self, conn: Conn, job: JobSpec, free: int) -> int | None:
         """How many rows this claim may take: the free slots, and for a ``max_running`` job
@@ -297,24 +286,6 @@ class Claimer:
             _claim(row, _KIND_OF.get(row["previous_status"], "won"), None)  # type: ignore[arg-type]
             for row in rows
         ]
-
-
-def _won(plan: WonPlan, max_attempts: int, known: Known | None) -> Claim:
-    """The claim of a plan won from its due cursor or schedule: a first scheduled attempt."""
-    key = (plan.scope_kind, plan.scope_id)
-    return Claim(
-        kind="won",
-        execution_id=plan.id,
-        scope=(known or {}).get(key) or trusted_scope(*key),
-        plan_time=plan.plan_time,
-        trigger="schedule",
-        attempt=1,
-        max_attempts=max_attempts,
-        lease_token=plan.lease_token,
-        fencing_token=plan.fencing_token,
-        started_at=plan.started_at,
-        payload=plan.payload,
-    )
 
 
 def _claim(row: Row, kind: ClaimKind, known: Known | None) -> Claim:

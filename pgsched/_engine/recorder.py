@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from .._logging import bound_logger
 from .._metrics import Metrics
 from .._records import Server
-from .values import Claim, Lease, Outcome, TickReport
+from .values import Claim, ClaimBatch, Lease, Outcome, TickReport
 
 _REPORT_FIELD = {"won": "claimed", "stole": "stolen", "retry": "retried"}
 Landed = Sequence[tuple[Lease, Outcome, datetime | None]]
@@ -63,6 +63,17 @@ class Recorder:
                 fencing_token=run.fencing_token,
                 **extra,
             )
+
+    def committed(self, job: str, batch: ClaimBatch) -> None:
+        """A claim of ``job`` committed ``batch``: the stale leases it closed, the plans it
+        passed over or lost to another claim (counted only now: a claim rolled back is
+        decided again)."""
+        for row in batch.closed:
+            self.stale_closed(job, row)
+        for reason, plans in batch.skipped.items():
+            self.skipped(job, reason, plans)
+        if batch.conflicts:
+            self.conflicts(job, batch.conflicts)
 
     def conflicts(self, job: str, count: int) -> None:
         self.report.conflicts += count

@@ -22,7 +22,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from .._config import NO_HOOKS, JobSpec, RunHooks
 from .._metrics import Metrics
-from .._model import Scope
 from .._records import Probe
 from .._results import describe_error
 from .._storage.answering import ENGINE_ANSWER_TIMEOUT_S
@@ -37,18 +36,19 @@ from .._storage.connection import (
 )
 from .._storage.servers import ServerWatch
 from .._storage.store import Conn, Store
-from .claims import CLAIM_BATCH, FIRST_CLAIM, Claimer
+from .claims import Claimer
 from .execution import Executor
 from .figures import LedgerFigures
 from .hooks import Hooks
-from .leases import LeaseTable, open_lease
+from .joint import JointClaimer
+from .leases import LeaseTable
 from .probing import Prober
 from .recorder import Recorder
 from .registration import RENEWAL_DEFAULT, Registration
 from .sighting import Sightings
-from .tracing import recording
 from .transaction import Transactions
-from .values import ClaimBatch, TickReport
+from .values import TickReport
+from .visits import Visits
 from .writer import LeaseWriter
 
 # A replica ticks this long after a plan falls due (database clock), not up to a tick later.
@@ -122,9 +122,6 @@ class Runtime:
         self.last_tick_at: float | None = None  # any tick, failed or not: the loop is alive
         self.recorder = Recorder(metrics, runner_id)
         self.leases = LeaseTable(settings.max_concurrency, self.recorder, self.wake)
-        # Per job, how many due plans its next claim takes: FIRST_CLAIM once a fan-out is
-        # drained, doubling while claims come back full (a long fan-out keeps its size).
-        self._claim_sizes: dict[str, int] = {}
         self.registration = Registration(
             store,
             pool,
@@ -153,6 +150,24 @@ class Runtime:
             synchronous=settings.synchronous_claims,
         )
         self.executor = Executor(self.leases, self.recorder, transactions, self.writer.submit)
+        joint = JointClaimer(
+            store,
+            runner_id,
+            self.recorder,
+            synchronous=settings.synchronous_claims,
+            lookback=settings.tick_interval,
+        )
+        self.visits = Visits(
+            runner_id,
+            self.claimer,
+            joint,
+            self.sightings,
+            self.prober,
+            self.figures,
+            self.leases,
+            self.executor,
+            self.recorder,
+        )
         self.hooks = Hooks(settings.hooks, jobs, store, pool, self.recorder)
         self.watch.on_adopting(self.writer.reapply)
         self.watch.on_adopted(self.recorder.database_server)
@@ -308,11 +323,8 @@ class Runtime:
                 self._standbys_checked = True
             await self.registration.register(conn, jobs, probe.now)
             await self.sightings.settle(conn)
-            for job in self.claimer.order(jobs.values()):
-                probe = await self.prober.fresh(conn, jobs)
-                if job.name in probe.paused or self._stopping.is_set():
-                    continue
-                ok = await self._tick_job(conn, job, probe) and ok
+            ok = await self.visits.visit(conn, jobs, self._stopping)
+            probe = await self.prober.fresh(conn, jobs)
         soonest = _next_due(jobs, probe)
         self._next_due = (
             None
@@ -320,63 +332,6 @@ class Runtime:
             else self.prober.read_at + soonest.total_seconds() + _DUE_MARGIN_S
         )
         return ok
-
-    async def _tick_job(self, conn: Conn, job: JobSpec, probe: Probe) -> bool:
-        """Claim and start ``job``'s work; a large fan-out takes several transactions, one
-        batch each, so replicas take turns and the first handlers start early. False when
-        the job's claim failed (the other jobs still get theirs)."""
-        first, due, known = True, False, None
-        while not self._stopping.is_set():
-            most = self._claim_sizes.get(job.name, FIRST_CLAIM)
-            try:
-                if first and not job.dynamic:
-                    known, due = await self.sightings.see(conn, job, probe.now)
-                batch = await self._claim(conn, job, probe, (first, due), known, most)
-            except Exception as exc:
-                self.sightings.forget(job.name)  # its scopes may not have been written
-                if conn.broken or unavailable(exc):  # the whole tick fails: no use going on
-                    raise
-                self.recorder.error("tick_error", job=job.name, error=describe_error(exc))
-                return False
-            self._start(job, batch)
-            await self.figures.after_claim(conn, batch.claims)
-            more = batch.again or batch.backlog
-            self._claim_sizes[job.name] = min(2 * most, CLAIM_BATCH) if more else FIRST_CLAIM
-            if not batch.again:
-                break
-            first, due = False, True
-        return True
-
-    async def _claim(
-        self,
-        conn: Conn,
-        job: JobSpec,
-        probe: Probe,
-        turn: tuple[bool, bool],
-        known: Mapping[tuple[str, str], Scope] | None,
-        most: int,
-    ) -> ClaimBatch:
-        (first, due), free = turn, self.leases.free
-        batch = await self.claimer.claim(
-            conn, job, probe, free, first, due=due and free > 0, known=known, most=most
-        )
-        if batch.backlog:
-            self.leases.note_backlog()
-        return batch
-
-    def _start(self, job: JobSpec, batch: ClaimBatch) -> None:
-        """Start right after the commit: the next job (or batch) sees the slots taken, and no
-        later failure can orphan these claims. Oldest plan first, so chained plans of one
-        scope run in plan order."""
-        traced = recording()
-        started = []
-        for claim in sorted(batch.claims, key=lambda c: c.plan_time):
-            lease = open_lease(job, claim, self.runner_id, self.recorder.log)
-            self.leases.hold(lease)
-            started.append((lease, claim))
-            self.executor.start(lease, traced)
-        if started:
-            self.recorder.claimed(job.name, started)
 
     async def _listen_loop(self) -> None:
         """Wake the tick loop on NOTIFY (trigger, pause, resume, backfill); the tick stays

@@ -14,8 +14,9 @@ from uuid import UUID
 
 from .._config import JobSpec
 from .._model import Scope, Trigger
-from .._records import Finish
+from .._records import Finish, WonPlan
 from .._run import Liveness, Run
+from .._views import trusted_scope
 
 ClaimKind = Literal["won", "stole", "retry"]
 
@@ -36,6 +37,28 @@ class Claim(NamedTuple):
     previous_runner: str | None = None
     payload: dict[str, Any] | None = None  # the schedule's payload (dynamic jobs)
     stolen: bool = False  # the row was once stolen after a crash: one more attempt is allowed
+
+    @classmethod
+    def first(cls, plan: WonPlan, max_attempts: int, scope: Scope | None) -> Claim:
+        """The claim of a plan won from its due cursor or schedule: a first scheduled
+        attempt, of ``scope`` (the job's own object) or one rebuilt from the row's key."""
+        return cls(
+            kind="won",
+            execution_id=plan.id,
+            scope=scope or trusted_scope(plan.scope_kind, plan.scope_id),
+            plan_time=plan.plan_time,
+            trigger="schedule",
+            attempt=1,
+            max_attempts=max_attempts,
+            lease_token=plan.lease_token,
+            fencing_token=plan.fencing_token,
+            started_at=plan.started_at,
+            payload=plan.payload,
+        )
+
+
+class Unmoved(Exception):
+    """A claim found cursors (schedules) elsewhere than where it read them: rolled back."""
 
 
 @dataclass

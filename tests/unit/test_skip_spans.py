@@ -33,9 +33,15 @@ def job(**options: Any) -> Any:
     return build_job(lambda run: None, name="report", **options)
 
 
-def due(j: Any, next_plan: datetime, **pause: datetime | None) -> DueCursor:
+def due(
+    j: Any,
+    next_plan: datetime,
+    paused_at: datetime | None = None,
+    resumed_at: datetime | None = None,
+) -> DueCursor:
     """A cursor due at ``next_plan`` of job ``j``, with the job's pause window."""
-    return DueCursor("tenant", "1", next_plan, spec_key(j.schedule), T - H, None, T, "", **pause)
+    key = spec_key(j.schedule)
+    return DueCursor("tenant", "1", next_plan, key, T - H, None, T, "", paused_at, resumed_at)
 
 
 def test_latest_only_after_downtime_is_one_superseded_span_with_the_plan_before_it() -> None:

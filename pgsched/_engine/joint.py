@@ -1,0 +1,175 @@
+"""The joint claim: the due cursors of several jobs claimed in one transaction, two statements
+and a commit in all. The entries of a beat_schedule are each a job, and many fall due at the
+same instant; claimed one transaction each, a replica would publish the last of them only
+after hundreds of round trips. Only a job whose claim would be the plain one takes part
+(:func:`joins`); the others keep their own transaction (``claims.Claimer``). Owns no state
+between calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import psycopg
+
+from .._config import JobSpec
+from .._model import Scope
+from .._planning.cursors import CursorDecision, decide_cursors, spec_key
+from .._records import DueCursor, JointTerms, Probe
+from .._storage.joint import JointStore
+from .._storage.skips import SkipStore
+from .._storage.store import Conn, Store
+from .claims import CLAIM_BATCH, CLAIM_IDLE_TIMEOUT, CLAIM_LOCK_TIMEOUT
+from .recorder import Recorder
+from .values import Claim, ClaimBatch, Unmoved
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """A job's turn in a joint claim: its scopes by key (the handler gets the job's own
+    ``Scope``) and the most due plans its claim takes this time."""
+
+    job: JobSpec
+    known: Mapping[tuple[str, str], Scope]
+    most: int
+
+    @property
+    def cursors(self) -> int:
+        """The most due cursors this turn may read."""
+        return max(1, min(self.most, len(self.known)))
+
+
+def joins(job: JobSpec, probe: Probe) -> bool:
+    """Whether ``job``'s claim this tick may be part of a joint claim: a code-defined job
+    (cursors, not stored schedules) without max_running (its claim lock), with no stale
+    lease to close nor row to take over."""
+    return not (
+        job.dynamic
+        or job.max_running is not None
+        or job.name in probe.stale_jobs
+        or job.name in probe.retry
+        or job.name in probe.pending
+    )
+
+
+class JointClaimer:
+    """Joint claims for one replica (``runner``)."""
+
+    def __init__(
+        self,
+        store: Store,
+        runner: str,
+        recorder: Recorder,
+        *,
+        synchronous: bool = False,
+        lookback: timedelta = timedelta(seconds=1),
+    ) -> None:
+        self._store, self._runner, self._recorder = store, runner, recorder
+        self._synchronous, self._lookback = synchronous, lookback
+        self._joint = JointStore(store.schema)
+        self._skips = SkipStore(store.schema)
+
+    async def claim(
+        self, conn: Conn, turns: Sequence[Turn], free: int, clock: datetime
+    ) -> dict[str, ClaimBatch]:
+        """Claim the due plans of the ``turns``' jobs in one transaction, in their order, at
+        most ``free`` in all (``clock``: the tick's): each job's batch, as its own claim
+        would have made it."""
+        try:
+            batches = await self._transaction(conn, turns, free, clock)
+        except psycopg.errors.LockNotAvailable:  # rolled back: the plans wait for a tick
+            for turn in turns:
+                self._recorder.claim_blocked(turn.job.name, CLAIM_LOCK_TIMEOUT.total_seconds())
+            return {turn.job.name: ClaimBatch(backlog=True) for turn in turns}
+        except Unmoved as exc:  # rolled back: the next claim reads them again
+            jobs = [turn.job.name for turn in turns]
+            self._recorder.log.warning("claim_rolled_back", jobs=jobs, unmoved=exc.args[0])
+            return {name: ClaimBatch(backlog=True) for name in jobs}
+        for name, batch in batches.items():
+            self._recorder.committed(name, batch)
+        return batches
+
+    async def _transaction(
+        self, conn: Conn, turns: Sequence[Turn], free: int, clock: datetime
+    ) -> dict[str, ClaimBatch]:
+        batches = {turn.job.name: ClaimBatch() for turn in turns}
+        terms = [_terms(turn, free) for turn in turns]
+        async with conn.transaction():
+            await self._store.claim_begin(
+                conn, CLAIM_IDLE_TIMEOUT, CLAIM_LOCK_TIMEOUT, synchronous=self._synchronous
+            )
+            read: dict[str, list[DueCursor]] = {}
+            for row in await self._joint.due_cursors_of_jobs(conn, terms, clock):
+                read.setdefault(row.job, []).append(row)
+            decided = self._decide(turns, read, free)
+            moves = {
+                name: [(d.move, cursor.tid) for d, cursor in pairs]
+                for name, pairs in decided.items()
+            }
+            won, unmoved = await self._joint.claim_cursors_of_jobs(
+                conn, self._runner, terms, clock, moves
+            )
+            if unmoved:
+                raise Unmoved(unmoved)
+            known = {turn.job.name: turn for turn in turns}
+            for plan in won:
+                turn = known[plan.job]
+                scope = turn.known.get((plan.scope_kind, plan.scope_id))
+                batches[plan.job].claims.append(Claim.first(plan, turn.job.max_attempts, scope))
+            for term in terms:
+                pairs, count = decided.get(term.job, []), len(read.get(term.job, ()))
+                await self._settle(conn, batches[term.job], term, pairs, count)
+        return batches
+
+    def _decide(
+        self, turns: Sequence[Turn], read: Mapping[str, Sequence[DueCursor]], free: int
+    ) -> dict[str, list[tuple[CursorDecision, DueCursor]]]:
+        """Each job's decisions for the cursors read, paired with them, taking the free
+        slots in the turns' order (a job past them decides nothing: its cursors wait)."""
+        room = free
+        out: dict[str, list[tuple[CursorDecision, DueCursor]]] = {}
+        for turn in turns:
+            cursors = read.get(turn.job.name)
+            if not cursors or room <= 0:
+                continue
+            size = min(room, turn.most)
+            decisions = decide_cursors(turn.job, cursors, cursors[0].now, self._lookback, size)
+            out[turn.job.name] = list(zip(decisions, cursors, strict=False))
+            room -= sum(d.claims for d in decisions)
+        return out
+
+    async def _settle(
+        self,
+        conn: Conn,
+        batch: ClaimBatch,
+        term: JointTerms,
+        pairs: Sequence[tuple[CursorDecision, DueCursor]],
+        read: int,
+    ) -> None:
+        """Record what the job's decisions skipped (in the transaction) and set its batch's
+        flags: ``again`` when its read was full and all of it decided (more may be due),
+        ``backlog`` when plans were left for want of slots or lost to another claim."""
+        skips = [s for d, _ in pairs for s in d.skips]
+        if skips:
+            await self._skips.record_skips(conn, term.job, skips)
+            for skip in skips:
+                batch.skipped[skip.reason] = batch.skipped.get(skip.reason, 0) + skip.plans
+        wanted = sum(d.claims for d, _ in pairs)
+        batch.conflicts += max(0, wanted - len(batch.claims))
+        batch.again = read >= term.limit and len(pairs) == read
+        batch.backlog = batch.again or len(pairs) < read or wanted > len(batch.claims)
+
+
+def _terms(turn: Turn, free: int) -> JointTerms:
+    job = turn.job
+    return JointTerms(
+        job=job.name,
+        delay=job.schedule_delay,
+        limit=max(1, min(turn.cursors, free, CLAIM_BATCH)),
+        spec=spec_key(job.schedule),
+        max_attempts=job.max_attempts,
+        stale_timeout=job.stale_timeout,
+        forbid=job.overlap == "forbid",
+    )

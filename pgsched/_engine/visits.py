@@ -1,0 +1,181 @@
+"""The tick's visits of the jobs, in the replica's claim order: each job's scopes seen, its
+claims made (jointly with the jobs next to it whose claim is the plain one, else in a
+transaction of its own, several for a large fan-out) and started. Owns each job's claim size:
+how many due plans its next claim takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from .._config import JobSpec
+from .._model import Scope
+from .._records import Probe
+from .._results import describe_error
+from .._storage.connection import unavailable
+from .._storage.store import Conn
+from .claims import CLAIM_BATCH, FIRST_CLAIM, Claimer
+from .execution import Executor
+from .figures import LedgerFigures
+from .joint import JointClaimer, Turn, joins
+from .leases import LeaseTable, open_lease
+from .probing import Prober
+from .recorder import Recorder
+from .sighting import Sightings
+from .tracing import recording
+from .values import ClaimBatch
+
+# A joint claim takes the turns of at most this many jobs (and reads at most CLAIM_BATCH
+# cursors): the entries of one beat_schedule due together fit in one or a few.
+JOINT_JOBS = 500
+Known = Mapping[tuple[str, str], Scope]
+
+
+class Visits:
+    """One replica's visits of its jobs, tick after tick."""
+
+    def __init__(
+        self,
+        runner: str,
+        claimer: Claimer,
+        joint: JointClaimer,
+        sightings: Sightings,
+        prober: Prober,
+        figures: LedgerFigures,
+        leases: LeaseTable,
+        executor: Executor,
+        recorder: Recorder,
+    ) -> None:
+        self._runner, self._claimer, self._joint = runner, claimer, joint
+        self._sightings, self._prober, self._figures = sightings, prober, figures
+        self._leases, self._executor, self._recorder = leases, executor, recorder
+        # Per job, how many due plans its next claim takes: FIRST_CLAIM once a fan-out is
+        # drained, doubling while claims come back full (a long fan-out keeps its size).
+        self._claim_sizes: dict[str, int] = {}
+
+    async def visit(
+        self, conn: Conn, jobs: Mapping[str, JobSpec], stopping: asyncio.Event
+    ) -> bool:
+        """Visit every job not paused, until ``stopping``; False if a job's claim failed
+        (the others still get theirs). The jobs of one priority whose claim is the plain one
+        are claimed jointly once all of them are seen (or the claim is full); the others of
+        that priority claim alone meanwhile, so the priorities keep their order."""
+        ok, turns = True, list[Turn]()
+        for job in self._claimer.order(jobs.values()):
+            probe = await self._prober.fresh(conn, jobs)
+            if turns and job.priority != turns[0].job.priority:
+                ok = await self._claim_jointly(conn, turns, probe, stopping) and ok
+                turns = []
+            if job.name in probe.paused or stopping.is_set():
+                continue
+            if not joins(job, probe):
+                ok = await self._visit_alone(conn, job, probe, stopping) and ok
+                continue
+            try:
+                turn = await self._turn(conn, job, probe)
+            except Exception as exc:
+                ok = self._failed(conn, job, exc)
+                continue
+            turns += [turn] if turn is not None else []
+            if len(turns) >= JOINT_JOBS or sum(t.cursors for t in turns) >= CLAIM_BATCH:
+                ok = await self._claim_jointly(conn, turns, probe, stopping) and ok
+                turns = []
+        probe = await self._prober.fresh(conn, jobs)
+        return await self._claim_jointly(conn, turns, probe, stopping) and ok
+
+    async def _turn(self, conn: Conn, job: JobSpec, probe: Probe) -> Turn | None:
+        """The job's turn in the next joint claim, when one of its cursors may be due (the
+        probe says so, or first sight has just written them)."""
+        known, written = await self._sightings.see(conn, job, probe.now)
+        if not (written or probe.cursors_due(job.name, job.schedule_delay)):
+            return None
+        return Turn(job, known, self._claim_sizes.get(job.name, FIRST_CLAIM))
+
+    async def _claim_jointly(
+        self, conn: Conn, turns: list[Turn], probe: Probe, stopping: asyncio.Event
+    ) -> bool:
+        """The joint claim of ``turns``; a job whose batch came back full claims on alone.
+        Should it fail for another reason than the connection, each job claims alone (one
+        bad job must not hold up the others)."""
+        if not turns or stopping.is_set():
+            return True
+        free = self._leases.free
+        if free <= 0:  # the due cursors wait for a slot (the backlog wakes the loop)
+            self._leases.note_backlog()
+            return True
+        try:
+            batches = await self._joint.claim(conn, turns, free, probe.now)
+        except Exception as exc:
+            if conn.broken or unavailable(exc):  # the whole tick fails: no use going on
+                raise
+            self._recorder.log.warning("joint_claim_error", error=describe_error(exc))
+            batches = {}
+        ok = True
+        for turn in turns:
+            batch = batches.get(turn.job.name)
+            if batch is not None:
+                await self._started(conn, turn.job, batch, turn.most)
+            if batch is None or batch.again:
+                known = None if batch is None else turn.known
+                ok = await self._visit_alone(conn, turn.job, probe, stopping, known) and ok
+        return ok
+
+    async def _visit_alone(
+        self,
+        conn: Conn,
+        job: JobSpec,
+        probe: Probe,
+        stopping: asyncio.Event,
+        known: Known | None = None,
+    ) -> bool:
+        """Claim and start ``job``'s work in transactions of its own: a large fan-out takes
+        several, one batch each, so replicas take turns and the first handlers start early.
+        ``known``: the job's scopes, when a joint claim has just claimed its first batch.
+        False when the job's claim failed."""
+        first, due = known is None, known is not None
+        while not stopping.is_set():
+            most = self._claim_sizes.get(job.name, FIRST_CLAIM)
+            try:
+                if first and not job.dynamic:
+                    known, due = await self._sightings.see(conn, job, probe.now)
+                free = self._leases.free
+                batch = await self._claimer.claim(
+                    conn, job, probe, free, first, due=due and free > 0, known=known, most=most
+                )
+            except Exception as exc:
+                return self._failed(conn, job, exc)
+            await self._started(conn, job, batch, most)
+            if not batch.again:
+                break
+            first, due = False, True
+        return True
+
+    def _failed(self, conn: Conn, job: JobSpec, exc: Exception) -> bool:
+        """A job's sight or claim failed: the tick goes on without it (False), unless the
+        connection is lost (raised: the whole tick fails, no use going on)."""
+        self._sightings.forget(job.name)  # its scopes may not have been written
+        if conn.broken or unavailable(exc):
+            raise exc
+        self._recorder.error("tick_error", job=job.name, error=describe_error(exc))
+        return False
+
+    async def _started(self, conn: Conn, job: JobSpec, batch: ClaimBatch, size: int) -> None:
+        """Start the batch's claims right after its commit (the next job or batch sees the
+        slots taken, and no later failure can orphan them), oldest plan first so chained
+        plans of one scope run in plan order; then keep the job's claim size (``size``:
+        the one this claim had)."""
+        if batch.backlog:
+            self._leases.note_backlog()
+        traced = recording()
+        started = []
+        for claim in sorted(batch.claims, key=lambda c: c.plan_time):
+            lease = open_lease(job, claim, self._runner, self._recorder.log)
+            self._leases.hold(lease)
+            started.append((lease, claim))
+            self._executor.start(lease, traced)
+        if started:
+            self._recorder.claimed(job.name, started)
+        await self._figures.after_claim(conn, batch.claims)
+        more = batch.again or batch.backlog
+        self._claim_sizes[job.name] = min(2 * size, CLAIM_BATCH) if more else FIRST_CLAIM
