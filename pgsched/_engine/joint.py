@@ -105,8 +105,8 @@ class JointClaimer:
                 read.setdefault(row.job, []).append(row)
             decided = self._decide(turns, read, free)
             moves = {
-                name: [(d.move, cursor.tid) for d, cursor in pairs]
-                for name, pairs in decided.items()
+                name: [(d.move, cursor.tid) for d, cursor in part.pairs]
+                for name, part in decided.items()
             }
             won, unmoved = await self._joint.claim_cursors_of_jobs(
                 conn, self._runner, terms, clock, moves
@@ -119,38 +119,37 @@ class JointClaimer:
                 scope = turn.known.get((plan.scope_kind, plan.scope_id))
                 batches[plan.job].claims.append(Claim.first(plan, turn.job.max_attempts, scope))
             for term in terms:
-                pairs, count = decided.get(term.job, []), len(read.get(term.job, ()))
-                await self._settle(conn, batches[term.job], term, pairs, count)
+                part, count = decided[term.job], len(read.get(term.job, ()))
+                await self._settle(conn, batches[term.job], term, part, count)
         return batches
 
     def _decide(
         self, turns: Sequence[Turn], read: Mapping[str, Sequence[DueCursor]], free: int
-    ) -> dict[str, list[tuple[CursorDecision, DueCursor]]]:
+    ) -> dict[str, _Decided]:
         """Each job's decisions for the cursors read, paired with them, taking the free
         slots in the turns' order (a job past them decides nothing: its cursors wait)."""
         room = free
-        out: dict[str, list[tuple[CursorDecision, DueCursor]]] = {}
+        out: dict[str, _Decided] = {}
         for turn in turns:
-            cursors = read.get(turn.job.name)
-            if not cursors or room <= 0:
-                continue
-            size = min(room, turn.most)
-            decisions = decide_cursors(turn.job, cursors, cursors[0].now, self._lookback, size)
-            out[turn.job.name] = list(zip(decisions, cursors, strict=False))
+            cursors = read.get(turn.job.name, ())
+            size = min(room, turn.most, CLAIM_BATCH)
+            decisions = (
+                decide_cursors(turn.job, cursors, cursors[0].now, self._lookback, size)
+                if cursors and size > 0
+                else []
+            )
+            out[turn.job.name] = _Decided(list(zip(decisions, cursors, strict=False)), room)
             room -= sum(d.claims for d in decisions)
         return out
 
     async def _settle(
-        self,
-        conn: Conn,
-        batch: ClaimBatch,
-        term: JointTerms,
-        pairs: Sequence[tuple[CursorDecision, DueCursor]],
-        read: int,
+        self, conn: Conn, batch: ClaimBatch, term: JointTerms, decided: _Decided, read: int
     ) -> None:
         """Record what the job's decisions skipped (in the transaction) and set its batch's
-        flags: ``again`` when its read was full and all of it decided (more may be due),
-        ``backlog`` when plans were left for want of slots or lost to another claim."""
+        flags as the job's own claim would: ``again`` when its read was full (or the
+        decisions stopped short of it) and free slots were left past it, ``backlog`` when
+        plans were left or lost to another claim."""
+        pairs = decided.pairs
         skips = [s for d, _ in pairs for s in d.skips]
         if skips:
             await self._skips.record_skips(conn, term.job, skips)
@@ -158,8 +157,18 @@ class JointClaimer:
                 batch.skipped[skip.reason] = batch.skipped.get(skip.reason, 0) + skip.plans
         wanted = sum(d.claims for d, _ in pairs)
         batch.conflicts += max(0, wanted - len(batch.claims))
-        batch.again = read >= term.limit and len(pairs) == read
-        batch.backlog = batch.again or len(pairs) < read or wanted > len(batch.claims)
+        full = read >= term.limit or len(pairs) < read
+        batch.again = full and term.limit < decided.room
+        batch.backlog = full or wanted > len(batch.claims)
+
+
+@dataclass(frozen=True, slots=True)
+class _Decided:
+    """One job's part of a joint claim's decisions: each with the cursor it is for, and the
+    free slots left when the job's turn came."""
+
+    pairs: list[tuple[CursorDecision, DueCursor]]
+    room: int
 
 
 def _terms(turn: Turn, free: int) -> JointTerms:
@@ -167,7 +176,7 @@ def _terms(turn: Turn, free: int) -> JointTerms:
     return JointTerms(
         job=job.name,
         delay=job.schedule_delay,
-        limit=max(1, min(turn.cursors, free, CLAIM_BATCH)),
+        limit=max(1, min(turn.most, free, CLAIM_BATCH)),
         spec=spec_key(job.schedule),
         max_attempts=job.max_attempts,
         stale_timeout=job.stale_timeout,

@@ -1,11 +1,11 @@
 """The replica's engine: an orchestrator over small collaborators. Every tick reads
 
-    see (``sighting``) -> claim (``claims``) -> start (``execution``) -> outcome
-    -> write (``writer``) -> release (``leases``)
+    visit (``visits``): see (``sighting``) -> claim (``claims``, ``joint``)
+    -> start (``execution``) -> outcome -> write (``writer``) -> release (``leases``)
 
 and every event goes to one ``Recorder``. This module owns only the loop: when to tick, the
-probe, which jobs to visit in which order, wake-ups (NOTIFY, freed slots, a plan falling due)
-and shutdown. It runs no SQL itself beyond calling the store's probe and registration.
+probe, wake-ups (NOTIFY, freed slots, a plan falling due) and shutdown. It runs no SQL itself
+beyond calling the store's probe and registration.
 """
 
 from __future__ import annotations

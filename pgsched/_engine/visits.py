@@ -54,9 +54,7 @@ class Visits:
         # drained, doubling while claims come back full (a long fan-out keeps its size).
         self._claim_sizes: dict[str, int] = {}
 
-    async def visit(
-        self, conn: Conn, jobs: Mapping[str, JobSpec], stopping: asyncio.Event
-    ) -> bool:
+    async def visit(self, conn: Conn, jobs: Mapping[str, JobSpec], stopping: asyncio.Event) -> bool:
         """Visit every job not paused, until ``stopping``; False if a job's claim failed
         (the others still get theirs). The jobs of one priority whose claim is the plain one
         are claimed jointly once all of them are seen (or the claim is full); the others of
@@ -117,8 +115,7 @@ class Visits:
             if batch is not None:
                 await self._started(conn, turn.job, batch, turn.most)
             if batch is None or batch.again:
-                known = None if batch is None else turn.known
-                ok = await self._visit_alone(conn, turn.job, probe, stopping, known) and ok
+                ok = await self._visit_alone(conn, turn.job, probe, stopping, turn.known) and ok
         return ok
 
     async def _visit_alone(
@@ -131,8 +128,8 @@ class Visits:
     ) -> bool:
         """Claim and start ``job``'s work in transactions of its own: a large fan-out takes
         several, one batch each, so replicas take turns and the first handlers start early.
-        ``known``: the job's scopes, when a joint claim has just claimed its first batch.
-        False when the job's claim failed."""
+        ``known``: the job's scopes, seen this tick for a joint claim that came back full or
+        failed (its cursors are due). False when the job's claim failed."""
         first, due = known is None, known is not None
         while not stopping.is_set():
             most = self._claim_sizes.get(job.name, FIRST_CLAIM)

@@ -22,6 +22,7 @@ from structlog.testing import capture_logs
 import pgsched
 from pgsched._engine.claims import EXISTING_SCOPE_LOCKS
 from pgsched._records import ClaimTerms
+from pgsched._storage.joint import JointStore
 from pgsched._storage.store import Store
 from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
@@ -404,13 +405,19 @@ def test_a_retry_storm_is_claimed_a_bounded_number_of_scopes_at_a_time(
     assert count(db, migrated, "status = 'FAILED'") == 0
 
 
+@pytest.mark.parametrize("claim", ["joint", "alone"])
 def test_a_claim_that_finds_its_cursor_moved_since_its_read_rolls_back(
-    make_scheduler: SchedulerFactory, migrated: str, db: Any, monkeypatch: pytest.MonkeyPatch
+    make_scheduler: SchedulerFactory,
+    migrated: str,
+    db: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    claim: str,
 ) -> None:
     """The claim moves each cursor where due_cursors read it (its address, kept by the row
     lock). A cursor found elsewhere (here: written again after the read, in the claim's own
     transaction) rolls the whole claim back with a warning: no row inserted, nothing counted,
-    and the next claim takes the plan once."""
+    and the next claim takes the plan once. The same for a joint claim (of the jobs whose
+    claim is the plain one) and a job's own (here: a job with max_running)."""
     # A scheduled row an hour before the current plan: the new cursor resumes after it, due.
     plan = floor_to(db_now(db), timedelta(hours=1))
     insert_row(
@@ -420,23 +427,30 @@ def test_a_claim_that_finds_its_cursor_moved_since_its_read_rolls_back(
     s = make_scheduler(registry=registry)
     recorder = Recorder()
 
-    @s.job(every="1h")
+    @s.job(every="1h", max_running=None if claim == "joint" else 5)
     def hourly(run: pgsched.Run) -> None:
         recorder.enter(run)
 
+    owner, statement = (
+        (JointStore, "due_cursors_of_jobs") if claim == "joint" else (Store, "due_cursors")
+    )
     rewrite = sql.SQL("UPDATE {}.cron_cursors SET updated_at = updated_at")
     read = rewrite_after_read(
-        monkeypatch, Store, "due_cursors", rewrite.format(sql.Identifier(migrated))
+        monkeypatch, owner, statement, rewrite.format(sql.Identifier(migrated))
     )
     with capture_logs() as events:
         report = s.run_once()
     assert (report.claimed, report.errors, recorder.runs) == (0, 0, [])
-    rolled = [(e["job"], e["unmoved"]) for e in events if e["event"] == "claim_rolled_back"]
-    assert rolled == [("hourly", 1)]
+    rolled = [
+        (e.get("job") or e["jobs"], e["unmoved"])
+        for e in events
+        if e["event"] == "claim_rolled_back"
+    ]
+    assert rolled == [("hourly" if claim == "alone" else ["hourly"], 1)]
     assert [r["plan_time"] for r in rows(db, migrated, "hourly")] == [plan - timedelta(hours=1)]
     won = {"job": "hourly", "outcome": "won"}
     assert registry.get_sample_value("pgsched_claims_total", won) in (None, 0.0)
-    monkeypatch.setattr(Store, "due_cursors", read)
+    monkeypatch.setattr(owner, statement, read)
     report = s.run_once()
     assert (report.claimed, report.succeeded, len(recorder.runs)) == (1, 1, 1)
     assert sorted(r["plan_time"] for r in rows(db, migrated, "hourly")) == [

@@ -179,7 +179,7 @@ def test_a_tick_that_skips_nothing_runs_no_span_statement(
     s = make_scheduler()
     s.register(lambda run: None, name="quiet", planner=FixedPlans(past_plan(db)))
     assert s.run_once().succeeded == 1
-    assert "claim_cursors" in names
+    assert "claim_cursors_of_jobs" in names  # a joint claim (of the one job)
     assert "record_skips" not in names
     assert spans(db, migrated, "quiet") == []
 
