@@ -31,6 +31,7 @@ from psycopg import sql
 import pgsched
 from bench import REPO, measure, pg
 from bench.beat_figures import Window, figures
+from bench.registry import BeatConfig
 
 SCHEMA = "pgsched"
 # pgsched's own account of the window, beside the consumer's: its rows of the window's plans
@@ -41,35 +42,6 @@ GROUP BY status"""
 LEDGER_SKIPS = """SELECT reason, sum(plans) FROM {}.cron_skips
 WHERE first_plan >= to_timestamp(%(start)s) AND first_plan < to_timestamp(%(end)s)
 GROUP BY reason"""
-
-
-@dataclass(frozen=True)
-class BeatConfig:
-    """One compared configuration: which beat, how many of them, in which virtualenv."""
-
-    key: str
-    label: str
-    kind: str  # pgsched | plain | redbeat
-    beats: int
-    venv: str = ""  # "": the bench's interpreter; "peers": bench/.venv-peers (celery-redbeat)
-
-    def scheduler_args(self, schedule_file: Path) -> list[str]:
-        if self.kind == "pgsched":
-            return ["-S", "pgsched"]
-        if self.kind == "redbeat":
-            return ["-S", "redbeat.RedBeatScheduler"]
-        return ["-s", str(schedule_file)]  # PersistentScheduler, a schedule file of its own
-
-
-CONFIGS = {
-    c.key: c
-    for c in (
-        BeatConfig("pgsched", "pgsched: 3 beats (`celery beat -S pgsched`)", "pgsched", 3),
-        BeatConfig("beat", "one plain `celery beat`", "plain", 1),
-        BeatConfig("beat2", "two plain `celery beat`s", "plain", 2),
-        BeatConfig("redbeat", "celery-redbeat 2.4.2: 3 beats", "redbeat", 3, venv="peers"),
-    )
-}
 
 
 @dataclass(frozen=True)

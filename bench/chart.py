@@ -8,8 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.dynamic_schedulers import DYNAMIC
-from bench.schedulers import ORDER, REGISTRY, label
+from bench.registry import ALL_KEYS, DYNAMIC, REGISTRY, label
 
 
 def points(report: dict, sched: str) -> list[tuple[int, float, float, str]]:
@@ -81,7 +80,7 @@ def draw(report: dict, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(17, 4.8))
-    for sched in (*ORDER, *(k for k in DYNAMIC if k not in ORDER)):
+    for sched in ALL_KEYS:
         pts = points(report, sched)
         if not pts:
             continue

@@ -45,13 +45,13 @@ import psycopg
 from psycopg import sql
 
 import pgsched
-from bench import REPO, pg
+from bench import pg
 from bench.ledger import live_options, one, replica, wal
 from bench.measure import Statements
+from bench.shared import RESULTS
 from pgsched._http.auth import Tokens
 from pgsched._http.web import Dashboard, WebRequest
 
-RESULTS = REPO / "bench" / "results"
 SCHEMA = "pgsched"
 DATABASE = "history"
 JOB = "fan"

@@ -38,9 +38,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bench import REPO, pg
+from bench import pg
+from bench.shared import RESULTS
 
-RESULTS = REPO / "bench" / "results"
 SCHEMA = "pgsched"
 
 APP = textwrap.dedent(

@@ -14,10 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import REPO, measure, report_beat, report_dynamic
-from bench.dynamic_schedulers import DYNAMIC
-from bench.schedulers import CEILINGS, ORDER, label
-
-ALL_ORDER = (*ORDER, *(k for k in DYNAMIC if k not in ORDER))
+from bench.registry import ALL_KEYS, CEILINGS, ORDER, label
+from bench.shared import RESULTS, peers_python
 
 DOC = report_beat.DOC
 PNG = REPO / "docs" / "performance.png"
@@ -527,7 +525,7 @@ def render(
             *limits,
             "",
         ]
-    dynamic = report_dynamic.table(report, fmt, ALL_ORDER, label)
+    dynamic = report_dynamic.table(report, fmt, ALL_KEYS, label)
     if dynamic:
         parts += [
             "Schedules as data (one dynamic job; see [its method](#schedules-as-data-g-h-i)):",
@@ -580,13 +578,13 @@ def write_docs(report: dict[str, Any], chart_python: str | None, source: Path) -
     DOC.write_text(render(report, chart, notes, report_beat.load()))
 
 
-MERGED = REPO / "bench" / "results" / "merged.json"
+MERGED = RESULTS / "merged.json"
 
 
 def main(argv: list[str]) -> int:
     """``python -m bench.report [RESULTS.json ...]``: several files are merged (a later
     file's result replaces an earlier one's) into bench/results/merged.json first."""
-    paths = [Path(a) for a in argv] or [REPO / "bench" / "results" / "latest.json"]
+    paths = [Path(a) for a in argv] or [RESULTS / "latest.json"]
     reports = [json.loads(p.read_text()) for p in paths]
     path = paths[0]
     report = reports[0]
@@ -594,8 +592,6 @@ def main(argv: list[str]) -> int:
         report = report_dynamic.merge(reports)
         MERGED.write_text(json.dumps(report, indent=1))
         path = MERGED
-    from bench.run import peers_python
-
     write_docs(report, peers_python(install=False)[0], path)
     return 0
 

@@ -25,7 +25,8 @@ from psycopg import sql
 
 from bench import REPO, measure, pg
 from bench.peers import common
-from bench.schedulers import JOB, Contender
+from bench.schedulers import Contender
+from bench.shared import JOB
 from bench.timeline import Window, timeline
 from bench.workloads import Workload
 
