@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import kombu
 import psycopg
 import redis
+from kombu.connection import Connection
+from kombu.entity import Exchange, Queue
 from psycopg import sql
 
 import pgsched
@@ -65,8 +66,8 @@ class Consumer:
 
     def __init__(self, broker: str, queue: str) -> None:
         self.arrivals: list[dict[str, Any]] = []
-        self._conn = kombu.Connection(broker)
-        self._queue = kombu.Queue(queue, kombu.Exchange(queue, "direct"), routing_key=queue)
+        self._conn = Connection(broker)
+        self._queue = Queue(queue, Exchange(queue, "direct"), routing_key=queue)
         self._ready, self._stop = threading.Event(), threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="beat-consumer", daemon=True)

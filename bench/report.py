@@ -274,7 +274,8 @@ def limit_row(r: dict[str, Any], limits: dict[str, dict[str, Any]]) -> str:
 def find(report: dict[str, Any], wl: str, sched: str) -> dict[str, Any] | None:
     for r in report["results"]:
         if r["workload"] == wl and r["scheduler"] == sched and r.get("status") == "ok":
-            return r
+            found: dict[str, Any] = r
+            return found
     return None
 
 
@@ -333,7 +334,7 @@ def goals_against_limits(report: dict[str, Any], mine: list[dict[str, Any]]) -> 
     rows = [r for r in mine if r["workload"] in LIMIT_WORKLOADS]
     out: list[Goal] = []
     for goal, key, bound in LIMIT_GOALS:
-        got = {r["workload"]: r.get(key) for r in rows if r.get(key) is not None}
+        got: dict[str, float] = {r["workload"]: r[key] for r in rows if r.get(key) is not None}
         workloads = ", ".join(got) or "none"
         out.append(
             (

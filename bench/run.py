@@ -154,20 +154,22 @@ def run_one(
 ) -> dict[str, Any]:
     """One trial's result, or why it was not run."""
     contender = contender_for(wl, key)
+    assert contender is not None  # run_benchmark passes only the workload's contenders
     base = {"workload": wl.key, "scheduler": key}
     why = contender.unsupported(wl)
     if why:
         return {**base, "status": "not run", "reason": why}
-    python, why_not = sys.executable, ""
+    python: str | None = sys.executable
+    why_not = ""
     if contender.third_party:
         python, why_not = venvs.get(getattr(contender, "venv", "peers"), (None, "no virtualenv"))
     if python is None:
         return {**base, "status": "not run", "reason": why_not}
     log(f"workload {wl.key} ({wl.title}): {key}, load {measure.loadavg()}")
     if wl.schedules and key not in CEILINGS:
-        trial: Trial = DynamicTrial(server, wl, contender, opts, python, run_dir)
+        trial: Trial = DynamicTrial(server, wl, DYNAMIC[key], opts, python, run_dir)
     else:
-        trial = Trial(server, wl, contender, opts, python, run_dir)
+        trial = Trial(server, wl, REGISTRY[key], opts, python, run_dir)
     try:
         return trial.execute()
     except Exception as exc:
