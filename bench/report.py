@@ -43,8 +43,10 @@ never touched; a peer that cannot be installed or run is reported as "not run" w
 reason. oban-py needs Python 3.12 or later: it gets `bench/.venv-oban` from
 `bench/requirements-oban.txt` (oban 0.7.0), made with the first such interpreter found
 (`BENCH_PYTHON312`, `python3.14`-`python3.12` on `PATH`, pyenv's). Results are written
-to `bench/results/latest.json` (and a timestamped copy); this page and its chart are
-regenerated from them. With `--merge OLD.json` (or several files given to
+to `bench/results/latest.json` (and a timestamped copy, which stays out of the repository:
+only the latest and merged results are committed, and a run they replace is summarized in
+[Earlier runs](#earlier-runs) with its command); this page and its chart are regenerated from
+them, below the goals with the measured notes of `bench/NOTES.md`. With `--merge OLD.json` (or several files given to
 `python -m bench.report`) a later file's result replaces an earlier one's for the same
 workload and scheduler, and the page lists every run its results come from. With
 `--rounds N` every workload runs each scheduler N times, round after round in alternating
