@@ -46,8 +46,9 @@ from psycopg import sql
 
 import pgsched
 from bench import pg
-from bench.ledger import live_options, one, replica, wal
+from bench.live import live_options, replica
 from bench.measure import Statements
+from bench.pg import one, wal
 from bench.shared import RESULTS
 from pgsched._http.auth import Tokens
 from pgsched._http.web import Dashboard, WebRequest

@@ -26,11 +26,8 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,6 +36,8 @@ import psycopg
 from psycopg import sql
 
 from bench import pg
+from bench.live import live_options, replica
+from bench.pg import one, wal
 from bench.shared import RESULTS
 
 SCHEMA = "pgsched"
@@ -74,27 +73,12 @@ FROM generate_series(0, %(rows)s - 1) AS i,
 """
 
 
-def wal(conn: psycopg.Connection[Any]) -> dict[str, float]:
-    row = conn.execute(
-        "SELECT wal_records, wal_fpi, wal_bytes, pg_current_wal_lsn() - '0/0'::pg_lsn"
-        " FROM pg_stat_wal"
-    ).fetchone()
-    assert row is not None
-    return {"records": row[0], "fpi": row[1], "bytes": float(row[2]), "lsn": float(row[3])}
-
-
 # The leaves of a partitioned table or index, or the relation itself when it is a plain one.
 LEAVES = (
     "(SELECT relid FROM pg_partition_tree({0}) WHERE isleaf"
     " UNION ALL SELECT ({0})::regclass WHERE NOT EXISTS"
     " (SELECT 1 FROM pg_partition_tree({0}) WHERE isleaf AND relid <> ({0})::regclass)) l"
 )
-
-
-def one(conn: psycopg.Connection[Any], query: Any, params: Any = None) -> tuple[Any, ...]:
-    row = conn.execute(query, params).fetchone()
-    assert row is not None
-    return tuple(row)
 
 
 def written(conn: psycopg.Connection[Any]) -> float:
@@ -104,32 +88,6 @@ def written(conn: psycopg.Connection[Any]) -> float:
     q = sql.SQL("SELECT count(*) + count(finished_at) FROM {}.cron_executions")
     row = conn.execute(q.format(sql.Identifier(SCHEMA))).fetchone()
     return int(row[0]) / 2 if row else 0.0
-
-
-@contextmanager
-def replica(dsn: str, app: str, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    """``pgsched run --migrate`` of the module text ``app`` (its settings in ``env``) for the
-    block, serving no HTTP; its log is printed if it ends with an error."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "bench_app.py"
-        path.write_text(app)
-        full = dict(os.environ, PGSCHED_DSN=dsn, PGSCHED_SCHEMA=SCHEMA, **env)
-        log = (Path(tmp) / "replica.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pgsched", "run", "--migrate", str(path), "--no-http"],
-            env=full,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            proc.wait(60)
-            log.close()
-            if proc.returncode not in (0, -15):
-                tail = (Path(tmp) / "replica.log").read_text(errors="replace")[-3000:]
-                print(f"the replica ended with {proc.returncode}:\n{tail}", file=sys.stderr)
 
 
 def live_wal(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -267,20 +225,6 @@ def retention(dsn: str, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         "seconds": round(seconds, 2),
         "wal_bytes": after["bytes"] - before["bytes"],
     }
-
-
-def live_options(
-    prog: str, doc: str | None, *, every: int, warmup: float, window: float, rows: int
-) -> argparse.ArgumentParser:
-    """The options of a benchmark that runs one replica's fan-out and fills history."""
-    parser = argparse.ArgumentParser(prog=prog, description=doc)
-    parser.add_argument("--dsn", help="a server to use (default: a private cluster)")
-    parser.add_argument("--scopes", type=int, default=2000)
-    parser.add_argument("--every", type=int, default=every)
-    parser.add_argument("--warmup", type=float, default=warmup)
-    parser.add_argument("--window", type=float, default=window)
-    parser.add_argument("--rows", type=int, default=rows)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
