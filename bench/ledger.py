@@ -22,7 +22,6 @@ other in the same run, never against another machine's.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -35,8 +34,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bench import pg
-from bench.live import live_options, replica
+from bench.live import database, live_options, replica, write_result
 from bench.pg import one, wal
 from bench.shared import RESULTS
 
@@ -234,25 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=40.0)
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    server = pg.external(args.dsn) if args.dsn else pg.start_private()
-    try:
-        with psycopg.connect(server.admin_dsn, autocommit=True) as admin:
-            admin.execute("DROP DATABASE IF EXISTS ledger_cost")
-            admin.execute("CREATE DATABASE ledger_cost")
-        dsn = server.dsn("ledger_cost")
+    with database(args.dsn, "ledger_cost") as (_, dsn):
         result: dict[str, Any] = {"when": datetime.now(UTC).isoformat(), "args": vars(args)}
         result["live"] = live_wal(dsn, args)
         with psycopg.connect(dsn, autocommit=True) as conn:
             result["at_rest"] = at_rest(conn, args)
             result["retention"] = retention(dsn, conn)
-        with psycopg.connect(server.admin_dsn, autocommit=True) as admin:  # as bench.history
-            admin.execute("DROP DATABASE ledger_cost WITH (FORCE)")
-    finally:
-        server.stop()
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    name = args.results_dir / f"ledger-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
-    name.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print(json.dumps(result, indent=2, default=str))
+    write_result(args.results_dir, "ledger", result)
     return 0
 
 
