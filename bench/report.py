@@ -49,8 +49,8 @@ only the latest and merged results are committed, and a run they replace is summ
 them, below the goals with the measured notes of `bench/NOTES.md`. With `--merge OLD.json`
 (or several files given to `python -m bench.report`) a later file's result replaces an
 earlier one's for the same workload and scheduler, and the page lists every run its results
-come from. With
-`--rounds N` every workload runs each scheduler N times, round after round in alternating
+come from.
+With `--rounds N` every workload runs each scheduler N times, round after round in alternating
 order, ratios are taken within a round, and the round in which pgsched's fan-out ratio to
 raw + handler is the median stands for the workload (every round's ratios are in the
 results file): on a small machine whose speed drifts within minutes, one trial's ratio is
