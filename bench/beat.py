@@ -29,8 +29,9 @@ from typing import Any
 
 from bench import measure, pg, report_beat, rounds
 from bench.beat_figures import median_of
-from bench.beat_trial import CONFIGS, BeatTrial, Shape
-from bench.run import RESULTS, log, peers_python
+from bench.beat_trial import BeatTrial, Shape
+from bench.registry import CONFIGS
+from bench.shared import RESULTS, log, peers_python
 
 REDIS = "redis://127.0.0.1:6379/13"
 

@@ -14,23 +14,24 @@ import json
 import math
 import os
 import secrets
-import signal
 import socket
-import subprocess
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import kombu
 import psycopg
 import redis
+from kombu.connection import Connection
+from kombu.entity import Exchange, Queue
 from psycopg import sql
 
 import pgsched
 from bench import REPO, measure, pg
 from bench.beat_figures import Window, figures
+from bench.processes import Processes
+from bench.registry import BeatConfig
 
 SCHEMA = "pgsched"
 # pgsched's own account of the window, beside the consumer's: its rows of the window's plans
@@ -41,35 +42,6 @@ GROUP BY status"""
 LEDGER_SKIPS = """SELECT reason, sum(plans) FROM {}.cron_skips
 WHERE first_plan >= to_timestamp(%(start)s) AND first_plan < to_timestamp(%(end)s)
 GROUP BY reason"""
-
-
-@dataclass(frozen=True)
-class BeatConfig:
-    """One compared configuration: which beat, how many of them, in which virtualenv."""
-
-    key: str
-    label: str
-    kind: str  # pgsched | plain | redbeat
-    beats: int
-    venv: str = ""  # "": the bench's interpreter; "peers": bench/.venv-peers (celery-redbeat)
-
-    def scheduler_args(self, schedule_file: Path) -> list[str]:
-        if self.kind == "pgsched":
-            return ["-S", "pgsched"]
-        if self.kind == "redbeat":
-            return ["-S", "redbeat.RedBeatScheduler"]
-        return ["-s", str(schedule_file)]  # PersistentScheduler, a schedule file of its own
-
-
-CONFIGS = {
-    c.key: c
-    for c in (
-        BeatConfig("pgsched", "pgsched: 3 beats (`celery beat -S pgsched`)", "pgsched", 3),
-        BeatConfig("beat", "one plain `celery beat`", "plain", 1),
-        BeatConfig("beat2", "two plain `celery beat`s", "plain", 2),
-        BeatConfig("redbeat", "celery-redbeat 2.4.2: 3 beats", "redbeat", 3, venv="peers"),
-    )
-}
 
 
 @dataclass(frozen=True)
@@ -94,8 +66,8 @@ class Consumer:
 
     def __init__(self, broker: str, queue: str) -> None:
         self.arrivals: list[dict[str, Any]] = []
-        self._conn = kombu.Connection(broker)
-        self._queue = kombu.Queue(queue, kombu.Exchange(queue, "direct"), routing_key=queue)
+        self._conn = Connection(broker)
+        self._queue = Queue(queue, Exchange(queue, "direct"), routing_key=queue)
         self._ready, self._stop = threading.Event(), threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="beat-consumer", daemon=True)
@@ -161,10 +133,14 @@ class BeatTrial:
         self.run_dir = run_dir / self.name
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.consumer = Consumer(broker, self.name)
-        self.procs: list[subprocess.Popen[bytes]] = []
+        # 5 s after SIGTERM, then SIGKILL: the measurement is over by then, and a pgsched
+        # beat's graceful stop can take 10 s.
+        self.beats = Processes(
+            "beat", config.beats, self.beat_command, self.beat_env, self.run_dir, grace_s=5
+        )
         self.db_created = False
 
-    def beat_env(self) -> dict[str, str]:
+    def beat_env(self, i: int) -> dict[str, str]:
         settings = {
             "kind": self.config.kind,
             "broker": self.broker,
@@ -193,24 +169,10 @@ class BeatTrial:
         self.db_created = True
         pgsched.Admin(self.dsn, SCHEMA).migrate()
 
-    def start_beats(self) -> None:
-        env = self.beat_env()
-        for i in range(self.config.beats):
-            schedule = self.run_dir / f"beat-{i}.schedule"
-            command = [self.python, "-m", "celery", "-A", "bench.peers.beat_app", "beat"]
-            command += [*self.config.scheduler_args(schedule), "-l", "WARNING"]
-            with open(self.run_dir / f"beat-{i}.log", "wb") as out:
-                self.procs.append(
-                    subprocess.Popen(
-                        command,
-                        cwd=REPO,
-                        env=env,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
-                )
+    def beat_command(self, i: int) -> list[str]:
+        schedule = self.run_dir / f"beat-{i}.schedule"
+        command = [self.python, "-m", "celery", "-A", "bench.peers.beat_app", "beat"]
+        return [*command, *self.config.scheduler_args(schedule), "-l", "WARNING"]
 
     def senders(self) -> set[str]:
         return {a["origin"] for a in self.consumer.arrivals}
@@ -220,9 +182,9 @@ class BeatTrial:
         wanted = 1 if self.config.kind == "redbeat" else self.config.beats
         deadline = time.monotonic() + deadline_s
         while len(self.senders()) < wanted:
-            crashed = [i for i, p in enumerate(self.procs) if p.poll() is not None]
+            crashed = self.beats.crashed()
             if crashed:
-                log = (self.run_dir / f"beat-{crashed[0]}.log").read_text(errors="replace")
+                log = self.beats.log_path(crashed[0]).read_text(errors="replace")
                 raise RuntimeError(f"beat {crashed[0]} exited: {log.strip()[-400:]}")
             if time.monotonic() > deadline:
                 sent = len(self.senders())
@@ -231,7 +193,7 @@ class BeatTrial:
 
     def beat_of(self, origin: str | None) -> int:
         """The index of the beat that sent a message with ``origin`` (``gen<pid>@host``)."""
-        for i, p in enumerate(self.procs):
+        for i, p in enumerate(self.beats.procs):
             if origin and origin.startswith(f"gen{p.pid}@"):
                 return i
         return 0
@@ -240,26 +202,25 @@ class BeatTrial:
         """SIGKILL the beat that sent the latest message (redbeat: the lock holder)."""
         last = self.consumer.arrivals[-1]["origin"] if self.consumer.arrivals else None
         victim = self.beat_of(last)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.procs[victim].pid, signal.SIGKILL)
+        self.beats.kill(victim)
         return {"killed_beat": victim, "killed_origin": last, "killed_at": time.time()}
 
     def execute(self) -> dict[str, Any]:
         self.setup()
         self.consumer.start()
-        self.start_beats()
+        self.beats.start()
         self.wait_for_beats()
         shape = self.shape
         start = math.ceil((time.time() + shape.warmup_s) / shape.every_s) * shape.every_s
-        cpu0 = [measure.proc_cpu_s(p.pid) for p in self.procs]
+        cpu0 = self.beats.cpu_s()
         load = measure.loadavg()
         killed: dict[str, Any] = {"killed_beat": None, "killed_origin": None}
         if self.config.beats > 1:
             sleep_until(start + shape.kill_at_s)
             killed = self.kill()
         sleep_until(start + shape.window_s + shape.drain_s)
-        cpu = [_used(measure.proc_cpu_s(p.pid), c) for p, c in zip(self.procs, cpu0, strict=True)]
-        exits = self.stop_beats()
+        cpu = [_used(now, then) for now, then in zip(self.beats.cpu_s(), cpu0, strict=True)]
+        exits = self.beats.stop()
         self.consumer.stop()
         kill_t = killed.get("killed_at")
         names = shape.entry_names()
@@ -296,26 +257,9 @@ class BeatTrial:
             for a in self.consumer.arrivals:
                 out.write(json.dumps(a) + "\n")
 
-    def stop_beats(self) -> list[int | None]:
-        """SIGTERM every beat still running (SIGKILL after 5 s: the measurement is over, and
-        a pgsched beat's graceful stop can take 10 s); their exit codes."""
-        for p in self.procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        for p in self.procs:
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        return [p.returncode for p in self.procs]
-
     def close(self) -> None:
         """Stop what is left; drop the database and the trial's keys on Redis."""
-        self.stop_beats()
+        self.beats.stop()
         with contextlib.suppress(Exception):
             self.consumer.stop()
         with contextlib.suppress(Exception):

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from bench.dynamic_schedulers import DYNAMIC
-from bench.schedulers import ORDER, REGISTRY, label
+from bench.registry import ALL_KEYS, DYNAMIC, REGISTRY, label
 
 
-def points(report: dict, sched: str) -> list[tuple[int, float, float, str]]:
+def points(report: dict[str, Any], sched: str) -> list[tuple[int, float, float, str]]:
     """(scopes, completed plans/s, p99 lag s, workload) of the regular workloads."""
     workloads = report["workloads"]
     out = []
@@ -28,7 +28,7 @@ def points(report: dict, sched: str) -> list[tuple[int, float, float, str]]:
     return sorted(out)
 
 
-def none_completed(report: dict) -> list[str]:
+def none_completed(report: dict[str, Any]) -> list[str]:
     workloads = report["workloads"]
     return [
         f"{label(r['scheduler'])} at {workloads[r['workload']]['scopes']:,}"
@@ -40,7 +40,7 @@ def none_completed(report: dict) -> list[str]:
     ]
 
 
-def dynamic_bars(report: dict, ax) -> None:  # type: ignore[no-untyped-def]
+def dynamic_bars(report: dict[str, Any], ax: Any) -> None:
     """Schedules as data: (g) schedules put per second, (h) p99 start lag, per scheduler."""
     rows = {
         (r["workload"], r["scheduler"]): r
@@ -74,14 +74,14 @@ def dynamic_bars(report: dict, ax) -> None:  # type: ignore[no-untyped-def]
     ax.grid(True, which="both", axis="y", alpha=0.3)
 
 
-def draw(report: dict, out: Path) -> None:
+def draw(report: dict[str, Any], out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(17, 4.8))
-    for sched in (*ORDER, *(k for k in DYNAMIC if k not in ORDER)):
+    for sched in ALL_KEYS:
         pts = points(report, sched)
         if not pts:
             continue

@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pgsched
+from bench.seeded import SeededSchema, main, timed
 from pgsched._http.auth import Tokens
 from pgsched._http.web import Dashboard, WebRequest
-
-from .seeded import SeededSchema, main, timed
 
 SCHEMA = "bench_dashboard"
 SCHEDULES = 1_000_000

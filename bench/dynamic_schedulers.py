@@ -1,5 +1,5 @@
 """The contenders of the schedules-as-data workloads (g, h, i): one class each behind
-:class:`DynamicContender`, in :data:`DYNAMIC`.
+:class:`DynamicContender`, listed in :data:`bench.registry.DYNAMIC`.
 
 A code-defined job's contender (:mod:`bench.schedulers`) is told its scopes and cadence in
 its configuration; here the schedules are data that a driver process puts, replaces and
@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from bench.peers.common import LEDGER_TABLE
-from bench.schedulers import _line, peer_setup
+from bench.shared import line, peer_setup
 from bench.workloads import Workload
 
 
@@ -112,7 +112,7 @@ class PgschedDynamic(_Dynamic):
 
     key = "pgsched"
     label = "pgsched"
-    style = _line(color="tab:blue", linewidth=2.5, marker="o")
+    style = line(color="tab:blue", linewidth=2.5, marker="o")
     third_party = False
     settle_s = 2.0
     note = "one dynamic job; Admin.put_schedules per batch, Admin.delete_schedule per delete"
@@ -139,7 +139,7 @@ class PgschedDynamic(_Dynamic):
 class Dbos(_Dynamic):
     key = "dbos"
     label = "DBOS 3.4.0"
-    style = _line(color="tab:purple", marker="X")
+    style = line(color="tab:purple", marker="X")
     module = "dbos_peer"
     settle_s = 12.0  # its scheduler lists the schedules every 5 s (bench.peers.dbos_peer)
     note = (
@@ -168,7 +168,7 @@ class Dbos(_Dynamic):
 class CeleryBeat(_Dynamic):
     key = "celery_beat"
     label = "django-celery-beat 2.9.0"
-    style = _line(color="tab:brown", marker="*")
+    style = line(color="tab:brown", marker="*")
     module = "celery_peer"
     settle_s = 4.0  # beat checks for changes every second (beat_max_loop_interval)
     note = (
@@ -192,6 +192,3 @@ class CeleryBeat(_Dynamic):
     def claims_sql(self) -> str:
         """The beat's send of the task is its claim (the worker records it)."""
         return f"SELECT scope, plan_time, claimed_at FROM {LEDGER_TABLE}"
-
-
-DYNAMIC: dict[str, DynamicContender] = {c.key: c for c in (PgschedDynamic(), Dbos(), CeleryBeat())}

@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from bench import REPO, churn, pg
+from bench import REPO, churn, measure, pg
 from bench.dynamic_schedulers import DynamicContender
 from bench.dynamic_timeline import dynamic_timeline
 from bench.peers.common import LEDGER_TABLE
@@ -95,8 +95,6 @@ class DynamicTrial(Trial):
     # -- the trial ----------------------------------------------------------------------------
 
     def execute(self) -> dict[str, Any]:
-        from bench import measure
-
         load = measure.loadavg()
         self.setup()
         now = self.db_now()

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pgsched
-
-from .seeded import SeededSchema, main, timed
+from bench.seeded import SeededSchema, main, timed
 
 SCHEMA = "bench_explain"
 SCOPES = 10_000

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import subprocess
@@ -45,13 +44,13 @@ import psycopg
 from psycopg import sql
 
 import pgsched
-from bench import REPO, pg
-from bench.ledger import live_options, one, replica, wal
+from bench.live import database, live_options, replica, write_result
 from bench.measure import Statements
+from bench.pg import one, wal
+from bench.shared import RESULTS
 from pgsched._http.auth import Tokens
 from pgsched._http.web import Dashboard, WebRequest
 
-RESULTS = REPO / "bench" / "results"
 SCHEMA = "pgsched"
 DATABASE = "history"
 JOB = "fan"
@@ -301,24 +300,12 @@ def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _options(argv)
-    server = pg.external(args.dsn) if args.dsn else pg.start_private()
-    try:
-        with psycopg.connect(server.admin_dsn, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(DATABASE)))
-            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DATABASE)))
-        dsn = server.dsn(DATABASE)
+    with database(args.dsn, DATABASE) as (server, dsn):
         if server.has_pgss:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         result = run(dsn, args)
-        with psycopg.connect(server.admin_dsn, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(DATABASE)))
-    finally:
-        server.stop()
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    name = args.results_dir / f"history-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
-    name.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print(json.dumps(result, indent=2, default=str))
+    write_result(args.results_dir, "history", result)
     return 0
 
 

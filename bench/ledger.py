@@ -22,15 +22,11 @@ other in the same run, never against another machine's.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,9 +34,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bench import REPO, pg
+from bench.live import database, live_options, replica, write_result
+from bench.pg import one, wal
+from bench.shared import RESULTS
 
-RESULTS = REPO / "bench" / "results"
 SCHEMA = "pgsched"
 
 APP = textwrap.dedent(
@@ -74,27 +71,12 @@ FROM generate_series(0, %(rows)s - 1) AS i,
 """
 
 
-def wal(conn: psycopg.Connection[Any]) -> dict[str, float]:
-    row = conn.execute(
-        "SELECT wal_records, wal_fpi, wal_bytes, pg_current_wal_lsn() - '0/0'::pg_lsn"
-        " FROM pg_stat_wal"
-    ).fetchone()
-    assert row is not None
-    return {"records": row[0], "fpi": row[1], "bytes": float(row[2]), "lsn": float(row[3])}
-
-
 # The leaves of a partitioned table or index, or the relation itself when it is a plain one.
 LEAVES = (
     "(SELECT relid FROM pg_partition_tree({0}) WHERE isleaf"
     " UNION ALL SELECT ({0})::regclass WHERE NOT EXISTS"
     " (SELECT 1 FROM pg_partition_tree({0}) WHERE isleaf AND relid <> ({0})::regclass)) l"
 )
-
-
-def one(conn: psycopg.Connection[Any], query: Any, params: Any = None) -> tuple[Any, ...]:
-    row = conn.execute(query, params).fetchone()
-    assert row is not None
-    return tuple(row)
 
 
 def written(conn: psycopg.Connection[Any]) -> float:
@@ -104,32 +86,6 @@ def written(conn: psycopg.Connection[Any]) -> float:
     q = sql.SQL("SELECT count(*) + count(finished_at) FROM {}.cron_executions")
     row = conn.execute(q.format(sql.Identifier(SCHEMA))).fetchone()
     return int(row[0]) / 2 if row else 0.0
-
-
-@contextmanager
-def replica(dsn: str, app: str, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    """``pgsched run --migrate`` of the module text ``app`` (its settings in ``env``) for the
-    block, serving no HTTP; its log is printed if it ends with an error."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "bench_app.py"
-        path.write_text(app)
-        full = dict(os.environ, PGSCHED_DSN=dsn, PGSCHED_SCHEMA=SCHEMA, **env)
-        log = (Path(tmp) / "replica.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pgsched", "run", "--migrate", str(path), "--no-http"],
-            env=full,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            proc.wait(60)
-            log.close()
-            if proc.returncode not in (0, -15):
-                tail = (Path(tmp) / "replica.log").read_text(errors="replace")[-3000:]
-                print(f"the replica ended with {proc.returncode}:\n{tail}", file=sys.stderr)
 
 
 def live_wal(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -269,20 +225,6 @@ def retention(dsn: str, conn: psycopg.Connection[Any]) -> dict[str, Any]:
     }
 
 
-def live_options(
-    prog: str, doc: str | None, *, every: int, warmup: float, window: float, rows: int
-) -> argparse.ArgumentParser:
-    """The options of a benchmark that runs one replica's fan-out and fills history."""
-    parser = argparse.ArgumentParser(prog=prog, description=doc)
-    parser.add_argument("--dsn", help="a server to use (default: a private cluster)")
-    parser.add_argument("--scopes", type=int, default=2000)
-    parser.add_argument("--every", type=int, default=every)
-    parser.add_argument("--warmup", type=float, default=warmup)
-    parser.add_argument("--window", type=float, default=window)
-    parser.add_argument("--rows", type=int, default=rows)
-    return parser
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = live_options(
         "python -m bench.ledger", __doc__, every=5, warmup=15.0, window=30.0, rows=1_000_000
@@ -290,25 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=40.0)
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    server = pg.external(args.dsn) if args.dsn else pg.start_private()
-    try:
-        with psycopg.connect(server.admin_dsn, autocommit=True) as admin:
-            admin.execute("DROP DATABASE IF EXISTS ledger_cost")
-            admin.execute("CREATE DATABASE ledger_cost")
-        dsn = server.dsn("ledger_cost")
+    with database(args.dsn, "ledger_cost") as (_, dsn):
         result: dict[str, Any] = {"when": datetime.now(UTC).isoformat(), "args": vars(args)}
         result["live"] = live_wal(dsn, args)
         with psycopg.connect(dsn, autocommit=True) as conn:
             result["at_rest"] = at_rest(conn, args)
             result["retention"] = retention(dsn, conn)
-        with psycopg.connect(server.admin_dsn, autocommit=True) as admin:  # as bench.history
-            admin.execute("DROP DATABASE ledger_cost WITH (FORCE)")
-    finally:
-        server.stop()
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    name = args.results_dir / f"ledger-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
-    name.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print(json.dumps(result, indent=2, default=str))
+    write_result(args.results_dir, "ledger", result)
     return 0
 
 

@@ -23,7 +23,7 @@ import psycopg
 
 from bench import REPO
 from bench.peers.common import LEDGER_TABLE
-from bench.schedulers import CEILINGS
+from bench.registry import CEILINGS
 
 QUERIES_SQL = REPO / "sql" / "queries.sql"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

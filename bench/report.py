@@ -14,10 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import REPO, measure, report_beat, report_dynamic
-from bench.dynamic_schedulers import DYNAMIC
-from bench.schedulers import CEILINGS, ORDER, label
-
-ALL_ORDER = (*ORDER, *(k for k in DYNAMIC if k not in ORDER))
+from bench.registry import ALL_KEYS, CEILINGS, ORDER, label
+from bench.shared import RESULTS, peers_python
 
 DOC = report_beat.DOC
 PNG = REPO / "docs" / "performance.png"
@@ -45,11 +43,14 @@ never touched; a peer that cannot be installed or run is reported as "not run" w
 reason. oban-py needs Python 3.12 or later: it gets `bench/.venv-oban` from
 `bench/requirements-oban.txt` (oban 0.7.0), made with the first such interpreter found
 (`BENCH_PYTHON312`, `python3.14`-`python3.12` on `PATH`, pyenv's). Results are written
-to `bench/results/latest.json` (and a timestamped copy); this page and its chart are
-regenerated from them. With `--merge OLD.json` (or several files given to
-`python -m bench.report`) a later file's result replaces an earlier one's for the same
-workload and scheduler, and the page lists every run its results come from. With
-`--rounds N` every workload runs each scheduler N times, round after round in alternating
+to `bench/results/latest.json` (and a timestamped copy, which stays out of the repository:
+only the latest and merged results are committed, and a run they replace is summarized in
+[Earlier runs](#earlier-runs) with its command); this page and its chart are regenerated from
+them, below the goals with the measured notes of `bench/NOTES.md`. With `--merge OLD.json`
+(or several files given to `python -m bench.report`) a later file's result replaces an
+earlier one's for the same workload and scheduler, and the page lists every run its results
+come from.
+With `--rounds N` every workload runs each scheduler N times, round after round in alternating
 order, ratios are taken within a round, and the round in which pgsched's fan-out ratio to
 raw + handler is the median stands for the workload (every round's ratios are in the
 results file): on a small machine whose speed drifts within minutes, one trial's ratio is
@@ -276,7 +277,8 @@ def limit_row(r: dict[str, Any], limits: dict[str, dict[str, Any]]) -> str:
 def find(report: dict[str, Any], wl: str, sched: str) -> dict[str, Any] | None:
     for r in report["results"]:
         if r["workload"] == wl and r["scheduler"] == sched and r.get("status") == "ok":
-            return r
+            found: dict[str, Any] = r
+            return found
     return None
 
 
@@ -335,7 +337,7 @@ def goals_against_limits(report: dict[str, Any], mine: list[dict[str, Any]]) -> 
     rows = [r for r in mine if r["workload"] in LIMIT_WORKLOADS]
     out: list[Goal] = []
     for goal, key, bound in LIMIT_GOALS:
-        got = {r["workload"]: r.get(key) for r in rows if r.get(key) is not None}
+        got: dict[str, float] = {r["workload"]: r[key] for r in rows if r.get(key) is not None}
         workloads = ", ".join(got) or "none"
         out.append(
             (
@@ -527,7 +529,7 @@ def render(
             *limits,
             "",
         ]
-    dynamic = report_dynamic.table(report, fmt, ALL_ORDER, label)
+    dynamic = report_dynamic.table(report, fmt, ALL_KEYS, label)
     if dynamic:
         parts += [
             "Schedules as data (one dynamic job; see [its method](#schedules-as-data-g-h-i)):",
@@ -580,13 +582,13 @@ def write_docs(report: dict[str, Any], chart_python: str | None, source: Path) -
     DOC.write_text(render(report, chart, notes, report_beat.load()))
 
 
-MERGED = REPO / "bench" / "results" / "merged.json"
+MERGED = RESULTS / "merged.json"
 
 
 def main(argv: list[str]) -> int:
     """``python -m bench.report [RESULTS.json ...]``: several files are merged (a later
     file's result replaces an earlier one's) into bench/results/merged.json first."""
-    paths = [Path(a) for a in argv] or [REPO / "bench" / "results" / "latest.json"]
+    paths = [Path(a) for a in argv] or [RESULTS / "latest.json"]
     reports = [json.loads(p.read_text()) for p in paths]
     path = paths[0]
     report = reports[0]
@@ -594,8 +596,6 @@ def main(argv: list[str]) -> int:
         report = report_dynamic.merge(reports)
         MERGED.write_text(json.dumps(report, indent=1))
         path = MERGED
-    from bench.run import peers_python
-
     write_docs(report, peers_python(install=False)[0], path)
     return 0
 

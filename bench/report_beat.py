@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import REPO
+from bench.shared import RESULTS
 
 DOC = REPO / "docs" / "performance.md"
 
-RESULTS = REPO / "bench" / "results" / "beat.json"
+BEAT_JSON = RESULTS / "beat.json"
 HEADING = "## HA Celery beat"
 # The page's section the beat's goes before when the page has none yet.
 BEFORE = "## Where pgsched's database time went"
@@ -34,7 +35,7 @@ COLUMNS = (
 )
 
 
-def load(path: Path = RESULTS) -> dict[str, Any] | None:
+def load(path: Path = BEAT_JSON) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -230,7 +231,7 @@ def write_section(doc: Path, beat: dict[str, Any]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    path = Path(argv[0]) if argv else RESULTS
+    path = Path(argv[0]) if argv else BEAT_JSON
     beat = load(path)
     if beat is None:
         print(f"bench.report_beat: no {path}: run python -m bench.beat first", file=sys.stderr)

@@ -139,7 +139,8 @@ def cells(r: dict[str, Any], fmt: Fmt) -> list[str]:
 def find(report: dict[str, Any], wl: str) -> dict[str, Any] | None:
     for r in report["results"]:
         if r["workload"] == wl and r["scheduler"] == "pgsched" and r.get("status") == "ok":
-            return r
+            found: dict[str, Any] = r
+            return found
     return None
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench import measure
-from bench.schedulers import CEILINGS
+from bench.registry import CEILINGS
 
 SUBJECT = "pgsched"
 _RATIO = "fanout_to_handler_limit"

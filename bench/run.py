@@ -15,99 +15,22 @@ measured in :mod:`bench.measure`.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import glob
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import REPO, measure, pg, report_dynamic, rounds
-from bench.dynamic_schedulers import DYNAMIC
+from bench import measure, pg, report_dynamic, rounds
 from bench.dynamic_trial import DynamicTrial
-from bench.schedulers import CEILINGS, ORDER, REGISTRY
+from bench.registry import ALL_KEYS, CEILINGS, DYNAMIC, REGISTRY, WORKLOADS, contender_for
+from bench.report import write_docs
+from bench.shared import RESULTS, VENVS, log, peers_python
 from bench.trial import Options, Trial
-from bench.workloads import WORKLOADS, Workload
-
-RESULTS = REPO / "bench" / "results"
-PEERS_VENV = REPO / "bench" / ".venv-peers"
-PEERS_REQUIREMENTS = REPO / "bench" / "requirements-peers.txt"
-# oban-py needs Python 3.12 or later, which the project does not: it gets a virtualenv of its
-# own, made with the first such interpreter found (BENCH_PYTHON312, then python3.13 or
-# python3.12 on PATH, then pyenv's).
-OBAN_VENV = REPO / "bench" / ".venv-oban"
-OBAN_REQUIREMENTS = REPO / "bench" / "requirements-oban.txt"
-OBAN_MIN_PYTHON = (3, 12)
-
-
-def log(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def peers_python(install: bool) -> tuple[str | None, str]:
-    """The peers' virtualenv interpreter (created from the pinned requirements), or why not."""
-    return venv_python(PEERS_VENV, PEERS_REQUIREMENTS, sys.executable, install)
-
-
-def oban_python(install: bool) -> tuple[str | None, str]:
-    """oban's virtualenv interpreter, or why not."""
-    base = python_at_least(OBAN_MIN_PYTHON)
-    if base is None:
-        version = ".".join(map(str, OBAN_MIN_PYTHON))
-        return None, f"oban-py needs Python >= {version} and none was found"
-    return venv_python(OBAN_VENV, OBAN_REQUIREMENTS, base, install)
-
-
-def python_at_least(version: tuple[int, int]) -> str | None:
-    """An interpreter of ``version`` or later, or None."""
-    candidates = [os.environ.get("BENCH_PYTHON312", ""), sys.executable]
-    candidates += [shutil.which(f"python3.{minor}") or "" for minor in (14, 13, 12)]
-    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[2-9]*/bin/python")))
-    wanted = f"import sys; sys.exit(sys.version_info < {version!r})"
-    for python in filter(None, candidates):
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            done = subprocess.run([python, "-c", wanted], capture_output=True, timeout=30)
-            if done.returncode == 0:
-                return python
-    return None
-
-
-def venv_python(venv: Path, requirements: Path, base: str, install: bool) -> tuple[str | None, str]:
-    """``venv``'s interpreter, the virtualenv created by ``base`` from the pinned
-    ``requirements`` when missing or stale, or why not."""
-    python = venv / "bin" / "python"
-    marker = venv / ".requirements"
-    wanted = requirements.read_text()
-    if python.exists() and marker.exists() and marker.read_text() == wanted:
-        return str(python), ""
-    if not install:
-        return None, f"the virtualenv {venv.name} is missing and --no-install was given"
-    log(f"creating the virtualenv {venv} from {requirements.name}")
-    try:
-        subprocess.run([base, "-m", "venv", str(venv)], check=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "-r", str(requirements)],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
-        detail = getattr(exc, "stderr", "") or str(exc)
-        return None, f"could not install the pinned peers: {detail.strip()[-300:]}"
-    marker.write_text(wanted)
-    return str(python), ""
-
-
-VENVS = {"peers": peers_python, "oban": oban_python}
-
+from bench.workloads import Workload
 
 # -- the benchmark --------------------------------------------------------------------------
 
@@ -128,26 +51,12 @@ def selected_workloads(args: argparse.Namespace) -> list[Workload]:
     return [replace(WORKLOADS[k], **overrides) for k in args.workloads.split(",")]
 
 
-ALL_KEYS = (*ORDER, *(k for k in DYNAMIC if k not in REGISTRY))
-
-
 def selected_schedulers(args: argparse.Namespace) -> list[str]:
     keys = [s for s in args.schedulers.split(",") if s]
     unknown = [k for k in keys if k not in REGISTRY and k not in DYNAMIC]
     if unknown:
         raise SystemExit(f"unknown schedulers {unknown}; known: {', '.join(ALL_KEYS)}")
     return keys
-
-
-def contender_for(wl: Workload, key: str) -> Any:
-    """The contender ``key`` of ``wl``'s kind (schedules as data or not), or None: a
-    scheduler without schedules as data does not appear in workloads g-i, nor the peers
-    with only schedules as data in a-f. The limits also run h (10,000 plans due at one
-    minute is the shape of c), as scopes of a code-defined cadence, so pgsched's dynamic claims
-    get ratios to them from the same run."""
-    if wl.schedules == "due" and key in CEILINGS:
-        return REGISTRY[key]
-    return (DYNAMIC if wl.schedules else REGISTRY).get(key)
 
 
 def needed_venvs(workloads: list[Workload], schedulers: list[str]) -> set[str]:
@@ -190,7 +99,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         put_cap_s=args.put_cap,
     )
     venvs = {
-        name: VENVS[name](install=not args.no_install)
+        name: VENVS[name](not args.no_install)
         for name in sorted(needed_venvs(workloads, schedulers))
     }
     server = pg.external(args.dsn) if args.dsn else pg.start_private()
@@ -245,20 +154,22 @@ def run_one(
 ) -> dict[str, Any]:
     """One trial's result, or why it was not run."""
     contender = contender_for(wl, key)
+    assert contender is not None  # run_benchmark passes only the workload's contenders
     base = {"workload": wl.key, "scheduler": key}
     why = contender.unsupported(wl)
     if why:
         return {**base, "status": "not run", "reason": why}
-    python, why_not = sys.executable, ""
+    python: str | None = sys.executable
+    why_not = ""
     if contender.third_party:
         python, why_not = venvs.get(getattr(contender, "venv", "peers"), (None, "no virtualenv"))
     if python is None:
         return {**base, "status": "not run", "reason": why_not}
     log(f"workload {wl.key} ({wl.title}): {key}, load {measure.loadavg()}")
     if wl.schedules and key not in CEILINGS:
-        trial: Trial = DynamicTrial(server, wl, contender, opts, python, run_dir)
+        trial: Trial = DynamicTrial(server, wl, DYNAMIC[key], opts, python, run_dir)
     else:
-        trial = Trial(server, wl, contender, opts, python, run_dir)
+        trial = Trial(server, wl, REGISTRY[key], opts, python, run_dir)
     try:
         return trial.execute()
     except Exception as exc:
@@ -361,9 +272,5 @@ def main(argv: list[str] | None = None) -> int:
         cli.error(f"--rounds {args.rounds}: at least 1")
     report = run_benchmark(args)
     if not args.no_docs:
-        from bench import report as report_mod
-
-        report_mod.write_docs(
-            report, peers_python(install=False)[0], Path(args.results_dir) / "latest.json"
-        )
+        write_docs(report, peers_python(install=False)[0], Path(args.results_dir) / "latest.json")
     return 0

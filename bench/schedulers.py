@@ -1,4 +1,5 @@
-"""The compared schedulers: one class each behind :class:`Contender`, in :data:`REGISTRY`.
+"""The compared schedulers: one class each behind :class:`Contender`, listed in
+:data:`bench.registry.REGISTRY`.
 
 The registry's order is the table's and the chart's; ``--schedulers`` and the results JSON
 use the keys. A contender knows how to set up its schema in a fresh database, how to mark a
@@ -9,43 +10,23 @@ the chart reads the labels from the peers' virtualenv.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Mapping
 from datetime import datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from bench import REPO
+from bench.shared import JOB, line, peer_setup
 from bench.workloads import Workload
 
 if TYPE_CHECKING:
     import psycopg
-
-JOB = "bench"  # the one job (or task) every contender runs
-
-
-def _line(**style: Any) -> Mapping[str, Any]:
-    """A chart line's matplotlib keyword arguments (read-only)."""
-    return MappingProxyType(style)
-
-
-def peer_setup(module: str, python: str, env: Mapping[str, str], timeout_s: float) -> None:
-    """``python -m bench.peers.MODULE setup``: a peer's schema in the fresh database."""
-    subprocess.run(
-        [python, "-m", f"bench.peers.{module}", "setup"],
-        check=True,
-        env=dict(env),
-        cwd=REPO,
-        capture_output=True,
-        timeout=timeout_s,
-    )
 
 
 class Contender(Protocol):
     key: str  # in --schedulers and the results JSON
     label: str  # in the table and the chart's legend
     style: Mapping[str, Any]  # the chart's line (matplotlib keyword arguments)
-    third_party: bool  # runs in a virtualenv of the pinned peers (bench.run.VENVS)
+    third_party: bool  # runs in a virtualenv of the pinned peers (bench.shared.VENVS)
     venv: str  # which one: "peers" (bench/requirements-peers.txt) or "oban"
     ceiling: str | None  # a limit: every result gets ratio_to_<ceiling> and fanout_to_<ceiling>
 
@@ -72,7 +53,7 @@ class Contender(Protocol):
 
 class _Base:
     key = ""
-    venv = "peers"  # the third-party virtualenv it runs in (bench.run.VENVS)
+    venv = "peers"  # the third-party virtualenv it runs in (bench.shared.VENVS)
     label = ""
     style: Mapping[str, Any] = MappingProxyType({})
     third_party = False
@@ -116,7 +97,7 @@ class RawLimit(_OnPgschedTable):
 
     key = "raw"
     label = "raw batched SQL (limit)"
-    style = _line(color="0.45", linestyle="--", marker="s")
+    style = line(color="0.45", linestyle="--", marker="s")
     ceiling: str | None = "limit"
     module = "raw"
 
@@ -134,7 +115,7 @@ class RawHandlerLimit(RawLimit):
 
     key = "raw_handler"
     label = "raw + handler (limit with a Python handler)"
-    style = _line(color="0.15", linestyle=":", marker="P")
+    style = line(color="0.15", linestyle=":", marker="P")
     ceiling: str | None = "handler_limit"
     module = "raw_handler"
 
@@ -144,7 +125,7 @@ class Pgsched(_OnPgschedTable):
 
     key = "pgsched"
     label = "pgsched"
-    style = _line(color="tab:blue", linewidth=2.5, marker="o")
+    style = line(color="tab:blue", linewidth=2.5, marker="o")
 
     def command(self, python: str, dsn: str) -> list[str]:
         app = "bench.peers.pgsched_app"
@@ -156,7 +137,7 @@ class SeedDesign(_OnPgschedTable):
 
     key = "seed"
     label = "seed design (baseline)"
-    style = _line(color="tab:orange", marker="^")
+    style = line(color="tab:orange", marker="^")
     module = "seed"
 
 
@@ -177,14 +158,14 @@ class Pgqueuer(_Peer):
     key = "pgqueuer"
     label = "pgqueuer 1.6.0"
     module = "pgqueuer_peer"
-    style = _line(color="tab:green", marker="v")
+    style = line(color="tab:green", marker="v")
 
 
 class Procrastinate(_Peer):
     key = "procrastinate"
     label = "procrastinate 3.10.0"
     module = "procrastinate_peer"
-    style = _line(color="tab:red", marker="D")
+    style = line(color="tab:red", marker="D")
 
     def prepopulate(self, conn: psycopg.Connection[Any], scopes: int, plan: datetime) -> None:
         conn.execute(
@@ -204,7 +185,7 @@ class Oban(_Peer):
     label = "oban 0.7.0"
     module = "oban_peer"
     venv = "oban"
-    style = _line(color="tab:purple", marker="X")
+    style = line(color="tab:purple", marker="X")
 
     def unsupported(self, wl: Workload) -> str | None:
         if wl.catch_up:
@@ -220,27 +201,3 @@ class Oban(_Peer):
                 f"alone): no cadence of {wl.every_s} s"
             )
         return None
-
-
-REGISTRY: dict[str, Contender] = {
-    c.key: c
-    for c in (
-        RawLimit(),
-        RawHandlerLimit(),
-        Pgsched(),
-        SeedDesign(),
-        Pgqueuer(),
-        Procrastinate(),
-        Oban(),
-    )
-}
-ORDER = tuple(REGISTRY)
-CEILINGS = {k: c.ceiling for k, c in REGISTRY.items() if c.ceiling}  # key -> JSON suffix
-
-
-def label(key: str) -> str:
-    """The table's and the chart's name of ``key`` (the key itself if unknown)."""
-    from bench.dynamic_schedulers import DYNAMIC
-
-    contender = REGISTRY.get(key) or DYNAMIC.get(key)
-    return contender.label if contender else key

@@ -11,8 +11,6 @@ import contextlib
 import json
 import os
 import secrets
-import signal
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +23,9 @@ from psycopg import sql
 
 from bench import REPO, measure, pg
 from bench.peers import common
-from bench.schedulers import JOB, Contender
+from bench.processes import Processes
+from bench.schedulers import Contender
+from bench.shared import JOB
 from bench.timeline import Window, timeline
 from bench.workloads import Workload
 
@@ -41,55 +41,13 @@ class Options:
     put_cap_s: float = 600.0  # schedules as data: the longest bulk put (workload g)
 
 
-class Replicas:
+class Replicas(Processes):
     """The replica processes of one trial, their logs and their counters in ``run_dir``."""
 
     def __init__(
         self, count: int, command: list[str], env: Callable[[int], dict[str, str]], run_dir: Path
     ) -> None:
-        self.count, self.command, self.env, self.run_dir = count, command, env, run_dir
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self) -> None:
-        for i in range(self.count):
-            with open(self.run_dir / f"replica-{i}.log", "wb") as out:
-                self.procs.append(
-                    subprocess.Popen(
-                        self.command,
-                        cwd=REPO,
-                        env=self.env(i),
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
-
-    def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 40
-        for p in self.procs:
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        self.procs = []
-
-    def alive(self) -> bool:
-        return all(p.poll() is None for p in self.procs)
-
-    def crashed(self) -> list[int]:
-        return [i for i, p in enumerate(self.procs) if p.poll() is not None]
-
-    def cpu_s(self) -> list[float | None]:
-        return [measure.proc_cpu_s(p.pid) for p in self.procs]
-
-    def peak_rss_mb(self) -> list[float | None]:
-        return [measure.proc_peak_rss_mb(p.pid) for p in self.procs]
+        super().__init__("replica", count, lambda _: command, env, run_dir, grace_s=40)
 
     def counters(self) -> list[dict[str, Any]]:
         """What each replica last wrote to ``replica-<i>.json`` (see bench.peers.common)."""

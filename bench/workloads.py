@@ -22,7 +22,7 @@ class Workload:
     # pgsched's overlap rule for the job. The limits have none: they start every plan they
     # claim at once, so a workload where a scope has several plans due together (the storm)
     # runs pgsched with "allow" to compare like with like ("forbid" runs a scope's plans one
-    # after another, a rule the limits do not keep; bench/NOTES.md has its figure).
+    # after another, a rule the limits do not keep; docs/performance.md has its figure).
     overlap: str = "forbid"
     idle: bool = False  # nothing due: the cost of idle ticks
     window_s: int = 20  # idle: length of the window; catch-up: longest wait for the backlog

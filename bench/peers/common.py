@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 LEDGER_TABLE = "bench_ledger"
 LEDGER_DDL = f"""
@@ -53,7 +53,8 @@ class Config:
     run_dir: str
     concurrency: int
     ledger_pool: int
-    overlap: str  # pgsched's rule (the other schedulers have no such setting)
+    # pgsched's rule (the other schedulers have no such setting)
+    overlap: Literal["forbid", "allow"]
 
     @property
     def runner(self) -> str:

@@ -62,7 +62,7 @@ class Ledger:
 
 
 def setup(dsn: str) -> None:
-    DBOS(config=dbos_config(dsn, "setup"))  # type: ignore[arg-type]
+    DBOS(config=dbos_config(dsn, "setup"))
     DBOS.launch()
     DBOS.destroy()
 
@@ -72,7 +72,7 @@ def main() -> None:
     common.count_psycopg_statements()
     common.start_reporting(cfg)
     ledger = Ledger(cfg)
-    DBOS(config=dbos_config(cfg.dsn, cfg.runner))  # type: ignore[arg-type]
+    DBOS(config=dbos_config(cfg.dsn, cfg.runner))
 
     @DBOS.workflow(name=WORKFLOW)
     def bench_run(scheduled_at: datetime, context: Any) -> None:

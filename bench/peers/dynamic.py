@@ -140,7 +140,10 @@ def churn_specs(count: int, cadences: Sequence[int]) -> Iterator[Spec]:
 class Adapter(Protocol):
     """How one contender puts and deletes schedules (one instance per driver thread)."""
 
-    cadences: Sequence[int]  # the churn cadences it can express
+    @property
+    def cadences(self) -> Sequence[int]:
+        """The churn cadences it can express."""
+        ...
 
     def put(self, specs: list[Spec]) -> None:
         """Create or replace ``specs`` (one call of the contender's batch API)."""

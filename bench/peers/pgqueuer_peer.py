@@ -16,7 +16,9 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 import asyncpg
 
@@ -47,8 +49,8 @@ async def main() -> None:
     sm = SchedulerManager(Queries(AsyncpgDriver(conn)))
     expression = cfg.cron()
 
-    def handler_for(scope: str):
-        async def handler(schedule) -> None:
+    def handler_for(scope: str) -> Callable[[Any], Awaitable[None]]:
+        async def handler(schedule: Any) -> None:
             plan = common.floor_plan(schedule.next_run - every / 2, cfg.every_s)
             await ledger.execute(common.LEDGER_INSERT_DOLLAR, cfg.job, scope, plan, cfg.runner)
 

@@ -7,6 +7,8 @@ INSERT into the ledger (``bench.peers.common.handler``, which the limit with a P
 
 from __future__ import annotations
 
+from typing import Any
+
 import pgsched
 from bench.peers import common
 
@@ -21,7 +23,7 @@ scheduler = pgsched.Scheduler(
     max_concurrency=cfg.concurrency,
 )
 
-_options: dict[str, object] = {}
+_options: dict[str, Any] = {}
 if cfg.catch_up == "every_plan":
     _options = {
         "catch_up": "every_plan",

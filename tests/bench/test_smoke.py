@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from bench import report as report_mod
+from bench.registry import REGISTRY
 from bench.run import main
-from bench.schedulers import REGISTRY
 
 
 def test_benchmark_smoke(pg_dsn: str, tmp_path: Path) -> None:
