@@ -26,9 +26,12 @@ from .sighting import Sightings
 from .tracing import recording
 from .values import ClaimBatch
 
-# A joint claim takes the turns of at most this many jobs (and reads at most CLAIM_BATCH
-# cursors): the entries of one beat_schedule due together fit in one or a few.
-JOINT_JOBS = 500
+# A joint claim takes the turns of jobs whose due cursors number at most this many (a turn
+# counts its scopes, at most its claim size), as a job's first claim takes at most
+# FIRST_CLAIM plans: replicas that woke for the same instant share its plans (each starts
+# on jobs of its own, claim_order) instead of one claiming them all and sending them one
+# after another while the others find nothing, and the first handlers start early.
+JOINT_CURSORS = FIRST_CLAIM
 Known = Mapping[tuple[str, str], Scope]
 
 
@@ -76,7 +79,7 @@ class Visits:
                 ok = self._failed(conn, job, exc)
                 continue
             turns += [turn] if turn is not None else []
-            if len(turns) >= JOINT_JOBS or sum(t.cursors for t in turns) >= CLAIM_BATCH:
+            if sum(t.cursors for t in turns) >= JOINT_CURSORS:
                 ok = await self._claim_jointly(conn, turns, probe, stopping) and ok
                 turns = []
         probe = await self._prober.fresh(conn, jobs)

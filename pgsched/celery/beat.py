@@ -32,9 +32,12 @@ from .replica import ReplicaThread
 # and publishes on its own loop.
 _CHECK_INTERVAL_S = 1.0
 _SHUTDOWN_GRACE_S = 10.0
-# A publish holds its slot until its SUCCESS row is written (the writer batches those), so
-# the slots, not the broker, bound how many plans a beat sends a second: many entries due at
-# once (a beat_schedule of hundreds) need many in flight.
+# A claimed plan holds its slot until its SUCCESS row is written (the writer batches those),
+# so the slots, not the broker, bound how many plans a beat sends a second: the entries of a
+# beat_schedule due at one instant (hundreds) are claimed in one joint claim only when that
+# many slots are free, then wait for a broker connection each (at most PUBLISHES_IN_FLIGHT
+# sending at once, the pool's bound).
+CLAIMED_AT_ONCE = 1_000
 PUBLISHES_IN_FLIGHT = 64
 
 
@@ -64,7 +67,7 @@ class BeatSettings:
             migrate=bool(conf.get("beat_pgsched_migrate")),
             max_concurrency=_number(
                 "beat_pgsched_max_concurrency",
-                conf.get("beat_pgsched_max_concurrency") or PUBLISHES_IN_FLIGHT,
+                conf.get("beat_pgsched_max_concurrency") or CLAIMED_AT_ONCE,
                 1,
             ),
             track=_flag("beat_pgsched_track", conf.get("beat_pgsched_track"), False),
@@ -198,7 +201,7 @@ class BeatScheduler(CeleryScheduler):  # type: ignore[misc]  # Celery has no typ
         settings = self._settings
         try:
             _configure_logging()
-            publisher = Publisher(self.app, settings.max_concurrency)
+            publisher = Publisher(self.app, min(settings.max_concurrency, PUBLISHES_IN_FLIGHT))
             scheduler, _ = build_scheduler(
                 self.app,
                 self.schedule.values(),
