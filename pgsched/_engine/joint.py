@@ -107,9 +107,13 @@ class JointClaimer:
             moves = {
                 name: [(d.move, cursor.tid) for d, cursor in part.pairs]
                 for name, part in decided.items()
+                if part.pairs
             }
-            won, unmoved = await self._joint.claim_cursors_of_jobs(
-                conn, self._runner, terms, clock, moves
+            # A read that found nothing (other replicas took the cursors): no second statement.
+            won, unmoved = (
+                await self._joint.claim_cursors_of_jobs(conn, self._runner, terms, clock, moves)
+                if moves
+                else ([], 0)
             )
             if unmoved:
                 raise Unmoved(unmoved)

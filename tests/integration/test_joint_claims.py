@@ -62,9 +62,9 @@ def test_three_replicas_claim_many_jobs_jointly_each_plan_once(
     stored = rows(db, migrated)
     assert Counter(r["job_name"] for r in stored) == {f"entry-{i:03d}": 1 for i in range(JOBS)}
     assert {r["status"] for r in stored} == {"SUCCESS"}
-    # Each replica's tick claimed the 120 jobs JOINT_CURSORS at a time (one statement each
-    # time), not one transaction each.
-    assert calls and max(calls.values()) == -(-JOBS // JOINT_CURSORS), calls
+    # The replicas claimed the 120 jobs JOINT_CURSORS at a time (one statement each time),
+    # not one transaction each: each made at most as many joint claims as that takes.
+    assert calls and max(calls.values()) <= -(-JOBS // JOINT_CURSORS), calls
 
 
 def test_a_joint_claim_takes_no_more_than_the_free_slots(
