@@ -19,6 +19,7 @@ from typing import Any, cast
 import kombu
 import pytest
 
+import pgsched
 from tests.support.replica import clean_env
 from tests.support.waiting import wait_until
 
@@ -126,6 +127,16 @@ class CeleryRig:
         proc.wait_output("ready.", timeout=40)
         return proc
 
+    def migrate(self) -> None:
+        """Migrate the schema before the beats start, as a deployment runs `pgsched migrate`.
+        Beats that each migrate a fresh schema take turns on the migration lock, one
+        transaction per migration: under load that took most of a first plan's deadline."""
+        admin = pgsched.Admin(dsn=self.dsn, schema=self.schema)
+        try:
+            admin.migrate()
+        finally:
+            admin.close()
+
     def beat(
         self, name: str, schedule: dict[str, Any], scheduler: str = SCHEDULER, **extra: str
     ) -> CeleryProc:
@@ -133,6 +144,13 @@ class CeleryRig:
         proc = CeleryProc(name, args, cwd=self.cwd, env=self.env(schedule, **extra))
         self.procs.append(proc)
         return proc
+
+    def wait_started(self, *beats: CeleryProc, timeout: float = 90) -> None:
+        """Wait for each beat's replica to start (its ``scheduler_started`` event), each with
+        a deadline of its own: a process start-up under load is not what the waits for plans
+        after it measure."""
+        for beat in beats:
+            beat.wait_output('"event": "scheduler_started"', timeout)
 
     def records(self) -> list[dict[str, Any]]:
         if not self.record.exists():

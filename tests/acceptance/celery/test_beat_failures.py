@@ -136,8 +136,10 @@ def test_a_failed_publish_is_retried_without_a_duplicate(
 ) -> None:
     rig = redis_rig
     rig.broker = f"redis://127.0.0.1:{private_redis['port']}/0"
+    rig.migrate()
     rig.worker()
     beat = rig.beat("beat", {"tick": {"every": 2}})
+    rig.wait_started(beat)
     wait_until(lambda: beat.check_alive() and rig.records(), 40, "a first task sent")
     private_redis["stop"]()
     failed = sql.SQL(

@@ -21,11 +21,13 @@ from tests.support.waiting import holds_for, wait_until
 
 def test_probes_metrics_trigger_and_pause(db: Any, redis_rig: CeleryRig) -> None:
     rig = redis_rig
+    rig.migrate()
     rig.worker()
     port = free_port()
     # First sight as deployed ("next"): the hourly entry sends nothing until the next hour.
     extra = {"CELERY_TEST_HTTP_PORT": str(port), "PGSCHED_FIRST_SIGHT": "next"}
     beat = rig.beat("beat", {"hourly": {"every": 3600}}, **extra)
+    rig.wait_started(beat)
     url = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:

@@ -31,10 +31,12 @@ def _plan(record: dict[str, Any]) -> datetime:
 
 def test_three_beats_one_killed_send_every_plan_once(db: Conn, any_rig: CeleryRig) -> None:
     rig = any_rig
+    rig.migrate()
     rig.worker()
     # Two beats by the entry point's short name, one by the dotted path.
     beats = [rig.beat(f"beat{i}", EVERY_2S) for i in range(2)]
     beats.append(rig.beat("beat2", EVERY_2S, scheduler="pgsched.celery:BeatScheduler"))
+    rig.wait_started(*beats)
     wait_until(lambda: len(rig.records()) >= 3, 40, "three plans sent")
     for beat in beats:
         assert "scheduler -> pgsched.celery.beat.BeatScheduler" in beat.output(), beat.name
@@ -88,7 +90,9 @@ def test_task_id_is_the_execution_id_and_headers_carry_plan_and_scope(
     rig = redis_rig
     rig.worker()
     fan = {"fan": {"every": 2, "pgsched": {"scopes": ["tenant:1", "tenant:2"]}}}
+    # This beat migrates the fresh schema itself (beat_pgsched_migrate), as the only one.
     beat = rig.beat("beat", fan)
+    rig.wait_started(beat)
     wait_until(lambda: len(rig.records()) >= 4, 40, "two plans of two scopes sent")
     assert beat.stop() == 0, beat.output()[-3000:]
     rows = {str(r[0]): r for r in _rows(db, rig.schema, "celery:fan")}
@@ -104,14 +108,17 @@ def test_task_id_is_the_execution_id_and_headers_carry_plan_and_scope(
 
 def test_an_entry_removed_from_beat_schedule_stops(db: Conn, redis_rig: CeleryRig) -> None:
     rig = redis_rig
+    rig.migrate()
     rig.worker()
     both = {"kept": {"every": 2}, "dropped": {"every": 2}}
     beats = [rig.beat(f"first{i}", both) for i in range(2)]
+    rig.wait_started(*beats)
     wait_until(lambda: {r["entry"] for r in rig.records()} == {"kept", "dropped"}, 40, "both sent")
     for beat in beats:
         assert beat.stop() == 0, beat.output()[-3000:]
     restarted = db_now(db)
     beats = [rig.beat(f"second{i}", {"kept": {"every": 2}}) for i in range(2)]
+    rig.wait_started(*beats)
     wait_until(
         lambda: sum(r["entry"] == "kept" and _plan(r) > restarted for r in rig.records()) >= 3,
         40,

@@ -55,8 +55,10 @@ def test_schedules_put_while_beats_run_are_sent_once_per_plan_until_paused_or_de
     db: Conn, any_rig: CeleryRig
 ) -> None:
     rig = any_rig
+    rig.migrate()
     rig.worker()
     beats = [rig.beat(f"beat{i}", {}) for i in range(2)]
+    rig.wait_started(*beats)
     admin = pgsched.Admin(rig.dsn, schema=rig.schema)
     wait_until(lambda: _registered(admin), 60, "a beat to register the dynamic job celery")
     admin.put_schedule(CELERY, Scope("tenant", "7"), every="2s", payload=_task("t7"))
@@ -99,8 +101,9 @@ def test_a_task_imported_from_django_celery_beat_is_sent_and_run(
     db: Conn, redis_rig: CeleryRig, pg_dsn: str
 ) -> None:
     rig = redis_rig
+    rig.migrate()
     rig.worker()
-    rig.beat("beat", {})
+    rig.wait_started(rig.beat("beat", {}))
     admin = pgsched.Admin(rig.dsn, schema=rig.schema)
     with django_beat_tables(pg_dsn, f"{rig.schema}_dj") as m:
         every_2s = m.IntervalSchedule.objects.create(every=2, period="seconds")

@@ -18,8 +18,10 @@ def test_the_workers_outcome_is_an_attempt_of_the_execution(redis_rig: CeleryRig
     schedule = {"ok": {"every": 2}, "bad": {"every": 2, "task": "tests.fail"}}
     # The worker tracks; the beat, started from the same app module, does not need to.
     worker_env = rig.env({}, CELERY_TEST_TRACK="1")
+    rig.migrate()
     rig.worker(env=worker_env)
     beat = rig.beat("beat", schedule)
+    rig.wait_started(beat)
     admin = pgsched.Admin(dsn=rig.dsn, schema=rig.schema)
     try:
 
@@ -67,9 +69,11 @@ def test_the_workers_final_outcome_is_the_executions_status(redis_rig: CeleryRig
         "bad": {"every": 2, "task": "tests.fail"},
         "flaky": {"every": 2, "task": "tests.flaky"},
     }
+    rig.migrate()
     rig.worker(env=rig.env({}, CELERY_TEST_TRACK="1"))
     port = free_port()
     beat = rig.beat("beat", schedule, CELERY_TEST_HTTP_PORT=str(port))
+    rig.wait_started(beat)
     admin = pgsched.Admin(dsn=rig.dsn, schema=rig.schema)
     try:
 
@@ -142,9 +146,11 @@ def test_overlap_forbid_sends_a_plan_once_the_previous_task_has_its_outcome(
     forbid = {"overlap": "forbid", "run_timeout": "60s"}
     schedule = {"slow": {"every": 1, "task": "tests.slow", "pgsched": forbid}}
     worker_env = rig.env({}, CELERY_TEST_TRACK="1", CELERY_TEST_SLOW_S="3")
+    rig.migrate()
     rig.worker("worker-1", env=worker_env)
     rig.worker("worker-2", env=worker_env)
     beat = rig.beat("beat", schedule, CELERY_TEST_TRACK="1")
+    rig.wait_started(beat)
     admin = pgsched.Admin(dsn=rig.dsn, schema=rig.schema)
     try:
         wait_until(
