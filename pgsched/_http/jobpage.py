@@ -370,6 +370,10 @@ def _put_form(job: str, back: str) -> str:
         '<label for="p-tz">Time zone<input id="p-tz" name="timezone" value="UTC" size="14"></label>'
         '<label for="p-payload">Payload (JSON object)<input id="p-payload" name="payload" '
         'placeholder="{}" size="24"></label>'
+        '<label for="p-starts">Starts at (UTC, empty: now)<input id="p-starts" name="starts_at" '
+        'type="datetime-local" step="1"></label>'
+        '<label for="p-ends">Ends at (UTC, empty: never)<input id="p-ends" name="ends_at" '
+        'type="datetime-local" step="1"></label>'
         '<label for="p-paused"><span>Paused</span><input id="p-paused" name="paused" '
         'type="checkbox" value="1"></label>'
     )
