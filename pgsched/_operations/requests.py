@@ -131,6 +131,7 @@ _READ_BY_TYPE: tuple[tuple[type, Callable[[Reader, str], Any]], ...] = (
     (int, Reader.integer),
     (dict, Reader.json_object),
 )
+_READABLE = tuple(kind for kind, _ in _READ_BY_TYPE)
 
 
 def _readers(request: type[Any]) -> dict[str, Callable[[Reader, str], Any]]:
@@ -146,13 +147,14 @@ def _readers(request: type[Any]) -> dict[str, Callable[[Reader, str], Any]]:
 
 
 def field_names(request: type[Any]) -> tuple[str, ...]:
-    """The fields the parser of the dataclass ``request`` reads: its own, those of a field
-    that is a dataclass in its place (a schedule request's spec)."""
+    """The fields the parser of the dataclass ``request`` reads: its own, and in place of one
+    that is a dataclass read by no reader of its own (a schedule request's spec), its."""
     hints = get_type_hints(request)
     names: list[str] = []
     for f in fields(request):
         inner = hints[f.name]
-        names += field_names(inner) if isinstance(inner, type) and is_dataclass(inner) else [f.name]
+        nested = isinstance(inner, type) and is_dataclass(inner) and inner not in _READABLE
+        names += field_names(inner) if nested else [f.name]
     return tuple(names)
 
 
