@@ -166,7 +166,8 @@ class HttpServer:
     async def api_explain(self, request: web.Request) -> web.Response:
         """``explain`` of the job, with the command line's options as query parameters."""
         self._may_read(request)
-        query = ExplainQuery.parse(request.query, fixed={"job": request.match_info["job"]})
+        given, job = dict(request.query), request.match_info["job"]
+        query = ExplainQuery.parse(given, fixed={"job": job})
         answer = await self._db(query.send(self._ops))
         return _json(answer.to_json(), 200)
 
