@@ -60,13 +60,13 @@ class Scope:
                 )
 
     @classmethod
-    def parse(cls, text: str, job: str | None = None) -> Scope:
+    def parse(cls, text: str, job: str | None = None, *, field: str = "scope") -> Scope:
         """Parse ``KIND:ID`` as written on the command line (the id may contain colons); an
-        error names ``job`` when given."""
+        error names ``job`` when given, and the ``field`` that held ``text``."""
         where = "" if job is None else f"job {job!r}: "
         kind, sep, ident = text.partition(":")
         if not sep or not kind or not ident:
-            raise ConfigError(f"{where}scope {text!r} is not of the form KIND:ID")
+            raise ConfigError(f"{where}{field} {text!r} is not of the form KIND:ID")
         try:
             return cls(kind, ident)
         except ConfigError as exc:

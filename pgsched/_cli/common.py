@@ -4,14 +4,26 @@ human output (UTC times, aligned tables)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Coroutine
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from .._admin import Admin
 from .._dsn import resolve_dsn
 from .._embedded import default_data_dir, running_embedded
 from .._errors import ConfigError
 from .._operations.audit import local_user
+from .._operations.core import Operations
+from .._operations.requests import Label
+from .._portal import PORTAL
+
+_R = TypeVar("_R", covariant=True)
+
+
+class Request(Protocol[_R]):
+    """A request of the operations core (``pgsched._operations.requests``)."""
+
+    def send(self, ops: Operations) -> Coroutine[Any, Any, _R]: ...
 
 
 def configured_dsn(explicit: str | None) -> str:
@@ -38,11 +50,31 @@ def admin_from(args: argparse.Namespace) -> Admin:
     )
 
 
+def send(args: argparse.Namespace, request: Request[_R]) -> _R:
+    """``request`` sent to the operations core of :func:`admin_from`, as its methods do."""
+    return PORTAL.call(request.send(admin_from(args).operations))
+
+
+def given(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, object]:
+    """The options and arguments ``names`` of the command: the fields of a request."""
+    return {name: getattr(args, name, None) for name in names}
+
+
+def option(name: str) -> str:
+    """A field of an operation as this command line's option: ``--all-scopes``."""
+    return "--" + name.replace("_", "-")
+
+
+def labels(*positional: str) -> Label:
+    """A command's fields as its caller writes them: ``positional`` by their name (``job``),
+    the others as options (``--at``)."""
+    return lambda name: name if name in positional else option(name)
+
+
 def cli_field(name: str, value: object) -> str:
     """A field of an operation as this command line's option: ``--all-scopes``,
     ``--scope KIND:ID``."""
-    option = "--" + name.replace("_", "-")
-    return option if value is True else f"{option} {value}"
+    return option(name) if value is True else f"{option(name)} {value}"
 
 
 def utc_text(value: datetime | None) -> str:

@@ -7,10 +7,9 @@ import argparse
 import json
 from typing import Any
 
-from .._model import Scope
-from .._times import parse_time
+from .._operations.requests import ExplainQuery, field_names
 from .._views import ExplainLine, Explanation
-from .common import admin_from, utc_text
+from .common import given, labels, send, utc_text
 
 
 def add_explain_command(sub: Any) -> None:
@@ -25,10 +24,8 @@ def add_explain_command(sub: Any) -> None:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    scope = Scope.parse(args.scope) if args.scope else None
-    since = None if args.since is None else parse_time(args.since, "--since")
-    until = None if args.until is None else parse_time(args.until, "--until")
-    answer = admin_from(args).explain(args.job, scope, since, until, args.limit)
+    query = ExplainQuery.parse(given(args, field_names(ExplainQuery)), labels("job"))
+    answer = send(args, query)
     if args.json:
         print(json.dumps(answer.to_json(), indent=2))
         return 0

@@ -19,11 +19,21 @@ from .._errors import FieldError, PgschedError
 from .._logging import bound_logger, configure_logging
 from .._model import Scope
 from .._operations.core import DriverError
+from .._operations.requests import TriggerRequest, field_names
 from .._times import parse_time
 from .._version import installed_version
 from .._views import Triggered
 from .celery import add_celery_commands
-from .common import admin_from, cli_field, configured_dsn, print_table, utc_text
+from .common import (
+    admin_from,
+    cli_field,
+    configured_dsn,
+    given,
+    labels,
+    print_table,
+    send,
+    utc_text,
+)
 from .explain import add_explain_command
 from .replicas import add_replica_commands
 from .runs import add_runs_command
@@ -373,13 +383,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _trigger(args: argparse.Namespace) -> int:
-    scope = Scope.parse(args.scope, args.job) if args.scope else None
-    at = parse_time(args.at, "--at") if args.at else None
-    admin = admin_from(args)
-    if args.all_scopes:
-        done = admin.trigger(args.job, None, at, all_scopes=True)
-    else:
-        done = [admin.trigger(args.job, scope, at)]
+    fields = given(args, field_names(TriggerRequest))
+    done = send(args, TriggerRequest.parse(fields, labels("job")))
     for warning in done[0].warnings if done else ():
         print(f"pgsched: warning: {warning}", file=sys.stderr)
     for row in done:

@@ -7,11 +7,9 @@ import argparse
 import json
 from typing import Any
 
-from .._errors import ConfigError
-from .._model import Scope
-from .._times import parse_time
+from .._operations.requests import RunsQuery, field_names
 from .._views import Attempt, Execution, RunHistory, attempt_text
-from .common import admin_from, print_table, utc_text
+from .common import admin_from, given, labels, print_table, send, utc_text
 
 
 def add_runs_command(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -32,22 +30,8 @@ def add_runs_command(sub: Any, parser_class: type[argparse.ArgumentParser]) -> N
     show.set_defaults(command=_show)
 
 
-def _scope(text: str | None) -> Scope | None:
-    if text is None:
-        return None
-    kind, sep, ident = text.partition(":")
-    if not sep or not kind or not ident:
-        raise ConfigError(f"--scope={text!r} is not of the form KIND:ID")
-    return Scope(kind, ident)
-
-
 def _runs(args: argparse.Namespace) -> int:
-    scope = _scope(args.scope)
-    since = None if args.since is None else parse_time(args.since, "--since")
-    until = None if args.until is None else parse_time(args.until, "--until")
-    runs = admin_from(args).runs(
-        args.job, args.status, args.limit, scope=scope, since=since, until=until
-    )
+    runs = send(args, RunsQuery.parse(given(args, field_names(RunsQuery)), labels()))
     if args.json:
         print(json.dumps({"runs": [r.to_json() for r in runs]}, indent=2))
         return 0

@@ -7,11 +7,12 @@ import argparse
 import json
 from typing import Any
 
-from .._errors import ConfigError, NotFoundError
+from .._errors import NotFoundError
 from .._model import Scope
+from .._operations.requests import ScheduleRequest, field_names
 from .._planning.schedules import Schedule
-from .._times import format_duration, parse_time
-from .common import admin_from, print_table, utc_text
+from .._times import format_duration
+from .common import admin_from, given, labels, print_table, send, utc_text
 
 
 def add_schedule_commands(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -91,18 +92,10 @@ def _get(args: argparse.Namespace) -> int:
 
 
 def _put(args: argparse.Namespace) -> int:
-    scope = Scope.parse(args.scope, args.job)
-    put = admin_from(args).put_schedule(
-        args.job,
-        scope,
-        every=args.every,
-        cron=args.cron,
-        timezone=args.timezone,
-        payload=_payload(args.job, scope, args.payload),
-        starts_at=parse_time(args.starts_at, "--starts-at") if args.starts_at else None,
-        ends_at=parse_time(args.ends_at, "--ends-at") if args.ends_at else None,
-        paused=args.paused,
-    )
+    fields = given(args, field_names(ScheduleRequest))
+    request = ScheduleRequest.parse(fields, labels("job", "scope"))
+    put = send(args, request)
+    scope = request.spec.scope
     print(f"put {args.job} {scope}: {_spec(put)}, next plan {utc_text(put.next_plan_time)} UTC")
     return 0
 
@@ -127,18 +120,6 @@ def _resume(args: argparse.Namespace) -> int:
     admin_from(args).resume_schedule(args.job, scope)
     print(f"resumed {args.job} {scope}")
     return 0
-
-
-def _payload(job: str, scope: Scope, text: str | None) -> dict[str, Any] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise ConfigError(f"job {job!r}, scope {scope}: --payload is not JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"job {job!r}, scope {scope}: --payload must be a JSON object")
-    return value
 
 
 def _spec(s: Schedule) -> str:

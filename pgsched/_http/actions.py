@@ -4,29 +4,36 @@ records each in the action log as the caller's (surface ``dashboard``). A form w
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import datetime
-from typing import Any
+from typing import Protocol, Self, TypeVar
 
 from .._errors import ConfigError, NotFoundError
 from .._model import Scope
-from .._operations.audit import Actor, acting
+from .._operations.audit import Action, Actor, acting
 from .._operations.core import Operations
 from .._operations.dashboard import each
-from .._times import parse_time
+from .._operations.requests import Fields, ScheduleRequest, TriggerRequest, field_names
 
 Form = Mapping[str, Sequence[str]]
+
+
+class _Parsed(Protocol):
+    @classmethod
+    def parse(cls, given: Fields) -> Self: ...
+
+
+_Q = TypeVar("_Q", bound=_Parsed)
+# What the dashboard's forms may post as ``action``: each its handler ``_<action>`` below.
 ACTIONS = (
-    "trigger",
-    "pause",
-    "resume",
-    "cancel",
-    "retry",
-    "schedule_put",
-    "schedule_pause",
-    "schedule_resume",
-    "schedule_delete",
+    Action.TRIGGER,
+    Action.PAUSE,
+    Action.RESUME,
+    Action.CANCEL,
+    Action.RETRY,
+    Action.SCHEDULE_PUT,
+    Action.SCHEDULE_PAUSE,
+    Action.SCHEDULE_RESUME,
+    Action.SCHEDULE_DELETE,
 )
 
 
@@ -38,7 +45,7 @@ def one(form: Form, name: str) -> str:
 def question(form: Form) -> str | None:
     """What to ask a signed-in browser before a destructive action (None: nothing to ask, or
     already confirmed: the form carries ``confirmed=yes``)."""
-    if one(form, "action") != "schedule_delete" or one(form, "confirmed") == "yes":
+    if one(form, "action") != Action.SCHEDULE_DELETE or one(form, "confirmed") == "yes":
         return None
     targets = [t for t in form.get("target", ()) if t.strip()]
     job = one(form, "job")
@@ -71,18 +78,18 @@ class ActionForm:
         return text
 
     async def _trigger(self) -> str:
-        job = self._job()
-        at = _at(one(self._form, "at"))
         if self.targets:
-            return await self._bulk(lambda t: self._ops.trigger(job, Scope.parse(t), at))
-        if one(self._form, "all_scopes"):
-            rows = await self._ops.trigger(job, None, at, all_scopes=True)
+            return await self._bulk(
+                lambda t: self._request(TriggerRequest, scope=t).send(self._ops)
+            )
+        trigger = self._request(TriggerRequest)
+        rows = await trigger.send(self._ops)
+        job = trigger.job
+        if trigger.all_scopes:
             queued = sum(1 for r in rows if r.created)
             said = f"triggered {job}: {queued} run(s) queued"
             return "; ".join((said, *(rows[0].warnings if rows else ())))
-        text = one(self._form, "scope")
-        scope = Scope.parse(text) if text else None
-        done = await self._ops.trigger(job, scope, at)
+        done = rows[0]
         if done.scheduled_plan:
             said = f"triggered {job} ({done.scope}): nothing added, the scheduled plan covers it"
         else:
@@ -117,18 +124,9 @@ class ActionForm:
         return f"run {ident} {done}"
 
     async def _schedule_put(self) -> str:
-        job, text = self._job(), one(self._form, "scope")
-        scope = Scope.parse(text)
-        fields: dict[str, Any] = {"timezone": one(self._form, "timezone") or "UTC"}
-        cron, every = one(self._form, "cron"), one(self._form, "every")
-        if cron:
-            fields["cron"] = cron
-        if every:
-            fields["every"] = every
-        fields["payload"] = _payload(one(self._form, "payload"))
-        fields["paused"] = bool(one(self._form, "paused"))
-        await self._ops.put_schedule(job, scope, **fields)
-        return f"schedule {scope} of {job} saved"
+        put = self._request(ScheduleRequest)
+        await put.send(self._ops)
+        return f"schedule {put.spec.scope} of {put.job} saved"
 
     async def _schedule_pause(self) -> str:
         return await self._schedules(self._ops.pause_schedule, "paused")
@@ -157,19 +155,8 @@ class ActionForm:
             raise ConfigError("the form names no job")
         return job
 
-
-def _at(text: str) -> datetime | None:
-    """A time from the form (a browser's datetime-local is read as UTC), or None."""
-    return parse_time(text, "at") if text else None
-
-
-def _payload(text: str) -> dict[str, Any] | None:
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise ConfigError(f"payload={text[:200]!r} is not JSON") from None
-    if not isinstance(value, dict):
-        raise ConfigError("payload must be a JSON object")
-    return value
+    def _request(self, kind: type[_Q], **chosen: str) -> _Q:
+        """The request ``kind`` from the form's fields (one of the targets ``chosen``)."""
+        fields = {name: one(self._form, name) for name in field_names(kind)}
+        fields["job"] = self._job()
+        return kind.parse({**fields, **chosen})

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from .._model import Scope
+from .._operations.audit import Action
 from .._operations.dashboard import JobGrid, SchedulePage
 from .._planning.schedules import Schedule
 from .._times import format_duration
@@ -85,10 +86,10 @@ def job_page(v: JobView, *, can_act: bool) -> str:
 
 def _controls(v: JobView) -> str:
     job, back = v.job.job, v.back
-    flip = "resume" if v.job.paused else "pause"
+    flip = Action.RESUME if v.job.paused else Action.PAUSE
     return (
         f'<form class="bar" method="post" action="action" aria-label="trigger {esc(job)}">'
-        f"{hidden(action='trigger', job=job, back=back)}"
+        f"{hidden(action=Action.TRIGGER, job=job, back=back)}"
         '<label for="t-scope">Scope (KIND:ID)<input id="t-scope" name="scope" '
         'placeholder="global:global"></label>'
         '<label for="t-at">At (UTC, empty: now)<input id="t-at" name="at" '
@@ -271,7 +272,11 @@ def _failures(v: JobView, can_act: bool) -> str:
                 f'<input type="checkbox" name="target" value="{esc(r.id)}" '
                 f'aria-label="select failed run of {esc(str(r.scope))}">'
             )
-            row = [box, *row, button_form("retry", "Retry now", v.back, id=r.id, job=v.job.job)]
+            row = [
+                box,
+                *row,
+                button_form(Action.RETRY, "Retry now", v.back, id=r.id, job=v.job.job),
+            ]
         rows.append(row)
     body = table(headers, rows, wide=frozenset({2, 4} if can_act else {1, 3}))
     if can_act and rows:
@@ -345,10 +350,10 @@ def _schedule_row(job: str, s: Schedule, page: SchedulePage, back: str, can_act:
     if not can_act:
         return row
     name = str(s.scope)
-    flip = "schedule_resume" if s.paused else "schedule_pause"
+    flip = Action.SCHEDULE_RESUME if s.paused else Action.SCHEDULE_PAUSE
     buttons = button_form(flip, "Resume" if s.paused else "Pause", back, job=job, scope=name)
     buttons += " " + button_form(
-        "schedule_delete", "Delete", back, danger=True, job=job, scope=name
+        Action.SCHEDULE_DELETE, "Delete", back, danger=True, job=job, scope=name
     )
     box = (
         f'<input type="checkbox" name="target" value="{esc(name)}" aria-label="select {esc(name)}">'
@@ -370,12 +375,16 @@ def _put_form(job: str, back: str) -> str:
         '<label for="p-tz">Time zone<input id="p-tz" name="timezone" value="UTC" size="14"></label>'
         '<label for="p-payload">Payload (JSON object)<input id="p-payload" name="payload" '
         'placeholder="{}" size="24"></label>'
+        '<label for="p-starts">Starts at (UTC, empty: now)<input id="p-starts" name="starts_at" '
+        'type="datetime-local" step="1"></label>'
+        '<label for="p-ends">Ends at (UTC, empty: never)<input id="p-ends" name="ends_at" '
+        'type="datetime-local" step="1"></label>'
         '<label for="p-paused"><span>Paused</span><input id="p-paused" name="paused" '
         'type="checkbox" value="1"></label>'
     )
     form = (
         '<form class="bar" method="post" action="action">'
-        f"{hidden(action='schedule_put', job=job, back=back)}"
+        f"{hidden(action=Action.SCHEDULE_PUT, job=job, back=back)}"
         f'{fields}<button type="submit">Put schedule</button></form>'
     )
     return section("Put a schedule", "create or replace one scope's schedule", form, "put")

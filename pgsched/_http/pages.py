@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .._operations.audit import Action
 from .._operations.dashboard import COUNT_CAP
 from .._views import (
     ActionRecord,
@@ -133,9 +134,9 @@ def _jobs(data: Overview, can_act: bool) -> str:
             num(j.pending),
         ]
         if can_act:
-            flip = "resume" if j.paused else "pause"
+            flip = Action.RESUME if j.paused else Action.PAUSE
             row.append(
-                button_form("trigger", "Run now", "./", job=j.job, all_scopes="1")
+                button_form(Action.TRIGGER, "Run now", "./", job=j.job, all_scopes="1")
                 + " "
                 + button_form(flip, flip.capitalize(), "./", job=j.job)
             )
@@ -291,9 +292,9 @@ def run_page(found: RunHistory, *, can_act: bool, back: str) -> str:
     dl = "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in facts)
     acts = ""
     if can_act and r.status == "PENDING":
-        acts = button_form("cancel", "Cancel", back, danger=True, id=r.id, job=r.job)
+        acts = button_form(Action.CANCEL, "Cancel", back, danger=True, id=r.id, job=r.job)
     elif can_act and r.status == "FAILED":
-        acts = button_form("retry", "Retry now", back, id=r.id, job=r.job)
+        acts = button_form(Action.RETRY, "Retry now", back, id=r.id, job=r.job)
     top = section("Execution", "", f'<dl class="kv">{dl}</dl>' + _bar(acts), "execution")
     return top + attempts(found)
 

@@ -15,8 +15,7 @@ from aiohttp import web
 from .._errors import ConfigError, NotFoundError
 from .._model import Scope
 from .._operations.core import Operations
-from .._planning.schedules import check_fields
-from .._times import parse_time
+from .._operations.requests import ScheduleRequest
 
 Authorise = Callable[[web.Request], Operations]  # the core acting as the caller
 Body = Callable[[web.Request], Awaitable[dict[str, Any]]]
@@ -73,13 +72,9 @@ class ScheduleRoutes:
 
     async def put(self, request: web.Request) -> web.Response:
         ops = self._authorise(request)
-        job, scope = _target(request)
         body = await self._body(request)
-        check_fields(job, scope, body)
-        for field in ("starts_at", "ends_at"):
-            if isinstance(body.get(field), str):
-                body[field] = parse_time(body[field], field)
-        put = await self._db(ops.put_schedule(job, scope, **body))
+        path = {"job": request.match_info["job"], "scope": request.match_info["scope"]}
+        put = await self._db(ScheduleRequest.parse(body, fixed=path).send(ops))
         return self._reply(put.to_json(), 200)
 
     async def delete(self, request: web.Request) -> web.Response:

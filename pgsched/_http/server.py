@@ -20,11 +20,10 @@ from structlog.typing import FilteringBoundLogger
 
 from .._errors import ConfigError, FieldError, NotFoundError, PgschedError
 from .._metrics import Metrics
-from .._model import Scope
 from .._operations.audit import Actor, acting
-from .._operations.core import MAX_LIMIT, DriverError, Operations
+from .._operations.core import DriverError, Operations
+from .._operations.requests import ExplainQuery, RunsQuery, TriggerRequest, field_names
 from .._results import describe_error
-from .._times import parse_time
 from .auth import Tokens, caller_name, identify
 from .mount import aiohttp_handler
 from .probes import Health, Probes, json_response
@@ -34,10 +33,11 @@ from .web import Dashboard
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _T = TypeVar("_T")
 _DB_TIMEOUT = 5.0
+_RUNS_LIMIT = 50  # runs a GET /api/runs without a limit answers
 # The query parameters each GET endpoint of the API takes (any other is refused, 400).
 _QUERY = {
     "/api/jobs": (),
-    "/api/runs": ("job", "status", "limit", "scope", "since", "until"),
+    "/api/runs": field_names(RunsQuery),
     "/api/runs/{id}": (),
     "/api/replicas": (),
     "/api/jobs/{job}/schedules": ("after", "limit"),
@@ -159,33 +159,16 @@ class HttpServer:
     async def api_runs(self, request: web.Request) -> web.Response:
         self._may_read(request)
         query = request.query
-        try:
-            limit = int(query.get("limit", "50"))
-        except ValueError:
-            raise ConfigError(
-                f"limit={query.get('limit')!r} must be an integer between 1 and {MAX_LIMIT}"
-            ) from None
-        scope = _scope_param(query.get("scope"))
-        since = parse_time(query["since"], "since") if query.get("since") else None
-        until = parse_time(query["until"], "until") if query.get("until") else None
-        action = self._ops.runs(
-            query.get("job"), query.get("status"), limit, scope=scope, since=since, until=until
-        )
-        runs = await self._db(action)
+        fields = {**query, "limit": query.get("limit") or str(_RUNS_LIMIT)}
+        runs = await self._db(RunsQuery.parse(fields).send(self._ops))
         return _json({"runs": [r.to_json() for r in runs]}, 200)
 
     async def api_explain(self, request: web.Request) -> web.Response:
         """``explain`` of the job, with the command line's options as query parameters."""
         self._may_read(request)
-        job, query = request.match_info["job"], request.query
-        unknown = sorted(set(query) - set(_EXPLAIN_PARAMETERS))
-        if unknown:
-            raise ConfigError(f"job {job!r}: unknown parameter {unknown[0]!r}")
-        limit = _int_param(query.get("limit"), 50)
-        scope = _scope_param(query.get("scope"))
-        since = parse_time(query["since"], "since") if query.get("since") else None
-        until = parse_time(query["until"], "until") if query.get("until") else None
-        answer = await self._db(self._ops.explain(job, scope, since, until, limit))
+        given, job = dict(request.query), request.match_info["job"]
+        query = ExplainQuery.parse(given, fixed={"job": job})
+        answer = await self._db(query.send(self._ops))
         return _json(answer.to_json(), 200)
 
     async def api_run(self, request: web.Request) -> web.Response:
@@ -225,22 +208,13 @@ class HttpServer:
 
     async def api_trigger(self, request: web.Request) -> web.Response:
         ops = self._authorise(request)
-        job = request.match_info["job"]
         body = await _body(request)
-        unknown = sorted(set(body) - set(_TRIGGER_FIELDS))
-        if unknown:
-            raise ConfigError(f"job {job!r}: unknown field {unknown[0]!r}")
-        scope = Scope.parse(str(body["scope"])) if body.get("scope") else None
-        at = parse_time(str(body["at"]), "at") if body.get("at") else None
-        every = body.get("all_scopes", False)
-        if not isinstance(every, bool):
-            raise ConfigError(f"job {job!r}: all_scopes={every!r} must be true or false")
-        if every:
-            rows = await self._db(ops.trigger(job, scope, at, all_scopes=True))
-            created = any(r.created for r in rows)
-            return _json({"runs": [r.to_json() for r in rows]}, 201 if created else 200)
-        done = await self._db(ops.trigger(job, scope, at))
-        return _json(done.to_json(), 201 if done.created else 200)
+        trigger = TriggerRequest.parse(body, fixed={"job": request.match_info["job"]})
+        rows = await self._db(trigger.send(ops))
+        created = 201 if any(r.created for r in rows) else 200
+        if trigger.all_scopes:
+            return _json({"runs": [r.to_json() for r in rows]}, created)
+        return _json(rows[0].to_json(), created)
 
     async def api_pause(self, request: web.Request) -> web.Response:
         ops = self._authorise(request)
@@ -275,28 +249,6 @@ def api_field(name: str, value: object) -> str:
 
 def _headers(request: web.Request) -> dict[str, str]:
     return {k.lower(): v for k, v in request.headers.items()}
-
-
-def _scope_param(text: str | None) -> Scope | None:
-    if not text:
-        return None
-    kind, sep, ident = text.partition(":")
-    if not sep or not kind or not ident:
-        raise ConfigError(f"scope={text!r} is not of the form KIND:ID")
-    return Scope(kind, ident)
-
-
-_TRIGGER_FIELDS = ("scope", "at", "all_scopes")
-_EXPLAIN_PARAMETERS = ("scope", "since", "until", "limit")
-
-
-def _int_param(text: str | None, default: int) -> int:
-    if text is None:
-        return default
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"limit={text!r} must be an integer") from None
 
 
 async def _body(request: web.Request) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -56,11 +57,31 @@ class Actor:
         return cls(surface, name or f"python:{local_user()}")
 
 
+class Action(StrEnum):
+    """The operator actions, by the name the action log records them under (and the
+    dashboard's forms post as ``action``)."""
+
+    TRIGGER = "trigger"
+    PAUSE = "pause"
+    RESUME = "resume"
+    CANCEL = "cancel"
+    RETRY = "retry"
+    FORGET = "forget"
+    BACKFILL = "backfill"
+    PRUNE = "prune"
+    SCHEDULE_PUT = "schedule_put"
+    SCHEDULE_PUT_MANY = "schedule_put_many"
+    SCHEDULE_PAUSE = "schedule_pause"
+    SCHEDULE_RESUME = "schedule_resume"
+    SCHEDULE_DELETE = "schedule_delete"
+    CELERY_IMPORT = "celery_import"
+
+
 @dataclass(slots=True)
 class Entry:
     """What one action did; the action may add its execution and details while it runs."""
 
-    action: str
+    action: Action
     job: str | None = None
     scope: str | None = None
     execution_id: UUID | None = None
@@ -108,7 +129,7 @@ class Audited:
         return {
             "surface": self._actor.surface,
             "actor": self._actor.name,
-            "action": entry.action,
+            "action": str(entry.action),
             "job": entry.job,
             "scope": entry.scope,
             "execution_id": entry.execution_id,

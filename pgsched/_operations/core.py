@@ -24,7 +24,7 @@ from .._storage.skips import SkipStore
 from .._storage.store import Conn, ScheduleStore, Store, TaskStore
 from .._times import Duration, aware, parse_duration
 from .._views import Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory, Triggered
-from .audit import Actor, Entry
+from .audit import Action, Actor, Entry
 from .dashboard import DashboardOperations
 from .django_beat import DjangoBeatImport
 from .explain import ExplainOperations
@@ -166,7 +166,7 @@ class Operations(
         gauges and the status page; its history rows stay. Refused while a live replica
         registers it (it would come back at that replica's next registration)."""
         check_job_name(job)
-        async with self._recorded(Entry("forget", job)) as conn:
+        async with self._recorded(Entry(Action.FORGET, job)) as conn:
             forgotten, live = await self._store.forget_job(conn, job)
             if live:
                 raise PgschedError(
@@ -228,7 +228,7 @@ class Operations(
         check_job_name(job)
         when = None if at is None else aware(at, "at")
         local = self._jobs().get(job)
-        entry = Entry("trigger", job, "all scopes" if all_scopes else _scope_text(scope))
+        entry = Entry(Action.TRIGGER, job, "all scopes" if all_scopes else _scope_text(scope))
         if when is not None:
             entry.details["at"] = when.isoformat()
         async with self._recorded(entry) as conn:
@@ -261,7 +261,7 @@ class Operations(
         """Cancel a PENDING execution; :class:`NotFoundError` if there is none, and an error
         naming its status if it is not PENDING."""
         ident = _execution_id(execution_id)
-        async with self._recorded(Entry("cancel", execution_id=ident)) as conn:
+        async with self._recorded(Entry(Action.CANCEL, execution_id=ident)) as conn:
             outcome = await self._store.cancel(conn, ident)
             if outcome == "missing":
                 raise NotFoundError(f"execution {ident} does not exist")
@@ -282,7 +282,7 @@ class Operations(
 
     async def _set_paused(self, job: str, paused: bool) -> None:
         check_job_name(job)
-        async with self._recorded(Entry("pause" if paused else "resume", job)) as conn:
+        async with self._recorded(Entry(Action.PAUSE if paused else Action.RESUME, job)) as conn:
             if job not in self._jobs():
                 await self._ensure_known(conn, job)
             await self._store.set_paused(conn, job, paused)
@@ -356,7 +356,7 @@ class Operations(
         # Its batches commit one by one (a transaction over them would hold every row's lock):
         # recorded once they are all done.
         details = {"older_than_s": age.total_seconds(), "deleted": total}
-        await self._record(Entry("prune", details=details))
+        await self._record(Entry(Action.PRUNE, details=details))
         return total
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -385,7 +385,7 @@ def _describe_trigger(entry: Entry, rows: list[Triggered]) -> None:
 def backfill_entry(job: str, lo: datetime, hi: datetime, scopes: Iterable[Scope] | None) -> Entry:
     """A backfill's record: its range and, for one scope, the scope."""
     chosen = list(scopes) if scopes is not None else []
-    entry = Entry("backfill", job, str(chosen[0]) if len(chosen) == 1 else None)
+    entry = Entry(Action.BACKFILL, job, str(chosen[0]) if len(chosen) == 1 else None)
     entry.details.update({"from": lo.isoformat(), "to": hi.isoformat()})
     if len(chosen) > 1:
         entry.details["scopes"] = len(chosen)

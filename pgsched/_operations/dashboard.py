@@ -29,7 +29,7 @@ from .._views import (
     SkippedSpan,
     UpcomingPlan,
 )
-from .audit import Audited, Entry
+from .audit import Action, Audited, Entry
 from .sessions import Sessions
 
 MAX_GRID_PLANS = 60
@@ -226,7 +226,7 @@ class DashboardOperations(Audited):
             ident = UUID(str(execution_id))
         except ValueError:
             raise ConfigError(f"execution id {execution_id!r} is not a UUID") from None
-        async with self._recorded(Entry("retry", execution_id=ident)) as conn:
+        async with self._recorded(Entry(Action.RETRY, execution_id=ident)) as conn:
             job = await self._dash.retry_now(conn, ident)
             if job is None:
                 status = await self._dash.execution_status(conn, ident)

@@ -20,13 +20,19 @@ import psycopg
 from .._errors import ConfigError, NotFoundError
 from .._model import Scope
 from .._planning.payloads import CELERY_JOB
-from .._planning.schedules import ScheduleSpec, ValidSchedule, check_schedule, stored_schedule
+from .._planning.schedules import (
+    SCHEDULE_FIELDS,
+    ScheduleSpec,
+    ValidSchedule,
+    check_schedule,
+    stored_schedule,
+)
 from .._records import Row
 from .._storage.connection import connect_options, database_error
 from .._storage.django_beat import DjangoBeatStore
 from .._storage.store import Conn
 from .._times import format_duration
-from .audit import Entry
+from .audit import Action, Entry
 from .schedules import ScheduleOperations, check_payload
 
 SCOPE_KIND = "periodic_task"
@@ -182,8 +188,7 @@ def describe(valid: ValidSchedule) -> str:
 
 
 def _same(valid: ValidSchedule, stored: ValidSchedule) -> bool:
-    fields = ("every", "cron", "timezone", "payload", "starts_at", "ends_at", "paused")
-    return all(getattr(valid, f) == getattr(stored, f) for f in fields)
+    return all(getattr(valid, f) == getattr(stored, f) for f in SCHEDULE_FIELDS)
 
 
 class DjangoBeatImport(ScheduleOperations):
@@ -211,7 +216,7 @@ class DjangoBeatImport(ScheduleOperations):
         if dry_run:  # nothing written, not even to the action log
             async with self._conn() as conn:
                 return (await self._plan_import(conn, rows, dry_run))[0]
-        entry = Entry("celery_import", CELERY_JOB, details={"tasks": len(rows)})
+        entry = Entry(Action.CELERY_IMPORT, CELERY_JOB, details={"tasks": len(rows)})
         async with self._recorded(entry) as conn:
             report, valid = await self._plan_import(conn, rows, dry_run)
             if valid:

@@ -32,7 +32,7 @@ from .._planning.schedules import (
 from .._records import ScheduleRows
 from .._storage.store import ANALYZE_AFTER, Conn, ScheduleStore, Store
 from .._times import Duration
-from .audit import Audited, Entry
+from .audit import Action, Audited, Entry
 
 MAX_PAGE = 1000
 MAX_BACKFILL_PLANS = 100_000  # per scope and call
@@ -70,7 +70,7 @@ class ScheduleOperations(Audited):
         check_fields(job, scope, unknown)
         spec = ScheduleSpec(scope, every, cron, timezone, payload, starts_at, ends_at, paused)
         valid = check_payload(check_schedule(job, spec))
-        entry = Entry("schedule_put", valid.job, str(scope))
+        entry = Entry(Action.SCHEDULE_PUT, valid.job, str(scope))
         async with self._recorded(entry) as conn:
             entry.details["written"] = await self._put(conn, job, [valid])
             row = await self._schedules.get_schedule(conn, valid.job, scope.kind, scope.id)
@@ -90,7 +90,7 @@ class ScheduleOperations(Audited):
             seen.add(key)
         if not valid:
             return 0
-        entry = Entry("schedule_put_many", job, details={"given": len(valid)})
+        entry = Entry(Action.SCHEDULE_PUT_MANY, job, details={"given": len(valid)})
         async with self._recorded(entry) as conn:
             written = await self._put(conn, job, valid)
             entry.details["written"] = written
@@ -144,7 +144,7 @@ class ScheduleOperations(Audited):
     async def delete_schedule(self, job: str, scope: Scope) -> bool:
         """Delete the schedule (its executions stay); False when there was none."""
         job, scope = _target(job, scope)
-        entry = Entry("schedule_delete", job, str(scope))
+        entry = Entry(Action.SCHEDULE_DELETE, job, str(scope))
         async with self._recorded(entry) as conn:
             await self._dynamic_job(conn, job)
             deleted = await self._schedules.delete_schedule(conn, job, scope.kind, scope.id)
@@ -164,7 +164,7 @@ class ScheduleOperations(Audited):
 
     async def _set_schedule_paused(self, job: str, scope: Scope, paused: bool) -> None:
         job, scope = _target(job, scope)
-        name = "schedule_pause" if paused else "schedule_resume"
+        name = Action.SCHEDULE_PAUSE if paused else Action.SCHEDULE_RESUME
         async with self._recorded(Entry(name, job, str(scope))) as conn:
             await self._dynamic_job(conn, job)
             if not await self._schedules.set_schedule_paused(

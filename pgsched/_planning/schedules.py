@@ -23,7 +23,7 @@ import json
 import math
 import reprlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -51,9 +51,8 @@ _REPR = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 4, _SHOWN, _SHOWN, _SHOWN
 _FIRST_SPAN = timedelta(hours=1)  # first chunk listed by plans_between for cron schedules
 _TIMES = ("starts_at", "ends_at", "next_plan_time")  # the times of a row, read back in UTC
-# What put_schedule takes besides the job and scope, and other names for them (a job's
-# option names, other schedulers'), offered as the hint when one is given instead.
-SCHEDULE_FIELDS = ("every", "cron", "timezone", "payload", "starts_at", "ends_at", "paused")
+# Other names for the fields of a schedule (a job's option names, other schedulers'),
+# offered as the hint when one is given instead.
 _FIELD_ALIASES: dict[str, tuple[str, ...]] = {
     "tz": ("timezone",),
     "time_zone": ("timezone",),
@@ -105,6 +104,10 @@ class ScheduleSpec:
     starts_at: datetime | None = None
     ends_at: datetime | None = None
     paused: bool = False
+
+
+# What put_schedule takes besides the job and scope: the fields of a spec but its scope.
+SCHEDULE_FIELDS = tuple(f.name for f in fields(ScheduleSpec) if f.name != "scope")
 
 
 @dataclass(frozen=True)

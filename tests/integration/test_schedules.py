@@ -492,3 +492,34 @@ def test_a_claim_that_finds_its_schedule_moved_since_its_read_rolls_back(
     report = s.run_once()
     assert (report.claimed, len(s.recorder.runs)) == (1, 1)
     assert [r["plan_time"] for r in rows(db, migrated, JOB)] == [s.recorder.runs[0].plan_time]
+
+
+def test_the_dashboard_put_form_keeps_the_window(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
+    """The dashboard's "Put a schedule" form builds the same request as the command line and
+    the HTTP API: its starts_at and ends_at (a browser's datetime-local, read as UTC) are
+    stored."""
+    from pgsched._http.actions import ActionForm
+    from pgsched._operations.audit import Actor
+    from pgsched._portal import PORTAL
+
+    s = dynamic_scheduler(make_scheduler)
+    form = {
+        "action": ["schedule_put"],
+        "job": [JOB],
+        "scope": ["user:7"],
+        "every": ["1h"],
+        "timezone": [""],
+        "starts_at": ["2030-01-02T03:04:05"],
+        "ends_at": ["2031-01-01T00:00"],
+        "paused": ["1"],
+    }
+    ops = s.admin.operations
+    said = PORTAL.call(ActionForm(ops, Actor("dashboard", "test"), form).run())
+    assert said == f"schedule user:7 of {JOB} saved"
+    (row,) = schedules(db, migrated)
+    assert row["starts_at"] == datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert row["ends_at"] == datetime(2031, 1, 1, tzinfo=UTC)
+    assert row["paused"] is True and row["timezone"] == "UTC"
+    assert row["every_us"] == 3600 * 10**6
