@@ -246,9 +246,10 @@ class Statements:
 # (bench/peers/raw.py), as pg_stat_statements shows it.
 _RAW_CLAIM = re.compile(r"^\s*INSERT INTO pgsched\.cron_executions AS x\b.*\bunnest\b", re.S)
 # pgsched's claim in two halves (sql/queries.sql): the due cursors (or stored schedules) read
-# and locked, then their RUNNING rows inserted and the cursors moved on.
-_LOOKUPS = frozenset({"due_cursors", "due_schedules"})
-_INSERTS = frozenset({"claim_cursors", "claim_schedules"})
+# and locked, then their RUNNING rows inserted and the cursors moved on; of one job, or of
+# several at once (a joint claim).
+_LOOKUPS = frozenset({"due_cursors", "due_schedules", "due_cursors_of_jobs"})
+_INSERTS = frozenset({"claim_cursors", "claim_schedules", "claim_cursors_of_jobs"})
 
 
 def claim_part(query: str) -> str | None:

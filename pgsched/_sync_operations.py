@@ -250,12 +250,28 @@ class SyncTaskOperations(OnPortal):
         return PORTAL.call(self._core().previous_task(job, scope, plan_time, lost_after))
 
 
+class SyncRetentionOperations(OnPortal):
+    """``RetentionOperations`` (pgsched/_operations/retention.py) for ``Admin``:
+    each method runs its coroutine on the portal's loop and returns its result."""
+
+    def prune(self, older_than: Duration) -> int:
+        """Retention; returns the rows removed. Drops each partition whose every plan is
+        older than ``older_than`` and whose rows are all finished (one with an unfinished
+        row is kept whole until it has none). The DEFAULT partition (and the legacy one, the
+        ledger of an earlier version, until it can be dropped) has its finished rows older
+        than that deleted in small batches, each scope keeping its newest scheduled plan
+        unless its cursor remembers it, so a pruned scope never looks new. The spans of
+        skipped plans whose last plan is older than that go with them (not counted)."""
+        return PORTAL.call(self._core().prune(older_than))
+
+
 class SyncOperations(
     SyncDjangoBeatImport,
     SyncScheduleOperations,
     SyncDashboardOperations,
     SyncExplainOperations,
     SyncTaskOperations,
+    SyncRetentionOperations,
 ):
     """``Operations`` (pgsched/_operations/core.py) for ``Admin``:
     each method runs its coroutine on the portal's loop and returns its result."""
@@ -392,16 +408,6 @@ class SyncOperations(
         (its schedule): the caller must have registered it."""
         return PORTAL.call(self._core().backfill(job, start, end, scopes))
 
-    def prune(self, older_than: Duration) -> int:
-        """Retention; returns the rows removed. Drops each partition whose every plan is
-        older than ``older_than`` and whose rows are all finished (one with an unfinished
-        row is kept whole until it has none). The DEFAULT partition (and the legacy one, the
-        ledger of an earlier version, until it can be dropped) has its finished rows older
-        than that deleted in small batches, each scope keeping its newest scheduled plan
-        unless its cursor remembers it, so a pruned scope never looks new. The spans of
-        skipped plans whose last plan is older than that go with them (not counted)."""
-        return PORTAL.call(self._core().prune(older_than))
-
 
 class ShortcutScheduleOperations(OnScheduler):
     """``ScheduleOperations`` (pgsched/_operations/schedules.py) for the ``Scheduler``:
@@ -472,7 +478,24 @@ class ShortcutDjangoBeatImport(ShortcutScheduleOperations):
     each method runs its coroutine on the portal's loop and returns its result."""
 
 
-class ShortcutOperations(ShortcutDjangoBeatImport, ShortcutScheduleOperations):
+class ShortcutRetentionOperations(OnScheduler):
+    """``RetentionOperations`` (pgsched/_operations/retention.py) for the ``Scheduler``:
+    each method runs its coroutine on the portal's loop and returns its result."""
+
+    def prune(self, older_than: Duration) -> int:
+        """Retention; returns the rows removed. Drops each partition whose every plan is
+        older than ``older_than`` and whose rows are all finished (one with an unfinished
+        row is kept whole until it has none). The DEFAULT partition (and the legacy one, the
+        ledger of an earlier version, until it can be dropped) has its finished rows older
+        than that deleted in small batches, each scope keeping its newest scheduled plan
+        unless its cursor remembers it, so a pruned scope never looks new. The spans of
+        skipped plans whose last plan is older than that go with them (not counted)."""
+        return PORTAL.call(self._core().prune(older_than))
+
+
+class ShortcutOperations(
+    ShortcutDjangoBeatImport, ShortcutScheduleOperations, ShortcutRetentionOperations
+):
     """``Operations`` (pgsched/_operations/core.py) for the ``Scheduler``:
     each method runs its coroutine on the portal's loop and returns its result."""
 
@@ -586,13 +609,3 @@ class ShortcutOperations(ShortcutDjangoBeatImport, ShortcutScheduleOperations):
         (its schedule): the caller must have registered it."""
         self._job(job)
         return PORTAL.call(self._core().backfill(job, start, end, scopes))
-
-    def prune(self, older_than: Duration) -> int:
-        """Retention; returns the rows removed. Drops each partition whose every plan is
-        older than ``older_than`` and whose rows are all finished (one with an unfinished
-        row is kept whole until it has none). The DEFAULT partition (and the legacy one, the
-        ledger of an earlier version, until it can be dropped) has its finished rows older
-        than that deleted in small batches, each scope keeping its newest scheduled plan
-        unless its cursor remembers it, so a pruned scope never looks new. The spans of
-        skipped plans whose last plan is older than that go with them (not counted)."""
-        return PORTAL.call(self._core().prune(older_than))

@@ -19,6 +19,7 @@ from .._model import Scope
 from .._planning.cursors import CursorDecision, decide_cursors, spec_key
 from .._planning.dynamic import Decision, decide_schedules
 from .._records import ClaimTerms, DueCursor, DueSchedule, Probe, Row
+from .._storage.claims import ClaimStore
 from .._storage.skips import SkipStore
 from .._storage.store import Conn, ScheduleStore, Store
 from .._views import trusted_scope
@@ -67,10 +68,11 @@ class Claimer:
         synchronous: bool = False,
         lookback: timedelta = timedelta(seconds=1),
     ) -> None:
-        self._store, self._runner, self._recorder = store, runner, recorder
+        self._runner, self._recorder = runner, recorder
         # Every claim (new rows, steals, retries, PENDING take-overs, due cursors) is in the
         # one transaction claim_begin opens: with this, it waits for a synchronous standby.
         self._synchronous = synchronous
+        self._claims = ClaimStore(store.schema)
         self._schedules = ScheduleStore(store.schema)
         self._skips = SkipStore(store.schema)
         self._lookback = lookback  # the tick interval: first sight counts a plan this old
@@ -147,7 +149,7 @@ class Claimer:
         rows, claims due cursors."""
         (free, most), (close_stale, existing, cursors) = bounds, parts
         async with conn.transaction():
-            await self._store.claim_begin(
+            await self._claims.claim_begin(
                 conn, CLAIM_IDLE_TIMEOUT, CLAIM_LOCK_TIMEOUT, synchronous=self._synchronous
             )
             cap = await self._cap(conn, job, free)
@@ -156,7 +158,7 @@ class Claimer:
                 batch.backlog = cursors
                 return
             if close_stale:
-                batch.closed += await self._store.close_stale(
+                batch.closed += await self._claims.close_stale(
                     conn, job.name, reentry=job.allow_stale_reentry
                 )
             if existing and cap > 0:
@@ -195,7 +197,7 @@ class Claimer:
                 decide_schedules(job, schedules, schedules[0].now) if schedules else []
             )
         else:
-            rows = cursors = await self._store.due_cursors(conn, terms, job.schedule_delay, size)
+            rows = cursors = await self._claims.due_cursors(conn, terms, job.schedule_delay, size)
             decisions = (
                 decide_cursors(job, cursors, cursors[0].now, self._lookback, size)
                 if cursors
@@ -241,7 +243,7 @@ class Claimer:
             cursor_moves = [d.move for d in decisions if isinstance(d, CursorDecision)]
             at = [tids[m.kind, m.id] for m in cursor_moves]
             spec = spec_key(job.schedule)
-            won, unmoved = await self._store.claim_cursors(conn, terms, spec, cursor_moves, at)
+            won, unmoved = await self._claims.claim_cursors(conn, terms, spec, cursor_moves, at)
         if unmoved:
             raise Unmoved(unmoved)
         return [
@@ -254,9 +256,9 @@ class Claimer:
         what its cap leaves (under its claim lock; None when another replica holds it)."""
         if job.max_running is None:
             return free
-        if not await self._store.try_lock_job(conn, job.name):
+        if not await self._claims.try_lock_job(conn, job.name):
             return None
-        return min(free, job.max_running - await self._store.running_count(conn, job.name))
+        return min(free, job.max_running - await self._claims.running_count(conn, job.name))
 
     def _terms(self, job: JobSpec, clock: datetime) -> ClaimTerms:
         return ClaimTerms(
@@ -275,7 +277,7 @@ class Claimer:
     ) -> list[Claim]:
         try:
             async with conn.transaction():  # a savepoint
-                rows = await self._store.claim_existing(conn, terms, cap)
+                rows = await self._claims.claim_existing(conn, terms, cap)
         except psycopg.errors.UniqueViolation:
             # A guard only: these updates change no column of a unique index of the
             # partitioned ledger (row and scope locks keep overlap="forbid", migration 0014). Should

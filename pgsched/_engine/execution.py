@@ -25,6 +25,7 @@ from .deadlines import RunDeadlines
 from .leases import LeaseTable
 from .outcomes import failed, succeeded
 from .recorder import Recorder
+from .threads import HandlerThreads
 from .tracing import UNTRACED, run_span
 from .transaction import Transactions, TransactionUnavailable, Written
 from .values import Lease, Outcome
@@ -214,8 +215,8 @@ class Executor:
 
 
 def in_thread(fn: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
-    """Run a sync handler in a daemon thread; abandoning the future abandons the thread (so a
-    handler abandoned at ``run_timeout`` cannot keep the process alive)."""
+    """Run a sync handler on a daemon thread (:mod:`.threads`); abandoning the future abandons
+    the thread (so a handler abandoned at ``run_timeout`` cannot keep the process alive)."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
     context = contextvars.copy_context()
@@ -239,8 +240,11 @@ def in_thread(fn: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
         with contextlib.suppress(RuntimeError):  # the loop is closed: the scheduler has gone
             loop.call_soon_threadsafe(deliver, ok, value)
 
-    threading.Thread(target=target, name=f"pgsched:{run.job}", daemon=True).start()
+    _THREADS.submit(target, f"pgsched:{run.job}")
     return future
+
+
+_THREADS = HandlerThreads()
 
 
 LOOP_BLOCKED_S = 1.0  # an async handler's step longer than this stalled every other job

@@ -18,7 +18,7 @@ from .._config import JobSpec
 from .._model import Scope
 from .._planning.cursors import CursorDecision, decide_cursors, spec_key
 from .._records import DueCursor, JointTerms, Probe
-from .._storage.joint import JointStore
+from .._storage.claims import ClaimStore
 from .._storage.skips import SkipStore
 from .._storage.store import Conn, Store
 from .claims import CLAIM_BATCH, CLAIM_IDLE_TIMEOUT, CLAIM_LOCK_TIMEOUT
@@ -66,9 +66,9 @@ class JointClaimer:
         synchronous: bool = False,
         lookback: timedelta = timedelta(seconds=1),
     ) -> None:
-        self._store, self._runner, self._recorder = store, runner, recorder
+        self._runner, self._recorder = runner, recorder
         self._synchronous, self._lookback = synchronous, lookback
-        self._joint = JointStore(store.schema)
+        self._claims = ClaimStore(store.schema)
         self._skips = SkipStore(store.schema)
 
     async def claim(
@@ -97,11 +97,11 @@ class JointClaimer:
         batches = {turn.job.name: ClaimBatch() for turn in turns}
         terms = [_terms(turn, free) for turn in turns]
         async with conn.transaction():
-            await self._store.claim_begin(
+            await self._claims.claim_begin(
                 conn, CLAIM_IDLE_TIMEOUT, CLAIM_LOCK_TIMEOUT, synchronous=self._synchronous
             )
             read: dict[str, list[DueCursor]] = {}
-            for row in await self._joint.due_cursors_of_jobs(conn, terms, clock):
+            for row in await self._claims.due_cursors_of_jobs(conn, terms, clock):
                 read.setdefault(row.job, []).append(row)
             decided = self._decide(turns, read, free)
             moves = {
@@ -111,7 +111,7 @@ class JointClaimer:
             }
             # A read that found nothing (other replicas took the cursors): no second statement.
             won, unmoved = (
-                await self._joint.claim_cursors_of_jobs(conn, self._runner, terms, clock, moves)
+                await self._claims.claim_cursors_of_jobs(conn, self._runner, terms, clock, moves)
                 if moves
                 else ([], 0)
             )

@@ -36,16 +36,11 @@ from .._storage.connection import (
 )
 from .._storage.servers import ServerWatch
 from .._storage.store import Conn, Store
-from .claims import Claimer
 from .execution import Executor
-from .figures import LedgerFigures
 from .hooks import Hooks
-from .joint import JointClaimer
 from .leases import LeaseTable
-from .probing import Prober
 from .recorder import Recorder
 from .registration import RENEWAL_DEFAULT, Registration
-from .sighting import Sightings
 from .transaction import Transactions
 from .values import TickReport
 from .visits import Visits
@@ -131,17 +126,6 @@ class Runtime:
             settings.replica_renewal,
             self.tick_interval,
         )
-        every = self.registration.every  # the peers' scope lists read as often as it registers
-        self.sightings = Sightings(store, self.recorder, settings.tick_interval, runner_id, every)
-        self.figures = LedgerFigures(store)
-        self.prober = Prober(store)
-        self.claimer = Claimer(
-            store,
-            runner_id,
-            self.recorder,
-            synchronous=settings.synchronous_claims,
-            lookback=settings.tick_interval,
-        )
         self.writer = LeaseWriter(
             store=store,
             pool=pool,
@@ -150,29 +134,19 @@ class Runtime:
             synchronous=settings.synchronous_claims,
         )
         self.executor = Executor(self.leases, self.recorder, transactions, self.writer.submit)
-        joint = JointClaimer(
+        self.visits = Visits(
             store,
             runner_id,
             self.recorder,
-            synchronous=settings.synchronous_claims,
-            lookback=settings.tick_interval,
-        )
-        self.visits = Visits(
-            runner_id,
-            self.claimer,
-            joint,
-            self.sightings,
-            self.prober,
-            self.figures,
             self.leases,
             self.executor,
-            self.recorder,
+            lookback=settings.tick_interval,
+            synchronous=settings.synchronous_claims,
+            # the peers' scope lists are read as often as the replica registers
+            recheck_every=self.registration.every,
         )
         self.hooks = Hooks(settings.hooks, jobs, store, pool, self.recorder)
-        self.watch.on_adopting(self.writer.reapply)
-        self.watch.on_adopted(self.recorder.database_server)
-        # A new server (a failover that lost commits) may lack the cursors first sight wrote.
-        self.watch.on_adopted(self.sightings.forget_all)
+        self._follow_failovers()
         self._wake, self._stopping = asyncio.Event(), asyncio.Event()
         self._next_due: float | None = None  # monotonic time the next plan falls due
         self._loops: list[asyncio.Task[None]] = []
@@ -185,6 +159,14 @@ class Runtime:
         # With synchronous claims, the first tick served says whether the server can honour
         # them (once: a replica start, not every tick).
         self._standbys_checked = not settings.synchronous_claims
+
+    def _follow_failovers(self) -> None:
+        """On a change of server: the held leases' rows are put back first, the new server
+        is logged, and first sight writes every job's cursors again (a failover that lost
+        commits may lack them)."""
+        self.watch.on_adopting(self.writer.reapply)
+        self.watch.on_adopted(self.recorder.database_server)
+        self.watch.on_adopted(self.visits.sightings.forget_all)
 
     @property
     def report(self) -> TickReport:
@@ -317,19 +299,19 @@ class Runtime:
             return True
         ok = True
         async with pooled(self.pool) as conn:
-            probe = await self.prober.read(conn, jobs)
+            probe = await self.visits.prober.read(conn, jobs)
             if not self._standbys_checked:
                 await _warn_unprotected(self._store, self.recorder, conn, self._hosts)
                 self._standbys_checked = True
             await self.registration.register(conn, jobs, probe.now)
-            await self.sightings.settle(conn)
+            await self.visits.sightings.settle(conn)
             ok = await self.visits.visit(conn, jobs, self._stopping)
-            probe = await self.prober.fresh(conn, jobs)
+            probe = await self.visits.prober.fresh(conn, jobs)
         soonest = _next_due(jobs, probe)
         self._next_due = (
             None
             if soonest is None
-            else self.prober.read_at + soonest.total_seconds() + _DUE_MARGIN_S
+            else self.visits.prober.read_at + soonest.total_seconds() + _DUE_MARGIN_S
         )
         return ok
 

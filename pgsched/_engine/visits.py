@@ -1,20 +1,22 @@
 """The tick's visits of the jobs, in the replica's claim order: each job's scopes seen, its
-claims made (jointly with the jobs next to it whose claim is the plain one, else in a
-transaction of its own, several for a large fan-out) and started. Owns each job's claim size:
-how many due plans its next claim takes.
+claims made (jointly with the jobs of its priority whose claim is the plain one, else in a
+transaction of its own, several for a large fan-out) and started. Owns the claim side's
+collaborators (first sight, the probe, the claimers, the ledger's figures) and each job's
+claim size: how many due plans its next claim takes.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from datetime import timedelta
 
 from .._config import JobSpec
 from .._model import Scope
 from .._records import Probe
 from .._results import describe_error
 from .._storage.connection import unavailable
-from .._storage.store import Conn
+from .._storage.store import Conn, Store
 from .claims import CLAIM_BATCH, FIRST_CLAIM, Claimer
 from .execution import Executor
 from .figures import LedgerFigures
@@ -40,19 +42,28 @@ class Visits:
 
     def __init__(
         self,
+        store: Store,
         runner: str,
-        claimer: Claimer,
-        joint: JointClaimer,
-        sightings: Sightings,
-        prober: Prober,
-        figures: LedgerFigures,
+        recorder: Recorder,
         leases: LeaseTable,
         executor: Executor,
-        recorder: Recorder,
+        *,
+        lookback: timedelta,
+        synchronous: bool,
+        recheck_every: float,
     ) -> None:
-        self._runner, self._claimer, self._joint = runner, claimer, joint
-        self._sightings, self._prober, self._figures = sightings, prober, figures
-        self._leases, self._executor, self._recorder = leases, executor, recorder
+        """``lookback``: the tick interval (first sight counts a plan this old);
+        ``synchronous``: claims wait for a synchronous standby; ``recheck_every``: how often
+        the peers' scope lists are compared with this replica's."""
+        self._runner, self._recorder = runner, recorder
+        self._leases, self._executor = leases, executor
+        self.sightings = Sightings(store, recorder, lookback, runner, recheck_every)
+        self.prober = Prober(store)
+        self._claimer = Claimer(store, runner, recorder, synchronous=synchronous, lookback=lookback)
+        self._joint = JointClaimer(
+            store, runner, recorder, synchronous=synchronous, lookback=lookback
+        )
+        self._figures = LedgerFigures(store)
         # Per job, how many due plans its next claim takes: FIRST_CLAIM once a fan-out is
         # drained, doubling while claims come back full (a long fan-out keeps its size).
         self._claim_sizes: dict[str, int] = {}
@@ -64,7 +75,7 @@ class Visits:
         that priority claim alone meanwhile, so the priorities keep their order."""
         ok, turns = True, list[Turn]()
         for job in self._claimer.order(jobs.values()):
-            probe = await self._prober.fresh(conn, jobs)
+            probe = await self.prober.fresh(conn, jobs)
             if turns and job.priority != turns[0].job.priority:
                 ok = await self._claim_jointly(conn, turns, probe, stopping) and ok
                 turns = []
@@ -82,13 +93,13 @@ class Visits:
             if sum(t.cursors for t in turns) >= JOINT_CURSORS:
                 ok = await self._claim_jointly(conn, turns, probe, stopping) and ok
                 turns = []
-        probe = await self._prober.fresh(conn, jobs)
+        probe = await self.prober.fresh(conn, jobs)
         return await self._claim_jointly(conn, turns, probe, stopping) and ok
 
     async def _turn(self, conn: Conn, job: JobSpec, probe: Probe) -> Turn | None:
         """The job's turn in the next joint claim, when one of its cursors may be due (the
         probe says so, or first sight has just written them)."""
-        known, written = await self._sightings.see(conn, job, probe.now)
+        known, written = await self.sightings.see(conn, job, probe.now)
         if not (written or probe.cursors_due(job.name, job.schedule_delay)):
             return None
         return Turn(job, known, self._claim_sizes.get(job.name, FIRST_CLAIM))
@@ -138,7 +149,7 @@ class Visits:
             most = self._claim_sizes.get(job.name, FIRST_CLAIM)
             try:
                 if first and not job.dynamic:
-                    known, due = await self._sightings.see(conn, job, probe.now)
+                    known, due = await self.sightings.see(conn, job, probe.now)
                 free = self._leases.free
                 batch = await self._claimer.claim(
                     conn, job, probe, free, first, due=due and free > 0, known=known, most=most
@@ -154,7 +165,7 @@ class Visits:
     def _failed(self, conn: Conn, job: JobSpec, exc: Exception) -> bool:
         """A job's sight or claim failed: the tick goes on without it (False), unless the
         connection is lost (raised: the whole tick fails, no use going on)."""
-        self._sightings.forget(job.name)  # its scopes may not have been written
+        self.sightings.forget(job.name)  # its scopes may not have been written
         if conn.broken or unavailable(exc):
             raise exc
         self._recorder.error("tick_error", job=job.name, error=describe_error(exc))

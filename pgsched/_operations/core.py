@@ -22,12 +22,13 @@ from .._records import RunFilter
 from .._storage.dashboard import DashboardStore
 from .._storage.skips import SkipStore
 from .._storage.store import Conn, ScheduleStore, Store, TaskStore
-from .._times import Duration, aware, parse_duration
+from .._times import aware
 from .._views import Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory, Triggered
 from .audit import Action, Actor, Entry
 from .dashboard import DashboardOperations
 from .django_beat import DjangoBeatImport
 from .explain import ExplainOperations
+from .retention import RetentionOperations
 from .schedules import ScheduleOperations
 from .tasks import TaskOperations
 from .triggers import Triggering
@@ -35,7 +36,6 @@ from .triggers import Triggering
 Connector = Callable[[], AbstractAsyncContextManager[Conn]]
 RUN_STATUSES = ("PENDING", "RUNNING", "SUCCESS", "FAILED", "CANCELLED")
 MAX_LIMIT = 1000
-PRUNE_BATCH = 1000
 # The driver's base error under the core's name, for the facades (which never import the
 # driver): an operation raises it for the database where its connector does not translate it
 # (the replica's pool, under the HTTP API).
@@ -54,7 +54,12 @@ def check_schema(schema: object) -> str:
 
 
 class Operations(
-    DjangoBeatImport, ScheduleOperations, DashboardOperations, ExplainOperations, TaskOperations
+    DjangoBeatImport,
+    ScheduleOperations,
+    DashboardOperations,
+    ExplainOperations,
+    TaskOperations,
+    RetentionOperations,
 ):
     """Operator actions on one schema. ``jobs`` gives the jobs the caller has registered in
     code (a ``Scheduler``'s); other jobs are known from ``job_state``, where every replica
@@ -328,36 +333,6 @@ class Operations(
             await self._notify(conn, "backfill", job)
             entry.details["inserted"] = count
         return count
-
-    async def prune(self, older_than: Duration) -> int:
-        """Retention; returns the rows removed. Drops each partition whose every plan is
-        older than ``older_than`` and whose rows are all finished (one with an unfinished
-        row is kept whole until it has none). The DEFAULT partition (and the legacy one, the
-        ledger of an earlier version, until it can be dropped) has its finished rows older
-        than that deleted in small batches, each scope keeping its newest scheduled plan
-        unless its cursor remembers it, so a pruned scope never looks new. The spans of
-        skipped plans whose last plan is older than that go with them (not counted)."""
-        age = parse_duration(older_than, field="older_than", allow_zero=False)
-        total = 0
-        async with self._conn() as conn:
-            for name in await self._store.old_partitions(conn, age):
-                total += await self._store.drop_partition(conn, name) or 0
-            legacy = await self._store.has_legacy_partition(conn)
-            for in_legacy in (False, True) if legacy else (False,):
-                while True:
-                    deleted = await self._store.prune_batch(
-                        conn, age, PRUNE_BATCH, legacy=in_legacy
-                    )
-                    total += deleted
-                    if deleted < PRUNE_BATCH:
-                        break
-            while await self._skips.prune_skips(conn, age, PRUNE_BATCH) >= PRUNE_BATCH:
-                pass
-        # Its batches commit one by one (a transaction over them would hold every row's lock):
-        # recorded once they are all done.
-        details = {"older_than_s": age.total_seconds(), "deleted": total}
-        await self._record(Entry(Action.PRUNE, details=details))
-        return total
 
     # -- plumbing ---------------------------------------------------------------------------
 

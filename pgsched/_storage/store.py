@@ -23,8 +23,6 @@ from psycopg.rows import args_row, class_row, dict_row
 from .._model import Scope
 from .._records import (
     ClaimTerms,
-    CursorMove,
-    DueCursor,
     DueSchedule,
     Finish,
     JobEntry,
@@ -468,16 +466,6 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
             next_due=next_due,
         )
 
-    async def claim_begin(
-        self, conn: Conn, idle: timedelta, lock: timedelta, *, synchronous: bool = False
-    ) -> None:
-        """Open a claim transaction: the server ends it if it sits idle for ``idle``, and
-        fails a statement of it that waits ``lock`` for a lock; with ``synchronous``, it
-        commits only once a synchronous standby has it (one statement either way)."""
-        name = "claim_begin_synchronous" if synchronous else "claim_begin"
-        params = {"idle_ms": _ms(idle), "lock_ms": _ms(lock)}
-        await self._rows(conn, name, params)
-
     async def synchronous_commit(self, conn: Conn) -> None:
         """The current transaction commits only once a synchronous standby has it."""
         await self._rows(conn, "synchronous_commit")
@@ -499,17 +487,6 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
         standbys) and ``hidden`` (walsenders whose state this role may not read)."""
         return await self._one(conn, "synchronous_standbys")
 
-    async def try_lock_job(self, conn: Conn, job: str) -> bool:
-        """Take the job's claim lock for this transaction if it is free (max_running jobs)."""
-        key = f"pgsched.claim:{self.schema}:{job}"
-        return bool((await self._one(conn, "try_lock_job", {"key": key}))["locked"])
-
-    async def running_count(self, conn: Conn, job: str) -> int:
-        return int((await self._one(conn, "running_count", {"job": job}))["running"])
-
-    async def close_stale(self, conn: Conn, job: str, *, reentry: bool) -> list[Row]:
-        return await self._rows(conn, "close_stale", {"job": job, "reentry": reentry})
-
     async def previous_outcomes(
         self, conn: Conn, keys: Sequence[tuple[str, Scope, datetime]]
     ) -> dict[int, str]:
@@ -523,59 +500,6 @@ class Store(_SchemaStatements, _JobStatements, _LedgerStatements):
         }
         rows = await self._rows(conn, "previous_outcomes", params)
         return {int(r["i"]) - 1: str(r["status"]) for r in rows}
-
-    async def claim_existing(self, conn: Conn, terms: ClaimTerms, limit: int) -> list[Row]:
-        """Take over stale (steal), retryable and due PENDING rows, oldest plan first. Under
-        overlap="forbid" only rows of scopes whose lock and cursor row (or stored schedule)
-        this transaction got first (another claim holding either has its scope skipped for
-        this tick)."""
-        params = {**terms.params(), "limit": limit, "lock_ns": self.lock_ns}
-        kinds: list[str] = []
-        ids: list[str] = []
-        if terms.forbid:
-            for row in await self._rows(conn, "lock_existing_scopes", params):
-                kinds.append(row["scope_kind"])
-                ids.append(row["scope_id"])
-            if not kinds:
-                return []
-        params.update(locked_kinds=kinds, locked_ids=ids)
-        return await self._rows(conn, "claim_existing", prepare=_PLAN_EACH_TIME, params=params)
-
-    async def due_cursors(
-        self, conn: Conn, terms: ClaimTerms, delay: timedelta, limit: int
-    ) -> list[DueCursor]:
-        """Lock up to ``limit`` due cursors of the job (SKIP LOCKED), soonest first."""
-        params = {**terms.params(), "delay": delay, "limit": limit}
-        return await self._tuples(conn, "due_cursors", DueCursor, params, prepare=_PLAN_EACH_TIME)
-
-    async def claim_cursors(
-        self,
-        conn: Conn,
-        terms: ClaimTerms,
-        spec: str,
-        moves: Sequence[CursorMove],
-        tids: Sequence[str],
-    ) -> tuple[list[WonPlan], int]:
-        """Insert RUNNING rows for the moves' plans and move each cursor on (``tids``: where
-        due_cursors read each move's cursor, in the same order); returns the plans this
-        replica won, and how many cursors were not where it read them."""
-        plans = [(m.kind, m.id, p) for m in moves for p in m.plans]
-        params = {
-            **terms.params(),
-            "spec": spec,
-            "plan_kinds": [k for k, _, _ in plans],
-            "plan_ids": [i for _, i, _ in plans],
-            "plans": [p for _, _, p in plans],
-            "kinds": [m.kind for m in moves],
-            "ids": [m.id for m in moves],
-            "nexts": [m.next_plan for m in moves],
-            "dues": [m.due_at for m in moves],
-            "lasts": [max(m.plans, default=None) for m in moves],
-            "tids": list(tids),
-            **_plan_span(p for _, _, p in plans),
-        }
-        won = await self._tuples(conn, "claim_cursors", WonPlan, params, prepare=_PLAN_EACH_TIME)
-        return [plan for plan in won if plan.id is not None], won[0].unmoved
 
     async def heartbeat(self, conn: Conn, leases: Sequence[Renewal]) -> set[UUID]:
         """Renew the leases; returns the ids still held."""

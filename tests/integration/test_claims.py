@@ -22,8 +22,7 @@ from structlog.testing import capture_logs
 import pgsched
 from pgsched._engine.claims import EXISTING_SCOPE_LOCKS
 from pgsched._records import ClaimTerms
-from pgsched._storage.joint import JointStore
-from pgsched._storage.store import Store
+from pgsched._storage.claims import ClaimStore
 from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import (
@@ -327,7 +326,7 @@ _TERMS = ClaimTerms(
 
 
 async def _advisory_locks_of_a_due_claim(dsn: str, schema: str) -> tuple[int, int]:
-    store = Store(schema)
+    store = ClaimStore(schema)
     async with await psycopg.AsyncConnection.connect(dsn) as conn, conn.transaction():
         due = await store.due_cursors(conn, _TERMS, timedelta(0), 5_000)
         cur = await conn.execute(
@@ -346,7 +345,7 @@ def test_a_claim_of_due_plans_takes_no_lock_per_scope(migrated: str, db: Any, pg
 
 
 async def _retry_while_next_plan_is_claimed(dsn: str, schema: str) -> tuple[int, int]:
-    store = Store(schema)
+    store = ClaimStore(schema)
     async with (
         await psycopg.AsyncConnection.connect(dsn) as claiming,
         await psycopg.AsyncConnection.connect(dsn) as retrying,
@@ -431,9 +430,7 @@ def test_a_claim_that_finds_its_cursor_moved_since_its_read_rolls_back(
     def hourly(run: pgsched.Run) -> None:
         recorder.enter(run)
 
-    owner, statement = (
-        (JointStore, "due_cursors_of_jobs") if claim == "joint" else (Store, "due_cursors")
-    )
+    owner, statement = ClaimStore, "due_cursors_of_jobs" if claim == "joint" else "due_cursors"
     rewrite = sql.SQL("UPDATE {}.cron_cursors SET updated_at = updated_at")
     read = rewrite_after_read(
         monkeypatch, owner, statement, rewrite.format(sql.Identifier(migrated))

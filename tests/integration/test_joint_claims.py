@@ -12,7 +12,7 @@ import pytest
 
 import pgsched
 from pgsched._engine.visits import JOINT_CURSORS
-from pgsched._storage.joint import JointStore
+from pgsched._storage.claims import ClaimStore
 from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import count, insert_row, rows
@@ -24,13 +24,13 @@ JOBS = 120
 def _spy(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """Count each replica's joint claim statements (the statement itself runs as it is)."""
     calls: Counter[str] = Counter()
-    real = JointStore.claim_cursors_of_jobs
+    real = ClaimStore.claim_cursors_of_jobs
 
-    async def counted(self: JointStore, conn: Any, runner: str, *args: Any) -> Any:
+    async def counted(self: ClaimStore, conn: Any, runner: str, *args: Any) -> Any:
         calls[runner] += 1
         return await real(self, conn, runner, *args)
 
-    monkeypatch.setattr(JointStore, "claim_cursors_of_jobs", counted)
+    monkeypatch.setattr(ClaimStore, "claim_cursors_of_jobs", counted)
     return calls
 
 

@@ -228,7 +228,7 @@ def job_index_reads(db: Conn, schema: str, name: str) -> int:
 
 
 def rewrite_after_read(monkeypatch: Any, owner: type, read: str, rewrite: sql.Composable) -> Any:
-    """Patch ``owner.read`` (a claim's first statement, e.g. ``Store.due_cursors``) to run
+    """Patch ``owner.read`` (a claim's first statement, e.g. ``ClaimStore.due_cursors``) to run
     ``rewrite`` in the claim's own transaction after it: a new version of the rows it read,
     at another address. Returns the original, to put back with ``monkeypatch.setattr``."""
     original = getattr(owner, read)
