@@ -144,7 +144,10 @@ def test_api_runs_fields_filters_and_limit(cluster: Cluster) -> None:
     unknown = cluster.main.get("/api/runs?job=no-such-job")  # no record names it: not found
     assert unknown.status == 404 and "no-such-job" in unknown.json()["error"], unknown.text
 
-    for bad in ("0", "-1", "1001", "abc", "", "2.5"):
+    # An empty limit is the default (50), as an empty field of any request is.
+    empty = cluster.main.get("/api/runs?limit=")
+    assert empty.status == 200 and 1 <= len(empty.json()["runs"]) <= 50, empty.text
+    for bad in ("0", "-1", "1001", "abc", "2.5"):
         resp = cluster.main.get(f"/api/runs?limit={bad}")
         assert resp.status == 400, (bad, resp.status, resp.text)
         assert "limit" in resp.json()["error"]

@@ -148,7 +148,7 @@ def test_runs_show_keeps_the_attempt_of_a_replica_killed_mid_run(
 
 
 def test_runs_bad_values_give_one_line_naming_the_flag(bare_ops: Ops) -> None:
-    assert_one_line_error(bare_ops("runs", "--scope", "nocolon"), "--scope='nocolon'")
+    assert_one_line_error(bare_ops("runs", "--scope", "nocolon"), "--scope 'nocolon'")
     assert_one_line_error(bare_ops("runs", "--since", "yesterday"), "--since='yesterday'")
     assert_one_line_error(bare_ops("runs", "--until", "2027-13-01"), "--until='2027-13-01'")
     assert_one_line_error(bare_ops("runs", "show", "nope"), "'nope' is not a UUID")
