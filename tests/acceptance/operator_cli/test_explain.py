@@ -25,7 +25,10 @@ APP = textwrap.dedent(
 
     scheduler = pgsched.Scheduler(tick_interval="1s")
 
-    @scheduler.job(every="1s")
+    # every_plan: a tick that a loaded machine delays past the next plan runs both plans
+    # (latest_only would skip the older as superseded, a second skipped line).
+    @scheduler.job(every="1s", catch_up="every_plan", catch_up_window="1h",
+                   max_plans_per_tick=10)
     def tick(run):
         return 1
     """
