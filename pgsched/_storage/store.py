@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime, timedelta
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, TypeVar, cast
 from uuid import UUID
 
@@ -120,6 +121,21 @@ _PRUNED_WHOLE_ROWS = {
 }
 
 
+@lru_cache(maxsize=32)
+def _catalog(schema: str) -> Mapping[str, sql.Composed]:
+    """The statements of ``schema`` by name, formatted once per process and schema (of the
+    last few schemas used): every store of the schema (claims, skips, schedules, ...) shares
+    them."""
+    ident = sql.Identifier(schema)
+    texts = dict(_query_texts())  # a copy: the texts are read once per process
+    prune = texts.pop("prune_batch")
+    del texts["analyze_partition"]  # formatted per call, with its partition
+    catalog = {name: sql.SQL(text).format(schema=ident) for name, text in texts.items()}
+    for name, partition in _PRUNED_WHOLE_ROWS.items():
+        catalog[name] = sql.SQL(prune).format(schema=ident, partition=sql.Identifier(partition))
+    return MappingProxyType(catalog)
+
+
 class _Statements:
     """The named statements of one schema, and how to run them."""
 
@@ -128,14 +144,9 @@ class _Statements:
         # Prefix of the claims' per-scope advisory lock keys (overlap="forbid"): one schema's
         # scopes never hold up another's.
         self.lock_ns = f"pgsched.scope:{schema}\x1f"
-        ident = sql.Identifier(schema)
-        texts = dict(_query_texts())  # a copy: the texts are read once per process
-        prune = texts.pop("prune_batch")
         # Named per call: the partition is an identifier, never a parameter.
-        self._analyze_partition = sql.SQL(texts.pop("analyze_partition"))
-        self._q = {name: sql.SQL(text).format(schema=ident) for name, text in texts.items()}
-        for name, partition in _PRUNED_WHOLE_ROWS.items():
-            self._q[name] = sql.SQL(prune).format(schema=ident, partition=sql.Identifier(partition))
+        self._analyze_partition = sql.SQL(_query_texts()["analyze_partition"])
+        self._q = _catalog(schema)
 
     async def _rows(
         self,
