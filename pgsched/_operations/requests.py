@@ -158,6 +158,14 @@ def field_names(request: type[Any]) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _job_fields(request: type[Any], read: Reader, noun: str = "field") -> dict[str, Any]:
+    """The fields of a request of one job (``request``), read: its errors name the job, and
+    a name that is no field (a ``noun``) is refused."""
+    read.where = f"job {read.required('job')!r}: "
+    read.refuse_unknown(field_names(request), noun)
+    return read.fields_of(request)
+
+
 @dataclass(frozen=True, slots=True)
 class RunsQuery:
     """``runs``: the most recent executions, filtered."""
@@ -195,10 +203,7 @@ class ExplainQuery:
     def parse(
         cls, given: Fields, label: Label = as_named, *, fixed: Mapping[str, str] | None = None
     ) -> ExplainQuery:
-        read = Reader(given, label, fixed)
-        read.where = f"job {read.required('job')!r}: "
-        read.refuse_unknown(field_names(cls), "parameter")
-        return cls(**read.fields_of(cls))
+        return cls(**_job_fields(cls, Reader(given, label, fixed), "parameter"))
 
     async def send(self, ops: Operations) -> Explanation:
         return await ops.explain(self.job, self.scope, self.since, self.until, self.limit)
@@ -217,10 +222,7 @@ class TriggerRequest:
     def parse(
         cls, given: Fields, label: Label = as_named, *, fixed: Mapping[str, str] | None = None
     ) -> TriggerRequest:
-        read = Reader(given, label, fixed)
-        read.where = f"job {read.required('job')!r}: "
-        read.refuse_unknown(field_names(cls))
-        return cls(**read.fields_of(cls))
+        return cls(**_job_fields(cls, Reader(given, label, fixed)))
 
     async def send(self, ops: Operations) -> list[Triggered]:
         """The runs queued (or found), one per scope: a list even for one scope."""
