@@ -16,8 +16,8 @@ from typing import Any
 
 import pgsched
 from bench.seeded import SeededSchema, main, timed
-from pgsched._http.auth import Tokens
-from pgsched._http.web import Dashboard, WebRequest
+from pgsched._facades.http.auth import Tokens
+from pgsched._facades.http.web import Dashboard, WebRequest
 
 SCHEMA = "bench_dashboard"
 SCHEDULES = 1_000_000

@@ -48,8 +48,8 @@ from bench.live import database, live_options, replica, write_result
 from bench.measure import Statements
 from bench.pg import one, wal
 from bench.shared import RESULTS
-from pgsched._http.auth import Tokens
-from pgsched._http.web import Dashboard, WebRequest
+from pgsched._facades.http.auth import Tokens
+from pgsched._facades.http.web import Dashboard, WebRequest
 
 SCHEMA = "pgsched"
 DATABASE = "history"

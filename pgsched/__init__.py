@@ -4,10 +4,6 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from ._admin import Admin
-from ._aio import AsyncAdmin
-from ._config import JobOptions, JobSpec
-from ._engine.values import TickReport
 from ._errors import (
     AppLoadError,
     ConfigError,
@@ -21,13 +17,14 @@ from ._errors import (
     StaleLease,
     UnstorableResult,
 )
-from ._logging import configure_logging
-from ._model import GLOBAL, Result, Scope
+from ._facades.admin import Admin
+from ._facades.aio import AsyncAdmin
+from ._jobs.spec import JobOptions, JobSpec
 from ._planning.recurrence import Planner
-from ._planning.schedules import Schedule, ScheduleSpec
 from ._run import Run
 from ._scheduler import Scheduler
-from ._views import (
+from ._structures import (
+    GLOBAL,
     Attempt,
     Execution,
     ExplainLine,
@@ -35,9 +32,15 @@ from ._views import (
     FailedAttempt,
     JobStatus,
     LiveReplica,
+    Result,
     RunHistory,
+    Schedule,
+    ScheduleSpec,
+    Scope,
+    TickReport,
     Triggered,
 )
+from ._telemetry.logs import configure_logging
 
 
 def dashboard_asgi(
@@ -53,8 +56,8 @@ def dashboard_asgi(
     origins (``https://ops.example.com``) browsers reach the application by, beyond the
     address its server listens on (and ``PGSCHED_HTTP_ALLOWED_HOSTS``): a signed-in browser
     naming another host is refused."""
-    from ._http.auth import Tokens
-    from ._http.mount import ASGIDashboard
+    from ._facades.http.auth import Tokens
+    from ._facades.http.mount import ASGIDashboard
 
     fixed = Tokens.from_env(token, view_token) if token or view_token else None
     return ASGIDashboard(admin, tokens=fixed, allowed_hosts=allowed_hosts)
@@ -69,8 +72,8 @@ def dashboard_aiohttp(
 ) -> Any:
     """The dashboard as an aiohttp application over ``admin``:
     ``app.add_subapp("/pgsched/", it)``. Tokens and hosts as for :func:`dashboard_asgi`."""
-    from ._http.auth import Tokens
-    from ._http.mount import aiohttp_app
+    from ._facades.http.auth import Tokens
+    from ._facades.http.mount import aiohttp_app
 
     fixed = Tokens.from_env(token, view_token) if token or view_token else None
     return aiohttp_app(admin, tokens=fixed, allowed_hosts=allowed_hosts)

@@ -1,8 +1,16 @@
-"""Exceptions raised by pgsched. Every one derives from :class:`PgschedError`."""
+"""Exceptions raised by pgsched (every one derives from :class:`PgschedError`), and how any
+error is told in a row, a log line or a response: one line, passwords redacted."""
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Mapping
+
+from ._secrets import redact
+
+MAX_ERROR_CHARS = 4000
+MAX_TRACEBACK_BYTES = 16 * 1024
+_CUT = "... (traceback cut to its last 16 KiB)\n"
 
 
 class PgschedError(Exception):
@@ -85,3 +93,27 @@ class UnstorableResult(RunFailed):
     """The handler's return value could not be stored (``invalid_result``)."""
 
     error_code = "invalid_result"
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message``, DSN passwords redacted, cut to what ``error_msg`` holds. An error
+    of one of pgsched's own statements names it: ``... (statement due_cursors)``."""
+    text = f"{type(exc).__name__}: {exc}"
+    statement = getattr(exc, "pgsched_statement", None)  # set by the storage layer
+    if statement is not None:
+        text += f" (statement {statement})"
+    text = redact(text).replace("\x00", "\\0")
+    # Lone surrogates (from undecodable file names, say) cannot be sent as UTF-8.
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text[:MAX_ERROR_CHARS]
+
+
+def describe_traceback(exc: BaseException) -> str:
+    """The formatted traceback of ``exc``, DSN passwords redacted, cut to its last 16 KiB
+    (the end names the frame that raised and the error, the part an operator reads first)."""
+    text = redact("".join(traceback.format_exception(exc))).replace("\x00", "\\0")
+    data = text.encode("utf-8", "backslashreplace")
+    if len(data) <= MAX_TRACEBACK_BYTES:
+        return data.decode("utf-8")
+    keep = MAX_TRACEBACK_BYTES - len(_CUT.encode())
+    return _CUT + data[-keep:].decode("utf-8", "ignore")

@@ -13,9 +13,8 @@ from datetime import timedelta
 from typing import Any
 
 from ._engine.runtime import Runtime
-from ._engine.values import TickReport
+from ._errors import describe_error
 from ._operations.core import Operations
-from ._results import describe_error
 from ._storage.answering import ANSWER_GRACE_S
 from ._storage.connection import (
     Backoff,
@@ -27,6 +26,7 @@ from ._storage.connection import (
     unavailable,
 )
 from ._storage.store import Conn, Store
+from ._structures import TickReport
 
 
 class Replica:
@@ -162,7 +162,7 @@ class Replica:
         return True
 
     async def _start_http(self, host: str, port: int, on_listening: Callable[[int], None]) -> Any:
-        from ._http.server import HttpServer
+        from ._facades.http.server import HttpServer
 
         server = HttpServer(
             ops=self.operations(),

@@ -14,7 +14,7 @@ import psycopg
 from structlog.typing import FilteringBoundLogger
 
 from ._errors import LeaseLost
-from ._model import Scope, Trigger
+from ._structures import Scope, Trigger
 
 
 class Liveness:

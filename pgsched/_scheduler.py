@@ -15,23 +15,23 @@ from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from ._admin import Admin
-from ._aio import AsyncAdmin
-from ._config import FailureHook, Handler, RecoveryHook, RunHooks
 from ._dsn import require_dsn, resolve_synchronous_claims, resolve_transaction_pooling
 from ._engine.runtime import ReplicaSettings, Runtime
-from ._engine.values import TickReport
 from ._errors import ConfigError, PgschedError
-from ._logging import bound_logger
-from ._metrics import Metrics
+from ._facades.admin import Admin
+from ._facades.aio import AsyncAdmin
+from ._facades.sync_operations import ShortcutOperations
+from ._jobs.registry import JobRegistry
+from ._jobs.spec import FailureHook, Handler, RecoveryHook, RunHooks
 from ._operations.core import Operations
 from ._portal import PORTAL
-from ._registry import JobRegistry
 from ._replica import Replica
 from ._run import Run
 from ._storage.connection import WritablePool, make_pool
 from ._storage.store import Store
-from ._sync_operations import ShortcutOperations
+from ._structures import TickReport
+from ._telemetry.logs import bound_logger
+from ._telemetry.metrics import Metrics
 from ._times import Duration, parse_duration
 
 _F = TypeVar("_F", bound=Handler)

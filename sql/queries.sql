@@ -1028,7 +1028,7 @@ SELECT (SELECT count(*) FROM gone) AS forgotten,
        (SELECT coalesce(array_agg(runner_id ORDER BY runner_id), '{{}}') FROM live) AS live
 
 -- name: job_scopes_mode
--- What replicas recorded the job runs for (scopes_mode in pgsched/_config.py); no row when
+-- What replicas recorded the job runs for (scopes_mode in pgsched/_jobs/spec.py); no row when
 -- no replica registered the job, NULL when none of this version did.
 SELECT scopes FROM {schema}.job_state WHERE job_name = %(job)s
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Generate ``pgsched/_sync_operations.py``: the blocking methods of ``Admin`` and the operator
-shortcuts of ``Scheduler``, from the coroutines of the operations core.
+"""Generate ``pgsched/_facades/sync_operations.py``: the blocking methods of ``Admin`` and the
+operator shortcuts of ``Scheduler``, from the coroutines of the operations core.
 
 The coroutines of :class:`pgsched._operations.core.Operations` (and of the classes it is made
 of) are the one place an operator action's parameters, types and documentation are written.
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = Path("pgsched/_operations/core.py")
 SOURCE_CLASS = "Operations"
-TARGET = Path("pgsched/_sync_operations.py")
+TARGET = Path("pgsched/_facades/sync_operations.py")
 TOOL = "tools/gen_admin.py"
 
 # The operator actions a Scheduler offers itself (docs/reference.md, "Scheduler"), each with
@@ -84,7 +84,7 @@ class OnScheduler(OnPortal):
 # What the template above names, beyond the signatures' own names.
 TEMPLATE_IMPORTS = {
     "Operations": ("pgsched._operations.core", "Operations"),
-    "JobSpec": ("pgsched._config", "JobSpec"),
+    "JobSpec": ("pgsched._jobs.spec", "JobSpec"),
     "PORTAL": ("pgsched._portal", "PORTAL"),
 }
 
@@ -330,7 +330,8 @@ def resolve(mod: Module, names: set[str], into: dict[str, tuple[str, str]]) -> N
 
 
 def imports(names: dict[str, tuple[str, str]]) -> list[str]:
-    """The import statements, relative within the package (ruff sorts and wraps them)."""
+    """The import statements, relative to the target's package ``pgsched._facades`` (ruff sorts
+    and wraps them)."""
     by_module: dict[str, list[str]] = {}
     for name, (module, original) in names.items():
         by_module.setdefault(module, []).append(
@@ -338,7 +339,7 @@ def imports(names: dict[str, tuple[str, str]]) -> list[str]:
         )
     lines = []
     for module in sorted(by_module):
-        shown = "." + module.removeprefix("pgsched.") if module.startswith("pgsched.") else module
+        shown = ".." + module.removeprefix("pgsched.") if module.startswith("pgsched.") else module
         lines.append(f"from {shown} import {', '.join(sorted(by_module[module]))}")
     return lines
 

@@ -8,14 +8,14 @@ from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-from .._admin import Admin
 from .._dsn import resolve_dsn
-from .._embedded import default_data_dir, running_embedded
 from .._errors import ConfigError
+from .._facades.admin import Admin
 from .._operations.audit import local_user
 from .._operations.core import Operations
 from .._operations.requests import Label
 from .._portal import PORTAL
+from .embedded import default_data_dir, running_embedded
 
 _R = TypeVar("_R", covariant=True)
 

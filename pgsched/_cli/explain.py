@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from .._operations.requests import ExplainQuery, field_names
-from .._views import ExplainLine, Explanation
+from .._structures import ExplainLine, Explanation
 from .common import given, labels, send, utc_text
 
 

@@ -12,17 +12,16 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
-from .._app import load_scheduler
-from .._config import JobSpec
-from .._dsn import redact, remember_secrets
 from .._errors import FieldError, PgschedError
-from .._logging import bound_logger, configure_logging
-from .._model import Scope
+from .._jobs.spec import JobSpec
 from .._operations.core import DriverError
 from .._operations.requests import TriggerRequest, field_names
+from .._secrets import redact, remember_secrets
+from .._structures import Scope, Triggered
+from .._telemetry.logs import bound_logger, configure_logging
 from .._times import parse_time
 from .._version import installed_version
-from .._views import Triggered
+from .app import load_scheduler
 from .celery import add_celery_commands
 from .common import (
     admin_from,
@@ -276,7 +275,7 @@ def _start_and_run(args: argparse.Namespace, guard: _StartGuard) -> int:
     )
     migrate = args.migrate
     if not scheduler.dsn:
-        from .._embedded import start_embedded
+        from .embedded import start_embedded
 
         dsn, data_dir = start_embedded()
         scheduler.configure(dsn=dsn)
@@ -334,9 +333,9 @@ def _check(args: argparse.Namespace) -> int:
             )
         )
         upcoming = ", ".join(
-            p.strftime("%Y-%m-%d %H:%M:%S") for p in spec.schedule.upcoming(now, args.count)
+            p.strftime("%Y-%m-%d %H:%M:%S") for p in spec.recurrence.upcoming(now, args.count)
         )
-        rows.append([name, spec.schedule.describe(), scopes, upcoming or "never"])
+        rows.append([name, spec.recurrence.describe(), scopes, upcoming or "never"])
     print_table(["JOB", "SCHEDULE", "SCOPES", f"NEXT {args.count} PLAN TIMES (UTC)"], rows)
     for name, spec in sorted(jobs.items()):
         print(f"{name}: after a crash: {_crash_rule(spec)}")

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from .._operations.requests import RunsQuery, field_names
-from .._views import Attempt, Execution, RunHistory, attempt_text
+from .._structures import Attempt, Execution, RunHistory, attempt_text
 from .common import admin_from, given, labels, print_table, send, utc_text
 
 

@@ -8,9 +8,8 @@ import json
 from typing import Any
 
 from .._errors import NotFoundError
-from .._model import Scope
 from .._operations.requests import ScheduleRequest, field_names
-from .._planning.schedules import Schedule
+from .._structures import Schedule, Scope
 from .._times import format_duration
 from .common import admin_from, given, labels, print_table, send, utc_text
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from aiohttp import web
 
-from .._aio import AsyncAdmin
 from .._errors import PgschedError
-from .._http.standalone import standalone_app
+from .._facades.aio import AsyncAdmin
+from .._facades.http.standalone import standalone_app
 from .common import configured_dsn
 
 

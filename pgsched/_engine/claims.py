@@ -14,15 +14,14 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from .._config import JobSpec
-from .._model import Scope
+from .._jobs.spec import JobSpec
 from .._planning.cursors import CursorDecision, decide_cursors, spec_key
 from .._planning.dynamic import Decision, decide_schedules
 from .._records import ClaimTerms, DueCursor, DueSchedule, Probe, Row
 from .._storage.claims import ClaimStore
 from .._storage.skips import SkipStore
 from .._storage.store import Conn, ScheduleStore, Store
-from .._views import trusted_scope
+from .._structures import Scope, trusted_scope
 from .recorder import Recorder
 from .values import Claim, ClaimBatch, ClaimKind, Unmoved
 
@@ -242,7 +241,7 @@ class Claimer:
         else:
             cursor_moves = [d.move for d in decisions if isinstance(d, CursorDecision)]
             at = [tids[m.kind, m.id] for m in cursor_moves]
-            spec = spec_key(job.schedule)
+            spec = spec_key(job.recurrence)
             won, unmoved = await self._claims.claim_cursors(conn, terms, spec, cursor_moves, at)
         if unmoved:
             raise Unmoved(unmoved)

@@ -17,16 +17,15 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any
 
-from .._errors import LeaseLost
-from .._results import InvalidResult, describe_error, describe_traceback
+from .._errors import LeaseLost, describe_error, describe_traceback
 from .._run import Run
 from .._storage.connection import Backoff, unavailable
+from .._telemetry.tracing import UNTRACED, run_span
 from .deadlines import RunDeadlines
 from .leases import LeaseTable
-from .outcomes import failed, succeeded
+from .outcomes import InvalidResult, failed, succeeded
 from .recorder import Recorder
 from .threads import HandlerThreads
-from .tracing import UNTRACED, run_span
 from .transaction import Transactions, TransactionUnavailable, Written
 from .values import Lease, Outcome
 

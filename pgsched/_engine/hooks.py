@@ -24,14 +24,20 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 from structlog.typing import FilteringBoundLogger
 
-from .._config import JobSpec, RunHooks
-from .._errors import RunAbandoned, RunFailed, RunTimeout, StaleLease, UnstorableResult
-from .._model import Scope
+from .._errors import (
+    RunAbandoned,
+    RunFailed,
+    RunTimeout,
+    StaleLease,
+    UnstorableResult,
+    describe_error,
+)
+from .._jobs.spec import JobSpec, RunHooks
 from .._records import Row
-from .._results import describe_error
 from .._run import Run
 from .._storage.connection import pooled
 from .._storage.store import Store
+from .._structures import Scope
 from .execution import in_thread
 from .recorder import Recorder
 from .values import Lease, Outcome

@@ -14,13 +14,13 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from .._config import JobSpec
-from .._model import Scope
+from .._jobs.spec import JobSpec
 from .._planning.cursors import CursorDecision, decide_cursors, spec_key
 from .._records import DueCursor, JointTerms, Probe
 from .._storage.claims import ClaimStore
 from .._storage.skips import SkipStore
 from .._storage.store import Conn, Store
+from .._structures import Scope
 from .claims import CLAIM_BATCH, CLAIM_IDLE_TIMEOUT, CLAIM_LOCK_TIMEOUT
 from .recorder import Recorder
 from .values import Claim, ClaimBatch, Unmoved
@@ -181,7 +181,7 @@ def _terms(turn: Turn, free: int) -> JointTerms:
         job=job.name,
         delay=job.schedule_delay,
         limit=max(1, min(turn.most, free, CLAIM_BATCH)),
-        spec=spec_key(job.schedule),
+        spec=spec_key(job.recurrence),
         max_attempts=job.max_attempts,
         stale_timeout=job.stale_timeout,
         forbid=job.overlap == "forbid",

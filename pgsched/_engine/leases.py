@@ -12,9 +12,9 @@ from datetime import UTC
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from .._config import JobSpec
-from .._model import Scope
+from .._jobs.spec import JobSpec
 from .._run import Liveness, Run, watch
+from .._structures import Scope
 from .recorder import Recorder
 from .values import Claim, Lease
 

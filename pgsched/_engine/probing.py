@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from datetime import datetime
 
-from .._config import JobSpec
+from .._jobs.spec import JobSpec
 from .._records import Probe
 from .._storage.store import Conn, Store
 

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from .._logging import bound_logger
-from .._metrics import Metrics
 from .._records import Server
-from .values import Claim, ClaimBatch, Lease, Outcome, TickReport
+from .._structures import TickReport
+from .._telemetry.logs import bound_logger
+from .._telemetry.metrics import Metrics
+from .values import Claim, ClaimBatch, Lease, Outcome
 
 _REPORT_FIELD = {"won": "claimed", "stole": "stolen", "retry": "retried"}
 Landed = Sequence[tuple[Lease, Outcome, datetime | None]]

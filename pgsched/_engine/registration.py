@@ -17,10 +17,10 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from .._config import JobSpec, scopes_mode
+from .._errors import describe_error
+from .._jobs.spec import JobSpec, scopes_mode
 from .._planning.recurrence import recurrence_record
 from .._records import JobEntry, ReplicaEntry
-from .._results import describe_error
 from .._storage.connection import pooled
 from .._storage.store import Conn, Store
 from .._version import installed_version
@@ -114,10 +114,10 @@ class Registration:
 
 def job_entry(name: str, job: JobSpec) -> JobEntry:
     """``job`` as this replica records it in job_state."""
-    record = recurrence_record(job.schedule)
+    record = recurrence_record(job.recurrence)
     return JobEntry(
         name,
-        job.schedule.describe(),
+        job.recurrence.describe(),
         scopes_mode(job),
         None if record is None else json.dumps(record, sort_keys=True),
         job.max_attempts,
@@ -133,11 +133,11 @@ def upcoming_plans(job: JobSpec, now: datetime) -> list[datetime]:
     if job.dynamic:
         return []
     try:
-        plans = job.schedule.upcoming(now, 2)
+        plans = job.recurrence.upcoming(now, 2)
         if len(plans) == 2 and plans[1] - plans[0] < _UPCOMING_WINDOW:
             step = max((plans[1] - plans[0]).total_seconds(), 1e-3)
             wanted = min(_MOST_UPCOMING, int(_UPCOMING_WINDOW.total_seconds() / step) + 2)
-            plans = job.schedule.upcoming(now, wanted)
+            plans = job.recurrence.upcoming(now, wanted)
     except Exception:
         return []
     horizon = now + _UPCOMING_WINDOW

@@ -20,10 +20,9 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from .._config import NO_HOOKS, JobSpec, RunHooks
-from .._metrics import Metrics
+from .._errors import describe_error
+from .._jobs.spec import NO_HOOKS, JobSpec, RunHooks
 from .._records import Probe
-from .._results import describe_error
 from .._storage.answering import ENGINE_ANSWER_TIMEOUT_S
 from .._storage.connection import (
     Backoff,
@@ -36,13 +35,14 @@ from .._storage.connection import (
 )
 from .._storage.servers import ServerWatch
 from .._storage.store import Conn, Store
+from .._structures import TickReport
+from .._telemetry.metrics import Metrics
 from .execution import Executor
 from .hooks import Hooks
 from .leases import LeaseTable
 from .recorder import Recorder
 from .registration import RENEWAL_DEFAULT, Registration
 from .transaction import Transactions
-from .values import TickReport
 from .visits import Visits
 from .writer import LeaseWriter
 

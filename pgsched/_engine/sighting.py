@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .._config import JobSpec, evaluate_scopes
-from .._model import Scope
+from .._errors import describe_error
+from .._jobs.spec import JobSpec, evaluate_scopes
 from .._planning.cursors import due_at, first_plan, scope_digest, spec_key
 from .._records import Sighting
-from .._results import describe_error
 from .._storage.store import ANALYZE_AFTER, Conn, Store
+from .._structures import Scope
 from .heap import TRIM_AFTER_SCOPES, release_free_heap
 from .recorder import Recorder
 
@@ -64,7 +64,7 @@ class Sightings:
         except Exception as exc:
             self._recorder.error("scopes_error", job=job.name, error=describe_error(exc))
             return (last.known if last is not None else {}), False
-        spec = spec_key(job.schedule)
+        spec = spec_key(job.recurrence)
         if last is not None and last.spec == spec and _same(last.scopes, scopes):
             return last.known, False
         known = {(s.kind, s.id): s for s in scopes}

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from .._config import JobSpec
+from .._jobs.spec import JobSpec
 from .._run import Run
 from .._storage.answering import (
     ANSWER_GRACE_S,

@@ -12,11 +12,10 @@ from datetime import datetime
 from typing import Any, Literal, NamedTuple
 from uuid import UUID
 
-from .._config import JobSpec
-from .._model import Scope, Trigger
+from .._jobs.spec import JobSpec
 from .._records import Finish, WonPlan
 from .._run import Liveness, Run
-from .._views import trusted_scope
+from .._structures import Scope, Trigger, trusted_scope
 
 ClaimKind = Literal["won", "stole", "retry"]
 
@@ -129,25 +128,3 @@ class Outcome(NamedTuple):
             self.retry_delay_s,
             self.traceback,
         )
-
-
-@dataclass
-class TickReport:
-    """Counts of what a replica did; ``run_once()`` returns one for its tick."""
-
-    claimed: int = 0
-    stolen: int = 0
-    retried: int = 0
-    conflicts: int = 0
-    closed_stale: int = 0
-    skipped: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    leases_lost: int = 0
-    lock_busy: int = 0
-    errors: int = 0
-
-    @property
-    def started(self) -> int:
-        """Executions this replica started (new claims, steals and retries)."""
-        return self.claimed + self.stolen + self.retried

@@ -11,12 +11,13 @@ import asyncio
 from collections.abc import Mapping
 from datetime import timedelta
 
-from .._config import JobSpec
-from .._model import Scope
+from .._errors import describe_error
+from .._jobs.spec import JobSpec
 from .._records import Probe
-from .._results import describe_error
 from .._storage.connection import unavailable
 from .._storage.store import Conn, Store
+from .._structures import Scope
+from .._telemetry.tracing import recording
 from .claims import CLAIM_BATCH, FIRST_CLAIM, Claimer
 from .execution import Executor
 from .figures import LedgerFigures
@@ -25,7 +26,6 @@ from .leases import LeaseTable, open_lease
 from .probing import Prober
 from .recorder import Recorder
 from .sighting import Sightings
-from .tracing import recording
 from .values import ClaimBatch
 
 # A joint claim takes the turns of jobs whose due cursors number at most this many (a turn

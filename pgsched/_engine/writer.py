@@ -14,8 +14,8 @@ from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
 
+from .._errors import describe_error
 from .._records import Finish, Renewal, Server
-from .._results import describe_error
 from .._storage.connection import Backoff, pool_hosts, pooled, unavailable
 from .._storage.store import Conn, Store
 from .leases import LeaseTable

@@ -14,16 +14,24 @@ from uuid import UUID
 
 import psycopg
 
-from .._config import JobSpec, evaluate_scopes
 from .._errors import ConfigError, NotFoundError, PgschedError
-from .._model import Scope, check_job_name
+from .._jobs.spec import JobSpec, evaluate_scopes
 from .._planning.schedules import recurrence_plans
 from .._records import RunFilter
 from .._storage.dashboard import DashboardStore
 from .._storage.skips import SkipStore
 from .._storage.store import Conn, ScheduleStore, Store, TaskStore
+from .._structures import (
+    Execution,
+    FailedAttempt,
+    JobStatus,
+    LiveReplica,
+    RunHistory,
+    Scope,
+    Triggered,
+    check_job_name,
+)
 from .._times import aware
-from .._views import Execution, FailedAttempt, JobStatus, LiveReplica, RunHistory, Triggered
 from .audit import Action, Actor, Entry
 from .dashboard import DashboardOperations
 from .django_beat import DjangoBeatImport
@@ -324,8 +332,8 @@ class Operations(
             raise ConfigError(f"job {job!r}: scopes must be pgsched.Scope values")
         after = lo - timedelta(microseconds=1)
         bound = MAX_BACKFILL // max(1, len(chosen))  # plans, counted no further than needed
-        _refuse_large_backfill(job, recurrence_plans(spec.schedule, after, hi, bound), chosen)
-        plans = list(spec.schedule.plans_between(after, hi))
+        _refuse_large_backfill(job, recurrence_plans(spec.recurrence, after, hi, bound), chosen)
+        plans = list(spec.recurrence.plans_between(after, hi))
         kinds, ids = [s.kind for s in chosen], [s.id for s in chosen]
         entry = backfill_entry(job, lo, hi, chosen)
         async with self._recorded(entry) as conn:

@@ -14,21 +14,23 @@ from datetime import datetime
 from uuid import UUID
 
 from .._errors import ConfigError, NotFoundError, PgschedError
-from .._model import Scope, check_job_name
-from .._planning.schedules import Schedule, read_schedule
+from .._planning.schedules import read_schedule
 from .._records import Row
 from .._storage.dashboard import DashboardStore
 from .._storage.skips import SkipStore
 from .._storage.store import Conn, Store
-from .._times import aware
-from .._views import (
+from .._structures import (
     ActionRecord,
     Execution,
     JobStatus,
     PlanSummary,
+    Schedule,
+    Scope,
     SkippedSpan,
     UpcomingPlan,
+    check_job_name,
 )
+from .._times import aware
 from .audit import Action, Audited, Entry
 from .sessions import Sessions
 

@@ -18,19 +18,13 @@ from typing import Any
 import psycopg
 
 from .._errors import ConfigError, NotFoundError
-from .._model import Scope
 from .._planning.payloads import CELERY_JOB
-from .._planning.schedules import (
-    SCHEDULE_FIELDS,
-    ScheduleSpec,
-    ValidSchedule,
-    check_schedule,
-    stored_schedule,
-)
+from .._planning.schedules import ValidSchedule, check_schedule, stored_schedule
 from .._records import Row
 from .._storage.connection import connect_options, database_error
 from .._storage.django_beat import DjangoBeatStore
 from .._storage.store import Conn
+from .._structures import SCHEDULE_FIELDS, ScheduleSpec, Scope
 from .._times import format_duration
 from .audit import Action, Entry
 from .schedules import ScheduleOperations, check_payload

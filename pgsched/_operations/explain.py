@@ -18,9 +18,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from .._config import JobSpec, scopes_mode
 from .._errors import ConfigError, NotFoundError
-from .._model import GLOBAL, Scope, check_job_name
+from .._jobs.spec import JobSpec, scopes_mode
 from .._planning.recurrence import CadenceRecurrence, Recurrence
 from .._planning.schedules import recurrence_for, recurrence_plans
 from .._planning.skips import described_recurrence
@@ -28,8 +27,8 @@ from .._records import Row
 from .._storage.dashboard import DashboardStore
 from .._storage.skips import SkipStore
 from .._storage.store import Conn, Store
+from .._structures import GLOBAL, ExplainLine, Explanation, Scope, check_job_name
 from .._times import aware
-from .._views import ExplainLine, Explanation
 
 DEFAULT_WINDOW = timedelta(hours=24)
 DEFAULT_LINES = 50
@@ -104,14 +103,14 @@ class ExplainOperations:
             raise NotFoundError(f"unknown job {job!r}: no replica has registered it")
         state = state or {"schedule": None, "scopes": None, "paused": False, "runners": []}
         if local is not None:
-            recurrence = None if local.dynamic else local.schedule
+            recurrence = None if local.dynamic else local.recurrence
             mode: str | None = scopes_mode(local)
         else:
             recurrence, mode = described_recurrence(state["schedule"]), state["scopes"]
         return _Job(
             name=job,
             recurrence=recurrence,
-            schedule=state["schedule"] or (local.schedule.describe() if local else None),
+            schedule=state["schedule"] or (local.recurrence.describe() if local else None),
             mode=mode,
             paused=bool(state["paused"]),
             runners=tuple(state["runners"]),

@@ -21,10 +21,9 @@ from datetime import datetime
 from typing import Any, NoReturn, Union, get_args, get_origin, get_type_hints
 
 from .._errors import ConfigError
-from .._model import Scope
-from .._planning.schedules import Schedule, ScheduleSpec, check_fields
+from .._planning.schedules import check_fields
+from .._structures import Execution, Explanation, Schedule, ScheduleSpec, Scope, Triggered
 from .._times import parse_time
-from .._views import Execution, Explanation, Triggered
 from .core import Operations
 
 Fields = Mapping[str, object]

@@ -14,13 +14,10 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from typing import Any, Never
 
-from .._config import JobSpec
 from .._errors import ConfigError, NotFoundError
-from .._model import Scope, check_job_name
+from .._jobs.spec import JobSpec
 from .._planning.payloads import PAYLOAD_CHECKS, PayloadError
 from .._planning.schedules import (
-    Schedule,
-    ScheduleSpec,
     ValidSchedule,
     check_fields,
     check_schedule,
@@ -31,6 +28,7 @@ from .._planning.schedules import (
 )
 from .._records import ScheduleRows
 from .._storage.store import ANALYZE_AFTER, Conn, ScheduleStore, Store
+from .._structures import Schedule, ScheduleSpec, Scope, check_job_name
 from .._times import Duration
 from .audit import Action, Audited, Entry
 

@@ -12,9 +12,9 @@ from datetime import datetime
 from uuid import UUID
 
 from .._errors import ConfigError
-from .._model import Scope
 from .._records import PreviousTask, RecordedTask, TaskAttempt
 from .._storage.store import Conn, TaskStore
+from .._structures import Scope
 
 TASK_STATUSES = ("SUCCESS", "FAILED")
 _TRACEBACK_BYTES = 16384  # cron_attempts' bound

@@ -17,15 +17,14 @@ import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from .._config import JobSpec, evaluate_scopes, scopes_mode
 from .._errors import ConfigError, FieldError, NotFoundError, PgschedError
-from .._model import GLOBAL, Scope
+from .._jobs.spec import JobSpec, evaluate_scopes, scopes_mode
 from .._planning.recurrence import Recurrence, is_plan, recurrence_from_record
 from .._planning.schedules import ValidSchedule, plans_between, stored_schedule
 from .._planning.skips import described_recurrence
 from .._records import JobRecord
 from .._storage.store import Conn, ScheduleStore, Store
-from .._views import Triggered
+from .._structures import GLOBAL, Scope, Triggered
 
 _US = timedelta(microseconds=1)
 _MOST_STEPS = 1000  # microseconds a run-now moves at most off scheduled plans
@@ -174,7 +173,7 @@ class ScheduledPlans:
         self._store, self._schedules, self._conn, self._job = store, schedules, conn, job
         self._dynamic = spec.dynamic if spec is not None else record.scopes == "dynamic"
         self._recurrence: Recurrence | None = (
-            spec.schedule
+            spec.recurrence
             if spec is not None
             # a replica of an earlier version recorded only the text status shows
             else recurrence_from_record(record.recurrence) or described_recurrence(record.schedule)

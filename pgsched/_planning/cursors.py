@@ -15,7 +15,7 @@ next. No I/O: the claimer reads the due cursors and writes the claims and moves.
 - Every skipped plan is in a span of the decision (``skips``), which the claim records.
 - ``jitter``: a cursor is due at its plan plus the scope's jitter; a plan still inside it is
   not claimed, and the cursor is moved to that plan, due when its jitter has passed.
-- A cursor computed from another schedule (the job's ``cron`` or ``every`` changed), or
+- A cursor computed from another recurrence (the job's ``cron`` or ``every`` changed), or
   written by first sight of a scope an earlier version planned, has no ``spec``: its next
   plan is computed again after its latest claimed plan (else from first sight).
 """
@@ -30,12 +30,7 @@ from typing import NamedTuple, Protocol
 
 from .._records import CursorMove, DueCursor, Skip
 from .dynamic import CatchUpRules
-from .recurrence import (
-    CadenceRecurrence,
-    CronRecurrence,
-    Recurrence,
-    jitter_offset,
-)
+from .recurrence import CadenceRecurrence, CronRecurrence, Recurrence, jitter_offset
 from .skips import PauseWindow, past_pause, pause_window, rescoped, span, spans_between
 
 _US = timedelta(microseconds=1)
@@ -45,7 +40,7 @@ class CursorRules(CatchUpRules, Protocol):
     """What a cursor's decision reads of its job (a ``JobSpec``)."""
 
     @property
-    def schedule(self) -> Recurrence: ...
+    def recurrence(self) -> Recurrence: ...
     @property
     def max_plans_per_tick(self) -> int: ...
     @property
@@ -92,10 +87,10 @@ def first_plan(job: CursorRules, seen_at: datetime, lookback: timedelta) -> date
     ``first_sight="latest"``, the newest plan already due, if there is one."""
     horizon = seen_at - job.schedule_delay
     if job.first_sight == "latest":
-        latest = job.schedule.latest_at_or_before(horizon)
+        latest = job.recurrence.latest_at_or_before(horizon)
         if latest is not None:
             return latest
-    return job.schedule.next_after(horizon - lookback - _US)
+    return job.recurrence.next_after(horizon - lookback - _US)
 
 
 def due_at(job: CursorRules, kind: str, ident: str, plan: datetime | None) -> datetime | None:
@@ -110,10 +105,10 @@ def decide_cursors(
 ) -> list[CursorDecision]:
     """The decisions for the due cursors ``rows``, claiming at most ``room`` plans in all
     (cursors past that are left as they are, for a later claim)."""
-    spec = spec_key(job.schedule)
+    spec = spec_key(job.recurrence)
     # The cursors of one job mostly share their next plan: its steps are computed once.
-    schedule = _Memo(job.schedule) if not isinstance(job.schedule, CadenceRecurrence) else None
-    steps = _Steps(job, schedule or job.schedule)
+    memo = _Memo(job.recurrence) if not isinstance(job.recurrence, CadenceRecurrence) else None
+    steps = _Steps(job, memo or job.recurrence)
     # Without jitter, a latest_only decision depends on the cursor's first unclaimed plan
     # alone (never on the scope, nor on room: it claims one plan): made once per plan.
     shared: dict[datetime | None, CursorDecision] | None = (
@@ -148,7 +143,7 @@ def decide_cursor(
 ) -> CursorDecision:
     """The claim of the due cursor ``row`` at ``now`` (the database's clock), at most
     ``room`` plans; ``spec`` is the job's :func:`spec_key`."""
-    steps = _Steps(job, job.schedule)
+    steps = _Steps(job, job.recurrence)
     first = _first_unclaimed(steps, spec, row, lookback)
     pause = pause_window(row.paused_at, row.resumed_at)
     return _decide(steps, row.scope_kind, row.scope_id, first, (now, room, pause))
@@ -189,16 +184,16 @@ def _across_pause(
     unless latest_only has a plan due since the resume to claim instead (they are then
     superseded)."""
     now, room, pause = at
-    job, schedule = steps.job, steps.schedule
+    job, recurrence = steps.job, steps.recurrence
     horizon = now - job.schedule_delay
     latest = job.catch_up == "latest_only"
-    resumed = schedule.next_after(pause.end - job.schedule_delay - _US)
+    resumed = recurrence.next_after(pause.end - job.schedule_delay - _US)
     if first + job.schedule_delay < pause.start and (
         not latest or resumed is None or resumed > horizon
     ):
         return _catch_up(steps, kind, ident, first, (now, room, pause.start - _US))
     window = (pause, job.schedule_delay, latest)
-    resumed, skips = past_pause(schedule.next_after, schedule, (kind, ident), first, window)
+    resumed, skips = past_pause(recurrence.next_after, recurrence, (kind, ident), first, window)
     if resumed is None or resumed > horizon:
         return CursorDecision(_wait(steps, kind, ident, resumed), tuple(skips))
     decision = _catch_up(steps, kind, ident, resumed, (now, room, None))
@@ -222,7 +217,7 @@ def _first_unclaimed(
         return nxt
     last = row.last_plan_time
     if last is not None:
-        return steps.schedule.next_after(last)
+        return steps.recurrence.next_after(last)
     return first_plan(steps.job, row.first_seen_at, lookback)
 
 
@@ -230,16 +225,16 @@ def _latest(
     steps: _Steps, kind: str, ident: str, first: datetime, at: tuple[datetime, datetime | None]
 ) -> CursorDecision:
     """``at``: the claim's clock, and the last instant the plan it claims may fall due."""
-    (now, until), job, schedule = at, steps.job, steps.schedule
+    (now, until), job, recurrence = at, steps.job, steps.recurrence
     horizon = now - job.schedule_delay
     newest = horizon if until is None else min(horizon, until - job.schedule_delay)
-    plan = schedule.latest_at_or_before(newest)
+    plan = recurrence.latest_at_or_before(newest)
     if plan is None or plan < first:
         plan = first
-    superseded = tuple(spans_between(schedule, (kind, ident), "superseded", first, plan))
+    superseded = tuple(spans_between(recurrence, (kind, ident), "superseded", first, plan))
     if job.max_lateness is not None and plan < horizon - job.max_lateness:
-        after = schedule.next_after(plan)
-        late = span(schedule, (kind, ident), "max_lateness", plan, plan)
+        after = recurrence.next_after(plan)
+        late = span(recurrence, (kind, ident), "max_lateness", plan, plan)
         return CursorDecision(_wait(steps, kind, ident, after), (*superseded, late))
     if not _ready(job, kind, ident, plan, now):
         # Moved to the plan it will claim, due once its jitter has passed.
@@ -257,17 +252,17 @@ def _every(
     """``at``: the claim's clock, how many plans it may claim, and the last instant a plan it
     claims may fall due (None: the clock)."""
     now, room, until = at
-    job, schedule, scope = steps.job, steps.schedule, (kind, ident)
+    job, recurrence, scope = steps.job, steps.recurrence, (kind, ident)
     horizon = now - job.schedule_delay
     oldest = horizon - job.catch_up_window
-    start: datetime | None = first if first >= oldest else schedule.next_after(oldest - _US)
+    start: datetime | None = first if first >= oldest else recurrence.next_after(oldest - _US)
     # Older than catch_up_window: left for the newer plans, as latest_only leaves them.
-    skips = spans_between(schedule, scope, "superseded", first, start or oldest)
+    skips = spans_between(recurrence, scope, "superseded", first, start or oldest)
     if start is not None and job.max_lateness is not None:
         deadline = horizon - job.max_lateness
         if start < deadline:
-            skips += spans_between(schedule, scope, "max_lateness", start, deadline)
-            start = schedule.next_after(deadline - _US)
+            skips += spans_between(recurrence, scope, "max_lateness", start, deadline)
+            start = recurrence.next_after(deadline - _US)
     if until is not None:
         horizon = min(horizon, until - job.schedule_delay)
     if start is None or start > horizon:
@@ -279,7 +274,7 @@ def _every(
         if not _ready(job, kind, ident, nxt, now):
             break
         plans.append(nxt)
-        nxt = schedule.next_after(nxt)
+        nxt = recurrence.next_after(nxt)
     if not plans:
         return CursorDecision(_wait(steps, kind, ident, start), tuple(skips))
     return CursorDecision(_take(steps, kind, ident, plans), tuple(skips))
@@ -297,14 +292,14 @@ def _wait(steps: _Steps, kind: str, ident: str, plan: datetime | None) -> Cursor
 
 
 def _take(steps: _Steps, kind: str, ident: str, plans: list[datetime]) -> CursorMove:
-    nxt = steps.schedule.next_after(plans[-1])
+    nxt = steps.recurrence.next_after(plans[-1])
     return CursorMove(kind, ident, tuple(plans), nxt, due_at(steps.job, kind, ident, nxt))
 
 
 @dataclass(frozen=True, slots=True)
 class _Steps:
     job: CursorRules
-    schedule: Recurrence  # the job's, or a memo of it
+    recurrence: Recurrence  # the job's, or a memo of it
 
 
 class _Memo(Recurrence):

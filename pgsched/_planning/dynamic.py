@@ -26,12 +26,7 @@ from typing import Any, NamedTuple, Protocol
 
 from .._records import DueSchedule, ScheduleMove, Skip
 from .recurrence import CatchUp, Recurrence, jitter_offset
-from .schedules import (
-    ValidSchedule,
-    first_plan_after,
-    recurrence_for,
-    stored_schedule,
-)
+from .schedules import ValidSchedule, first_plan_after, recurrence_for, stored_schedule
 from .skips import later_window, past_pause, pause_window, rescoped, span, spans_between
 
 _US = timedelta(microseconds=1)

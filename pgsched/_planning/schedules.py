@@ -23,7 +23,7 @@ import json
 import math
 import reprlib
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -31,10 +31,16 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterBadCronError, CroniterError
 
 from .._errors import ConfigError
-from .._model import Scope, check_job_name
 from .._records import Row
-from .._times import Duration, parse_duration
-from .._views import trusted_scope
+from .._structures import (
+    SCHEDULE_FIELDS,
+    Schedule,
+    ScheduleSpec,
+    Scope,
+    check_job_name,
+    trusted_scope,
+)
+from .._times import parse_duration
 from .recurrence import CadenceRecurrence, CronRecurrence, Recurrence, zone
 
 MAX_PAYLOAD_BYTES = 16384  # 16 KiB of UTF-8 JSON, canonical compact form
@@ -84,74 +90,6 @@ def check_fields(job: str, scope: Scope, given: Iterable[str]) -> None:
 # (every in whole microseconds, normalised cron expression, IANA zone): what plan times
 # depend on. Payload, window and paused flag are not part of it.
 SpecKey = tuple[int | None, str | None, str]
-
-
-@dataclass(frozen=True)
-class ScheduleSpec:
-    """One schedule as a caller puts it (``put_schedule`` / ``put_schedules``), unchecked.
-
-    Exactly one of ``every`` (a duration: ``timedelta``, seconds, or text such as ``"1h"``)
-    and ``cron`` (5-field expression, evaluated in ``timezone``). ``payload`` is a JSON
-    object handed to every run as ``run.payload``. Plans satisfy
-    ``starts_at <= plan_time < ends_at``; both must be timezone-aware.
-    """
-
-    scope: Scope
-    every: Duration | None = None
-    cron: str | None = None
-    timezone: str = "UTC"
-    payload: dict[str, Any] | None = None
-    starts_at: datetime | None = None
-    ends_at: datetime | None = None
-    paused: bool = False
-
-
-# What put_schedule takes besides the job and scope: the fields of a spec but its scope.
-SCHEDULE_FIELDS = tuple(f.name for f in fields(ScheduleSpec) if f.name != "scope")
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """A stored schedule as ``get_schedule`` / ``list_schedules`` return it.
-
-    Times are aware UTC; ``next_plan_time`` is None when no plan is left (past ``ends_at``,
-    or an expression that never fires again).
-    """
-
-    job: str
-    scope: Scope
-    every: timedelta | None
-    cron: str | None
-    timezone: str
-    payload: dict[str, Any]
-    starts_at: datetime | None
-    ends_at: datetime | None
-    paused: bool
-    next_plan_time: datetime | None
-    created_at: datetime
-    updated_at: datetime
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-ready fields (the command line's and the HTTP API's form): times in ISO 8601,
-        ``every`` in seconds, the scope as ``{"kind", "id"}``."""
-
-        def iso(value: datetime | None) -> str | None:
-            return None if value is None else value.isoformat()
-
-        return {
-            "job": self.job,
-            "scope": {"kind": self.scope.kind, "id": self.scope.id},
-            "every": None if self.every is None else self.every.total_seconds(),
-            "cron": self.cron,
-            "timezone": self.timezone,
-            "payload": self.payload,
-            "starts_at": iso(self.starts_at),
-            "ends_at": iso(self.ends_at),
-            "paused": self.paused,
-            "next_plan_time": iso(self.next_plan_time),
-            "created_at": iso(self.created_at),
-            "updated_at": iso(self.updated_at),
-        }
 
 
 @dataclass(frozen=True)

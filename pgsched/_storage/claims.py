@@ -8,15 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
-from .._records import (
-    ClaimTerms,
-    CursorMove,
-    DueCursor,
-    JointTerms,
-    Row,
-    WonPlan,
-    running_before,
-)
+from .._records import ClaimTerms, CursorMove, DueCursor, JointTerms, Row, WonPlan, running_before
 from .store import _PLAN_EACH_TIME, Conn, _ms, _plan_span, _Statements
 
 

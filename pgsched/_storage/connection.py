@@ -17,9 +17,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
-from .._errors import DatabaseError
+from .._errors import DatabaseError, describe_error
 from .._records import Row, Server
-from .._results import describe_error
 from .answering import BoundedAsyncConnection, NoAnswer, _Answering
 from .servers import ServerWatch
 from .store import Conn, Store

@@ -8,13 +8,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from .._model import Scope
 from .._records import Row
-from .._views import (
+from .._structures import (
     ActionRecord,
     Execution,
     JobStatus,
     PlanSummary,
+    Scope,
     UpcomingPlan,
     trusted_scope,
 )

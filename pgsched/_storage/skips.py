@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .._records import Row, Skip
-from .._views import SkippedSpan, trusted_scope
+from .._structures import SkippedSpan, trusted_scope
 from .store import Conn, _Statements
 
 

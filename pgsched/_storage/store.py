@@ -21,7 +21,6 @@ import psycopg
 from psycopg import AsyncConnection, sql
 from psycopg.rows import args_row, class_row, dict_row
 
-from .._model import Scope
 from .._records import (
     ClaimTerms,
     DueSchedule,
@@ -45,13 +44,14 @@ from .._records import (
     WonPlan,
     running_before,
 )
-from .._views import (
+from .._structures import (
     Attempt,
     Execution,
     FailedAttempt,
     JobStatus,
     LiveReplica,
     RunHistory,
+    Scope,
     Triggered,
     trusted_scope,
 )

@@ -19,10 +19,10 @@ from celery.beat import ScheduleEntry
 from celery.beat import Scheduler as CeleryScheduler
 
 from .._errors import ConfigError, DatabaseError, PgschedError
-from .._logging import configure_logging
 from .._planning.payloads import CELERY_JOB
 from .._run import Run
 from .._scheduler import Scheduler
+from .._telemetry.logs import configure_logging
 from .entries import CELERY_JOB_DEFAULTS, BeatEntry, app_zone, dynamic_task, read_entry
 from .overlap import PreviousTasks
 from .publish import Publisher

@@ -15,8 +15,8 @@ from celery.beat import BeatLazyFunc, ScheduleEntry
 from celery.schedules import crontab, schedule
 
 from .._errors import ConfigError, PgschedError
-from .._model import GLOBAL, Scope
 from .._planning.payloads import CELERY_JOB, PayloadError, check_celery_payload
+from .._structures import GLOBAL, Scope
 
 JOB_PREFIX = "celery:"
 # What a beat's job does unless the entry says otherwise: a publish takes milliseconds, so a

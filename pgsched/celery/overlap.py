@@ -12,8 +12,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from .._admin import Admin
 from .._errors import PgschedError
+from .._facades.admin import Admin
 from .._run import Run
 from .._times import parse_duration
 from .entries import BeatEntry

@@ -15,9 +15,9 @@ from typing import Any
 
 from celery import Celery, signals
 
-from .._admin import Admin
+from .._errors import describe_error
+from .._facades.admin import Admin
 from .._records import TaskAttempt
-from .._results import describe_error
 from .beat import BeatSettings
 
 _log = logging.getLogger("pgsched.celery")

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from pgsched._metrics import Metrics
 from pgsched._records import Server
-from pgsched._views import JobStatus
+from pgsched._structures import JobStatus
+from pgsched._telemetry.metrics import Metrics
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "pgsched.json"

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from psycopg import sql
 
 import pgsched
-from pgsched._admin import Admin
+from pgsched._facades.admin import Admin
 from tests.integration.conftest import SchedulerFactory
 from tests.support.net import free_port
 from tests.support.plans import FixedPlans, past_plan
@@ -297,7 +297,7 @@ def test_retention_registers_and_runs_the_prune_job(
     _seed_old_finished(db, migrated, "old", scopes=2, plans=5)
     s = make_scheduler("keeper", retention="1s")
     assert "pgsched.prune" in s.jobs
-    assert s.jobs["pgsched.prune"].schedule.describe() == "every 1h"
+    assert s.jobs["pgsched.prune"].recurrence.describe() == "every 1h"
 
     report = s.run_once()
     assert (report.claimed, report.succeeded) == (1, 1), report

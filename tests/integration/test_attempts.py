@@ -16,7 +16,7 @@ import pytest
 from psycopg import sql
 
 import pgsched
-from pgsched._admin import Admin
+from pgsched._facades.admin import Admin
 from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import db_now, floor_to, insert_row, rows, seed_running, table

@@ -152,7 +152,7 @@ def test_actions_are_recorded_with_their_outcome(migrated: str, db: Any, runtime
 def test_the_job_page_marks_skipped_cells_with_their_reason_and_lists_the_spans(
     migrated: str, db: Any, runtime_dsn: str
 ) -> None:
-    from pgsched._http.web import Dashboard, WebRequest
+    from pgsched._facades.http.web import Dashboard, WebRequest
 
     _seed_job(db, migrated, "mixed")
     p0, p1 = past_plan(db, timedelta(minutes=20)), past_plan(db, timedelta(minutes=10))

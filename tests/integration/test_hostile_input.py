@@ -34,8 +34,8 @@ from psycopg import sql
 from structlog.testing import capture_logs
 
 import pgsched
-from pgsched._admin import Admin
-from pgsched._logging import configure_logging
+from pgsched._facades.admin import Admin
+from pgsched._telemetry.logs import configure_logging
 from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import count, inserted, job_index_reads, partition_of, rows, table

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 import pgsched
-from pgsched._results import InvalidResult, encode_result
+from pgsched._engine.outcomes import InvalidResult, encode_result
 from tests.integration.conftest import SchedulerFactory
 from tests.support.roles import DbRoles
 from tests.support.rows import as_role, rows, table

@@ -12,7 +12,7 @@ import pytest
 from psycopg import sql
 
 import pgsched
-from pgsched._admin import Admin
+from pgsched._facades.admin import Admin
 from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import rows, table

@@ -500,7 +500,7 @@ def test_the_dashboard_put_form_keeps_the_window(
     """The dashboard's "Put a schedule" form builds the same request as the command line and
     the HTTP API: its starts_at and ends_at (a browser's datetime-local, read as UTC) are
     stored."""
-    from pgsched._http.actions import ActionForm
+    from pgsched._facades.http.actions import ActionForm
     from pgsched._operations.audit import Actor
     from pgsched._portal import PORTAL
 

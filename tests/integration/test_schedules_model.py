@@ -35,7 +35,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from psycopg import sql
 
 import pgsched
-from pgsched._planning.schedules import ScheduleSpec, check_schedule, recurrence_for
+from pgsched._planning.schedules import check_schedule, recurrence_for
+from pgsched._structures import ScheduleSpec
 from tests.integration.conftest import SchedulerFactory
 from tests.support.rows import db_now
 from tests.support.threads import Recorder

@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql
 
 import pgsched
-from pgsched._admin import Admin
+from pgsched._facades.admin import Admin
 from tests.integration.conftest import SchedulerFactory
 from tests.support.roles import DbRoles
 from tests.support.rows import as_role, table

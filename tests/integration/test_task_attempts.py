@@ -12,7 +12,7 @@ import pytest
 from psycopg import sql
 
 import pgsched
-from pgsched._admin import Admin
+from pgsched._facades.admin import Admin
 from pgsched._records import RecordedTask, TaskAttempt
 from tests.support.rows import db_now, insert_row, table
 

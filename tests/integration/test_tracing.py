@@ -96,7 +96,7 @@ def test_nothing_is_imported_without_the_extra() -> None:
 
     code = (
         "import sys; sys.modules['opentelemetry'] = None\n"
-        "import pgsched, pgsched._engine.tracing as t\n"
+        "import pgsched, pgsched._telemetry.tracing as t\n"
         "assert t._TRACER is None\n"
         "assert not t.recording()\n"
         "with t.UNTRACED as record: record(None)\n"

@@ -33,18 +33,18 @@ def cli_in_process(
     redaction (each command redacts only what it learned itself, as a new process would)."""
     import structlog
 
-    from pgsched import _dsn
+    from pgsched import _secrets
     from pgsched._cli.main import main
 
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     saved_log, root = structlog.get_config(), logging.getLogger()
     saved_handlers, saved_level = root.handlers[:], root.level
-    saved_secrets = set(_dsn._KNOWN_SECRETS)
+    saved_secrets = set(_secrets._KNOWN_SECRETS)
     capfd.readouterr()
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
-    _dsn._KNOWN_SECRETS.clear()
+    _secrets._KNOWN_SECRETS.clear()
     try:
         try:
             code = main(list(args))
@@ -58,7 +58,7 @@ def cli_in_process(
         os.chdir(saved_cwd)
         structlog.configure(**saved_log)
         root.handlers, root.level = saved_handlers, saved_level
-        _dsn._KNOWN_SECRETS.clear()
-        _dsn._KNOWN_SECRETS.update(saved_secrets)
+        _secrets._KNOWN_SECRETS.clear()
+        _secrets._KNOWN_SECRETS.update(saved_secrets)
     captured = capfd.readouterr()
     return CliResult(code, captured.out, captured.err)

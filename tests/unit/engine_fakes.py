@@ -21,12 +21,12 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 import pgsched
-from pgsched._config import JobSpec, build_job
 from pgsched._engine.leases import LeaseTable, open_lease
 from pgsched._engine.recorder import Recorder
 from pgsched._engine.values import Claim, Lease, Outcome
-from pgsched._metrics import Metrics
+from pgsched._jobs.spec import JobSpec, build_job
 from pgsched._records import Finish, Renewal, Restore
+from pgsched._telemetry.metrics import Metrics
 
 PLAN = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)  # a Monday, on every cadence below an hour
 RUNNER = "r1"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pgsched
 from pgsched._engine.claims import Claimer
 from pgsched._engine.recorder import Recorder
-from pgsched._metrics import Metrics
 from pgsched._storage.store import Store
+from pgsched._telemetry.metrics import Metrics
 
 
 def _jobs() -> list[pgsched.JobSpec]:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import pgsched
-from pgsched._config import build_job, evaluate_scopes
+from pgsched._jobs.spec import build_job, evaluate_scopes
 from pgsched._planning.recurrence import CadenceRecurrence, CronRecurrence
 
 
@@ -192,8 +192,8 @@ def test_defaults() -> None:
     spec = job(every="5m")
     assert spec.name == "nightly_rollup"
     assert spec.is_async is False
-    assert isinstance(spec.schedule, CadenceRecurrence)
-    assert spec.schedule.every == timedelta(minutes=5)
+    assert isinstance(spec.recurrence, CadenceRecurrence)
+    assert spec.recurrence.every == timedelta(minutes=5)
     assert spec.static_scopes == (pgsched.GLOBAL,)
     assert spec.scopes_fn is None
     assert spec.catch_up == "latest_only"
@@ -266,14 +266,14 @@ def test_spec_example_job_is_accepted() -> None:
     )
     assert spec.name == "tenant_report"
     assert spec.is_async is True
-    assert isinstance(spec.schedule, CronRecurrence)
-    assert spec.schedule.tz.key == "Europe/Berlin"
+    assert isinstance(spec.recurrence, CronRecurrence)
+    assert spec.recurrence.tz.key == "Europe/Berlin"
     assert spec.max_plans_per_tick == 10
     assert spec.retry_backoff == (timedelta(minutes=1), timedelta(minutes=5))
     assert spec.stale_timeout == timedelta(minutes=5)
     assert spec.scopes_fn is not None and spec.static_scopes is None
     # Monday 2027-01-04 09:00 Berlin = 08:00Z
-    assert spec.schedule.next_after(datetime(2027, 1, 2, tzinfo=UTC)) == datetime(
+    assert spec.recurrence.next_after(datetime(2027, 1, 2, tzinfo=UTC)) == datetime(
         2027, 1, 4, 8, tzinfo=UTC
     )
 
@@ -417,7 +417,7 @@ def test_scheduler_refuses_duplicate_job_names_without_connecting() -> None:
     with pytest.raises(pgsched.ConfigError, match="'nightly_rollup'"):
         scheduler.register(async_rollup, name="nightly_rollup", cron="0 * * * *")
     assert list(scheduler.jobs) == ["nightly_rollup"]
-    schedule = scheduler.jobs["nightly_rollup"].schedule
+    schedule = scheduler.jobs["nightly_rollup"].recurrence
     assert isinstance(schedule, CadenceRecurrence) and schedule.every == timedelta(minutes=1)
 
 
@@ -455,8 +455,8 @@ def test_every_option_is_typed_and_described_once_in_job_options() -> None:
     options ``register`` validates (``JOB_DEFAULTS``), each typed and with a docstring of its
     own (what the API reference renders), and ``Scheduler.job`` and ``register`` take them
     as typed keywords."""
-    from pgsched import _config
-    from pgsched._config import JOB_DEFAULTS
+    from pgsched._jobs import spec as _config
+    from pgsched._jobs.spec import JOB_DEFAULTS
 
     assert set(pgsched.JobOptions.__optional_keys__) == set(JOB_DEFAULTS)
     tree = ast.parse(inspect.getsource(_config))

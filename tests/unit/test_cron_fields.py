@@ -11,10 +11,11 @@ from zoneinfo import ZoneInfo
 import pytest
 
 import pgsched
-from pgsched._config import build_job
+from pgsched._jobs.spec import build_job
 from pgsched._planning.cron import cron_parts
 from pgsched._planning.recurrence import CronRecurrence
-from pgsched._planning.schedules import ScheduleSpec, check_schedule
+from pgsched._planning.schedules import check_schedule
+from pgsched._structures import ScheduleSpec
 
 # Thursday 1 January 2026, 00:00 UTC (excluded: plans are strictly after it).
 START = datetime(2026, 1, 1, tzinfo=UTC)

@@ -10,15 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgsched._config import build_job
 from pgsched._errors import ConfigError
-from pgsched._planning.cursors import (
-    decide_cursor,
-    decide_cursors,
-    due_at,
-    first_plan,
-    spec_key,
-)
+from pgsched._jobs.spec import build_job
+from pgsched._planning.cursors import decide_cursor, decide_cursors, due_at, first_plan, spec_key
 from pgsched._planning.skips import plans_skipped
 from pgsched._records import DueCursor
 from tests.support.plans import catch_up_options
@@ -47,7 +41,7 @@ def cursor(
 
 def seen_now(j: Any, now: datetime, **cols: Any) -> DueCursor:
     """A cursor as first sight at ``now`` writes it."""
-    return cursor(spec_key(j.schedule), first_plan(j, now, TICK), seen=now, **cols)
+    return cursor(spec_key(j.recurrence), first_plan(j, now, TICK), seen=now, **cols)
 
 
 # -- first sight --------------------------------------------------------------------------
@@ -57,7 +51,7 @@ def test_first_sight_latest_runs_the_newest_plan_already_due_at_once() -> None:
     j = job(cron="0 9 * * 1-5", timezone="Europe/Berlin", first_sight="latest")
     deployed = datetime(2027, 3, 10, 19, 47, tzinfo=UTC)  # Wednesday 20:47 in Berlin
     assert first_plan(j, deployed, TICK) == datetime(2027, 3, 10, 8, 0, tzinfo=UTC)
-    decision = decide_cursor(j, spec_key(j.schedule), seen_now(j, deployed), deployed, TICK)
+    decision = decide_cursor(j, spec_key(j.recurrence), seen_now(j, deployed), deployed, TICK)
     assert decision.move.plans == (datetime(2027, 3, 10, 8, 0, tzinfo=UTC),)
 
 
@@ -77,7 +71,7 @@ def test_a_weekday_job_deployed_in_the_evening_first_runs_the_next_morning() -> 
     j = job(cron="0 9 * * 1-5", timezone="Europe/Berlin")
     deployed = datetime(2027, 3, 10, 19, 47, tzinfo=UTC)  # Wednesday 20:47 in Berlin
     assert first_plan(j, deployed, TICK) == datetime(2027, 3, 11, 8, 0, tzinfo=UTC)
-    decision = decide_cursor(j, spec_key(j.schedule), seen_now(j, deployed), deployed, TICK)
+    decision = decide_cursor(j, spec_key(j.recurrence), seen_now(j, deployed), deployed, TICK)
     assert decision.move.plans == ()
     assert decision.move.next_plan == datetime(2027, 3, 11, 8, 0, tzinfo=UTC)
     assert (
@@ -93,7 +87,7 @@ def test_a_plan_due_within_the_last_tick_counts_at_first_sight() -> None:
     assert first_plan(j, nine + TICK, TICK) == nine
     assert first_plan(j, nine + TICK + US, TICK) == nine + timedelta(days=1)
     now = nine + timedelta(milliseconds=300)
-    decision = decide_cursor(j, spec_key(j.schedule), seen_now(j, now), now, TICK)
+    decision = decide_cursor(j, spec_key(j.recurrence), seen_now(j, now), now, TICK)
     assert decision.move.plans == (nine,)
     assert decision.move.next_plan == nine + timedelta(days=1)
 
@@ -113,7 +107,7 @@ def test_latest_only_claims_the_newest_due_plan_and_counts_the_ones_between() ->
     j = job(every="1h")
     seen = datetime(2027, 3, 10, 8, 30, tzinfo=UTC)
     now = datetime(2027, 3, 10, 12, 0, 5, tzinfo=UTC)  # down from 08:30 to 12:00
-    decision = decide_cursor(j, spec_key(j.schedule), seen_now(j, seen), now, TICK)
+    decision = decide_cursor(j, spec_key(j.recurrence), seen_now(j, seen), now, TICK)
     assert decision.move.plans == (datetime(2027, 3, 10, 12, 0, tzinfo=UTC),)
     assert plans_skipped(decision.skips, "superseded") == 3  # 09:00, 10:00, 11:00
     assert decision.move.next_plan == datetime(2027, 3, 10, 13, 0, tzinfo=UTC)
@@ -123,7 +117,7 @@ def test_every_plan_loses_nothing_after_first_sight() -> None:
     j = job(every="1h", catch_up="every_plan", max_plans_per_tick=2, overlap="allow")
     seen = datetime(2027, 3, 10, 8, 30, tzinfo=UTC)
     now = datetime(2027, 3, 10, 12, 0, 5, tzinfo=UTC)
-    spec = spec_key(j.schedule)
+    spec = spec_key(j.recurrence)
     first = decide_cursor(j, spec, seen_now(j, seen), now, TICK, room=10)
     nine = datetime(2027, 3, 10, 9, 0, tzinfo=UTC)
     assert first.move.plans == (nine, nine + timedelta(hours=1))
@@ -137,7 +131,7 @@ def test_every_plan_under_forbid_claims_one_plan_at_a_time() -> None:
     j = job(every="1h", catch_up="every_plan", max_plans_per_tick=5)
     seen = datetime(2027, 3, 10, 8, 30, tzinfo=UTC)
     now = datetime(2027, 3, 10, 12, 0, 5, tzinfo=UTC)
-    decision = decide_cursor(j, spec_key(j.schedule), seen_now(j, seen), now, TICK, room=10)
+    decision = decide_cursor(j, spec_key(j.recurrence), seen_now(j, seen), now, TICK, room=10)
     assert decision.move.plans == (datetime(2027, 3, 10, 9, 0, tzinfo=UTC),)
 
 
@@ -145,7 +139,7 @@ def test_every_plan_skips_plans_older_than_its_window() -> None:
     j = job(every="1h", catch_up="every_plan", max_plans_per_tick=1, catch_up_window="2h")
     seen = datetime(2027, 3, 10, 0, 30, tzinfo=UTC)
     now = datetime(2027, 3, 10, 12, 0, 5, tzinfo=UTC)
-    decision = decide_cursor(j, spec_key(j.schedule), seen_now(j, seen), now, TICK)
+    decision = decide_cursor(j, spec_key(j.recurrence), seen_now(j, seen), now, TICK)
     assert decision.move.plans == (datetime(2027, 3, 10, 11, 0, tzinfo=UTC),)
 
 
@@ -153,11 +147,11 @@ def test_max_lateness_skips_and_counts() -> None:
     now = datetime(2027, 3, 10, 12, 30, tzinfo=UTC)
     seen = datetime(2027, 3, 10, 8, 30, tzinfo=UTC)
     latest = job(every="1h", max_lateness="10m")
-    d = decide_cursor(latest, spec_key(latest.schedule), seen_now(latest, seen), now, TICK)
+    d = decide_cursor(latest, spec_key(latest.recurrence), seen_now(latest, seen), now, TICK)
     assert (d.move.plans, plans_skipped(d.skips, "max_lateness")) == ((), 1)
     assert d.move.next_plan == datetime(2027, 3, 10, 13, 0, tzinfo=UTC)
     every = job(every="1h", catch_up="every_plan", max_plans_per_tick=1, max_lateness="2h")
-    d = decide_cursor(every, spec_key(every.schedule), seen_now(every, seen), now, TICK)
+    d = decide_cursor(every, spec_key(every.recurrence), seen_now(every, seen), now, TICK)
     assert d.move.plans == (datetime(2027, 3, 10, 11, 0, tzinfo=UTC),)
     assert plans_skipped(d.skips, "max_lateness") == 2  # 09:00 and 10:00
 
@@ -171,7 +165,7 @@ def test_a_plan_inside_its_jitter_waits_with_the_cursor_due_after_it() -> None:
     due = due_at(j, "tenant", "1", plan)
     assert due is not None and plan <= due < plan + timedelta(minutes=30)
     seen = datetime(2027, 3, 10, 8, 30, tzinfo=UTC)
-    spec = spec_key(j.schedule)
+    spec = spec_key(j.recurrence)
     early = decide_cursor(j, spec, seen_now(j, seen), plan, TICK)  # an outage: 09:00..12:00
     assert early.move.plans == () or due == plan
     assert early.move.next_plan == plan and early.move.due_at == due
@@ -190,12 +184,12 @@ def test_room_bounds_the_plans_of_a_batch() -> None:
 
 def test_a_changed_schedule_resumes_after_the_latest_claimed_plan() -> None:
     old, new = job(every="1h"), job(every="30m")
-    assert spec_key(old.schedule) != spec_key(new.schedule)
+    assert spec_key(old.recurrence) != spec_key(new.recurrence)
     seen = datetime(2027, 3, 10, 8, 0, tzinfo=UTC)
     last = datetime(2027, 3, 10, 11, 0, tzinfo=UTC)
-    stored = cursor(spec_key(old.schedule), last + timedelta(hours=1), seen=seen, last=last)
+    stored = cursor(spec_key(old.recurrence), last + timedelta(hours=1), seen=seen, last=last)
     now = datetime(2027, 3, 10, 11, 45, tzinfo=UTC)
-    d = decide_cursor(new, spec_key(new.schedule), stored, now, TICK)
+    d = decide_cursor(new, spec_key(new.recurrence), stored, now, TICK)
     assert d.move.plans == (datetime(2027, 3, 10, 11, 30, tzinfo=UTC),)
     assert d.move.next_plan == datetime(2027, 3, 10, 12, 0, tzinfo=UTC)
 
@@ -207,21 +201,21 @@ def test_a_scope_from_an_earlier_version_resumes_after_its_latest_plan() -> None
     now = datetime(2027, 3, 10, 12, 0, 5, tzinfo=UTC)
     last = datetime(2027, 3, 10, 10, 0, tzinfo=UTC)
     upgraded = cursor(None, None, seen=now, last=last)
-    d = decide_cursor(j, spec_key(j.schedule), upgraded, now, TICK)
+    d = decide_cursor(j, spec_key(j.recurrence), upgraded, now, TICK)
     assert d.move.plans == (datetime(2027, 3, 10, 11, 0, tzinfo=UTC),)
     latest = job(every="1h")
-    d = decide_cursor(latest, spec_key(latest.schedule), upgraded, now, TICK)
+    d = decide_cursor(latest, spec_key(latest.recurrence), upgraded, now, TICK)
     assert d.move.plans == (datetime(2027, 3, 10, 12, 0, tzinfo=UTC),)
     assert plans_skipped(d.skips, "superseded") == 1
     caught_up = cursor(None, None, seen=now, last=datetime(2027, 3, 10, 12, 0, tzinfo=UTC))
-    d = decide_cursor(latest, spec_key(latest.schedule), caught_up, now, TICK)
+    d = decide_cursor(latest, spec_key(latest.recurrence), caught_up, now, TICK)
     assert d.move.plans == () and d.move.next_plan == datetime(2027, 3, 10, 13, 0, tzinfo=UTC)
 
 
 def test_cron_spec_key_tells_dst_options_apart() -> None:
     a = job(cron="30 2 * * *", timezone="Europe/Berlin")
     b = job(cron="30 2 * * *", timezone="Europe/Berlin", dst_skipped="skip")
-    assert spec_key(a.schedule) != spec_key(b.schedule)
+    assert spec_key(a.recurrence) != spec_key(b.recurrence)
 
 
 # -- a cursor driven through many claims: a model check ---------------------------------------
@@ -230,7 +224,7 @@ def test_cron_spec_key_tells_dst_options_apart() -> None:
 def _drive(j: Any, seen: datetime, gaps: list[int]) -> tuple[list[datetime], datetime]:
     """Claims at ``seen`` + each cumulative gap (seconds), applying every move as the
     database would; returns the plans claimed and the last claim's time."""
-    spec = spec_key(j.schedule)
+    spec = spec_key(j.recurrence)
     row = seen_now(j, seen)
     claimed: list[datetime] = []
     now = seen
@@ -268,7 +262,7 @@ def test_every_plan_claims_each_plan_after_first_sight_once_in_order(
     claimed, now = _drive(j, seen, gaps)
     first = first_plan(j, seen, TICK)
     assert first is not None
-    expected = [first, *j.schedule.plans_between(first, now)] if first <= now else []
+    expected = [first, *j.recurrence.plans_between(first, now)] if first <= now else []
     assert claimed == expected
 
 
@@ -286,7 +280,7 @@ def test_latest_only_claims_rising_plans_never_from_before_first_sight(
     claimed, now = _drive(j, seen, gaps)
     assert claimed == sorted(set(claimed))
     assert all(p >= seen - TICK for p in claimed)
-    newest = j.schedule.latest_at_or_before(now)
+    newest = j.recurrence.latest_at_or_before(now)
     if claimed and newest >= (first_plan(j, seen, TICK) or now):
         assert claimed[-1] <= newest
 
@@ -318,7 +312,7 @@ def test_a_batch_decides_each_cursor_as_it_would_alone(
     first unclaimed plan, no jitter): each scope still gets its own, as decided alone."""
     j = job(**schedule, **catch_up_options(catch_up, jitter_s, max_lateness))
     now = datetime(2027, 3, 10, 12, 1, 30, tzinfo=UTC)
-    spec = spec_key(j.schedule)
+    spec = spec_key(j.recurrence)
     nexts = [now - timedelta(minutes=m) for m in (0, 7, 95)]
     rows = [
         cursor(

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pgsched._http.auth import Hosts, Tokens, fingerprint, identify, session_cookie
-from pgsched._http.html import href, relative, table
-from pgsched._http.web import _safe_back
+from pgsched._facades.http.auth import Hosts, Tokens, fingerprint, identify, session_cookie
+from pgsched._facades.http.html import href, relative, table
+from pgsched._facades.http.web import _safe_back
 
 pytestmark = pytest.mark.unit
 BOTH = Tokens("op-secret", "view-secret", "ops")

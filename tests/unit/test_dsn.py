@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pgsched._dsn import redact, resolve_dsn
+from pgsched._dsn import resolve_dsn
+from pgsched._secrets import redact
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pgsched
-from pgsched._config import build_job
+from pgsched._jobs.spec import build_job
 from pgsched._planning.dynamic import decide, decide_schedules
 from pgsched._planning.schedules import read_schedule
 from pgsched._planning.skips import plans_skipped
@@ -80,8 +80,8 @@ def test_dynamic_must_be_a_bool() -> None:
 def test_a_dynamic_job_has_no_plans_of_its_own() -> None:
     spec = job(catch_up="every_plan", max_plans_per_tick=3, max_attempts=2)
     assert spec.dynamic and spec.max_attempts == 2
-    assert spec.schedule.describe() == "dynamic"
-    assert spec.schedule.upcoming(T0, 3) == []
+    assert spec.recurrence.describe() == "dynamic"
+    assert spec.recurrence.upcoming(T0, 3) == []
 
 
 def test_a_due_plan_is_claimed_and_the_next_one_follows() -> None:

@@ -18,13 +18,13 @@ import psycopg
 import pytest
 
 import pgsched
-from pgsched._config import JobSpec
 from pgsched._engine import execution as _execution
 from pgsched._engine.execution import Executor
 from pgsched._engine.leases import LeaseTable
 from pgsched._engine.recorder import Recorder
 from pgsched._engine.transaction import TransactionUnavailable, Written
 from pgsched._engine.values import Lease, Outcome
+from pgsched._jobs.spec import JobSpec
 from pgsched._run import Run
 from pgsched._storage.connection import Backoff
 from tests.unit.engine_fakes import PLAN, idle, job, lease, recorder, sample, table

@@ -38,7 +38,10 @@ GEN = _tool()
 def tree(tmp_path: Path) -> Path:
     """A copy of what the tool reads and writes, to change without touching the checkout."""
     shutil.copytree(ROOT / "pgsched" / "_operations", tmp_path / "pgsched" / "_operations")
-    shutil.copy(ROOT / "pgsched" / "_sync_operations.py", tmp_path / "pgsched")
+    (tmp_path / "pgsched" / "_facades").mkdir()
+    shutil.copy(
+        ROOT / "pgsched" / "_facades" / "sync_operations.py", tmp_path / "pgsched" / "_facades"
+    )
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     return tmp_path
 
@@ -61,7 +64,7 @@ def test_check_names_the_first_stale_line_of_a_changed_docstring(
     _edit(core, "Queue a PENDING manual run of", "Queue one PENDING manual run of")
     assert GEN.main(["--check", "--root", str(tree)]) == 1
     (line,) = capsys.readouterr().err.splitlines()
-    assert "pgsched/_sync_operations.py is stale" in line
+    assert "pgsched/_facades/sync_operations.py is stale" in line
     assert '\'"""Queue one PENDING manual run of' in line
     assert "run python tools/gen_admin.py" in line
     assert GEN.main(["--root", str(tree)]) == 0

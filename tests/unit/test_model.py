@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import pgsched
-from pgsched._model import GLOBAL, Scope
 from pgsched._run import Liveness, Run, watch
+from pgsched._structures import GLOBAL, Scope
 
 
 def test_scope_int_ids_become_text() -> None:

@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import pgsched
-from pgsched._config import build_job
+from pgsched._engine.outcomes import MAX_RESULT_BYTES, Encoded, InvalidResult, encode_result
+from pgsched._jobs.spec import build_job
 from pgsched._planning.recurrence import CronRecurrence, DstRepeated, DstSkipped
-from pgsched._results import MAX_RESULT_BYTES, Encoded, InvalidResult, encode_result
 from pgsched._times import parse_duration
 
 HUNDRED_YEARS = timedelta(days=36500)
@@ -181,7 +181,7 @@ def test_build_job_accepts_a_random_expression_unless_it_never_fires(expr: str, 
         s = CronRecurrence(expr, ZoneInfo(zone))
         assert s.next_after(datetime.now(UTC)) is None
         return
-    assert isinstance(spec.schedule, CronRecurrence) and spec.schedule.tz.key == zone
+    assert isinstance(spec.recurrence, CronRecurrence) and spec.recurrence.tz.key == zone
 
 
 # Elapsed-time expressions and the (minutes, hours) their wall times match.
@@ -286,7 +286,7 @@ def test_arbitrary_cron_text_is_a_job_or_a_config_error(text: str, zone: str) ->
         assert "'fuzz_job'" in message and "cron=" in message, message
         assert "\n" not in message.strip() or "\n" in text, message
         return
-    assert spec.name == "fuzz_job" and isinstance(spec.schedule, CronRecurrence)
+    assert spec.name == "fuzz_job" and isinstance(spec.recurrence, CronRecurrence)
 
 
 # -- durations ----------------------------------------------------------------------------------

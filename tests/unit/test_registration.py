@@ -8,8 +8,8 @@ from itertools import pairwise
 import pytest
 
 from pgsched import ConfigError, Scheduler
-from pgsched._config import build_job
 from pgsched._engine.registration import upcoming_plans
+from pgsched._jobs.spec import build_job
 
 pytestmark = pytest.mark.unit
 
@@ -40,7 +40,7 @@ def test_a_slow_job_registers_its_next_two_plans() -> None:
 @pytest.mark.parametrize("every", ["20s", "29s", "1m", "1h"])
 def test_a_plan_stays_on_record_past_the_first_until_the_next_registration(every: str) -> None:
     job = build_job(_ok, name="job", every=every)
-    step = job.schedule.nominal_interval(NOW)
+    step = job.recurrence.nominal_interval(NOW)
     assert step is not None
     for offset in range(0, int(step.total_seconds() * 10)):  # every tenth of a second
         now = NOW + timedelta(seconds=offset / 10)

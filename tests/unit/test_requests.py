@@ -17,7 +17,7 @@ from pgsched._operations.requests import (
     TriggerRequest,
     field_names,
 )
-from pgsched._planning.schedules import SCHEDULE_FIELDS, ScheduleSpec
+from pgsched._structures import SCHEDULE_FIELDS, ScheduleSpec
 
 
 def option(name: str) -> str:

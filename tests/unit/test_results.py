@@ -9,16 +9,8 @@ import psycopg
 import pytest
 
 import pgsched
-from pgsched._results import (
-    MAX_ERROR_CHARS,
-    MAX_RESULT_BYTES,
-    MAX_TRACEBACK_BYTES,
-    Encoded,
-    InvalidResult,
-    describe_error,
-    describe_traceback,
-    encode_result,
-)
+from pgsched._engine.outcomes import MAX_RESULT_BYTES, Encoded, InvalidResult, encode_result
+from pgsched._errors import MAX_ERROR_CHARS, MAX_TRACEBACK_BYTES, describe_error, describe_traceback
 from pgsched._storage.store import _naming
 
 

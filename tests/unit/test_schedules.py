@@ -11,14 +11,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pgsched._config import build_job
 from pgsched._errors import ConfigError
-from pgsched._model import Scope
+from pgsched._jobs.spec import build_job
 from pgsched._planning.recurrence import CronRecurrence
 from pgsched._planning.schedules import (
     MAX_PAYLOAD_BYTES,
-    Schedule,
-    ScheduleSpec,
     ValidSchedule,
     check_fields,
     check_schedule,
@@ -26,6 +23,7 @@ from pgsched._planning.schedules import (
     plans_between,
     recurrence_for,
 )
+from pgsched._structures import Schedule, ScheduleSpec, Scope
 
 US = timedelta(microseconds=1)
 USER = Scope("user", "42")
@@ -41,7 +39,7 @@ def valid(**kw: Any) -> ValidSchedule:
 
 def job_planner(cron: str, zone: str) -> Any:
     """The planner a code-defined job with this cron and zone gets."""
-    return build_job(lambda run: None, name="job", cron=cron, timezone=zone).schedule
+    return build_job(lambda run: None, name="job", cron=cron, timezone=zone).recurrence
 
 
 def unchecked_scope(kind: str, ident: str) -> Scope:

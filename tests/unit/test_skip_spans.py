@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pgsched._config import build_job
+from pgsched._jobs.spec import build_job
 from pgsched._planning.cursors import decide_cursor, decide_cursors, spec_key
 from pgsched._planning.dynamic import decide
 from pgsched._planning.recurrence import CadenceRecurrence, CronRecurrence
@@ -40,13 +40,13 @@ def due(
     resumed_at: datetime | None = None,
 ) -> DueCursor:
     """A cursor due at ``next_plan`` of job ``j``, with the job's pause window."""
-    key = spec_key(j.schedule)
+    key = spec_key(j.recurrence)
     return DueCursor("tenant", "1", next_plan, key, T - H, None, T, "", paused_at, resumed_at)
 
 
 def test_latest_only_after_downtime_is_one_superseded_span_with_the_plan_before_it() -> None:
     j = job(every="1h")
-    d = decide_cursor(j, spec_key(j.schedule), due(j, T + H), T + 4 * H + TICK, TICK)
+    d = decide_cursor(j, spec_key(j.recurrence), due(j, T + H), T + 4 * H + TICK, TICK)
     assert d.move.plans == (T + 4 * H,)
     assert d.skips == (Skip("tenant", "1", "superseded", T + H, T + 3 * H, 3, T),)
     assert plans_skipped(d.skips, "superseded") == 3
@@ -54,13 +54,13 @@ def test_latest_only_after_downtime_is_one_superseded_span_with_the_plan_before_
 
 def test_a_claim_that_skips_nothing_carries_no_span() -> None:
     j = job(every="1h")
-    d = decide_cursor(j, spec_key(j.schedule), due(j, T + H), T + H + TICK, TICK)
+    d = decide_cursor(j, spec_key(j.recurrence), due(j, T + H), T + H + TICK, TICK)
     assert (d.move.plans, d.skips) == ((T + H,), ())
 
 
 def test_max_lateness_under_latest_only_spans_the_late_plan_and_the_ones_before() -> None:
     j = job(every="1h", max_lateness="10m")
-    d = decide_cursor(j, spec_key(j.schedule), due(j, T + H), T + 3 * H + 20 * 60 * TICK, TICK)
+    d = decide_cursor(j, spec_key(j.recurrence), due(j, T + H), T + 3 * H + 20 * 60 * TICK, TICK)
     assert d.move.plans == ()
     assert [(s.reason, s.first, s.last, s.plans) for s in d.skips] == [
         ("superseded", T + H, T + 2 * H, 2),
@@ -78,7 +78,7 @@ def test_every_plan_spans_the_late_plans_and_those_past_the_catch_up_window() ->
         overlap="allow",
     )
     now = T + 6 * H + TICK
-    d = decide_cursor(j, spec_key(j.schedule), due(j, T + H), now, TICK)
+    d = decide_cursor(j, spec_key(j.recurrence), due(j, T + H), now, TICK)
     assert [(s.reason, s.first, s.last, s.plans) for s in d.skips] == [
         ("superseded", T + H, T + 3 * H, 3),  # older than the window (from 11:00:01)
         ("max_lateness", T + 4 * H, T + 4 * H, 1),  # older than 12:30:01
@@ -92,7 +92,7 @@ def test_plans_due_while_paused_are_a_paused_span_whatever_the_catch_up(catch_up
     j = job(every="1h", **(options if catch_up == "every_plan" else {}))
     pause = {"paused_at": T + 30 * 60 * TICK, "resumed_at": T + 3 * H + 30 * 60 * TICK}
     now = T + 4 * H + TICK
-    d = decide_cursor(j, spec_key(j.schedule), due(j, T + H, **pause), now, TICK)
+    d = decide_cursor(j, spec_key(j.recurrence), due(j, T + H, **pause), now, TICK)
     assert [(s.reason, s.first, s.last, s.plans, s.previous) for s in d.skips] == [
         ("paused", T + H, T + 3 * H, 3, T)
     ]
@@ -103,7 +103,7 @@ def test_a_resume_before_the_next_plan_moves_the_cursor_to_it() -> None:
     j = job(every="1h")
     pause = {"paused_at": T + 30 * 60 * TICK, "resumed_at": T + H + 30 * 60 * TICK}
     now = T + H + 31 * 60 * TICK
-    d = decide_cursor(j, spec_key(j.schedule), due(j, T + H, **pause), now, TICK)
+    d = decide_cursor(j, spec_key(j.recurrence), due(j, T + H, **pause), now, TICK)
     assert [(s.reason, s.first, s.plans) for s in d.skips] == [("paused", T + H, 1)]
     assert (d.move.plans, d.move.next_plan) == ((), T + 2 * H)
 
@@ -111,7 +111,7 @@ def test_a_resume_before_the_next_plan_moves_the_cursor_to_it() -> None:
 def test_latest_only_supersedes_the_plans_due_before_the_pause() -> None:
     j = job(every="1h")
     pause = {"paused_at": T + H + 30 * 60 * TICK, "resumed_at": T + 2 * H + 30 * 60 * TICK}
-    d = decide_cursor(j, spec_key(j.schedule), due(j, T + H, **pause), T + 3 * H + TICK, TICK)
+    d = decide_cursor(j, spec_key(j.recurrence), due(j, T + H, **pause), T + 3 * H + TICK, TICK)
     assert [(s.reason, s.first, s.last) for s in d.skips] == [
         ("superseded", T + H, T + H),
         ("paused", T + 2 * H, T + 2 * H),
@@ -122,11 +122,11 @@ def test_latest_only_supersedes_the_plans_due_before_the_pause() -> None:
 def test_every_plan_claims_the_plans_due_before_the_pause_first() -> None:
     j = job(every="1h", catch_up="every_plan", max_plans_per_tick=5, overlap="allow")
     pause = {"paused_at": T + H + 30 * 60 * TICK, "resumed_at": T + 3 * H + 30 * 60 * TICK}
-    d = decide_cursor(j, spec_key(j.schedule), due(j, T + H, **pause), T + 4 * H + TICK, TICK)
+    d = decide_cursor(j, spec_key(j.recurrence), due(j, T + H, **pause), T + 4 * H + TICK, TICK)
     assert (d.move.plans, d.skips) == ((T + H,), ())
     assert d.move.next_plan is not None
     after = decide_cursor(
-        j, spec_key(j.schedule), due(j, d.move.next_plan, **pause), T + 4 * H + TICK, TICK
+        j, spec_key(j.recurrence), due(j, d.move.next_plan, **pause), T + 4 * H + TICK, TICK
     )
     assert [(s.reason, s.first, s.last) for s in after.skips] == [("paused", T + 2 * H, T + 3 * H)]
     assert after.move.plans == (T + 4 * H,)
@@ -135,7 +135,7 @@ def test_every_plan_claims_the_plans_due_before_the_pause_first() -> None:
 def test_a_pause_the_cursor_is_past_changes_nothing() -> None:
     j = job(every="1h")
     pause = {"paused_at": T - 2 * H, "resumed_at": T - H}
-    d = decide_cursor(j, spec_key(j.schedule), due(j, T + H, **pause), T + H + TICK, TICK)
+    d = decide_cursor(j, spec_key(j.recurrence), due(j, T + H, **pause), T + H + TICK, TICK)
     assert (d.move.plans, d.skips) == ((T + H,), ())
 
 
@@ -153,7 +153,7 @@ def test_a_batch_gives_each_scope_its_own_spans() -> None:
 def test_cron_spans_count_the_cron_plans() -> None:
     j = job(cron="0 9 * * 1-5", timezone="Europe/Berlin")
     monday = datetime(2027, 3, 8, 8, 0, tzinfo=UTC)  # 09:00 in Berlin
-    d = decide_cursor(j, spec_key(j.schedule), due(j, monday), monday + 7 * 24 * H, TICK)
+    d = decide_cursor(j, spec_key(j.recurrence), due(j, monday), monday + 7 * 24 * H, TICK)
     (span,) = d.skips
     assert (span.reason, span.first, span.plans) == ("superseded", monday, 5)  # Mon to Fri
     assert span.previous == datetime(2027, 3, 5, 8, 0, tzinfo=UTC)  # the Friday before
@@ -229,5 +229,5 @@ def test_latest_only_runs_the_plan_due_before_the_pause_when_none_is_due_since()
     # (a job paused just after it fell due): the newest plan due that was not paused runs.
     j = job(every="1h")
     pause = {"paused_at": T + H + 60 * TICK, "resumed_at": T + H + 120 * TICK}
-    d = decide_cursor(j, spec_key(j.schedule), due(j, T + H, **pause), T + H + 121 * TICK, TICK)
+    d = decide_cursor(j, spec_key(j.recurrence), due(j, T + H, **pause), T + H + 121 * TICK, TICK)
     assert (d.move.plans, d.skips) == ((T + H,), ())

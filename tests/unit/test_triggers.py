@@ -15,13 +15,13 @@ import pgsched
 from pgsched import GLOBAL, Scope
 from pgsched._cli.common import cli_field
 from pgsched._cli.main import _triggered_line
-from pgsched._config import build_job, scopes_mode
 from pgsched._errors import FieldError
-from pgsched._http.server import api_field
+from pgsched._facades.http.server import api_field
+from pgsched._jobs.spec import build_job, scopes_mode
 from pgsched._operations.triggers import ScheduledPlans, TriggerScopes, check_not_ended
 from pgsched._records import JobRecord
 from pgsched._storage.store import ScheduleStore, Store
-from pgsched._views import Triggered
+from pgsched._structures import Triggered
 from tests.support.plans import FixedPlans
 
 AT = datetime(2031, 1, 1, tzinfo=UTC)

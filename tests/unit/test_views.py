@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pgsched._views import attempt_text
+from pgsched._structures import attempt_text
 
 
 def test_an_attempt_past_max_attempts_says_a_crash_gave_it() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pgsched._gauges import CACHE_TTL_S
+from pgsched._telemetry.gauges import CACHE_TTL_S
 from tests.acceptance.http.cluster import (
     EXPECTED_METRICS,
     HOSTILE_ERROR,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pgsched._http.html import SCRIPT
+from pgsched._facades.http.html import SCRIPT
 from tests.acceptance.http.cluster import (
     HOSTILE_ERROR,
     HOSTILE_JOB,

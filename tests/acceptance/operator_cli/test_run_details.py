@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 import pgsched
-from pgsched._http.web import WebRequest
+from pgsched._facades.http.web import WebRequest
 from tests.acceptance.operator_cli.ops import Ops
 
 pytestmark = pytest.mark.acceptance

@@ -11,8 +11,8 @@ from typing import Any
 import structlog
 from structlog.typing import FilteringBoundLogger
 
-from ._dsn import redact
-from ._errors import ConfigError
+from .._errors import ConfigError
+from .._secrets import redact
 
 
 def _redact_passwords(

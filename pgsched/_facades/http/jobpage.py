@@ -8,19 +8,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from .._model import Scope
-from .._operations.audit import Action
-from .._operations.dashboard import JobGrid, SchedulePage
-from .._planning.schedules import Schedule
-from .._times import format_duration
-from .._views import (
+from ..._operations.audit import Action
+from ..._operations.dashboard import JobGrid, SchedulePage
+from ..._structures import (
     ActionRecord,
     Execution,
     JobStatus,
     PlanSummary,
+    Schedule,
+    Scope,
     UpcomingPlan,
     attempt_text,
 )
+from ..._times import format_duration
 from .charts import line_chart
 from .html import (
     button_form,

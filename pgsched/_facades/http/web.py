@@ -14,13 +14,12 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 from urllib.parse import urlencode, urlsplit
 
-from .._errors import ConfigError, NotFoundError, PgschedError
-from .._model import Scope
-from .._operations.audit import Actor
-from .._operations.core import DriverError, Operations
-from .._operations.sessions import SESSION_LIFETIME
-from .._results import describe_error
-from .._times import parse_time
+from ..._errors import ConfigError, NotFoundError, PgschedError, describe_error
+from ..._operations.audit import Actor
+from ..._operations.core import DriverError, Operations
+from ..._operations.sessions import SESSION_LIFETIME
+from ..._structures import Scope
+from ..._times import parse_time
 from . import pages
 from .actions import ActionForm, one, question
 from .auth import (

@@ -19,7 +19,7 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
-from .._operations.dashboard import COUNT_CAP
+from ..._operations.dashboard import COUNT_CAP
 
 STYLE = """
 :root{--ink:#1d2330;--muted:#5b6478;--line:#dfe3ea;--bg:#f5f6f8;--card:#fff;--link:#1d4fa3}

@@ -14,10 +14,9 @@ from typing import Any, Protocol
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from .._errors import DatabaseError
-from .._gauges import ClusterGauges
-from .._operations.core import DriverError, Operations
-from .._results import describe_error
+from ..._errors import DatabaseError, describe_error
+from ..._operations.core import DriverError, Operations
+from ..._telemetry.gauges import ClusterGauges
 
 _DB_TIMEOUT = 5.0
 _REFUSED_WAIT = 1.0

@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from types import TracebackType
 
-from ._config import JobSpec
-from ._dsn import resolve_transaction_pooling
-from ._operations.audit import Actor
-from ._operations.connectors import PooledConnections
-from ._operations.core import Operations, check_schema, no_jobs
-from ._times import Duration, parse_duration
+from .._dsn import resolve_transaction_pooling
+from .._jobs.spec import JobSpec
+from .._operations.audit import Actor
+from .._operations.connectors import PooledConnections
+from .._operations.core import Operations, check_schema, no_jobs
+from .._times import Duration, parse_duration
 
 
 class AsyncAdmin(Operations):

@@ -7,8 +7,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from ._errors import AppLoadError, ConfigError
-from ._scheduler import Scheduler
+from .._errors import AppLoadError, ConfigError
+from .._scheduler import Scheduler
 
 
 def load_scheduler(app: str) -> Scheduler:

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from .._gauges import ClusterGauges
-from .._operations.core import Operations
+from ..._operations.core import Operations
+from ..._telemetry.gauges import ClusterGauges
 from .mount import aiohttp_handler
 from .probes import Heartbeat, Probes
 from .web import Dashboard

@@ -12,17 +12,14 @@ from datetime import datetime
 from typing import Any, Literal, Never, overload
 from uuid import UUID
 
-from ._config import JobSpec
-from ._model import Scope
-from ._operations.core import Operations
-from ._operations.dashboard import JobGrid, SchedulePage
-from ._operations.django_beat import ImportReport
-from ._operations.explain import DEFAULT_LINES
-from ._planning.schedules import Schedule, ScheduleSpec
-from ._portal import PORTAL
-from ._records import PreviousTask, RecordedTask, TaskAttempt
-from ._times import Duration
-from ._views import (
+from .._jobs.spec import JobSpec
+from .._operations.core import Operations
+from .._operations.dashboard import JobGrid, SchedulePage
+from .._operations.django_beat import ImportReport
+from .._operations.explain import DEFAULT_LINES
+from .._portal import PORTAL
+from .._records import PreviousTask, RecordedTask, TaskAttempt
+from .._structures import (
     ActionRecord,
     Execution,
     Explanation,
@@ -31,9 +28,13 @@ from ._views import (
     LiveReplica,
     PlanSummary,
     RunHistory,
+    Schedule,
+    ScheduleSpec,
+    Scope,
     Triggered,
     UpcomingPlan,
 )
+from .._times import Duration
 
 
 class OnPortal:

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ._views import JobStatus
+from .._structures import JobStatus
 
 Fetch = Callable[[], Awaitable[Sequence[JobStatus]]]
 CACHE_TTL_S = 2.0

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from ._config import JobSpec
-from ._dsn import resolve_dsn, resolve_transaction_pooling
-from ._operations.audit import Actor
-from ._operations.connectors import KeptConnections
-from ._operations.core import Operations, check_schema, no_jobs
-from ._sync_operations import SyncOperations
-from ._times import Duration, parse_duration
+from .._dsn import resolve_dsn, resolve_transaction_pooling
+from .._jobs.spec import JobSpec
+from .._operations.audit import Actor
+from .._operations.connectors import KeptConnections
+from .._operations.core import Operations, check_schema, no_jobs
+from .._times import Duration, parse_duration
+from .sync_operations import SyncOperations
 
 
 class Admin(SyncOperations):

@@ -8,23 +8,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import Any, Protocol
 
 from .._run import Run
-from .values import Outcome
 
 try:
     from opentelemetry import trace as _trace
 except ImportError:  # the otel extra is not installed
     _trace = None  # type: ignore[assignment]
 
-Record = Callable[[Outcome | None], None]
+
+class Told(Protocol):
+    """What a span records of a run's outcome (the engine's ``Outcome`` has these)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def error_code(self) -> str | None: ...
+    @property
+    def error_msg(self) -> str | None: ...
+
+
+Record = Callable[[Told | None], None]
 
 # A proxy: it follows a tracer provider the application sets after importing pgsched.
 _TRACER: Any = _trace.get_tracer("pgsched") if _trace is not None else None
 
 
-def _nothing(outcome: Outcome | None) -> None:
+def _nothing(outcome: Told | None) -> None:
     return None
 
 
@@ -64,7 +75,7 @@ def run_span(run: Run, claim: str) -> Iterator[Record]:
         set_status_on_exception=False,
     ) as span:
 
-        def record(outcome: Outcome | None) -> None:
+        def record(outcome: Told | None) -> None:
             if outcome is None:  # written in the handler's transaction, or the lease was lost
                 return
             span.set_attribute("pgsched.status", outcome.status)

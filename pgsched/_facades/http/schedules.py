@@ -12,10 +12,10 @@ from typing import Any
 
 from aiohttp import web
 
-from .._errors import ConfigError, NotFoundError
-from .._model import Scope
-from .._operations.core import Operations
-from .._operations.requests import ScheduleRequest
+from ..._errors import ConfigError, NotFoundError
+from ..._operations.core import Operations
+from ..._operations.requests import ScheduleRequest
+from ..._structures import Scope
 
 Authorise = Callable[[web.Request], Operations]  # the core acting as the caller
 Body = Callable[[web.Request], Awaitable[dict[str, Any]]]

@@ -13,9 +13,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterError
 
-from ._errors import ConfigError
-from ._model import GLOBAL, Scope, check_job_name
-from ._planning.recurrence import (
+from .._errors import ConfigError
+from .._planning.recurrence import (
     CadenceRecurrence,
     CatchUp,
     CronRecurrence,
@@ -28,7 +27,8 @@ from ._planning.recurrence import (
     Recurrence,
     unique_in_order,
 )
-from ._times import Duration, parse_duration
+from .._structures import GLOBAL, Scope, check_job_name
+from .._times import Duration, parse_duration
 
 Handler = Callable[..., Any]
 # on_failure(run, error) and on_recovery(run) (a Run, not named: job definitions stay clear of
@@ -71,7 +71,7 @@ class JobSpec:
     name: str
     handler: Handler
     is_async: bool
-    schedule: Recurrence  # when the job's plans fall
+    recurrence: Recurrence  # when the job's plans fall
     static_scopes: tuple[Scope, ...] | None
     scopes_fn: ScopesFn | None
     catch_up: CatchUp
@@ -97,7 +97,7 @@ class JobSpec:
 
     def new_cursor(self) -> PlanCursor:
         return PlanCursor(
-            self.schedule,
+            self.recurrence,
             catch_up=self.catch_up,
             schedule_delay=self.schedule_delay,
             catch_up_window=self.catch_up_window,
@@ -336,7 +336,7 @@ def build_job(handler: Handler, **options: Any) -> JobSpec:
         handler=handler,
         is_async=inspect.iscoroutinefunction(handler)
         or inspect.iscoroutinefunction(getattr(handler, "__call__", None)),  # noqa: B004
-        schedule=DynamicRecurrence() if dynamic else v.schedule(o),
+        recurrence=DynamicRecurrence() if dynamic else v.recurrence(o),
         static_scopes=static_scopes,
         scopes_fn=scopes_fn,
         catch_up=v.choice("catch_up", o["catch_up"], get_args(CatchUp)),
@@ -410,7 +410,7 @@ class _Validator:
             why = "cannot be given with dynamic=True (each schedule has its own)"
             raise self.bad("timezone", o["timezone"], why)
 
-    def schedule(self, o: dict[str, Any]) -> Recurrence:
+    def recurrence(self, o: dict[str, Any]) -> Recurrence:
         given = [k for k in ("every", "cron", "planner") if o[k] is not None]
         if len(given) != 1:
             raise ConfigError(

@@ -9,10 +9,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TypeVar, Unpack
 
-from ._config import Handler, JobOptions, JobSpec, build_job
-from ._errors import ConfigError, NotFoundError
-from ._metrics import Metrics
-from ._times import aware
+from .._errors import ConfigError, NotFoundError
+from .._telemetry.metrics import Metrics
+from .._times import aware
+from .spec import Handler, JobOptions, JobSpec, build_job
 
 _F = TypeVar("_F", bound=Handler)
 
@@ -48,7 +48,7 @@ class JobRegistry:
             if spec.name in self._jobs:
                 raise ConfigError(f"job {spec.name!r}: name is already registered")
             self._jobs[spec.name] = spec
-        self._metrics.declare(spec.name, spec.schedule.nominal_interval(datetime.now(UTC)))
+        self._metrics.declare(spec.name, spec.recurrence.nominal_interval(datetime.now(UTC)))
         return spec
 
     def unregister(self, job: str) -> None:
@@ -72,4 +72,4 @@ class JobRegistry:
     def upcoming(self, job: str, after: datetime | None = None, count: int = 5) -> list[datetime]:
         """The next ``count`` plan times of ``job`` strictly after ``after`` (aware UTC)."""
         after = datetime.now(UTC) if after is None else aware(after, "after")
-        return self._job(job).schedule.upcoming(after, count)
+        return self._job(job).recurrence.upcoming(after, count)

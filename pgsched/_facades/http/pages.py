@@ -6,9 +6,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .._operations.audit import Action
-from .._operations.dashboard import COUNT_CAP
-from .._views import (
+from ..._operations.audit import Action
+from ..._operations.dashboard import COUNT_CAP
+from ..._structures import (
     ActionRecord,
     Execution,
     FailedAttempt,

@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl
 
 from aiohttp import web
 
-from .._operations.core import Operations
+from ..._operations.core import Operations
 from .auth import Tokens
 from .web import Dashboard, WebRequest
 

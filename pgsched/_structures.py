@@ -1,17 +1,120 @@
-"""The typed values operator reads return: what ``status()``, ``runs()`` and ``trigger()`` give
-back, from the database's rows (built by psycopg's ``class_row``), with the JSON form the
-command line and the HTTP API print. Owns no I/O; never imports the engine.
+"""pgsched's public value types, in one module: the ledger's keys (job names and scopes),
+what a handler may return, what operator reads return (status, runs, trigger, explain: built
+from the database's rows by psycopg's ``class_row``, with the JSON form the command line and
+the HTTP API print), a put schedule and a stored one, and a tick's report. Owns no I/O.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import InitVar, dataclass, field
-from datetime import datetime
-from typing import Any
+import re
+from dataclasses import InitVar, dataclass, field, fields
+from datetime import datetime, timedelta
+from typing import Any, Literal
 from uuid import UUID
 
-from ._model import Scope
+from ._errors import ConfigError
+from ._times import Duration
+
+Trigger = Literal["schedule", "manual", "backfill"]
+MAX_SCOPE_BYTES = 1024
+# Unicode category Cc, exactly: C0 controls, DEL and C1 controls. A newline or tab in a job
+# name or scope reads as two names in every table, log line and URL that shows it, and NUL
+# cannot be stored at all.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_CONTROL_NAMES = {"\x00": "NUL", "\t": "tab", "\n": "newline", "\r": "carriage return"}
+
+
+def control_character(value: str) -> str | None:
+    """How the first control character (category Cc) of ``value`` is called, or None."""
+    found = _CONTROL.search(value)
+    if found is None:
+        return None
+    char = found.group()
+    return _CONTROL_NAMES.get(char, f"U+{ord(char):04X}")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Scope:
+    """What a job runs for: ``Scope("tenant", "42")``. Integer ids are stored as text."""
+
+    kind: str
+    id: str
+
+    def __post_init__(self) -> None:
+        for name in ("kind", "id"):
+            value = getattr(self, name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, name, str(value))
+            elif not isinstance(value, str):
+                raise ConfigError(f"Scope {name}={value!r} must be a string")
+            value = getattr(self, name)
+            if value == "":
+                raise ConfigError(f"Scope {name} must not be empty")
+            control = control_character(value)
+            if control is not None:
+                shown = repr(value) if len(value) <= 80 else f"{value[:80]!r}..."
+                raise ConfigError(f"Scope {name}={shown} contains a control character ({control})")
+            try:
+                size = len(value.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise ConfigError(f"Scope {name}={value!r} is not valid Unicode") from None
+            if size > MAX_SCOPE_BYTES:
+                # The unique key (job, kind, id, plan_time) is a btree entry, whose size
+                # PostgreSQL caps near 2.7 kB; two 1 kB parts and a job name fit.
+                raise ConfigError(
+                    f"Scope {name}={value[:40]!r}... is {size} bytes; the limit is "
+                    f"{MAX_SCOPE_BYTES} bytes of UTF-8"
+                )
+
+    @classmethod
+    def parse(cls, text: str, job: str | None = None, *, field: str = "scope") -> Scope:
+        """Parse ``KIND:ID`` as written on the command line (the id may contain colons); an
+        error names ``job`` when given, and the ``field`` that held ``text``."""
+        where = "" if job is None else f"job {job!r}: "
+        kind, sep, ident = text.partition(":")
+        if not sep or not kind or not ident:
+            raise ConfigError(f"{where}{field} {text!r} is not of the form KIND:ID")
+        try:
+            return cls(kind, ident)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}{exc}") from None
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.id}"
+
+
+GLOBAL = Scope("global", "global")
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What a handler may return: a row count and a small JSON-serialisable payload."""
+
+    rows_affected: int = 0
+    data: Any = field(default_factory=dict)
+
+
+# Bytes of UTF-8: with two 1 KiB scope parts the unique key stays under PostgreSQL's btree
+# entry limit (about 2.7 kB).
+_NAME_MAX = 200
+
+
+def check_job_name(job: object) -> str:
+    """``job`` if it is a usable job name, else :class:`ConfigError`."""
+    if not isinstance(job, str) or not job:
+        raise ConfigError(f"job name={job!r} must be a non-empty string")
+    shown = repr(job) if len(job) <= 80 else f"{job[:80]!r}... ({len(job)} characters)"
+    control = control_character(job)
+    if control is not None:
+        raise ConfigError(f"job name={shown} contains a control character ({control})")
+    try:
+        size = len(job.encode())
+    except UnicodeEncodeError:
+        raise ConfigError(f"job name={shown} is not valid Unicode") from None
+    if size > _NAME_MAX:
+        raise ConfigError(f"job name={shown} is {size} bytes; the limit is {_NAME_MAX} bytes")
+    return job
 
 
 def _jsonable(value: Any) -> Any:
@@ -332,3 +435,93 @@ class Explanation(_JsonView):
     truncated: bool = False
     first_seen_at: datetime | None = None
     next_plan: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """One schedule as a caller puts it (``put_schedule`` / ``put_schedules``), unchecked.
+
+    Exactly one of ``every`` (a duration: ``timedelta``, seconds, or text such as ``"1h"``)
+    and ``cron`` (5-field expression, evaluated in ``timezone``). ``payload`` is a JSON
+    object handed to every run as ``run.payload``. Plans satisfy
+    ``starts_at <= plan_time < ends_at``; both must be timezone-aware.
+    """
+
+    scope: Scope
+    every: Duration | None = None
+    cron: str | None = None
+    timezone: str = "UTC"
+    payload: dict[str, Any] | None = None
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
+    paused: bool = False
+
+
+# What put_schedule takes besides the job and scope: the fields of a spec but its scope.
+SCHEDULE_FIELDS = tuple(f.name for f in fields(ScheduleSpec) if f.name != "scope")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A stored schedule as ``get_schedule`` / ``list_schedules`` return it.
+
+    Times are aware UTC; ``next_plan_time`` is None when no plan is left (past ``ends_at``,
+    or an expression that never fires again).
+    """
+
+    job: str
+    scope: Scope
+    every: timedelta | None
+    cron: str | None
+    timezone: str
+    payload: dict[str, Any]
+    starts_at: datetime | None
+    ends_at: datetime | None
+    paused: bool
+    next_plan_time: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready fields (the command line's and the HTTP API's form): times in ISO 8601,
+        ``every`` in seconds, the scope as ``{"kind", "id"}``."""
+
+        def iso(value: datetime | None) -> str | None:
+            return None if value is None else value.isoformat()
+
+        return {
+            "job": self.job,
+            "scope": {"kind": self.scope.kind, "id": self.scope.id},
+            "every": None if self.every is None else self.every.total_seconds(),
+            "cron": self.cron,
+            "timezone": self.timezone,
+            "payload": self.payload,
+            "starts_at": iso(self.starts_at),
+            "ends_at": iso(self.ends_at),
+            "paused": self.paused,
+            "next_plan_time": iso(self.next_plan_time),
+            "created_at": iso(self.created_at),
+            "updated_at": iso(self.updated_at),
+        }
+
+
+@dataclass
+class TickReport:
+    """Counts of what a replica did; ``run_once()`` returns one for its tick."""
+
+    claimed: int = 0
+    stolen: int = 0
+    retried: int = 0
+    conflicts: int = 0
+    closed_stale: int = 0
+    skipped: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    leases_lost: int = 0
+    lock_busy: int = 0
+    errors: int = 0
+
+    @property
+    def started(self) -> int:
+        """Executions this replica started (new claims, steals and retries)."""
+        return self.claimed + self.stolen + self.retried

@@ -11,7 +11,7 @@ from urllib.parse import quote, urlencode
 
 import platformdirs
 
-from ._errors import PgschedError
+from .._errors import PgschedError
 
 
 def default_data_dir() -> Path:

@@ -18,12 +18,11 @@ from typing import Any, TypeVar
 from aiohttp import web
 from structlog.typing import FilteringBoundLogger
 
-from .._errors import ConfigError, FieldError, NotFoundError, PgschedError
-from .._metrics import Metrics
-from .._operations.audit import Actor, acting
-from .._operations.core import DriverError, Operations
-from .._operations.requests import ExplainQuery, RunsQuery, TriggerRequest, field_names
-from .._results import describe_error
+from ..._errors import ConfigError, FieldError, NotFoundError, PgschedError, describe_error
+from ..._operations.audit import Actor, acting
+from ..._operations.core import DriverError, Operations
+from ..._operations.requests import ExplainQuery, RunsQuery, TriggerRequest, field_names
+from ..._telemetry.metrics import Metrics
 from .auth import Tokens, caller_name, identify
 from .mount import aiohttp_handler
 from .probes import Health, Probes, json_response

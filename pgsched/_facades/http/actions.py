@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, Self, TypeVar
 
-from .._errors import ConfigError, NotFoundError
-from .._model import Scope
-from .._operations.audit import Action, Actor, acting
-from .._operations.core import Operations
-from .._operations.dashboard import each
-from .._operations.requests import Fields, ScheduleRequest, TriggerRequest, field_names
+from ..._errors import ConfigError, NotFoundError
+from ..._operations.audit import Action, Actor, acting
+from ..._operations.core import Operations
+from ..._operations.dashboard import each
+from ..._operations.requests import Fields, ScheduleRequest, TriggerRequest, field_names
+from ..._structures import Scope
 
 Form = Mapping[str, Sequence[str]]
 
