@@ -408,3 +408,18 @@ class PreviousTask:
     execution_id: UUID
     outcome: bool
     left_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRow:
+    """One operator action as the action log keeps it (``record_action``)."""
+
+    surface: str
+    actor: str
+    action: str
+    job: str | None
+    scope: str | None
+    execution_id: UUID | None
+    details: str | None  # JSON
+    outcome: str  # ok, error
+    detail: str | None

@@ -25,7 +25,8 @@ from ._storage.connection import (
     pooled,
     unavailable,
 )
-from ._storage.store import Conn, Store
+from ._storage.statements import Conn
+from ._storage.store import Store
 from ._structures import TickReport
 
 

@@ -21,7 +21,7 @@
 -- joined each of them (taken for one) with every listed scope, and a sight of an unchanged
 -- list met the statement timeout.
 
--- name: tick_probe
+-- name: tick_probe :one
 -- One statement per tick: the database clock, pause flags, and which jobs have stale
 -- leases, due retries or due PENDING rows (each read from a partial index), and when each
 -- job's earliest cursor (or stored schedule) falls due. Its running_before is the previous
@@ -54,14 +54,14 @@ SELECT (SELECT t FROM now) AS now,
              FROM unnest(%(static)s::text[]) WITH ORDINALITY AS d(job, n)
              ORDER BY d.n) AS static_next
 
--- name: generic_plans
+-- name: generic_plans :exec
 -- Before tick_probe, in its transaction: plan it once per connection. Its custom plans were
 -- made again at every tick, and planning its reads of each of the ledger's partitions cost
 -- more than running them, more with every partition of history; the one generic plan leaves
 -- the partitions of later plans out as it starts (running_before).
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
 
--- name: claim_begin
+-- name: claim_begin :exec
 -- The first statement of every claim transaction. A replica cut off inside one (its session
 -- idle in transaction, holding the rows it inserted) is ended by the server after idle_ms;
 -- meanwhile the others' claims of the same keys wait at most lock_ms, then give up the tick.
@@ -73,7 +73,7 @@ SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true),
        set_config('random_page_cost',
                   least(current_setting('random_page_cost')::float8, 1.1)::text, true)
 
--- name: claim_begin_synchronous
+-- name: claim_begin_synchronous :exec
 -- claim_begin with synchronous_claims: the claim also commits only once a synchronous standby
 -- has flushed it, so a failover to that standby cannot undo it. 'on' rather than
 -- 'remote_apply': a promoted standby replays all the WAL it flushed before it takes writes,
@@ -84,12 +84,12 @@ SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true),
                   least(current_setting('random_page_cost')::float8, 1.1)::text, true),
        set_config('synchronous_commit', 'on', true)
 
--- name: synchronous_commit
+-- name: synchronous_commit :exec
 -- The current transaction (a terminal write with synchronous_claims) commits only once a
 -- synchronous standby has flushed it ('on': see claim_begin_synchronous).
 SELECT set_config('synchronous_commit', 'on', true)
 
--- name: commit_phase
+-- name: commit_phase :exec
 -- A transactional run's handler has returned; its terminal write and COMMIT follow at once.
 -- From here the transaction may sit idle for the job's stale_timeout at most, not for
 -- run_timeout + a margin as while the handler ran: a replica cut off between its terminal
@@ -101,7 +101,7 @@ SELECT set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true),
                   CASE WHEN %(synchronous)s THEN 'on'
                        ELSE current_setting('synchronous_commit') END, true)
 
--- name: synchronous_standbys
+-- name: synchronous_standbys :one
 -- Whether the server has synchronous standbys: configured, and connected as sync or quorum
 -- (sync_state is NULL for the walsenders a role without pg_read_all_stats may not inspect).
 SELECT current_setting('synchronous_standby_names') AS names,
@@ -109,16 +109,16 @@ SELECT current_setting('synchronous_standby_names') AS names,
         WHERE sync_state IN ('sync', 'quorum')) AS synchronous,
        (SELECT count(*) FROM pg_stat_replication WHERE sync_state IS NULL) AS hidden
 
--- name: try_lock_job
+-- name: try_lock_job :one
 -- Only for jobs with max_running: serialises their claims across replicas so the cap holds
 -- cluster-wide. A replica that does not get it at once skips the job for this tick.
 SELECT pg_try_advisory_xact_lock(hashtextextended(%(key)s, 0)) AS locked
 
--- name: running_count
+-- name: running_count :one
 SELECT count(*) AS running FROM {schema}.cron_executions
 WHERE job_name = %(job)s AND status = 'RUNNING' AND stale_after >= clock_timestamp()
 
--- name: close_stale
+-- name: close_stale :many
 -- Stale leases that must not be re-entered (or have no attempt left) become FAILED; the
 -- attempt is kept in cron_attempts. A steal may take a row one attempt past max_attempts
 -- (max_attempts=1 survives one crash), so a lease is past stealing once its attempt exceeds
@@ -152,7 +152,7 @@ SELECT id, scope_kind, scope_id, plan_time, attempt, runner_id, max_attempts, tr
        lease_token, fencing_token, error_msg, payload
 FROM closed
 
--- name: lock_existing_scopes
+-- name: lock_existing_scopes :many
 -- overlap="forbid", before claim_existing: the scopes of the rows it may take, each under
 -- its scope lock (one claim_existing at a time per scope) and with its cursor row (or, for a
 -- dynamic job, its stored schedule) locked: the claim of a scope's next plan holds that row,
@@ -207,7 +207,7 @@ WHERE NOT EXISTS (SELECT 1 FROM keyed k
                   WHERE k.scope_kind = c.scope_kind AND k.scope_id = c.scope_id)
    OR EXISTS (SELECT 1 FROM held h WHERE h.scope_kind = c.scope_kind AND h.scope_id = c.scope_id)
 
--- name: claim_existing
+-- name: claim_existing :many
 -- Takes over existing rows on the same row, oldest plan first: stale leases (steal, up to
 -- attempt max_attempts + 1: see close_stale; the row is marked stolen), FAILED rows whose
 -- retry is due (a handler's failure is retried while attempt < max_attempts, + 1 on a row
@@ -286,7 +286,7 @@ kept AS (
 )
 SELECT * FROM taken
 
--- name: sight_cursors
+-- name: sight_cursors :one
 -- A code-defined job's scopes as one replica sees them, written only when its list (or the
 -- job's schedule) changed. A scope new to the job gets its cursor (first sight): due at the
 -- caller's first plan, plus the scope's jitter. A scope with no cursor but scheduled plans in
@@ -391,7 +391,7 @@ seen AS (SELECT 1 FROM inserted UNION ALL SELECT 1 FROM revived)
 SELECT (SELECT count(*) FROM seen) AS seen, (SELECT count(*) FROM retired) AS retired,
        (SELECT count(*) FROM respecified) AS respecified, (SELECT ok FROM agreed) AS agreed
 
--- name: lock_sight
+-- name: lock_sight :exec
 -- Before sight_cursors, in its transaction (a statement of its own, so sight_cursors' snapshot
 -- is taken once the lock is held): one replica at a time writes a job's scope list, and each
 -- reads the digest the one before it committed. Lists are written only when they change, so
@@ -399,7 +399,7 @@ SELECT (SELECT count(*) FROM seen) AS seen, (SELECT count(*) FROM retired) AS re
 -- rows.
 SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))
 
--- name: due_cursors
+-- name: due_cursors :many
 -- The claim, first half: the job's cursors that are due, soonest first, locked for this
 -- claim transaction (SKIP LOCKED: concurrent replicas take different ones). Read through the
 -- due index: never the ledger's history. Under overlap="forbid" a cursor whose scope has a
@@ -430,7 +430,7 @@ ORDER BY c.due_at
 LIMIT %(limit)s
 FOR UPDATE OF c SKIP LOCKED
 
--- name: claim_cursors
+-- name: claim_cursors :many
 -- The claim, second half: INSERT ... ON CONFLICT DO NOTHING of RUNNING rows for the chosen
 -- plans, in one canonical key order, and each cursor moved on to its next plan. A cursor is
 -- moved only once every plan chosen for it has a row: inserted here, or there already (a
@@ -508,7 +508,7 @@ SELECT ins.id, ins.scope_kind, ins.scope_id, ins.plan_time, ins.lease_token, ins
 FROM (SELECT 1) AS one
 LEFT JOIN ins ON true
 
--- name: due_cursors_of_jobs
+-- name: due_cursors_of_jobs :many
 -- due_cursors for several jobs in one statement, the first half of a joint claim (the due
 -- entries of a beat_schedule, each a job, claimed in one transaction instead of one each).
 -- Only jobs whose claim is the plain one take part: code-defined, no max_running, nothing to
@@ -544,7 +544,7 @@ CROSS JOIN LATERAL (
     FOR UPDATE OF c SKIP LOCKED
 ) c
 
--- name: claim_cursors_of_jobs
+-- name: claim_cursors_of_jobs :many
 -- claim_cursors for several jobs in one statement, the second half of a joint claim: the
 -- chosen plans' RUNNING rows inserted in one canonical key order, and each cursor moved on
 -- where due_cursors_of_jobs read it, only once every plan chosen for it has a row (see
@@ -618,7 +618,7 @@ SELECT ins.id, ins.scope_kind, ins.scope_id, ins.plan_time, ins.lease_token, ins
 FROM (SELECT 1) AS one
 LEFT JOIN ins ON true
 
--- name: record_skips
+-- name: record_skips :exec
 -- The spans of plans a claim decided not to run, in its transaction (only a claim that
 -- skipped something runs it). A span whose scope and reason already have one ending at the
 -- plan just before it extends that one (found through cron_skips_scope_last_idx); the others
@@ -651,7 +651,7 @@ ON CONFLICT (job_name, scope_kind, scope_id, first_plan, reason) DO UPDATE
 SET last_plan = greatest(k.last_plan, EXCLUDED.last_plan),
     plans = greatest(k.plans, EXCLUDED.plans), updated_at = EXCLUDED.updated_at
 
--- name: prune_skips
+-- name: prune_skips :one
 -- Retention of the skipped spans, with the ledger's: the spans whose last plan is older than
 -- the cutoff (cron_skips_last_idx), a batch at a time.
 WITH gone AS (
@@ -663,7 +663,7 @@ WITH gone AS (
 )
 SELECT count(*) AS deleted FROM gone
 
--- name: heartbeat
+-- name: heartbeat :many
 -- (Array parameters go in binary, "b" placeholders: dumping them as text costs the replica several
 -- times the CPU per row.)
 -- Renews every lease this replica holds in one statement; ids missing from the result
@@ -684,7 +684,7 @@ WHERE e.id = b.id AND e.lease_token = b.token AND e.plan_time = b.plan_time
   AND e.status = 'RUNNING'
 RETURNING e.id
 
--- name: finish
+-- name: finish :many
 -- Terminal writes of a batch, each guarded by its lease token; ids missing from the
 -- result lost their lease and wrote nothing. A FAILED attempt (retried or final) is kept in
 -- cron_attempts by the same statement, with its traceback. The plan times prune the
@@ -724,7 +724,7 @@ kept AS (
 )
 SELECT id, next_retry_at FROM done
 
--- name: reapply
+-- name: reapply :one
 -- After a failover, what this replica wrote to the previous server that the new one lacks (an
 -- asynchronous standby promoted before it had the last commits). A row missing altogether is
 -- inserted as this replica last wrote it (unless another row now holds its plan: that plan
@@ -783,19 +783,19 @@ restored AS (
 )
 SELECT (SELECT count(*) FROM brought) AS brought, (SELECT count(*) FROM restored) AS restored
 
--- name: lease_status
+-- name: lease_status :opt
 -- The status of an execution while this lease token holds it, no row once another holds it:
 -- after a transactional run's connection was lost, whether its COMMIT landed.
 SELECT status FROM {schema}.cron_executions
 WHERE id = %(id)s AND lease_token = %(token)s AND plan_time = %(plan)s
 
--- name: lock_trigger_scope
+-- name: lock_trigger_scope :exec
 -- Before `trigger`, in its transaction: one trigger of a (job, scope) at a time, so its check
 -- for a PENDING run-now sees the one a concurrent trigger just inserted.
 SELECT pg_advisory_xact_lock(hashtextextended(
            %(lock_ns)s || %(job)s || chr(31) || %(kind)s || chr(31) || %(id)s, 1))
 
--- name: trigger
+-- name: trigger :opt
 -- A run-now (`run_now`: planned at `plan`, the database's clock or an `at` not in the
 -- future), or a one-off at a future instant `plan`; the operations core chose the plan, never
 -- a scheduled plan of the scope. The plan key keeps one row per (job, scope, plan_time), and
@@ -833,14 +833,14 @@ UNION ALL
  ORDER BY e.plan_time = %(plan)s DESC
  LIMIT 1)
 
--- name: scheduled_row
+-- name: scheduled_row :opt
 -- The scheduled execution of one plan of a scope, if it has one (a trigger at that plan).
 SELECT id, plan_time, status, false AS created, scope_kind, scope_id
 FROM {schema}.cron_executions
 WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
   AND plan_time = %(plan)s AND trigger = 'schedule'
 
--- name: job_record
+-- name: job_record :one
 -- What a trigger needs to know of a job: its job_state row (none: `known` false), whether a
 -- live replica (live_replicas) registers it, and the database's clock.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
@@ -851,14 +851,14 @@ SELECT j.job_name IS NOT NULL AS known, j.scopes, j.schedule, j.recurrence, j.ma
        now.t AS now
 FROM now LEFT JOIN {schema}.job_state j ON j.job_name = %(job)s
 
--- name: scope_cursor
+-- name: scope_cursor :opt
 -- A code-defined job's scope: its next plan not yet claimed, settled unless its schedule
 -- changed (the next claim computes it again) or the scope was retired.
 SELECT next_plan_time, spec IS NOT NULL AND retired_at IS NULL AS settled
 FROM {schema}.cron_cursors
 WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
 
--- name: backfill
+-- name: backfill :many
 -- Every plan for every scope, or (`pairs`) the given (scope, plan) pairs: a dynamic job's
 -- scopes each have plans of their own. Rows carry the scope's schedule payload, if any.
 INSERT INTO {schema}.cron_executions
@@ -880,16 +880,16 @@ ORDER BY v.kind, v.id, v.plan_time
 ON CONFLICT DO NOTHING
 RETURNING id
 
--- name: cancel
+-- name: cancel :opt
 UPDATE {schema}.cron_executions
 SET status = 'CANCELLED', finished_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE id = %(id)s AND status = 'PENDING'
 RETURNING id
 
--- name: execution_status
+-- name: execution_status :opt
 SELECT status FROM {schema}.cron_executions WHERE id = %(id)s
 
--- name: set_paused
+-- name: set_paused :exec
 -- A pause records when it began (a repeated pause keeps it), a resume when it ended: the
 -- first claim after the resume skips the plans due in between (`paused`).
 INSERT INTO {schema}.job_state AS j (job_name, paused, updated_at, paused_at)
@@ -903,37 +903,37 @@ SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at,
                       WHEN NOT EXCLUDED.paused AND j.paused THEN EXCLUDED.updated_at
                       ELSE j.resumed_at END
 
--- name: now
+-- name: now :one
 SELECT clock_timestamp() AS now
 
--- name: migrate_lock
+-- name: migrate_lock :exec
 SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 0))
 
--- name: schema_exists
+-- name: schema_exists :one
 SELECT to_regnamespace(%(schema)s) IS NOT NULL AS present
 
--- name: create_schema
+-- name: create_schema :exec
 -- Only when missing: even IF NOT EXISTS needs CREATE on the database, which an owner role
 -- given a ready-made schema (sql/roles.sql) does not have.
 CREATE SCHEMA IF NOT EXISTS {schema}
 
--- name: migrate_bootstrap
+-- name: migrate_bootstrap :exec
 CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
     version     text PRIMARY KEY,
     name        text NOT NULL,
     applied_at  timestamptz NOT NULL DEFAULT clock_timestamp()
 )
 
--- name: applied_migrations
+-- name: applied_migrations :many
 SELECT version FROM {schema}.schema_migrations
 
--- name: record_migration
+-- name: record_migration :exec
 INSERT INTO {schema}.schema_migrations (version, name) VALUES (%(version)s, %(name)s)
 
--- name: has_migrations_table
+-- name: has_migrations_table :one
 SELECT to_regclass(%(table)s) IS NOT NULL AS present
 
--- name: register_jobs
+-- name: register_jobs :exec
 -- Records the jobs a replica runs (never touching the pause flag) and, in the same statement,
 -- refreshes the replica's own row and removes the rows of replicas past their expiry.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
@@ -976,7 +976,7 @@ SET schedule = EXCLUDED.schedule, scopes = EXCLUDED.scopes, upcoming = EXCLUDED.
     seen_at = EXCLUDED.seen_at,
     seen_by = EXCLUDED.seen_by
 
--- name: analyze_cursors
+-- name: analyze_cursors :exec
 -- After a sighting wrote thousands of cursors (a first deploy, a scope list grown at once):
 -- the planner's figures for the table are otherwise those of before, until autovacuum comes
 -- by, and claims planned on them sorted every due cursor of a 100,000-scope job to take the
@@ -984,14 +984,14 @@ SET schedule = EXCLUDED.schedule, scopes = EXCLUDED.scopes, upcoming = EXCLUDED.
 -- the server skips it with a warning.
 ANALYZE {schema}.cron_cursors
 
--- name: analyze_schedules
+-- name: analyze_schedules :exec
 -- After a put wrote thousands of schedules (a bulk put, a first import): until autovacuum came
 -- by, the planner took the job for a few rows, and each claim of 256 due schedules hashed all
 -- of the job's schedules twice (the insert's payload join and the schedules' move). Only the
 -- table's owner may: for any other role the server skips it with a warning.
 ANALYZE {schema}.schedules
 
--- name: scope_digests
+-- name: scope_digests :many
 -- The digests of the scope lists the live replicas last wrote, by job (sight_cursors): whether
 -- a job's replicas agree on its scopes, and whether the caller's own row still holds its own
 -- (a row deleted past its expiry comes back empty at the next registration).
@@ -999,11 +999,11 @@ SELECT runner_id, jobs, scope_digests AS digests
 FROM {schema}.replicas
 WHERE expires_at >= clock_timestamp()
 
--- name: unregister_replica
+-- name: unregister_replica :exec
 -- A replica that stops cleanly removes its row.
 DELETE FROM {schema}.replicas WHERE runner_id = %(runner)s
 
--- name: list_replicas
+-- name: list_replicas :many
 -- The live replicas (the view live_replicas, migration 0025: rows renewed within three of
 -- their renewal intervals), by runner id. A row past that but not past its expiry is a
 -- replica that stopped renewing: shown gone, removed later.
@@ -1011,7 +1011,7 @@ SELECT runner_id, host, version, jobs, http_address, started_at, seen_at
 FROM {schema}.live_replicas
 ORDER BY runner_id
 
--- name: forget_job
+-- name: forget_job :one
 -- Removes a job no live replica (live_replicas) registers from job_state (its
 -- history rows stay); returns the live replicas that still register it instead when there
 -- are any (then nothing changes).
@@ -1027,12 +1027,12 @@ gone AS (
 SELECT (SELECT count(*) FROM gone) AS forgotten,
        (SELECT coalesce(array_agg(runner_id ORDER BY runner_id), '{{}}') FROM live) AS live
 
--- name: job_scopes_mode
+-- name: job_scopes_mode :opt
 -- What replicas recorded the job runs for (scopes_mode in pgsched/_jobs/spec.py); no row when
 -- no replica registered the job, NULL when none of this version did.
 SELECT scopes FROM {schema}.job_state WHERE job_name = %(job)s
 
--- name: planned_scopes
+-- name: planned_scopes :many
 -- The scopes a job whose scopes are listed or computed in code has now: those whose cursor
 -- is not retired. A job no replica of this version has planned yet has no cursor: then the
 -- scopes with a scheduled plan in the day up to the job's latest one (a plan's scopes may be
@@ -1055,20 +1055,20 @@ WHERE NOT EXISTS (SELECT 1 FROM cur)
   AND (%(kind)s::text IS NULL OR (e.scope_kind = %(kind)s AND e.scope_id = %(id)s))
 ORDER BY 1, 2
 
--- name: schedule_scopes
+-- name: schedule_scopes :many
 -- The scopes of a dynamic job: one per stored schedule. With `kind`, only that one.
 SELECT s.scope_kind, s.scope_id FROM {schema}.schedules s
 WHERE s.job_name = %(job)s
   AND (%(kind)s::text IS NULL OR (s.scope_kind = %(kind)s AND s.scope_id = %(id)s))
 ORDER BY s.scope_kind, s.scope_id
 
--- name: job_schedule
+-- name: job_schedule :opt
 SELECT schedule FROM {schema}.job_state WHERE job_name = %(job)s
 
--- name: job_exists
+-- name: job_exists :one
 SELECT EXISTS (SELECT 1 FROM {schema}.job_state WHERE job_name = %(job)s) AS known
 
--- name: job_known
+-- name: job_known :one
 -- A job any record names: its job_state row, a row of its in the ledger (one index probe of
 -- job_plan), or a live replica that registers it.
 SELECT EXISTS (SELECT 1 FROM {schema}.job_state WHERE job_name = %(job)s)
@@ -1076,7 +1076,7 @@ SELECT EXISTS (SELECT 1 FROM {schema}.job_state WHERE job_name = %(job)s)
        OR EXISTS (SELECT 1 FROM {schema}.replicas
                   WHERE expires_at >= clock_timestamp() AND %(job)s = ANY (jobs)) AS known
 
--- name: job_summary
+-- name: job_summary :many
 -- One row per known job: what `pgsched status`, the gauges and the status page show.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 SELECT j.job_name AS job, j.paused, j.schedule, j.seen_at, j.seen_by,
@@ -1129,7 +1129,7 @@ LEFT JOIN LATERAL (
 ) AS last ON true
 ORDER BY j.job_name
 
--- name: list_runs
+-- name: list_runs :many
 -- The newest plans first: each job's rows read newest plan first through an index that leads
 -- with the job (job_plan; the plan key for one scope; the partial ones of RUNNING and PENDING
 -- rows), so a long history is never sorted whole, then merged. Planned for each call's
@@ -1167,7 +1167,7 @@ CROSS JOIN LATERAL (
 ORDER BY r.plan_time DESC, r.job, r.scope_kind, r.scope_id
 LIMIT %(limit)s
 
--- name: get_run
+-- name: get_run :opt
 SELECT id, job_name AS job, scope_kind, scope_id, plan_time, trigger, status, attempt, max_attempts,
        next_retry_at, runner_id, fencing_token, heartbeat_at, stale_after, started_at,
        finished_at, duration_ms, rows_affected, result, payload, error_code, error_msg,
@@ -1175,7 +1175,7 @@ SELECT id, job_name AS job, scope_kind, scope_id, plan_time, trigger, status, at
 FROM {schema}.cron_executions
 WHERE id = %(id)s
 
--- name: run_attempts
+-- name: run_attempts :many
 -- Every attempt of one execution in order: those kept in cron_attempts, then the row's own
 -- latest attempt when it is not among them (running, succeeded, or ended before version 8).
 SELECT a.attempt, a.runner_id, a.fencing_token, a.started_at, a.finished_at,
@@ -1193,7 +1193,7 @@ WHERE e.id = %(id)s AND e.started_at IS NOT NULL AND e.status <> 'PENDING'
                   WHERE a.execution_id = e.id AND a.fencing_token = e.fencing_token)
 ORDER BY 1, 5 NULLS LAST
 
--- name: record_task_attempt
+-- name: record_task_attempt :opt
 -- A consumer's run of the task an execution sent (pgsched.celery.track: a Celery worker's),
 -- kept as an attempt numbered after the execution's own, with a fencing token of its own (one
 -- row per run, even for runs of one task at once). It started `elapsed` seconds before now, on
@@ -1258,7 +1258,7 @@ SELECT kept.attempt, coalesce((SELECT status FROM settled), e.status) AS executi
        EXISTS (SELECT 1 FROM settled) AS changed
 FROM kept, e
 
--- name: settle_task
+-- name: settle_task :opt
 -- What record_task_attempt does to the execution's status, for an outcome it kept while the
 -- row was still RUNNING (the worker ran the task before the beat had written its publish):
 -- the newest final outcome a consumer recorded (SUCCESS, or a 'task_failed' attempt; the
@@ -1310,7 +1310,7 @@ SELECT coalesce((SELECT status FROM settled), e.status) AS execution_status,
        EXISTS (SELECT 1 FROM settled) AS changed
 FROM e
 
--- name: previous_task
+-- name: previous_task :opt
 -- overlap="forbid" of a Celery entry: the scope's newest plan before this one whose task was
 -- sent (its row SUCCESS by the publish, or FAILED by the worker's run), whether a consumer's
 -- final outcome of it is kept (a 'task_retried' run is not one), and the seconds left of the
@@ -1329,7 +1329,7 @@ WHERE p.job_name = %(job)s AND p.scope_kind = %(kind)s AND p.scope_id = %(scope_
 ORDER BY p.plan_time DESC
 LIMIT 1
 
--- name: failed_attempts
+-- name: failed_attempts :many
 -- The newest failed attempts across jobs (the status page's recent failures), those of
 -- executions that later succeeded included; a FAILED row with no kept attempt (written before
 -- version 8, by an older replica, or put back after a failover that lost its attempt) counts
@@ -1366,16 +1366,16 @@ SELECT f.* FROM (
 ORDER BY f.finished_at DESC, f.execution_id, f.attempt
 LIMIT %(limit)s
 
--- name: old_partitions
+-- name: old_partitions :many
 -- Retention: the partitions whose every plan is older than the cutoff, oldest first.
 SELECT name FROM {schema}.cron_partitions
 WHERE hi <= clock_timestamp() - %(older_than)s
 ORDER BY lo
 
--- name: drop_partition
+-- name: drop_partition :one
 SELECT {schema}.cron_drop_partition(%(name)s) AS dropped
 
--- name: partition_figures
+-- name: partition_figures :many
 -- The ledger's partitions holding the plans from first_plan to last_plan, and whether the
 -- planner has figures for their rows. A partition made ahead is empty and never analyzed; on
 -- its first day its first claims plan each one's check for a RUNNING row of the scope with
@@ -1402,21 +1402,21 @@ JOIN pg_class c ON c.relname = p.name
      AND c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %(schema)s)
 WHERE p.lo <= %(last_plan)s AND p.hi > %(first_plan)s
 
--- name: analyze_partition
+-- name: analyze_partition :exec
 -- A partition's first figures (see partition_figures), once it holds a claim's rows, and new
 -- ones each time it has outgrown them. Only its owner may: for any other role the server
 -- skips it with a warning, and autovacuum analyzes it later. SKIP_LOCKED: another replica
 -- analyzing it already is enough.
 ANALYZE (SKIP_LOCKED) {schema}.{partition}
 
--- name: ensure_partitions
+-- name: ensure_partitions :one
 -- Partitions for these plan times, before a backfill or trigger writes them.
 SELECT {schema}.cron_ensure_partitions(%(times)s::timestamptz[]) AS made
 
--- name: partitions_ahead
+-- name: partitions_ahead :one
 SELECT {schema}.cron_partitions_ahead() AS made
 
--- name: prune_batch
+-- name: prune_batch :one
 -- Retention in a partition that is not dropped whole ({partition}: the DEFAULT one, which
 -- holds the plans of spans with no partition of their own, or the legacy one, the ledger of
 -- an earlier version attached whole by migration 14 while it holds plans newer than the
@@ -1452,14 +1452,14 @@ attempts AS (
 )
 SELECT count(*) AS deleted FROM gone
 
--- name: has_legacy_partition
+-- name: has_legacy_partition :one
 SELECT EXISTS (SELECT 1 FROM {schema}.cron_partitions
                WHERE name = 'cron_executions_legacy') AS present
 
--- name: notify
+-- name: notify :exec
 SELECT pg_notify(%(channel)s, %(payload)s)
 
--- name: server_state
+-- name: server_state :one
 -- Whether this server takes writes (a standby is in recovery, and a primary being switched
 -- over is typically made read-only first), and which server it is: its system identifier
 -- (shared with the standbys cloned from it) and, on a primary, its timeline (raised by every
@@ -1471,7 +1471,7 @@ SELECT pg_is_in_recovery() AS in_recovery,
             THEN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int
        END AS timeline
 
--- name: configure_session
+-- name: configure_session :exec
 -- Applied to every pgsched connection: a stuck statement or an abandoned transaction cannot
 -- hold row locks for ever. Behind a transaction-pooling PgBouncer only inside a transaction
 -- (local), since a server connection's session is shared. Three settings only for pgsched's
@@ -1497,7 +1497,7 @@ SELECT set_config('statement_timeout', %(statement_ms)s, %(local)s),
                        ELSE least(current_setting('random_page_cost')::float8, 1.1)::text END,
                   %(local)s)
 
--- name: put_schedules
+-- name: put_schedules :exec
 -- Schedules as data: create or replace many schedules of one job in one statement. A row
 -- identical to the stored one is not written (nor counted in the command's row count). `next_plan_time` is the
 -- caller's (the first plan after the put) only when the spec changed (every, cron, zone), or,
@@ -1543,13 +1543,13 @@ WHERE (s.every_us, s.cron, s.timezone, s.payload, s.starts_at, s.ends_at, s.paus
       IS DISTINCT FROM (EXCLUDED.every_us, EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.payload,
                         EXCLUDED.starts_at, EXCLUDED.ends_at, EXCLUDED.paused)
 
--- name: get_schedule
+-- name: get_schedule :opt
 SELECT job_name, scope_kind, scope_id, every_us, cron, timezone, payload, starts_at, ends_at,
        paused, next_plan_time, created_at, updated_at
 FROM {schema}.schedules
 WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
 
--- name: list_schedules
+-- name: list_schedules :many
 -- Keyset pages in (scope_kind, scope_id) order, starting after the given scope.
 SELECT job_name, scope_kind, scope_id, every_us, cron, timezone, payload, starts_at, ends_at,
        paused, next_plan_time, created_at, updated_at
@@ -1559,12 +1559,12 @@ WHERE job_name = %(job)s
 ORDER BY scope_kind, scope_id
 LIMIT %(limit)s
 
--- name: delete_schedule
+-- name: delete_schedule :opt
 DELETE FROM {schema}.schedules
 WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
 RETURNING scope_id
 
--- name: set_schedule_paused
+-- name: set_schedule_paused :opt
 -- A pause records when it began (a repeated pause keeps it), a resume when it ended: the
 -- first claim after the resume skips the plans due in between (`paused`).
 UPDATE {schema}.schedules
@@ -1576,7 +1576,7 @@ SET paused = %(paused)s, updated_at = clock_timestamp(),
 WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
 RETURNING scope_id
 
--- name: due_schedules
+-- name: due_schedules :many
 -- The claim of a dynamic job, first half: the schedules whose next plan is due, oldest first,
 -- locked for this claim transaction (SKIP LOCKED: concurrent replicas take different ones; a
 -- put, pause or delete of a locked schedule waits for the claim to commit). Under
@@ -1610,7 +1610,7 @@ SELECT due.scope_kind, due.scope_id, due.every_us, due.cron, due.timezone, due.s
        due.own_paused_at, due.own_resumed_at
 FROM due ORDER BY due.next_plan_time
 
--- name: claim_schedules
+-- name: claim_schedules :many
 -- The claim of a dynamic job, second half: RUNNING rows for the chosen plans (with the
 -- schedule's payload as of now), and each schedule's next plan moved on. A schedule whose
 -- insert met another row is moved on only when that row is the same plan (a backfill or
@@ -1690,7 +1690,7 @@ FROM (SELECT 1) AS one
 LEFT JOIN ins ON true
 
 
--- name: dash_recent_plans
+-- name: dash_recent_plans :many
 -- The dashboard: a job's latest distinct plan times before `before`, newest first, one index
 -- probe per plan (a loose index scan on (job_name, plan_time)), however many scopes each has.
 -- Plans still ahead (one-offs triggered for later) are the page's pending runs, not columns.
@@ -1707,7 +1707,7 @@ WITH RECURSIVE plans(p, n) AS (
 )
 SELECT p AS plan_time FROM plans WHERE p IS NOT NULL ORDER BY p DESC
 
--- name: dash_plan_summaries
+-- name: dash_plan_summaries :many
 -- Per plan of a job: how its executions stand and their start lag and duration, read from at
 -- most `sample` rows of each plan (a 100,000-scope fan-out is sampled, not counted whole).
 -- The start lag is that of a scheduled plan's first attempt (a retry, an operator's "retry
@@ -1743,7 +1743,7 @@ CROSS JOIN LATERAL (
 ) AS s
 ORDER BY p.plan_time DESC
 
--- name: dash_scope_kinds
+-- name: dash_scope_kinds :many
 -- The scope kinds a job's ledger (or its schedules) holds: a loose index scan, at most 50.
 WITH RECURSIVE kinds(k, n) AS (
     (SELECT e.scope_kind, 1 FROM {schema}.cron_executions e
@@ -1756,7 +1756,7 @@ WITH RECURSIVE kinds(k, n) AS (
 )
 SELECT k AS kind FROM kinds WHERE k IS NOT NULL
 
--- name: dash_ledger_scopes
+-- name: dash_ledger_scopes :many
 -- A page of the distinct scopes of one kind in a job's ledger, in id order after `after`,
 -- whose id starts with `prefix`: one probe of the plan key's index per scope. Ids that start
 -- with the prefix sort together from it, so the walk ends at the first that does not.
@@ -1775,7 +1775,7 @@ SELECT %(kind)s::text AS kind, id FROM s
 WHERE id IS NOT NULL AND starts_with(id, %(prefix)s)
 ORDER BY id
 
--- name: dash_schedule_kinds
+-- name: dash_schedule_kinds :many
 SELECT DISTINCT k.kind FROM (
     WITH RECURSIVE kinds(k, n) AS (
         (SELECT s.scope_kind, 1 FROM {schema}.schedules s
@@ -1789,7 +1789,7 @@ SELECT DISTINCT k.kind FROM (
     SELECT k AS kind FROM kinds WHERE k IS NOT NULL
 ) AS k ORDER BY k.kind
 
--- name: dash_schedules
+-- name: dash_schedules :many
 -- A page of one kind of a dynamic job's schedules in id order after `after`, whose id starts
 -- with `prefix` (they sort together from it: the page is read from the primary key).
 SELECT t.* FROM (
@@ -1804,7 +1804,7 @@ SELECT t.* FROM (
 WHERE starts_with(t.scope_id, %(prefix)s)
 ORDER BY t.scope_id
 
--- name: dash_cells
+-- name: dash_cells :many
 -- The executions of the given scopes at the given plans: one probe of the plan key per cell.
 SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.status,
        e.attempt, e.max_attempts, e.next_retry_at, e.runner_id, e.fencing_token,
@@ -1817,7 +1817,7 @@ JOIN {schema}.cron_executions e
   ON e.job_name = (SELECT %(job)s::text) AND e.scope_kind = sc.kind AND e.scope_id = sc.id
  AND e.plan_time = p.plan_time
 
--- name: dash_scope_runs
+-- name: dash_scope_runs :many
 -- The latest `per_scope` executions of each given scope (a schedule's recent runs).
 SELECT r.* FROM unnest(%(kinds)s::text[], %(ids)s::text[]) AS sc(kind, id)
 CROSS JOIN LATERAL (
@@ -1832,7 +1832,7 @@ CROSS JOIN LATERAL (
     LIMIT %(per_scope)s
 ) AS r
 
--- name: dash_job_failures
+-- name: dash_job_failures :many
 -- A job's latest FAILED executions (migration 0011's index), newest first.
 SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.status,
        e.attempt, e.max_attempts, e.next_retry_at, e.runner_id, e.fencing_token,
@@ -1844,7 +1844,7 @@ WHERE e.job_name = %(job)s AND e.status = 'FAILED'
 ORDER BY e.finished_at DESC
 LIMIT %(limit)s
 
--- name: dash_pending
+-- name: dash_pending :many
 -- A job's PENDING executions (triggers, backfills, one-offs ahead), earliest plan first.
 SELECT e.id, e.job_name AS job, e.scope_kind, e.scope_id, e.plan_time, e.trigger, e.status,
        e.attempt, e.max_attempts, e.next_retry_at, e.runner_id, e.fencing_token,
@@ -1856,7 +1856,7 @@ WHERE e.job_name = %(job)s AND e.status = 'PENDING'
 ORDER BY e.plan_time
 LIMIT %(limit)s
 
--- name: dash_upcoming
+-- name: dash_upcoming :many
 -- A job's next plans: a dynamic job's earliest due schedules, else the plans its replicas
 -- registered that are still ahead.
 SELECT u.plan_time, u.scope_kind, u.scope_id FROM (
@@ -1874,7 +1874,7 @@ WHERE j.job_name = %(job)s AND j.schedule IS DISTINCT FROM 'dynamic'
 ORDER BY 1
 LIMIT %(limit)s
 
--- name: retry_now
+-- name: retry_now :opt
 -- A FAILED execution becomes due for a retry now, given one more attempt when it had none
 -- left (a row once stolen after a crash has one past max_attempts: see claim_existing); the
 -- replicas' claims take it over as any due retry.
@@ -1885,7 +1885,7 @@ SET next_retry_at = clock_timestamp(),
 WHERE id = %(id)s AND status = 'FAILED'
 RETURNING id, job_name
 
--- name: record_action
+-- name: record_action :exec
 -- One operator action, at the database's clock. An action on an execution (cancel, retry)
 -- that names no job is filed under the execution's job, so the job's page shows it.
 INSERT INTO {schema}.actions
@@ -1897,7 +1897,7 @@ VALUES (%(surface)s, %(actor)s, %(action)s,
         %(scope)s, %(execution_id)s, coalesce(%(scope)s, %(execution_id)s::text),
         %(details)s::jsonb, %(outcome)s, left(%(detail)s, 4000))
 
--- name: list_actions
+-- name: list_actions :many
 -- The latest recorded actions, of one job or of all.
 SELECT id, at, surface, actor, action, job_name AS job, scope, execution_id, target, details,
        outcome, detail
@@ -1905,7 +1905,7 @@ FROM {schema}.actions
 ORDER BY at DESC
 LIMIT %(limit)s
 
--- name: list_job_actions
+-- name: list_job_actions :many
 SELECT id, at, surface, actor, action, job_name AS job, scope, execution_id, target, details,
        outcome, detail
 FROM {schema}.actions
@@ -1913,7 +1913,7 @@ WHERE job_name = %(job)s
 ORDER BY at DESC
 LIMIT %(limit)s
 
--- name: dash_job_summary
+-- name: dash_job_summary :many
 -- The overview's jobs: job_summary's columns, every count stopping at `cap` + 1 rows (the page
 -- shows "over cap"), so a job with a million schedules or failures costs what a small one does.
 WITH now AS MATERIALIZED (SELECT statement_timestamp() AS t)
@@ -1961,14 +1961,14 @@ LEFT JOIN LATERAL (
 ORDER BY j.job_name
 LIMIT 1000
 
--- name: no_jit
+-- name: no_jit :exec
 -- For the rest of the transaction: the operator's reads (status, the gauges, the dashboard)
 -- cost milliseconds, but their subqueries over a partitioned ledger with a long history are
 -- estimated high enough to trigger JIT compilation, which alone took far longer than the
 -- statement (docs/performance.md, "Measured reasons in the code").
 SELECT set_config('jit', 'off', true)
 
--- name: previous_outcomes
+-- name: previous_outcomes :many
 -- For the recovery hooks (only run when one is registered): per (job, scope, plan), the
 -- status of the scope's latest finished plan before it, newest plan first on the plan key.
 SELECT k.i, p.status
@@ -1981,7 +1981,7 @@ CROSS JOIN LATERAL (
     ORDER BY e.plan_time DESC
     LIMIT 1
 ) AS p
--- name: explain_job
+-- name: explain_job :opt
 -- What `explain` reads of a job: its recorded schedule and scopes mode, its pause, the live
 -- replicas that register it (live_replicas), and the database's clock.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
@@ -1992,7 +1992,7 @@ SELECT j.schedule, j.scopes, j.paused, j.paused_at, j.resumed_at, (SELECT t FROM
 FROM {schema}.job_state j
 WHERE j.job_name = %(job)s
 
--- name: explain_scope
+-- name: explain_scope :opt
 -- A scope's cursor (first sight, next and last plans), or a dynamic job's schedule.
 SELECT c.first_seen_at, c.next_plan_time, c.last_plan_time, c.retired_at,
        NULL::bigint AS every_us, NULL::text AS cron, NULL::text AS timezone,
@@ -2005,7 +2005,7 @@ SELECT s.created_at, s.next_plan_time, s.last_plan_time, NULL, s.every_us, s.cro
 FROM {schema}.schedules s
 WHERE s.job_name = %(job)s AND s.scope_kind = %(kind)s AND s.scope_id = %(id)s
 
--- name: explain_runs
+-- name: explain_runs :many
 -- A scope's rows with plans in [since, until], newest first, at most 2,000 (the plan key).
 SELECT e.id, e.plan_time, e.trigger, e.status, e.attempt, e.max_attempts, e.runner_id
 FROM {schema}.cron_executions e
@@ -2014,7 +2014,7 @@ WHERE e.job_name = %(job)s AND e.scope_kind = %(kind)s AND e.scope_id = %(id)s
 ORDER BY e.plan_time DESC
 LIMIT 2000
 
--- name: explain_spans
+-- name: explain_spans :many
 -- A scope's skipped spans that meet [since, until], newest first, at most 2,000.
 SELECT k.reason, k.first_plan, k.last_plan, k.plans
 FROM {schema}.cron_skips k
@@ -2023,7 +2023,7 @@ WHERE k.job_name = %(job)s AND k.scope_kind = %(kind)s AND k.scope_id = %(id)s
 ORDER BY k.first_plan DESC
 LIMIT 2000
 
--- name: explain_plans
+-- name: explain_plans :many
 -- Per plan of a whole job: its rows by status (the job_plan index, one range per plan).
 SELECT p.plan_time,
        (SELECT coalesce(jsonb_object_agg(x.status, x.n), '{{}}') FROM (
@@ -2035,7 +2035,7 @@ SELECT p.plan_time,
 FROM (SELECT DISTINCT unnest(%(plans)s::timestamptz[]) AS plan_time) p
 ORDER BY p.plan_time
 
--- name: explain_job_spans
+-- name: explain_job_spans :many
 -- A whole job's spans that meet [first, last] (cron_skips_job_last_idx), those of its scopes
 -- that skipped the same plans for the same reason counted as one row.
 SELECT k.reason, k.first_plan, k.last_plan, count(*) AS scopes
@@ -2043,7 +2043,7 @@ FROM {schema}.cron_skips k
 WHERE k.job_name = %(job)s AND k.last_plan >= %(first)s AND k.first_plan <= %(last)s
 GROUP BY k.reason, k.first_plan, k.last_plan
 
--- name: latest_skips
+-- name: latest_skips :many
 -- A job's spans with the latest last plans (cron_skips_job_last_idx, read backwards).
 SELECT k.scope_kind, k.scope_id, k.reason, k.first_plan, k.last_plan, k.plans
 FROM {schema}.cron_skips k
@@ -2051,7 +2051,7 @@ WHERE k.job_name = %(job)s
 ORDER BY k.last_plan DESC
 LIMIT %(limit)s
 
--- name: grid_skips
+-- name: grid_skips :many
 -- The dashboard grid's cells of skipped plans: for the scopes and plans shown, the reason of
 -- the span holding each (the scope's spans up to the newest plan shown, through the key).
 SELECT sc.kind AS scope_kind, sc.id AS scope_id, p.plan_time, k.reason
@@ -2061,7 +2061,7 @@ JOIN {schema}.cron_skips k
   ON k.job_name = %(job)s AND k.scope_kind = sc.kind AND k.scope_id = sc.id
  AND k.first_plan <= p.plan_time AND k.last_plan >= p.plan_time
 
--- name: open_session
+-- name: open_session :one
 -- A browser signed in to the dashboard (migration 0020): its session id's sha256, the role
 -- it grants and its end. The same statement removes the sessions already past their end
 -- (SKIP LOCKED: one being removed by another sign-in is left to it).
@@ -2079,16 +2079,16 @@ INSERT INTO {schema}.dashboard_sessions (id_hash, role, actor, created_at, expir
 SELECT %(id_hash)s, %(role)s, %(actor)s, now.t, now.t + %(lifetime)s FROM now
 RETURNING expires_at
 
--- name: find_session
+-- name: find_session :opt
 -- The role and actor of a session not yet past its end.
 SELECT role, actor, expires_at FROM {schema}.dashboard_sessions
 WHERE id_hash = %(id_hash)s AND expires_at >= clock_timestamp()
 
--- name: close_session
+-- name: close_session :exec
 -- Sign-out.
 DELETE FROM {schema}.dashboard_sessions WHERE id_hash = %(id_hash)s
 
--- name: django_beat_tasks
+-- name: django_beat_tasks :many
 -- django-celery-beat's periodic tasks with their schedules (its tables as its migrations make
 -- them, found on the source connection's search_path), by name: what
 -- `pgsched celery import-django-celery-beat` copies. Read only.

@@ -19,8 +19,10 @@ from .._planning.cursors import CursorDecision, decide_cursors, spec_key
 from .._planning.dynamic import Decision, decide_schedules
 from .._records import ClaimTerms, DueCursor, DueSchedule, Probe, Row
 from .._storage.claims import ClaimStore
+from .._storage.schedules import ScheduleStore
 from .._storage.skips import SkipStore
-from .._storage.store import Conn, ScheduleStore, Store
+from .._storage.statements import Conn
+from .._storage.store import Store
 from .._structures import Scope, trusted_scope
 from .recorder import Recorder
 from .values import Claim, ClaimBatch, ClaimKind, Unmoved

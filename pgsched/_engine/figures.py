@@ -16,7 +16,8 @@ from collections import deque
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from .._storage.store import Conn, Store
+from .._storage.statements import Conn
+from .._storage.store import Store
 from .values import Claim
 
 # Partitions remembered (a day each by default): the current ones and a few before.

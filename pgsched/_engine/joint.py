@@ -19,7 +19,8 @@ from .._planning.cursors import CursorDecision, decide_cursors, spec_key
 from .._records import DueCursor, JointTerms, Probe
 from .._storage.claims import ClaimStore
 from .._storage.skips import SkipStore
-from .._storage.store import Conn, Store
+from .._storage.statements import Conn
+from .._storage.store import Store
 from .._structures import Scope
 from .claims import CLAIM_BATCH, CLAIM_IDLE_TIMEOUT, CLAIM_LOCK_TIMEOUT
 from .recorder import Recorder

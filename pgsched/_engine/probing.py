@@ -13,7 +13,8 @@ from datetime import datetime
 
 from .._jobs.spec import JobSpec
 from .._records import Probe
-from .._storage.store import Conn, Store
+from .._storage.statements import Conn
+from .._storage.store import Store
 
 # A probe older than this is read again before the tick's next job: a tick of hundreds of
 # jobs (the entries of a beat_schedule, each a job) outlives it many times.

@@ -22,7 +22,8 @@ from .._jobs.spec import JobSpec, scopes_mode
 from .._planning.recurrence import recurrence_record
 from .._records import JobEntry, ReplicaEntry
 from .._storage.connection import pooled
-from .._storage.store import Conn, Store
+from .._storage.statements import Conn
+from .._storage.store import Store
 from .._version import installed_version
 from .recorder import Recorder
 

@@ -34,7 +34,8 @@ from .._storage.connection import (
     unavailable,
 )
 from .._storage.servers import ServerWatch
-from .._storage.store import Conn, Store
+from .._storage.statements import Conn
+from .._storage.store import Store
 from .._structures import TickReport
 from .._telemetry.metrics import Metrics
 from .execution import Executor

@@ -19,7 +19,8 @@ from .._errors import describe_error
 from .._jobs.spec import JobSpec, evaluate_scopes
 from .._planning.cursors import due_at, first_plan, scope_digest, spec_key
 from .._records import Sighting
-from .._storage.store import ANALYZE_AFTER, Conn, Store
+from .._storage.statements import ANALYZE_AFTER, Conn
+from .._storage.store import Store
 from .._structures import Scope
 from .heap import TRIM_AFTER_SCOPES, release_free_heap
 from .recorder import Recorder

@@ -15,7 +15,8 @@ from .._errors import describe_error
 from .._jobs.spec import JobSpec
 from .._records import Probe
 from .._storage.connection import unavailable
-from .._storage.store import Conn, Store
+from .._storage.statements import Conn
+from .._storage.store import Store
 from .._structures import Scope
 from .._telemetry.tracing import recording
 from .claims import CLAIM_BATCH, FIRST_CLAIM, Claimer

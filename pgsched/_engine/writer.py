@@ -17,7 +17,8 @@ from psycopg_pool import AsyncConnectionPool
 from .._errors import describe_error
 from .._records import Finish, Renewal, Server
 from .._storage.connection import Backoff, pool_hosts, pooled, unavailable
-from .._storage.store import Conn, Store
+from .._storage.statements import Conn
+from .._storage.store import Store
 from .leases import LeaseTable
 from .memory import WriteMemory
 from .recorder import Recorder

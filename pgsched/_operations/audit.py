@@ -23,8 +23,9 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from .._errors import ConfigError, PgschedError
+from .._records import ActionRow
 from .._storage.dashboard import DashboardStore
-from .._storage.store import Conn
+from .._storage.statements import Conn
 
 SURFACES = ("cli", "admin", "async_admin", "http", "dashboard")
 _O = TypeVar("_O", bound="Audited")
@@ -125,18 +126,18 @@ class Audited:
             async with self._conn() as conn:
                 await self._dash.record_action(conn, self._row(entry, "error", str(exc)))
 
-    def _row(self, entry: Entry, outcome: str, detail: str | None) -> dict[str, Any]:
-        return {
-            "surface": self._actor.surface,
-            "actor": self._actor.name,
-            "action": str(entry.action),
-            "job": entry.job,
-            "scope": entry.scope,
-            "execution_id": entry.execution_id,
-            "details": json.dumps(entry.details, default=str) if entry.details else None,
-            "outcome": outcome,
-            "detail": detail,
-        }
+    def _row(self, entry: Entry, outcome: str, detail: str | None) -> ActionRow:
+        return ActionRow(
+            surface=self._actor.surface,
+            actor=self._actor.name,
+            action=str(entry.action),
+            job=entry.job,
+            scope=entry.scope,
+            execution_id=entry.execution_id,
+            details=json.dumps(entry.details, default=str) if entry.details else None,
+            outcome=outcome,
+            detail=detail,
+        )
 
 
 def acting(ops: _O, actor: Actor) -> _O:

@@ -30,7 +30,8 @@ from .._storage.connection import (
     require_writable,
 )
 from .._storage.servers import ServerWatch
-from .._storage.store import Conn, Store
+from .._storage.statements import Conn
+from .._storage.store import Store
 
 KEEP_IDLE = 4  # connections an Admin keeps open between actions
 _FORKED_AWAY: list[Conn] = []

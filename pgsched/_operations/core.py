@@ -19,8 +19,11 @@ from .._jobs.spec import JobSpec, evaluate_scopes
 from .._planning.schedules import recurrence_plans
 from .._records import RunFilter
 from .._storage.dashboard import DashboardStore
+from .._storage.schedules import ScheduleStore
 from .._storage.skips import SkipStore
-from .._storage.store import Conn, ScheduleStore, Store, TaskStore
+from .._storage.statements import Conn
+from .._storage.store import Store
+from .._storage.tasks import TaskStore
 from .._structures import (
     Execution,
     FailedAttempt,

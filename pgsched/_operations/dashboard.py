@@ -18,7 +18,8 @@ from .._planning.schedules import read_schedule
 from .._records import Row
 from .._storage.dashboard import DashboardStore
 from .._storage.skips import SkipStore
-from .._storage.store import Conn, Store
+from .._storage.statements import Conn
+from .._storage.store import Store
 from .._structures import (
     ActionRecord,
     Execution,

@@ -23,7 +23,7 @@ from .._planning.schedules import ValidSchedule, check_schedule, stored_schedule
 from .._records import Row
 from .._storage.connection import connect_options, database_error
 from .._storage.django_beat import DjangoBeatStore
-from .._storage.store import Conn
+from .._storage.statements import Conn
 from .._structures import SCHEDULE_FIELDS, ScheduleSpec, Scope
 from .._times import format_duration
 from .audit import Action, Entry

@@ -26,7 +26,8 @@ from .._planning.skips import described_recurrence
 from .._records import Row
 from .._storage.dashboard import DashboardStore
 from .._storage.skips import SkipStore
-from .._storage.store import Conn, Store
+from .._storage.statements import Conn
+from .._storage.store import Store
 from .._structures import GLOBAL, ExplainLine, Explanation, Scope, check_job_name
 from .._times import aware
 

@@ -27,7 +27,9 @@ from .._planning.schedules import (
     stored_schedule,
 )
 from .._records import ScheduleRows
-from .._storage.store import ANALYZE_AFTER, Conn, ScheduleStore, Store
+from .._storage.schedules import ScheduleStore
+from .._storage.statements import ANALYZE_AFTER, Conn
+from .._storage.store import Store
 from .._structures import Schedule, ScheduleSpec, Scope, check_job_name
 from .._times import Duration
 from .audit import Action, Audited, Entry

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from .._errors import ConfigError
 from .._storage.dashboard import DashboardStore
-from .._storage.store import Conn
+from .._storage.statements import Conn
 
 # A session ends this long after sign-in, whatever it did meanwhile (an absolute bound: a
 # stolen cookie is worth at most this long; signing in again starts a new one).

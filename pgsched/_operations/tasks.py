@@ -13,7 +13,8 @@ from uuid import UUID
 
 from .._errors import ConfigError
 from .._records import PreviousTask, RecordedTask, TaskAttempt
-from .._storage.store import Conn, TaskStore
+from .._storage.statements import Conn
+from .._storage.tasks import TaskStore
 from .._structures import Scope
 
 TASK_STATUSES = ("SUCCESS", "FAILED")

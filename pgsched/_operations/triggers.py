@@ -23,7 +23,9 @@ from .._planning.recurrence import Recurrence, is_plan, recurrence_from_record
 from .._planning.schedules import ValidSchedule, plans_between, stored_schedule
 from .._planning.skips import described_recurrence
 from .._records import JobRecord
-from .._storage.store import Conn, ScheduleStore, Store
+from .._storage.schedules import ScheduleStore
+from .._storage.statements import Conn
+from .._storage.store import Store
 from .._structures import GLOBAL, Scope, Triggered
 
 _US = timedelta(microseconds=1)

@@ -9,10 +9,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from .._records import ClaimTerms, CursorMove, DueCursor, JointTerms, Row, WonPlan, running_before
-from .store import _PLAN_EACH_TIME, Conn, _ms, _plan_span, _Statements
+from .names import Exec
+from .statements import PLAN_EACH_TIME, Conn, Statements, ms, plan_span
 
 
-class ClaimStore(_Statements):
+class ClaimStore(Statements):
     """Statements of the claim transactions (engine/claims.py, engine/joint.py)."""
 
     async def claim_begin(
@@ -21,9 +22,9 @@ class ClaimStore(_Statements):
         """Open a claim transaction: the server ends it if it sits idle for ``idle``, and
         fails a statement of it that waits ``lock`` for a lock; with ``synchronous``, it
         commits only once a synchronous standby has it (one statement either way)."""
-        name = "claim_begin_synchronous" if synchronous else "claim_begin"
-        params = {"idle_ms": _ms(idle), "lock_ms": _ms(lock)}
-        await self._rows(conn, name, params)
+        name: Exec = "claim_begin_synchronous" if synchronous else "claim_begin"
+        params = {"idle_ms": ms(idle), "lock_ms": ms(lock)}
+        await self._exec(conn, name, params)
 
     async def try_lock_job(self, conn: Conn, job: str) -> bool:
         """Take the job's claim lock for this transaction if it is free (max_running jobs)."""
@@ -34,7 +35,7 @@ class ClaimStore(_Statements):
         return int((await self._one(conn, "running_count", {"job": job}))["running"])
 
     async def close_stale(self, conn: Conn, job: str, *, reentry: bool) -> list[Row]:
-        return await self._rows(conn, "close_stale", {"job": job, "reentry": reentry})
+        return await self._many(conn, "close_stale", {"job": job, "reentry": reentry})
 
     async def claim_existing(self, conn: Conn, terms: ClaimTerms, limit: int) -> list[Row]:
         """Take over stale (steal), retryable and due PENDING rows, oldest plan first. Under
@@ -45,20 +46,20 @@ class ClaimStore(_Statements):
         kinds: list[str] = []
         ids: list[str] = []
         if terms.forbid:
-            for row in await self._rows(conn, "lock_existing_scopes", params):
+            for row in await self._many(conn, "lock_existing_scopes", params):
                 kinds.append(row["scope_kind"])
                 ids.append(row["scope_id"])
             if not kinds:
                 return []
         params.update(locked_kinds=kinds, locked_ids=ids)
-        return await self._rows(conn, "claim_existing", prepare=_PLAN_EACH_TIME, params=params)
+        return await self._many(conn, "claim_existing", prepare=PLAN_EACH_TIME, params=params)
 
     async def due_cursors(
         self, conn: Conn, terms: ClaimTerms, delay: timedelta, limit: int
     ) -> list[DueCursor]:
         """Lock up to ``limit`` due cursors of the job (SKIP LOCKED), soonest first."""
         params = {**terms.params(), "delay": delay, "limit": limit}
-        return await self._tuples(conn, "due_cursors", DueCursor, params, prepare=_PLAN_EACH_TIME)
+        return await self._tuples(conn, "due_cursors", DueCursor, params, prepare=PLAN_EACH_TIME)
 
     async def claim_cursors(
         self,
@@ -84,9 +85,9 @@ class ClaimStore(_Statements):
             "dues": [m.due_at for m in moves],
             "lasts": [max(m.plans, default=None) for m in moves],
             "tids": list(tids),
-            **_plan_span(p for _, _, p in plans),
+            **plan_span(p for _, _, p in plans),
         }
-        won = await self._tuples(conn, "claim_cursors", WonPlan, params, prepare=_PLAN_EACH_TIME)
+        won = await self._tuples(conn, "claim_cursors", WonPlan, params, prepare=PLAN_EACH_TIME)
         return [plan for plan in won if plan.id is not None], won[0].unmoved
 
     async def due_cursors_of_jobs(
@@ -102,7 +103,7 @@ class ClaimStore(_Statements):
             "limits": [t.limit for t in terms],
         }
         return await self._tuples(
-            conn, "due_cursors_of_jobs", DueCursor, params, prepare=_PLAN_EACH_TIME
+            conn, "due_cursors_of_jobs", DueCursor, params, prepare=PLAN_EACH_TIME
         )
 
     async def claim_cursors_of_jobs(
@@ -137,9 +138,9 @@ class ClaimStore(_Statements):
             "dues": [m.due_at for _, m, _ in moved],
             "lasts": [max(m.plans, default=None) for _, m, _ in moved],
             "tids": [tid for _, _, tid in moved],
-            **_plan_span(p for _, _, _, p in plans),
+            **plan_span(p for _, _, _, p in plans),
         }
         won = await self._tuples(
-            conn, "claim_cursors_of_jobs", WonPlan, params, prepare=_PLAN_EACH_TIME
+            conn, "claim_cursors_of_jobs", WonPlan, params, prepare=PLAN_EACH_TIME
         )
         return [plan for plan in won if plan.id is not None], won[0].unmoved

@@ -21,7 +21,8 @@ from .._errors import DatabaseError, describe_error
 from .._records import Row, Server
 from .answering import BoundedAsyncConnection, NoAnswer, _Answering
 from .servers import ServerWatch
-from .store import Conn, Store
+from .statements import Conn
+from .store import Store
 
 # A server that vanishes without closing its sockets (a crashed host, a partition) is noticed
 # within keepalives_idle + keepalives_interval * keepalives_count = 11 s on an idle

@@ -18,7 +18,8 @@ from psycopg.rows import dict_row
 import pgsched
 from pgsched._planning.cursors import scope_digest
 from pgsched._records import RUNNING_HORIZON, ClaimTerms, JobEntry, ReplicaEntry, Sighting
-from pgsched._storage.store import Store, _query_texts
+from pgsched._storage.statements import statements
+from pgsched._storage.store import Store
 from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import db_now, estimated_rows, insert_due_cursors, insert_row, rows, table
@@ -306,7 +307,7 @@ def _terms(clock: datetime | None) -> ClaimTerms:
 
 
 def _due_read_plan(db: Any, schema: str, clock: datetime | None) -> str:
-    text = _query_texts()["due_cursors"]
+    text = statements()["due_cursors"].text
     query = sql.SQL("EXPLAIN " + text).format(schema=sql.Identifier(schema))
     params = {**_terms(clock).params(), "delay": timedelta(0), "limit": 100}
     return "\n".join(r[0] for r in db.execute(query, params).fetchall())
@@ -345,7 +346,7 @@ def test_a_claim_past_its_bound_waits_for_the_next_tick(migrated: str, db: Any) 
     """A claim run more than an hour after its tick's clock (a process stopped and resumed)
     could miss a RUNNING row planned in between: its due read takes nothing."""
     insert_due_cursors(db, migrated, 3)
-    text = sql.SQL(_query_texts()["due_cursors"]).format(schema=sql.Identifier(migrated))
+    text = sql.SQL(statements()["due_cursors"].text).format(schema=sql.Identifier(migrated))
     now = db_now(db)
     for clock, expected in ((now, 3), (now - 2 * RUNNING_HORIZON, 0)):
         params = {**_terms(clock).params(), "delay": timedelta(0), "limit": 100}

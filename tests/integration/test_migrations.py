@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql
 
 import pgsched
-from pgsched._storage.store import migration_files
+from pgsched._storage.statements import migration_files
 from tests.support.migrations import migrate_to
 from tests.support.rows import db_now, insert_row, partition_holding, rows, table
 from tests.support.threads import run_together

@@ -23,7 +23,8 @@ from pgsched import Admin
 from pgsched._engine import figures as figures_module
 from pgsched._engine.figures import LedgerFigures
 from pgsched._storage.connection import connect_options
-from pgsched._storage.store import Store, migration_files
+from pgsched._storage.statements import migration_files
+from pgsched._storage.store import Store
 from tests.integration.conftest import SchedulerFactory
 from tests.support.migrations import migrate_to as _migrate_to
 from tests.support.replica import Replica, clean_env

@@ -14,7 +14,7 @@ from psycopg import sql
 from structlog.testing import capture_logs
 
 import pgsched
-from pgsched._storage.store import ScheduleStore
+from pgsched._storage.schedules import ScheduleStore
 from tests.integration.conftest import SchedulerFactory
 from tests.support.rows import (
     count,

@@ -12,7 +12,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 import pgsched
-from pgsched._storage import store as store_module
+from pgsched._storage import statements as store_module
 from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import db_now, insert_row, rows, table
@@ -169,13 +169,13 @@ def test_a_tick_that_skips_nothing_runs_no_span_statement(
     make_scheduler: SchedulerFactory, migrated: str, db: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     names: list[str] = []
-    execute = store_module._Statements._execute
+    execute = store_module.Statements._execute
 
     async def traced(self: Any, cur: Any, name: str, *args: Any, **kwargs: Any) -> Any:
         names.append(name)
         return await execute(self, cur, name, *args, **kwargs)
 
-    monkeypatch.setattr(store_module._Statements, "_execute", traced)
+    monkeypatch.setattr(store_module.Statements, "_execute", traced)
     s = make_scheduler()
     s.register(lambda run: None, name="quiet", planner=FixedPlans(past_plan(db)))
     assert s.run_once().succeeded == 1

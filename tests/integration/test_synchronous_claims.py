@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 import pgsched
-from pgsched._storage.store import _Statements
+from pgsched._storage.statements import Statements
 from tests.integration.conftest import SchedulerFactory
 from tests.support.rows import count, rows
 from tests.support.waiting import wait_until
@@ -28,17 +28,14 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the statements pgsched runs through its store (but the pool's checks and
     the sync handlers' transactional writes), in order."""
     names: list[str] = []
-    for method in ("_rows", "_tuples", "_plain"):  # dict rows, typed tuples, plain tuples
-        original = getattr(_Statements, method)
+    original = Statements._execute
 
-        async def recording(
-            self: _Statements, conn: Any, name: str, *args: Any, _run: Any = original, **kw: Any
-        ) -> Any:
-            if name not in POOL:
-                names.append(name)
-            return await _run(self, conn, name, *args, **kw)
+    async def recording(self: Statements, cur: Any, name: str, *args: Any, **kw: Any) -> None:
+        if name not in POOL:
+            names.append(name)
+        await original(self, cur, name, *args, **kw)
 
-        monkeypatch.setattr(_Statements, method, recording)
+    monkeypatch.setattr(Statements, "_execute", recording)
     return names
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from pgsched._storage.store import migration_files
+from pgsched._storage.statements import migration_files
 from tests.support.rows import table
 
 

@@ -10,7 +10,8 @@ from typing import Any, cast
 
 from pgsched._engine.figures import LOOK_AGAIN_AFTER, LedgerFigures
 from pgsched._records import PartitionFigures as Figures
-from pgsched._storage.store import Conn, Store
+from pgsched._storage.statements import Conn
+from pgsched._storage.store import Store
 from tests.unit.engine_fakes import PLAN, claim
 
 DAY = timedelta(days=1)

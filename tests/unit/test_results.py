@@ -11,7 +11,7 @@ import pytest
 import pgsched
 from pgsched._engine.outcomes import MAX_RESULT_BYTES, Encoded, InvalidResult, encode_result
 from pgsched._errors import MAX_ERROR_CHARS, MAX_TRACEBACK_BYTES, describe_error, describe_traceback
-from pgsched._storage.store import _naming
+from pgsched._storage.statements import naming
 
 
 def test_none() -> None:
@@ -134,12 +134,12 @@ def test_describe_error() -> None:
 
 def test_an_error_of_a_named_statement_says_which_statement() -> None:
     # the innermost name is the statement's
-    with pytest.raises(psycopg.errors.QueryCanceled) as raised, _naming("finish"), _naming("inner"):
+    with pytest.raises(psycopg.errors.QueryCanceled) as raised, naming("finish"), naming("inner"):
         raise psycopg.errors.QueryCanceled("canceling statement due to statement timeout")
     assert describe_error(raised.value) == (
         "QueryCanceled: canceling statement due to statement timeout (statement inner)"
     )
-    with pytest.raises(ValueError) as other, _naming("finish"):
+    with pytest.raises(ValueError) as other, naming("finish"):
         raise ValueError("not the database's")
     assert describe_error(other.value) == "ValueError: not the database's"
 

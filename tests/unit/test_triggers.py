@@ -20,7 +20,8 @@ from pgsched._facades.http.server import api_field
 from pgsched._jobs.spec import build_job, scopes_mode
 from pgsched._operations.triggers import ScheduledPlans, TriggerScopes, check_not_ended
 from pgsched._records import JobRecord
-from pgsched._storage.store import ScheduleStore, Store
+from pgsched._storage.schedules import ScheduleStore
+from pgsched._storage.store import Store
 from pgsched._structures import Triggered
 from tests.support.plans import FixedPlans
 

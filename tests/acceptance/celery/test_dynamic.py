@@ -34,7 +34,7 @@ def _rows(db: Conn, schema: str) -> list[tuple[Any, ...]]:
 
 def _registered(admin: pgsched.Admin) -> bool:
     try:
-        return any(j.job == CELERY and j.recurrence == "dynamic" for j in admin.status())
+        return any(j.job == CELERY and j.schedule == "dynamic" for j in admin.status())
     except pgsched.PgschedError:  # the first beat is still migrating
         return False
 
