@@ -324,13 +324,13 @@ def statement_text(query: str) -> str:
 
 @cache
 def pgsched_queries() -> dict[str, list[str]]:
-    """The leading words of every statement of ``sql/queries.sql`` (``-- name: x`` lines),
+    """The leading words of every statement of ``sql/queries.sql`` (``-- name: x :kind``),
     read as a text file, by name."""
     try:
         text = QUERIES_SQL.read_text(encoding="utf-8")
     except OSError:
         return {}
-    parts = re.split(r"^-- name: (\w+)\s*$", text, flags=re.MULTILINE)
+    parts = re.split(r"^-- name: (\w+) :\w+[ \t]*$", text, flags=re.MULTILINE)
     return {
         name: _words(body.replace("{schema}", "pgsched"))
         for name, body in zip(parts[1::2], parts[2::2], strict=True)
