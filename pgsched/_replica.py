@@ -60,16 +60,11 @@ class Replica:
     async def once(self) -> TickReport | None:
         """One tick, its handlers run to completion and their outcomes written; None when the
         tick failed."""
-        runtime, settings = self.runtime, self._settings
+        runtime = self.runtime
         try:
-            await first_answer(
-                settings.conninfo,
-                store=Store(settings.schema),
-                app_name=settings.app_name,
-                transaction_pooling=settings.transaction_pooling,
-            )
+            await self._first_answer()
         except Exception as exc:
-            raise database_error(exc, settings.conninfo) from exc
+            raise database_error(exc, self._settings.conninfo) from exc
         await self._pool.open()
         self.unreached = None
         runtime.start_background(listen=False)
@@ -129,6 +124,16 @@ class Replica:
                 return True
         return False
 
+    async def _first_answer(self) -> None:
+        """Wait for the database's first answer on a connection of the pool's settings."""
+        settings = self._settings
+        await first_answer(
+            settings.conninfo,
+            store=Store(settings.schema),
+            app_name=settings.app_name,
+            transaction_pooling=settings.transaction_pooling,
+        )
+
     async def _attempt(self, backoff: Backoff) -> bool:
         """One attempt to reach the database: True (the pool opened) when it answered; else
         one ``database_unavailable`` line. A pool opened on a database that is down would
@@ -136,12 +141,7 @@ class Replica:
         settings, log = self._settings, self.runtime.recorder.log
         where = pool_hosts(self._pool)
         try:
-            await first_answer(
-                settings.conninfo,
-                store=Store(settings.schema),
-                app_name=settings.app_name,
-                transaction_pooling=settings.transaction_pooling,
-            )
+            await self._first_answer()
         except Exception as exc:
             if not unavailable(exc):
                 raise database_error(exc, settings.conninfo) from exc

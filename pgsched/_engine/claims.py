@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import psycopg
 
@@ -18,13 +18,10 @@ from .._jobs.spec import JobSpec
 from .._planning.cursors import CursorDecision, decide_cursors, spec_key
 from .._planning.dynamic import Decision, decide_schedules
 from .._records import ClaimTerms, DueCursor, DueSchedule, Probe, Row
-from .._storage.claims import ClaimStore
 from .._storage.schedules import ScheduleStore
-from .._storage.skips import SkipStore
 from .._storage.statements import Conn
-from .._storage.store import Store
 from .._structures import Scope, trusted_scope
-from .recorder import Recorder
+from .transactions import ClaimTransactions
 from .values import Claim, ClaimBatch, ClaimKind, Unmoved
 
 # Due cursors are claimed at most this many per transaction (the free slots bound it first,
@@ -43,16 +40,6 @@ FIRST_CLAIM = 64
 # default, shared by every session of the server): a retry storm of every scope at once is
 # taken this many scopes per claim, so eight replicas claiming together fill at most 4,000.
 EXISTING_SCOPE_LOCKS = 500
-# The server ends a claim transaction left idle this long (a replica cut off mid-claim),
-# releasing the rows it inserted. Its statements take milliseconds, but between two of them
-# the replica's event loop runs whatever else is ready - a thousand handlers just started by
-# the previous batch, on a busy machine - so the gap is the loop's latency: seconds under
-# load (1 s ended healthy claims). Half of health_timeout's default.
-CLAIM_IDLE_TIMEOUT = timedelta(seconds=10)
-# Another replica's claim of the same keys waits at most this long for such a transaction
-# (its insert waits for the other's rows to commit or vanish); then it gives up for this
-# tick, well inside the engine's answer_timeout.
-CLAIM_LOCK_TIMEOUT = timedelta(seconds=2)
 _KIND_OF = {"RUNNING": "stole", "FAILED": "retry"}
 Known = Mapping[tuple[str, str], Scope]
 
@@ -60,24 +47,12 @@ Known = Mapping[tuple[str, str], Scope]
 class Claimer:
     """Claims for one replica (``runner``)."""
 
-    def __init__(
-        self,
-        store: Store,
-        runner: str,
-        recorder: Recorder,
-        *,
-        synchronous: bool = False,
-        lookback: timedelta = timedelta(seconds=1),
-    ) -> None:
-        self._runner, self._recorder = runner, recorder
-        # Every claim (new rows, steals, retries, PENDING take-overs, due cursors) is in the
-        # one transaction claim_begin opens: with this, it waits for a synchronous standby.
-        self._synchronous = synchronous
-        self._claims = ClaimStore(store.schema)
-        self._schedules = ScheduleStore(store.schema)
-        self._skips = SkipStore(store.schema)
-        self._lookback = lookback  # the tick interval: first sight counts a plan this old
-        self._start = zlib.crc32(runner.encode())  # where this replica's claim order starts
+    def __init__(self, transactions: ClaimTransactions) -> None:
+        self._tx = transactions
+        self._claims, self._skips = transactions.claims, transactions.skips
+        self._schedules = ScheduleStore(transactions.claims.schema)
+        # where this replica's claim order starts
+        self._start = zlib.crc32(transactions.runner.encode())
 
     def order(self, jobs: Iterable[JobSpec]) -> list[JobSpec]:
         """The order this replica claims ``jobs`` in each tick: higher priority first; jobs of
@@ -122,18 +97,10 @@ class Claimer:
         cursors = cursors and free > 0
         if not (close_stale or existing or cursors):
             return batch
-        try:
-            parts = (close_stale, existing, cursors)
-            terms = self._terms(job, probe.now)
-            await self._transaction(conn, terms, job, batch, (free, most), parts, known)
-        except psycopg.errors.LockNotAvailable:  # rolled back: the plans wait for a tick
-            self._recorder.claim_blocked(job.name, CLAIM_LOCK_TIMEOUT.total_seconds())
-            return ClaimBatch(backlog=True)
-        except Unmoved as exc:  # rolled back: the next claim reads them again
-            self._recorder.log.warning("claim_rolled_back", job=job.name, unmoved=exc.args[0])
-            return ClaimBatch(backlog=True)
-        self._recorder.committed(job.name, batch)
-        return batch
+        parts = (close_stale, existing, cursors)
+        terms = self._terms(job, probe.now)
+        claiming = self._transaction(conn, terms, job, batch, (free, most), parts, known)
+        return (await self._tx.ended([job.name], claiming, joint=False))[job.name]
 
     async def _transaction(
         self,
@@ -144,20 +111,17 @@ class Claimer:
         bounds: tuple[int, int],
         parts: tuple[bool, bool, bool],
         known: Known | None,
-    ) -> None:
-        """The claim transaction, filling ``batch``; ``bounds``: the free slots and the most
-        due plans to take; ``parts``: whether it closes out stale leases, takes over existing
-        rows, claims due cursors."""
+    ) -> dict[str, ClaimBatch]:
+        """The claim transaction, filling ``batch`` (the job's); ``bounds``: the free slots and
+        the most due plans to take; ``parts``: whether it closes out stale leases, takes over
+        existing rows, claims due cursors."""
         (free, most), (close_stale, existing, cursors) = bounds, parts
-        async with conn.transaction():
-            await self._claims.claim_begin(
-                conn, CLAIM_IDLE_TIMEOUT, CLAIM_LOCK_TIMEOUT, synchronous=self._synchronous
-            )
+        async with self._tx.begin(conn):
             cap = await self._cap(conn, job, free)
             if cap is None:  # another replica is claiming this max_running job right now
-                self._recorder.lock_busy(job.name)
+                self._tx.recorder.lock_busy(job.name)
                 batch.backlog = cursors
-                return
+                return {job.name: batch}
             if close_stale:
                 batch.closed += await self._claims.close_stale(
                     conn, job.name, reentry=job.allow_stale_reentry
@@ -171,6 +135,7 @@ class Claimer:
                 cap -= len(taken)
             if cursors:
                 await self._cursors(conn, terms, job, (cap, most), batch, known)
+        return {job.name: batch}
 
     async def _cursors(
         self,
@@ -200,7 +165,7 @@ class Claimer:
         else:
             rows = cursors = await self._claims.due_cursors(conn, terms, job.schedule_delay, size)
             decisions = (
-                decide_cursors(job, cursors, cursors[0].now, self._lookback, size)
+                decide_cursors(job, cursors, cursors[0].now, self._tx.lookback, size)
                 if cursors
                 else []
             )
@@ -264,7 +229,7 @@ class Claimer:
     def _terms(self, job: JobSpec, clock: datetime) -> ClaimTerms:
         return ClaimTerms(
             job=job.name,
-            runner=self._runner,
+            runner=self._tx.runner,
             stale_timeout=job.stale_timeout,
             reentry=job.allow_stale_reentry,
             forbid=job.overlap == "forbid",

@@ -10,20 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-
-import psycopg
+from datetime import datetime
 
 from .._jobs.spec import JobSpec
 from .._planning.cursors import CursorDecision, decide_cursors, spec_key
 from .._records import DueCursor, JointTerms, Probe
-from .._storage.claims import ClaimStore
-from .._storage.skips import SkipStore
 from .._storage.statements import Conn
-from .._storage.store import Store
 from .._structures import Scope
-from .claims import CLAIM_BATCH, CLAIM_IDLE_TIMEOUT, CLAIM_LOCK_TIMEOUT
-from .recorder import Recorder
+from .claims import CLAIM_BATCH
+from .transactions import ClaimTransactions
 from .values import Claim, ClaimBatch, Unmoved
 
 
@@ -58,19 +53,9 @@ def joins(job: JobSpec, probe: Probe) -> bool:
 class JointClaimer:
     """Joint claims for one replica (``runner``)."""
 
-    def __init__(
-        self,
-        store: Store,
-        runner: str,
-        recorder: Recorder,
-        *,
-        synchronous: bool = False,
-        lookback: timedelta = timedelta(seconds=1),
-    ) -> None:
-        self._runner, self._recorder = runner, recorder
-        self._synchronous, self._lookback = synchronous, lookback
-        self._claims = ClaimStore(store.schema)
-        self._skips = SkipStore(store.schema)
+    def __init__(self, transactions: ClaimTransactions) -> None:
+        self._tx = transactions
+        self._claims, self._skips = transactions.claims, transactions.skips
 
     async def claim(
         self, conn: Conn, turns: Sequence[Turn], free: int, clock: datetime
@@ -78,29 +63,15 @@ class JointClaimer:
         """Claim the due plans of the ``turns``' jobs in one transaction, in their order, at
         most ``free`` in all (``clock``: the tick's): each job's batch, as its own claim
         would have made it."""
-        try:
-            batches = await self._transaction(conn, turns, free, clock)
-        except psycopg.errors.LockNotAvailable:  # rolled back: the plans wait for a tick
-            for turn in turns:
-                self._recorder.claim_blocked(turn.job.name, CLAIM_LOCK_TIMEOUT.total_seconds())
-            return {turn.job.name: ClaimBatch(backlog=True) for turn in turns}
-        except Unmoved as exc:  # rolled back: the next claim reads them again
-            jobs = [turn.job.name for turn in turns]
-            self._recorder.log.warning("claim_rolled_back", jobs=jobs, unmoved=exc.args[0])
-            return {name: ClaimBatch(backlog=True) for name in jobs}
-        for name, batch in batches.items():
-            self._recorder.committed(name, batch)
-        return batches
+        jobs = [turn.job.name for turn in turns]
+        return await self._tx.ended(jobs, self._transaction(conn, turns, free, clock), joint=True)
 
     async def _transaction(
         self, conn: Conn, turns: Sequence[Turn], free: int, clock: datetime
     ) -> dict[str, ClaimBatch]:
         batches = {turn.job.name: ClaimBatch() for turn in turns}
         terms = [_terms(turn, free) for turn in turns]
-        async with conn.transaction():
-            await self._claims.claim_begin(
-                conn, CLAIM_IDLE_TIMEOUT, CLAIM_LOCK_TIMEOUT, synchronous=self._synchronous
-            )
+        async with self._tx.begin(conn):
             read: dict[str, list[DueCursor]] = {}
             for row in await self._claims.due_cursors_of_jobs(conn, terms, clock):
                 read.setdefault(row.job, []).append(row)
@@ -112,7 +83,7 @@ class JointClaimer:
             }
             # A read that found nothing (other replicas took the cursors): no second statement.
             won, unmoved = (
-                await self._claims.claim_cursors_of_jobs(conn, self._runner, terms, clock, moves)
+                await self._claims.claim_cursors_of_jobs(conn, self._tx.runner, terms, clock, moves)
                 if moves
                 else ([], 0)
             )
@@ -139,7 +110,7 @@ class JointClaimer:
             cursors = read.get(turn.job.name, ())
             size = min(room, turn.most, CLAIM_BATCH)
             decisions = (
-                decide_cursors(turn.job, cursors, cursors[0].now, self._lookback, size)
+                decide_cursors(turn.job, cursors, cursors[0].now, self._tx.lookback, size)
                 if cursors and size > 0
                 else []
             )

@@ -27,6 +27,7 @@ from .leases import LeaseTable, open_lease
 from .probing import Prober
 from .recorder import Recorder
 from .sighting import Sightings
+from .transactions import ClaimTransactions
 from .values import ClaimBatch
 
 # A joint claim takes the turns of jobs whose due cursors number at most this many (a turn
@@ -60,10 +61,10 @@ class Visits:
         self._leases, self._executor = leases, executor
         self.sightings = Sightings(store, recorder, lookback, runner, recheck_every)
         self.prober = Prober(store)
-        self._claimer = Claimer(store, runner, recorder, synchronous=synchronous, lookback=lookback)
-        self._joint = JointClaimer(
-            store, runner, recorder, synchronous=synchronous, lookback=lookback
+        transactions = ClaimTransactions(
+            store.schema, runner, recorder, synchronous=synchronous, lookback=lookback
         )
+        self._claimer, self._joint = Claimer(transactions), JointClaimer(transactions)
         self._figures = LedgerFigures(store)
         # Per job, how many due plans its next claim takes: FIRST_CLAIM once a fan-out is
         # drained, doubling while claims come back full (a long fan-out keeps its size).

@@ -329,7 +329,9 @@ class CronRecurrence(Recurrence):
         margin = self._margin(t, t)
         best: datetime | None = None
         best_wall: datetime | None = None
-        for wall in _walls_back(self._parts, self._wall(t) + margin, self._wall(t) - _HORIZONS[-1]):
+        for wall in _walls(
+            self._parts, self._wall(t) + margin, self._wall(t) - _HORIZONS[-1], back=True
+        ):
             if best_wall is not None and wall < best_wall - margin:
                 break
             for instant in self._instants(wall):
@@ -373,46 +375,29 @@ def _surely_fires(stepper: croniter) -> bool:
     return any(d in ("*", "l") or (isinstance(d, int) and d <= 28) for d in days)
 
 
-def _walls(parts: Sequence[str], after: datetime, until: datetime) -> Iterator[datetime]:
-    """Naive wall times matching any of the croniter expressions ``parts`` in
-    ``(after, until]``, ascending, each once."""
+def _walls(
+    parts: Sequence[str], start: datetime, until: datetime, *, back: bool = False
+) -> Iterator[datetime]:
+    """Naive wall times matching any of the croniter expressions ``parts`` from ``start``
+    to ``until``, each once: ``(start, until]`` ascending, or with ``back``
+    ``[until, start)`` newest first."""
     last: datetime | None = None
-    for wall in heapq.merge(*(_part_walls(part, after, until) for part in parts)):
-        if wall != last:
-            yield wall
-        last = wall
-
-
-def _part_walls(expr: str, after: datetime, until: datetime) -> Iterator[datetime]:
-    it = croniter(expr, after)
-    while True:
-        try:
-            wall: datetime = it.get_next(datetime)
-        except CroniterBadDateError:  # the expression never fires (e.g. 31 February)
-            return
-        if wall > until:
-            return
-        yield wall
-
-
-def _walls_back(parts: Sequence[str], before: datetime, until: datetime) -> Iterator[datetime]:
-    """Naive wall times matching any of ``parts`` in ``[until, before)``, newest first."""
-    last: datetime | None = None
-    merged = heapq.merge(*(_part_walls_back(p, before, until) for p in parts), reverse=True)
+    merged = heapq.merge(*(_part_walls(p, start, until, back) for p in parts), reverse=back)
     for wall in merged:
         if wall != last:
             yield wall
         last = wall
 
 
-def _part_walls_back(expr: str, before: datetime, until: datetime) -> Iterator[datetime]:
-    it = croniter(expr, before)
+def _part_walls(expr: str, start: datetime, until: datetime, back: bool) -> Iterator[datetime]:
+    it = croniter(expr, start)
+    step = it.get_prev if back else it.get_next
     while True:
         try:
-            wall: datetime = it.get_prev(datetime)
-        except CroniterBadDateError:
+            wall: datetime = step(datetime)
+        except CroniterBadDateError:  # the expression never fires (e.g. 31 February)
             return
-        if wall < until:
+        if (wall < until) if back else (wall > until):
             return
         yield wall
 

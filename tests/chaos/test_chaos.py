@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from pgsched._engine.claims import CLAIM_LOCK_TIMEOUT
+from pgsched._engine.transactions import CLAIM_LOCK_TIMEOUT
 from tests.chaos.checks import LivenessViolation, public, violations, write_figures
 from tests.chaos.harness import Abandonment, ChaosRun
 from tests.chaos.observed import next_change

@@ -38,7 +38,7 @@ class Timing:
     max_attempts: int = 6
     statement_timeout_s: float = 30.0
     # A tick whose claim waits on rows a cut-off replica holds in its own claim transaction
-    # gives up after the claim lock timeout (2 s, pgsched._engine.claims.CLAIM_LOCK_TIMEOUT):
+    # gives up after the claim lock timeout (2 s, pgsched._engine.transactions.CLAIM_LOCK_TIMEOUT):
     # a steal due meanwhile waits for the next tick. Set only where a scenario cuts a replica
     # off inside a claim; 0 elsewhere.
     blocked_tick_s: float = 0.0

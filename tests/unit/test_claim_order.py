@@ -7,7 +7,7 @@ from __future__ import annotations
 import pgsched
 from pgsched._engine.claims import Claimer
 from pgsched._engine.recorder import Recorder
-from pgsched._storage.store import Store
+from pgsched._engine.transactions import ClaimTransactions
 from pgsched._telemetry.metrics import Metrics
 
 
@@ -19,7 +19,7 @@ def _jobs() -> list[pgsched.JobSpec]:
 
 
 def _order(runner: str, jobs: list[pgsched.JobSpec]) -> list[str]:
-    claimer = Claimer(Store("pgsched"), runner, Recorder(Metrics(), runner))
+    claimer = Claimer(ClaimTransactions("pgsched", runner, Recorder(Metrics(), runner)))
     return [job.name for job in claimer.order(reversed(jobs))]
 
 
