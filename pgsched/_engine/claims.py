@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
@@ -42,6 +43,39 @@ FIRST_CLAIM = 64
 EXISTING_SCOPE_LOCKS = 500
 _KIND_OF = {"RUNNING": "stole", "FAILED": "retry"}
 Known = Mapping[tuple[str, str], Scope]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimParts:
+    """What one job's claim transaction does this time: close out stale leases, take over
+    existing rows (steals, retries, PENDING runs), claim due cursors, within ``free`` slots
+    and ``most`` due plans. Only the first claim of a tick closes and takes over."""
+
+    close_stale: bool
+    existing: bool
+    cursors: bool
+    waiting: bool  # cursors are due but no slot is free
+    free: int
+    most: int
+
+    @classmethod
+    def of(
+        cls, job: JobSpec, probe: Probe, free: int, *, first: bool, due: bool, most: int
+    ) -> ClaimParts:
+        close_stale = first and job.name in probe.stale_jobs
+        takes_over = close_stale or job.name in probe.retry or job.name in probe.pending
+        cursors = due or probe.cursors_due(job.name, job.schedule_delay)
+        return cls(
+            close_stale=close_stale,
+            existing=first and free > 0 and takes_over,
+            cursors=cursors and free > 0,
+            waiting=cursors and free <= 0,
+            free=free,
+            most=most,
+        )
+
+    def __bool__(self) -> bool:
+        return self.close_stale or self.existing or self.cursors
 
 
 class Claimer:
@@ -84,22 +118,14 @@ class Claimer:
         due though the probe did not say so (just written, or a full batch before);
         ``known``: the job's scopes by key, so a claim carries the job's own ``Scope``;
         ``most``: at most this many due plans (``batch.again`` says when more may wait)."""
-        close_stale = first and job.name in probe.stale_jobs
-        existing = (
-            first
-            and free > 0
-            and (close_stale or job.name in probe.retry or job.name in probe.pending)
-        )
-        cursors = due or probe.cursors_due(job.name, job.schedule_delay)
+        parts = ClaimParts.of(job, probe, free, first=first, due=due, most=most)
         # No free slot: the due cursors wait for one (the backlog wakes the loop when one
         # frees) without a transaction that could claim nothing.
-        batch = ClaimBatch(backlog=cursors and free <= 0)
-        cursors = cursors and free > 0
-        if not (close_stale or existing or cursors):
+        batch = ClaimBatch(backlog=parts.waiting)
+        if not parts:
             return batch
-        parts = (close_stale, existing, cursors)
         terms = self._terms(job, probe.now)
-        claiming = self._transaction(conn, terms, job, batch, (free, most), parts, known)
+        claiming = self._transaction(conn, terms, job, batch, parts, known)
         return (await self._tx.ended([job.name], claiming, joint=False))[job.name]
 
     async def _transaction(
@@ -108,33 +134,29 @@ class Claimer:
         terms: ClaimTerms,
         job: JobSpec,
         batch: ClaimBatch,
-        bounds: tuple[int, int],
-        parts: tuple[bool, bool, bool],
+        parts: ClaimParts,
         known: Known | None,
     ) -> dict[str, ClaimBatch]:
-        """The claim transaction, filling ``batch`` (the job's); ``bounds``: the free slots and
-        the most due plans to take; ``parts``: whether it closes out stale leases, takes over
-        existing rows, claims due cursors."""
-        (free, most), (close_stale, existing, cursors) = bounds, parts
+        """The claim transaction of ``parts``, filling ``batch`` (the job's)."""
         async with self._tx.begin(conn):
-            cap = await self._cap(conn, job, free)
+            cap = await self._cap(conn, job, parts.free)
             if cap is None:  # another replica is claiming this max_running job right now
                 self._tx.recorder.lock_busy(job.name)
-                batch.backlog = cursors
+                batch.backlog = parts.cursors
                 return {job.name: batch}
-            if close_stale:
+            if parts.close_stale:
                 batch.closed += await self._claims.close_stale(
                     conn, job.name, reentry=job.allow_stale_reentry
                 )
-            if existing and cap > 0:
+            if parts.existing and cap > 0:
                 limit = min(cap, EXISTING_SCOPE_LOCKS) if job.overlap == "forbid" else cap
                 taken = await self._existing(conn, terms, limit, batch)
                 batch.claims.extend(taken)
                 capped = limit < cap and len(taken) >= limit  # more may wait: claim again soon
                 batch.backlog = batch.backlog or capped
                 cap -= len(taken)
-            if cursors:
-                await self._cursors(conn, terms, job, (cap, most), batch, known)
+            if parts.cursors:
+                await self._cursors(conn, terms, job, cap, parts.most, batch, known)
         return {job.name: batch}
 
     async def _cursors(
@@ -142,14 +164,14 @@ class Claimer:
         conn: Conn,
         terms: ClaimTerms,
         job: JobSpec,
-        bounds: tuple[int, int],
+        cap: int,
+        most: int,
         batch: ClaimBatch,
         known: Known | None,
     ) -> None:
         """Claim the plans of the job's due cursors (at most ``most`` and ``cap`` rows) and
         move each cursor on, in the claim transaction. ``cap`` is what the rows taken over
         earlier in this transaction left of the free slots."""
-        cap, most = bounds
         if cap <= 0:
             batch.backlog = True
             return
