@@ -52,7 +52,7 @@ class Executor:
 
     def abandon(self, lease: Lease, why: str) -> None:
         """Shutdown: stop waiting for ``lease``; it is FAILED ``shutdown``, retryable at once."""
-        lease.abandoned = True
+        lease.abandon()
         if lease.task is not None:
             lease.task.cancel()
         self._submit(lease, failed(lease, time.monotonic(), "shutdown", why, retry_now=True))
@@ -60,7 +60,7 @@ class Executor:
     async def _execute(self, lease: Lease, traced: bool) -> None:
         try:
             if lease.previous is not None:
-                await lease.previous.done.wait()
+                await lease.previous.wait_done()
                 if lease.liveness.known_lost:
                     self._leases.lose(
                         lease, "lease lost while waiting for the scope's earlier plan"

@@ -6,7 +6,6 @@ and no handler, and tells the engine through a callback when freed slots should 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from datetime import UTC
 from typing import TYPE_CHECKING
@@ -55,7 +54,7 @@ class LeaseTable:
         self._leases[lease.execution_id] = lease
         if lease.job.overlap == "forbid":
             key = (lease.job.name, lease.run.scope)
-            lease.previous = self._tails.get(key)
+            lease.chain_after(self._tails.get(key))
             self._tails[key] = lease
 
     def note_backlog(self) -> None:
@@ -69,7 +68,7 @@ class LeaseTable:
         key = (lease.job.name, lease.run.scope)
         if self._tails.get(key) is lease:
             del self._tails[key]
-        lease.done.set()
+        lease.finish()
         if self._backlog and self._free_enough():
             self._backlog = False
             self._on_slots_freed()
@@ -90,16 +89,12 @@ class LeaseTable:
         return not self._leases or self.free >= max(1, self.max_concurrency // 4)
 
     def due_for_heartbeat(self, now: float) -> list[Lease]:
-        return [
-            lease
-            for lease in self._leases.values()
-            if now >= lease.next_beat and not lease.abandoned and not lease.liveness.known_lost
-        ]
+        return [lease for lease in self._leases.values() if lease.beat_due(now)]
 
     async def wait_idle(self) -> None:
         """Return when every lease is released."""
         while self._leases:
-            await asyncio.gather(*(lease.done.wait() for lease in list(self._leases.values())))
+            await asyncio.gather(*(lease.wait_done() for lease in list(self._leases.values())))
 
 
 def open_lease(job: JobSpec, claim: Claim, runner_id: str, log: FilteringBoundLogger) -> Lease:
@@ -126,7 +121,6 @@ def open_lease(job: JobSpec, claim: Claim, runner_id: str, log: FilteringBoundLo
         job,
         run,
         liveness,
-        next_beat=time.monotonic() + job.heartbeat_interval.total_seconds(),
         execution_id=claim.execution_id,
         kind=claim.kind,
         stolen=claim.stolen,

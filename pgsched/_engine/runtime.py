@@ -259,7 +259,7 @@ class Runtime:
         why = f"Shutdown: replica {self.runner_id} stopped before the handler finished"
         for lease in self.leases.all():
             # An outcome already queued (the writer may be waiting out the database) stands.
-            if not (lease.abandoned or lease.submitted or lease.done.is_set()):
+            if not lease.decided:
                 self.executor.abandon(lease, why)
         try:
             await asyncio.wait_for(self.wait_idle(), max(5.0, self.tick_interval * 5))

@@ -78,23 +78,84 @@ class ClaimBatch:
 
 @dataclass(eq=False, slots=True, weakref_slot=True)
 class Lease:
-    """One execution this replica claimed, from its claim until its outcome is written."""
+    """One execution this replica claimed, from its claim until its outcome is written. Its
+    lifecycle is its own: the collaborators say what happened (:meth:`submit`,
+    :meth:`abandon`, :meth:`finish`, :meth:`renewed`) and read where it stands."""
 
     job: JobSpec
     run: Run
     liveness: Liveness
-    next_beat: float
     execution_id: UUID  # the run's, kept here: every write and settle reads it
     claim_lag: float | None = None  # seconds late at claim, for first scheduled attempts
     started_at: datetime | None = None  # the claim's database time (re-applied after a failover)
     kind: str = "won"  # how it was claimed: won, stole, retry
     stolen: bool = False  # the row was once stolen after a crash (its retries have one more)
     claimed_at: float = field(default_factory=time.monotonic)
-    abandoned: bool = False  # shutdown wrote (or is writing) its outcome
-    submitted: bool = False  # its outcome is queued for (or being retried by) the writer
-    previous: Lease | None = None  # overlap="forbid": the scope's earlier plan, still running here
     task: asyncio.Task[Any] | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
+    _next_beat: float = field(init=False)
+    _abandoned: bool = field(default=False, init=False)
+    _submitted: bool = field(default=False, init=False)
+    _previous: Lease | None = field(default=None, init=False)
+    _done: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+
+    def __post_init__(self) -> None:
+        self._next_beat = self.claimed_at + self.job.heartbeat_interval.total_seconds()
+
+    # -- what happened ----------------------------------------------------------------------
+
+    def chain_after(self, previous: Lease | None) -> None:
+        """overlap="forbid": the scope's earlier plan, still held here, runs first."""
+        self._previous = previous
+
+    def submit(self) -> None:
+        """Its outcome is queued for (or being retried by) the writer."""
+        self._submitted = True
+
+    def abandon(self) -> None:
+        """Shutdown wrote (or is writing) its outcome: the handler's, if any, is dropped."""
+        self._abandoned = True
+
+    def finish(self) -> None:
+        """Its slot is free: its outcome is written, or it was lost. Idempotent."""
+        self._done.set()
+
+    def renewed(self, now: float) -> None:
+        """A heartbeat renewed it at ``now`` (monotonic): the next is one interval on."""
+        self._next_beat = now + self.job.heartbeat_interval.total_seconds()
+
+    # -- where it stands --------------------------------------------------------------------
+
+    @property
+    def previous(self) -> Lease | None:
+        return self._previous
+
+    @property
+    def abandoned(self) -> bool:
+        return self._abandoned
+
+    @property
+    def submitted(self) -> bool:
+        return self._submitted
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def decided(self) -> bool:
+        """Its outcome is settled: queued, written by shutdown, or its slot already free."""
+        return self._abandoned or self._submitted or self._done.is_set()
+
+    @property
+    def next_beat(self) -> float:
+        return self._next_beat
+
+    def beat_due(self, now: float) -> bool:
+        """Whether a heartbeat should renew it at ``now``: due, and still the replica's."""
+        return now >= self._next_beat and not self._abandoned and not self.liveness.known_lost
+
+    async def wait_done(self) -> None:
+        await self._done.wait()
 
 
 Status = Literal["SUCCESS", "FAILED"]

@@ -61,7 +61,7 @@ class LeaseWriter:
 
     def submit(self, lease: Lease, outcome: Outcome) -> None:
         """Queue ``lease``'s terminal write; its slot is freed once it is written."""
-        lease.submitted = True
+        lease.submit()
         self._outbox.append((lease, outcome))
         self._queued.set()
 
@@ -249,7 +249,7 @@ class LeaseWriter:
             for lease in due:
                 if lease.execution_id in held:
                     lease.liveness.renewed()
-                    lease.next_beat = now + lease.job.heartbeat_interval.total_seconds()
+                    lease.renewed(now)
                 elif not lease.submitted:  # the handler still runs; its outcome frees the slot
                     # (A submitted lease's outcome may have landed while the beat waited for
                     # the lock: no row RUNNING is then no loss; its write settles the lease.)

@@ -26,7 +26,7 @@ def test_holding_takes_a_slot_and_releasing_frees_it() -> None:
     assert set(leases.all()) == {first, second}
     leases.release(first)
     assert (len(leases), leases.free) == (1, 2)
-    assert first.done.is_set() and not second.done.is_set()
+    assert first.done and not second.done
     leases.release(second)
     assert (len(leases), bool(leases)) == (0, False)
 
@@ -82,7 +82,7 @@ def test_a_lost_lease_is_counted_once_however_often_it_is_found_lost() -> None:
     with pytest.raises(pgsched.LeaseLost):
         held.run.heartbeat()
     leases.lose(held, "terminal write matched no row")
-    assert len(leases) == 0 and held.done.is_set()
+    assert len(leases) == 0 and held.done
     assert rec.report.leases_lost == 1
     assert sample(rec, "pgsched_leases_lost_total", job="job") == 1
 
@@ -126,9 +126,9 @@ def test_heartbeats_are_due_for_live_leases_past_their_time_only() -> None:
     due, later, abandoned, lost = (lease(spec, scope=pgsched.Scope("s", str(i))) for i in range(4))
     now = time.monotonic()
     for one in (due, abandoned, lost):
-        one.next_beat = now - 1
-    later.next_beat = now + 60
-    abandoned.abandoned = True
+        one.renewed(now - 1 - spec.heartbeat_interval.total_seconds())  # a beat 1 s overdue
+    later.renewed(now + 60)
+    abandoned.abandon()
     lost.liveness.mark_lost()
     for one in (due, later, abandoned, lost):
         leases.hold(one)

@@ -99,7 +99,7 @@ def test_outcomes_queued_together_are_one_statement() -> None:
     assert [len(batch) for batch in r.store.batches] == [3]
     assert set(r.store.finished) == {one.execution_id for one in leases}
     assert r.rec.report.succeeded == 3
-    assert all(one.submitted and one.done.is_set() for one in leases)
+    assert all(one.submitted and one.done for one in leases)
 
 
 def test_the_writer_waits_for_more_outcomes_while_other_leases_run(
@@ -238,7 +238,7 @@ def test_heartbeats_renew_held_leases_and_lose_the_others_once() -> None:
     kept, stolen = r.held(2, heartbeat_interval="30s")
     del r.store.held[stolen.execution_id]  # closed out or stolen by another replica
     for one in (kept, stolen):
-        one.next_beat = 0.0  # due now
+        one.renewed(-30.0)  # due now: renewed one 30 s interval before 0
 
     async def scenario() -> None:
         while not r.store.beats or kept.next_beat == 0.0:
@@ -262,7 +262,8 @@ def test_a_heartbeat_never_runs_beside_a_terminal_write() -> None:
         r.writer.submit(writing, ok())
         while not r.store.batches:
             await asyncio.sleep(0.001)
-        beating.next_beat = 0.0  # due while the write holds the lock
+        beating.renewed(-beating.job.heartbeat_interval.total_seconds())  # due while the
+        # write holds the lock
         await asyncio.sleep(0.05)  # many beat intervals
         assert r.store.beats == [], "the heartbeat waited for the write's lock"
         r.store.gate.set()
@@ -315,7 +316,8 @@ def test_a_lease_whose_outcome_landed_while_its_beat_waited_is_not_lost() -> Non
         r.writer.submit(done, ok())
         while not r.store.batches:
             await asyncio.sleep(0.001)
-        done.next_beat = 0.0  # due while its own write holds the lock
+        done.renewed(-done.job.heartbeat_interval.total_seconds())  # due while its own
+        # write holds the lock
         await asyncio.sleep(0.05)
         r.store.gate.set()  # the write lands (the row no longer RUNNING), then the beat runs
         while not r.store.beats:
