@@ -20,7 +20,7 @@ from ._engine.runtime import ReplicaSettings, Runtime
 from ._errors import ConfigError, PgschedError
 from ._facades.admin import Admin
 from ._facades.aio import AsyncAdmin
-from ._facades.sync_operations import ShortcutOperations
+from ._facades.sync_operations import SchedulerShortcuts
 from ._jobs.registry import JobRegistry
 from ._jobs.spec import FailureHook, Handler, RecoveryHook, RunHooks
 from ._operations.core import Operations
@@ -46,7 +46,7 @@ def _setting(value: Duration | None, field: str, default: str) -> timedelta:
 PRUNE_JOB = "pgsched.prune"
 
 
-class Scheduler(JobRegistry, ShortcutOperations):
+class Scheduler(JobRegistry, SchedulerShortcuts):
     """Registers jobs and runs them on this replica, coordinated through PostgreSQL.
 
     The DSN is ``dsn``, else ``PGSCHED_DSN``, else ``DATABASE_URL``, read when first needed

@@ -5,8 +5,10 @@ operator shortcuts of ``Scheduler``, from the coroutines of the operations core.
 The coroutines of :class:`pgsched._operations.core.Operations` (and of the classes it is made
 of) are the one place an operator action's parameters, types and documentation are written.
 For each of those classes this tool writes a class of the same methods for synchronous
-callers: the signature (overloads included) and the docstring copied, ``async`` dropped, and a
-body that runs the coroutine on the portal's loop (``PORTAL.call``). It reads the source with
+callers (the methods that are also a ``Scheduler``'s shortcuts in a class of their own, which
+both ``Admin`` and the ``Scheduler`` inherit, so each method is written once): the
+signature (overloads included) and the docstring copied, ``async`` dropped, and a body that
+runs the coroutine on the portal's loop (``PORTAL.call``). It reads the source with
 ``ast`` and imports nothing of it, so the output depends only on the source text (and on the
 ruff that formats it).
 
@@ -72,6 +74,10 @@ class OnPortal:
         """The operations core the methods call."""
         raise NotImplementedError
 
+    def _check_job(self, job: str) -> None:
+        """Before a shortcut's call on ``job``: nothing for ``Admin`` (the core answers for
+        a job no replica registered)."""
+
 
 class OnScheduler(OnPortal):
     """The shortcuts of a ``Scheduler``: those on one job first check it registered the job."""
@@ -79,6 +85,9 @@ class OnScheduler(OnPortal):
     def _job(self, name: str) -> JobSpec:
         """The registered job ``name``, else ``NotFoundError``."""
         raise NotImplementedError
+
+    def _check_job(self, job: str) -> None:
+        self._job(job)
 '''
 
 # What the template above names, beyond the signatures' own names.
@@ -279,7 +288,7 @@ def method(mod: Module, group: list[ast.AsyncFunctionDef], guarded: bool) -> lis
     if guarded:
         if "job" not in [a.arg for a in [*impl.args.args, *impl.args.kwonlyargs]]:
             raise GenerationError(f"{mod.path}: {impl.name}: a job check needs a job parameter")
-        out.append("        self._job(job)")
+        out.append("        self._check_job(job)")
     returns_none = isinstance(impl.returns, ast.Constant) and impl.returns.value is None
     call = f"PORTAL.call({forward(impl)})"
     out += [f"        {call}" if returns_none else f"        return {call}", ""]
@@ -344,40 +353,53 @@ def imports(names: dict[str, tuple[str, str]]) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True)
-class Facade:
-    """A family of generated classes, each mirroring one class of the core."""
+@dataclass
+class Written:
+    """A class the tool wrote: its bases, and whether it holds shortcuts only (inheriting
+    nothing else)."""
 
-    prefix: str  # of each class's name
-    base: str  # of a class none of whose bases is mirrored
-    role: str  # who has the methods, for the docstrings
-    chosen: dict[str, bool] | None  # the coroutines it has (None: all), each with its job check
-
-    def wants(self, name: str) -> bool:
-        return self.chosen is None or name in self.chosen
-
-    def guarded(self, name: str) -> bool:
-        return self.chosen is not None and self.chosen[name]
+    bases: list[str]
+    shortcuts_only: bool
 
 
-ADMIN = Facade("Sync", "OnPortal", "``Admin``", None)
-SCHEDULER = Facade("Shortcut", "OnScheduler", "the ``Scheduler``", SHORTCUTS)
-
-
-def mirror(c: Mirrored, facade: Facade, made: set[str]) -> list[str]:
-    """The class of ``c``'s chosen coroutines (none when it has none and no base has one)."""
-    names = [n for n in c.methods if facade.wants(n)]
-    bases = [facade.prefix + b for b in c.bases if facade.prefix + b in made]
-    if not names and not bases:
+def mirror(c: Mirrored, made: dict[str, Written]) -> list[str]:
+    """The class of ``c``'s coroutines, ``Sync`` + its name, for ``Admin``. When only some of
+    them are shortcuts, those are a class of their own (``Sync`` + name + ``Shortcuts``), its
+    first base, which the Scheduler's class inherits. ``made``: the classes written."""
+    shortcuts = [n for n in c.methods if n in SHORTCUTS]
+    rest = [n for n in c.methods if n not in SHORTCUTS]
+    bases = ["Sync" + b for b in c.bases if "Sync" + b in made]
+    if not c.methods and not bases:
         return []
-    made.add(facade.prefix + c.node.name)
-    title = f"class {facade.prefix}{c.node.name}({', '.join(bases or [facade.base])}):"
-    what = f"``{c.node.name}`` ({c.module.path.as_posix()})"
-    doc = [f'    """{what} for {facade.role}:', f'    {RUNS}"""']
-    out = ["", "", title, *doc, ""]
-    for name in names:
-        out += method(c.module, c.methods[name], facade.guarded(name))
+    out: list[str] = []
+    if shortcuts and (rest or bases):
+        part = f"Sync{c.node.name}Shortcuts"
+        out += _class(c, part, ["OnPortal"], shortcuts, "its shortcuts")
+        made[part] = Written([], shortcuts_only=True)
+        bases, shortcuts = [part, *bases], []
+    name = f"Sync{c.node.name}"
+    out += _class(c, name, bases or ["OnPortal"], shortcuts + rest, "")
+    made[name] = Written(bases, not rest and all(made[b].shortcuts_only for b in bases))
     return out
+
+
+def _class(c: Mirrored, name: str, bases: list[str], methods: list[str], part: str) -> list[str]:
+    what = f"``{c.node.name}`` ({c.module.path.as_posix()})"
+    of = f"{what}, {part}," if part else what
+    doc = [f'    """{of}, for ``Admin`` and the', f'    ``Scheduler``: {RUNS}"""']
+    out = ["", "", f"class {name}({', '.join(bases)}):", *doc, ""]
+    for method_name in methods:
+        out += method(c.module, c.methods[method_name], SHORTCUTS.get(method_name, False))
+    return out
+
+
+def scheduler_class(made: dict[str, Written]) -> list[str]:
+    """The Scheduler's shortcuts: the classes of shortcuts only, none a base of another."""
+    only = [name for name, written in made.items() if written.shortcuts_only]
+    inherited = {b for name in only for b in made[name].bases}
+    bases = [name for name in only if name not in inherited]
+    doc = '    """The operator shortcuts of a ``Scheduler`` (those on one job check it has it)."""'
+    return ["", "", f"class SchedulerShortcuts(OnScheduler, {', '.join(bases)}):", doc]
 
 
 def generate(root: Path = ROOT) -> str:
@@ -391,10 +413,10 @@ def generate(root: Path = ROOT) -> str:
         for group in c.methods.values():
             resolve(c.module, signature_names(group), names)
     body: list[str] = []
-    made: set[str] = set()
-    for facade in (ADMIN, SCHEDULER):
-        for c in core:
-            body += mirror(c, facade, made)
+    made: dict[str, bool] = {}
+    for c in core:
+        body += mirror(c, made)
+    body += scheduler_class(made)
     text = "\n".join([HEADER, *imports(names), PREAMBLE, *body]) + "\n"
     return ruff(root, text)
 

@@ -44,6 +44,10 @@ class OnPortal:
         """The operations core the methods call."""
         raise NotImplementedError
 
+    def _check_job(self, job: str) -> None:
+        """Before a shortcut's call on ``job``: nothing for ``Admin`` (the core answers for
+        a job no replica registered)."""
+
 
 class OnScheduler(OnPortal):
     """The shortcuts of a ``Scheduler``: those on one job first check it registered the job."""
@@ -52,10 +56,13 @@ class OnScheduler(OnPortal):
         """The registered job ``name``, else ``NotFoundError``."""
         raise NotImplementedError
 
+    def _check_job(self, job: str) -> None:
+        self._job(job)
+
 
 class SyncScheduleOperations(OnPortal):
-    """``ScheduleOperations`` (pgsched/_operations/schedules.py) for ``Admin``:
-    each method runs its coroutine on the portal's loop and returns its result."""
+    """``ScheduleOperations`` (pgsched/_operations/schedules.py), for ``Admin`` and the
+    ``Scheduler``: each method runs its coroutine on the portal's loop and returns its result."""
 
     def put_schedule(
         self,
@@ -118,8 +125,8 @@ class SyncScheduleOperations(OnPortal):
 
 
 class SyncDjangoBeatImport(SyncScheduleOperations):
-    """``DjangoBeatImport`` (pgsched/_operations/django_beat.py) for ``Admin``:
-    each method runs its coroutine on the portal's loop and returns its result."""
+    """``DjangoBeatImport`` (pgsched/_operations/django_beat.py), for ``Admin`` and the
+    ``Scheduler``: each method runs its coroutine on the portal's loop and returns its result."""
 
     def import_django_celery_beat(
         self, from_dsn: str | None = None, *, dry_run: bool = False
@@ -133,8 +140,8 @@ class SyncDjangoBeatImport(SyncScheduleOperations):
 
 
 class SyncDashboardOperations(OnPortal):
-    """``DashboardOperations`` (pgsched/_operations/dashboard.py) for ``Admin``:
-    each method runs its coroutine on the portal's loop and returns its result."""
+    """``DashboardOperations`` (pgsched/_operations/dashboard.py), for ``Admin`` and the
+    ``Scheduler``: each method runs its coroutine on the portal's loop and returns its result."""
 
     def job_overview(self) -> list[JobStatus]:
         """What :meth:`status` gives, for at most 1000 jobs, each count stopping past
@@ -206,8 +213,8 @@ class SyncDashboardOperations(OnPortal):
 
 
 class SyncExplainOperations(OnPortal):
-    """``ExplainOperations`` (pgsched/_operations/explain.py) for ``Admin``:
-    each method runs its coroutine on the portal's loop and returns its result."""
+    """``ExplainOperations`` (pgsched/_operations/explain.py), for ``Admin`` and the
+    ``Scheduler``: each method runs its coroutine on the portal's loop and returns its result."""
 
     def explain(
         self,
@@ -225,8 +232,8 @@ class SyncExplainOperations(OnPortal):
 
 
 class SyncTaskOperations(OnPortal):
-    """``TaskOperations`` (pgsched/_operations/tasks.py) for ``Admin``:
-    each method runs its coroutine on the portal's loop and returns its result."""
+    """``TaskOperations`` (pgsched/_operations/tasks.py), for ``Admin`` and the
+    ``Scheduler``: each method runs its coroutine on the portal's loop and returns its result."""
 
     def record_task_attempt(
         self, execution_id: UUID | str, attempt: TaskAttempt
@@ -252,8 +259,8 @@ class SyncTaskOperations(OnPortal):
 
 
 class SyncRetentionOperations(OnPortal):
-    """``RetentionOperations`` (pgsched/_operations/retention.py) for ``Admin``:
-    each method runs its coroutine on the portal's loop and returns its result."""
+    """``RetentionOperations`` (pgsched/_operations/retention.py), for ``Admin`` and the
+    ``Scheduler``: each method runs its coroutine on the portal's loop and returns its result."""
 
     def prune(self, older_than: Duration) -> int:
         """Retention; returns the rows removed. Drops each partition whose every plan is
@@ -266,26 +273,15 @@ class SyncRetentionOperations(OnPortal):
         return PORTAL.call(self._core().prune(older_than))
 
 
-class SyncOperations(
-    SyncDjangoBeatImport,
-    SyncScheduleOperations,
-    SyncDashboardOperations,
-    SyncExplainOperations,
-    SyncTaskOperations,
-    SyncRetentionOperations,
-):
-    """``Operations`` (pgsched/_operations/core.py) for ``Admin``:
-    each method runs its coroutine on the portal's loop and returns its result."""
+class SyncOperationsShortcuts(OnPortal):
+    """``Operations`` (pgsched/_operations/core.py), its shortcuts,, for ``Admin`` and the
+    ``Scheduler``: each method runs its coroutine on the portal's loop and returns its result."""
 
     def migrate(self) -> list[str]:
         """Create or upgrade the schema; returns the migration versions applied now.
 
         Safe when several replicas run it at once (an advisory lock serialises them)."""
         return PORTAL.call(self._core().migrate())
-
-    def is_migrated(self) -> bool:
-        """True when every migration this version ships has been applied."""
-        return PORTAL.call(self._core().is_migrated())
 
     def status(self) -> list[JobStatus]:
         """Per job: schedule, paused, last plan and status, last success, and how many of its
@@ -308,6 +304,106 @@ class SyncOperations(
         return PORTAL.call(
             self._core().runs(job, status, limit, scope=scope, since=since, until=until)
         )
+
+    @overload
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: Literal[False] = False,
+    ) -> Triggered: ...
+
+    @overload
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: Literal[True],
+    ) -> list[Triggered]: ...
+
+    @overload
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: bool,
+    ) -> Triggered | list[Triggered]: ...
+
+    def trigger(
+        self,
+        job: str,
+        scope: Scope | None = None,
+        at: datetime | None = None,
+        *,
+        all_scopes: bool = False,
+    ) -> Triggered | list[Triggered]:
+        """Queue a PENDING manual run of ``job`` and wake every replica. Without ``at`` (or
+        with ``at`` not in the future) a run-now: while one of the job and scope is PENDING,
+        that one is returned. A future ``at`` is a one-off at that instant, next to any
+        run-now; a second trigger for the same instant returns the first, and one whose plan
+        already ended is an error. An ``at`` that is a scheduled plan of the scope adds
+        nothing: the result (``scheduled_plan``) is that plan's execution once it has one,
+        and the scheduled run happens whatever becomes of any manual run. A job with scopes
+        other than GLOBAL needs ``scope`` or ``all_scopes=True`` (one run per scope it has
+        now: a list); a scope it does not have is refused. ``created`` says whether this call
+        inserted the row; ``warnings`` what the caller should know (no live replica runs the
+        job, ``at`` in the past)."""
+        self._check_job(job)
+        return PORTAL.call(self._core().trigger(job, scope, at, all_scopes=all_scopes))
+
+    def cancel(self, execution_id: UUID | str) -> None:
+        """Cancel a PENDING execution; :class:`NotFoundError` if there is none, and an error
+        naming its status if it is not PENDING."""
+        PORTAL.call(self._core().cancel(execution_id))
+
+    def pause(self, job: str) -> None:
+        """Stop planning and claiming ``job`` on every replica within one tick (running
+        executions finish)."""
+        self._check_job(job)
+        PORTAL.call(self._core().pause(job))
+
+    def resume(self, job: str) -> None:
+        """Undo :meth:`pause`. Plans that fell due while the job was paused do not run: they
+        are recorded as skipped, reason ``paused``."""
+        self._check_job(job)
+        PORTAL.call(self._core().resume(job))
+
+    def backfill(
+        self,
+        job: str,
+        start: datetime,
+        end: datetime,
+        scopes: Iterable[Scope] | None = None,
+    ) -> int:
+        """Insert PENDING backfill rows for every plan in ``[start, end]`` and scope (existing
+        plans are left alone); returns how many were inserted. ``scopes`` defaults to the
+        job's static scopes, or its ``scopes(now)`` answer at ``end``. Needs the job's code
+        (its schedule): the caller must have registered it."""
+        self._check_job(job)
+        return PORTAL.call(self._core().backfill(job, start, end, scopes))
+
+
+class SyncOperations(
+    SyncOperationsShortcuts,
+    SyncDjangoBeatImport,
+    SyncScheduleOperations,
+    SyncDashboardOperations,
+    SyncExplainOperations,
+    SyncTaskOperations,
+    SyncRetentionOperations,
+):
+    """``Operations`` (pgsched/_operations/core.py), for ``Admin`` and the
+    ``Scheduler``: each method runs its coroutine on the portal's loop and returns its result."""
+
+    def is_migrated(self) -> bool:
+        """True when every migration this version ships has been applied."""
+        return PORTAL.call(self._core().is_migrated())
 
     def replicas(self) -> list[LiveReplica]:
         """The live replicas: runner id, host, version, start, last registration, the jobs
@@ -320,57 +416,6 @@ class SyncOperations(
         registers it (it would come back at that replica's next registration)."""
         PORTAL.call(self._core().forget(job))
 
-    @overload
-    def trigger(
-        self,
-        job: str,
-        scope: Scope | None = None,
-        at: datetime | None = None,
-        *,
-        all_scopes: Literal[False] = False,
-    ) -> Triggered: ...
-
-    @overload
-    def trigger(
-        self,
-        job: str,
-        scope: Scope | None = None,
-        at: datetime | None = None,
-        *,
-        all_scopes: Literal[True],
-    ) -> list[Triggered]: ...
-
-    @overload
-    def trigger(
-        self,
-        job: str,
-        scope: Scope | None = None,
-        at: datetime | None = None,
-        *,
-        all_scopes: bool,
-    ) -> Triggered | list[Triggered]: ...
-
-    def trigger(
-        self,
-        job: str,
-        scope: Scope | None = None,
-        at: datetime | None = None,
-        *,
-        all_scopes: bool = False,
-    ) -> Triggered | list[Triggered]:
-        """Queue a PENDING manual run of ``job`` and wake every replica. Without ``at`` (or
-        with ``at`` not in the future) a run-now: while one of the job and scope is PENDING,
-        that one is returned. A future ``at`` is a one-off at that instant, next to any
-        run-now; a second trigger for the same instant returns the first, and one whose plan
-        already ended is an error. An ``at`` that is a scheduled plan of the scope adds
-        nothing: the result (``scheduled_plan``) is that plan's execution once it has one,
-        and the scheduled run happens whatever becomes of any manual run. A job with scopes
-        other than GLOBAL needs ``scope`` or ``all_scopes=True`` (one run per scope it has
-        now: a list); a scope it does not have is refused. ``created`` says whether this call
-        inserted the row; ``warnings`` what the caller should know (no live replica runs the
-        job, ``at`` in the past)."""
-        return PORTAL.call(self._core().trigger(job, scope, at, all_scopes=all_scopes))
-
     def failed_attempts(self, limit: int = 20) -> list[FailedAttempt]:
         """The newest failed attempts across jobs, newest first, those of executions that
         were retried and later succeeded included (``limit`` between 1 and 1000)."""
@@ -381,232 +426,8 @@ class SyncOperations(
         :class:`NotFoundError` if there is none."""
         return PORTAL.call(self._core().run(execution_id))
 
-    def cancel(self, execution_id: UUID | str) -> None:
-        """Cancel a PENDING execution; :class:`NotFoundError` if there is none, and an error
-        naming its status if it is not PENDING."""
-        PORTAL.call(self._core().cancel(execution_id))
 
-    def pause(self, job: str) -> None:
-        """Stop planning and claiming ``job`` on every replica within one tick (running
-        executions finish)."""
-        PORTAL.call(self._core().pause(job))
-
-    def resume(self, job: str) -> None:
-        """Undo :meth:`pause`. Plans that fell due while the job was paused do not run: they
-        are recorded as skipped, reason ``paused``."""
-        PORTAL.call(self._core().resume(job))
-
-    def backfill(
-        self,
-        job: str,
-        start: datetime,
-        end: datetime,
-        scopes: Iterable[Scope] | None = None,
-    ) -> int:
-        """Insert PENDING backfill rows for every plan in ``[start, end]`` and scope (existing
-        plans are left alone); returns how many were inserted. ``scopes`` defaults to the
-        job's static scopes, or its ``scopes(now)`` answer at ``end``. Needs the job's code
-        (its schedule): the caller must have registered it."""
-        return PORTAL.call(self._core().backfill(job, start, end, scopes))
-
-
-class ShortcutScheduleOperations(OnScheduler):
-    """``ScheduleOperations`` (pgsched/_operations/schedules.py) for the ``Scheduler``:
-    each method runs its coroutine on the portal's loop and returns its result."""
-
-    def put_schedule(
-        self,
-        job: str,
-        scope: Scope,
-        *,
-        every: Duration | None = None,
-        cron: str | None = None,
-        timezone: str = "UTC",
-        payload: dict[str, Any] | None = None,
-        starts_at: datetime | None = None,
-        ends_at: datetime | None = None,
-        paused: bool = False,
-        **unknown: Never,  # refused by type checkers; here, named with the field meant
-    ) -> Schedule:
-        """Create or replace the schedule of ``scope``; returns it as stored."""
-        return PORTAL.call(
-            self._core().put_schedule(
-                job,
-                scope,
-                every=every,
-                cron=cron,
-                timezone=timezone,
-                payload=payload,
-                starts_at=starts_at,
-                ends_at=ends_at,
-                paused=paused,
-                **unknown,
-            )
-        )
-
-    def put_schedules(self, job: str, specs: Iterable[ScheduleSpec]) -> int:
-        """Create or replace many schedules in one transaction, all or nothing; returns how
-        many were written (a schedule identical to the stored one is not)."""
-        return PORTAL.call(self._core().put_schedules(job, specs))
-
-    def get_schedule(self, job: str, scope: Scope) -> Schedule | None:
-        """The stored schedule of ``scope``, or None."""
-        return PORTAL.call(self._core().get_schedule(job, scope))
-
-    def list_schedules(
-        self, job: str, *, after: Scope | None = None, limit: int = 100
-    ) -> list[Schedule]:
-        """Up to ``limit`` (1 to 1000) schedules in (scope kind, scope id) order, starting
-        after the scope ``after``: keyset pages."""
-        return PORTAL.call(self._core().list_schedules(job, after=after, limit=limit))
-
-    def delete_schedule(self, job: str, scope: Scope) -> bool:
-        """Delete the schedule (its executions stay); False when there was none."""
-        return PORTAL.call(self._core().delete_schedule(job, scope))
-
-    def pause_schedule(self, job: str, scope: Scope) -> None:
-        """No plan of the schedule is claimed until :meth:`resume_schedule`."""
-        PORTAL.call(self._core().pause_schedule(job, scope))
-
-    def resume_schedule(self, job: str, scope: Scope) -> None:
-        """Undo :meth:`pause_schedule`. Plans that fell due while the schedule was paused do
-        not run: they are recorded as skipped, reason ``paused``."""
-        PORTAL.call(self._core().resume_schedule(job, scope))
-
-
-class ShortcutDjangoBeatImport(ShortcutScheduleOperations):
-    """``DjangoBeatImport`` (pgsched/_operations/django_beat.py) for the ``Scheduler``:
-    each method runs its coroutine on the portal's loop and returns its result."""
-
-
-class ShortcutRetentionOperations(OnScheduler):
-    """``RetentionOperations`` (pgsched/_operations/retention.py) for the ``Scheduler``:
-    each method runs its coroutine on the portal's loop and returns its result."""
-
-    def prune(self, older_than: Duration) -> int:
-        """Retention; returns the rows removed. Drops each partition whose every plan is
-        older than ``older_than`` and whose rows are all finished (one with an unfinished
-        row is kept whole until it has none). The DEFAULT partition (and the legacy one, the
-        ledger of an earlier version, until it can be dropped) has its finished rows older
-        than that deleted in small batches, each scope keeping its newest scheduled plan
-        unless its cursor remembers it, so a pruned scope never looks new. The spans of
-        skipped plans whose last plan is older than that go with them (not counted)."""
-        return PORTAL.call(self._core().prune(older_than))
-
-
-class ShortcutOperations(
-    ShortcutDjangoBeatImport, ShortcutScheduleOperations, ShortcutRetentionOperations
+class SchedulerShortcuts(
+    OnScheduler, SyncScheduleOperations, SyncRetentionOperations, SyncOperationsShortcuts
 ):
-    """``Operations`` (pgsched/_operations/core.py) for the ``Scheduler``:
-    each method runs its coroutine on the portal's loop and returns its result."""
-
-    def migrate(self) -> list[str]:
-        """Create or upgrade the schema; returns the migration versions applied now.
-
-        Safe when several replicas run it at once (an advisory lock serialises them)."""
-        return PORTAL.call(self._core().migrate())
-
-    def status(self) -> list[JobStatus]:
-        """Per job: schedule, paused, last plan and status, last success, and how many of its
-        runs are running, stale, failed (no retry left) and pending."""
-        return PORTAL.call(self._core().status())
-
-    def runs(
-        self,
-        job: str | None = None,
-        status: str | None = None,
-        limit: int = 20,
-        *,
-        scope: Scope | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-    ) -> list[Execution]:
-        """The most recent executions, newest plan first, of ``job``, in ``status`` and of
-        ``scope`` when given, with plans at or after ``since`` and before ``until``
-        (``limit`` between 1 and 1000)."""
-        return PORTAL.call(
-            self._core().runs(job, status, limit, scope=scope, since=since, until=until)
-        )
-
-    @overload
-    def trigger(
-        self,
-        job: str,
-        scope: Scope | None = None,
-        at: datetime | None = None,
-        *,
-        all_scopes: Literal[False] = False,
-    ) -> Triggered: ...
-
-    @overload
-    def trigger(
-        self,
-        job: str,
-        scope: Scope | None = None,
-        at: datetime | None = None,
-        *,
-        all_scopes: Literal[True],
-    ) -> list[Triggered]: ...
-
-    @overload
-    def trigger(
-        self,
-        job: str,
-        scope: Scope | None = None,
-        at: datetime | None = None,
-        *,
-        all_scopes: bool,
-    ) -> Triggered | list[Triggered]: ...
-
-    def trigger(
-        self,
-        job: str,
-        scope: Scope | None = None,
-        at: datetime | None = None,
-        *,
-        all_scopes: bool = False,
-    ) -> Triggered | list[Triggered]:
-        """Queue a PENDING manual run of ``job`` and wake every replica. Without ``at`` (or
-        with ``at`` not in the future) a run-now: while one of the job and scope is PENDING,
-        that one is returned. A future ``at`` is a one-off at that instant, next to any
-        run-now; a second trigger for the same instant returns the first, and one whose plan
-        already ended is an error. An ``at`` that is a scheduled plan of the scope adds
-        nothing: the result (``scheduled_plan``) is that plan's execution once it has one,
-        and the scheduled run happens whatever becomes of any manual run. A job with scopes
-        other than GLOBAL needs ``scope`` or ``all_scopes=True`` (one run per scope it has
-        now: a list); a scope it does not have is refused. ``created`` says whether this call
-        inserted the row; ``warnings`` what the caller should know (no live replica runs the
-        job, ``at`` in the past)."""
-        self._job(job)
-        return PORTAL.call(self._core().trigger(job, scope, at, all_scopes=all_scopes))
-
-    def cancel(self, execution_id: UUID | str) -> None:
-        """Cancel a PENDING execution; :class:`NotFoundError` if there is none, and an error
-        naming its status if it is not PENDING."""
-        PORTAL.call(self._core().cancel(execution_id))
-
-    def pause(self, job: str) -> None:
-        """Stop planning and claiming ``job`` on every replica within one tick (running
-        executions finish)."""
-        self._job(job)
-        PORTAL.call(self._core().pause(job))
-
-    def resume(self, job: str) -> None:
-        """Undo :meth:`pause`. Plans that fell due while the job was paused do not run: they
-        are recorded as skipped, reason ``paused``."""
-        self._job(job)
-        PORTAL.call(self._core().resume(job))
-
-    def backfill(
-        self,
-        job: str,
-        start: datetime,
-        end: datetime,
-        scopes: Iterable[Scope] | None = None,
-    ) -> int:
-        """Insert PENDING backfill rows for every plan in ``[start, end]`` and scope (existing
-        plans are left alone); returns how many were inserted. ``scopes`` defaults to the
-        job's static scopes, or its ``scopes(now)`` answer at ``end``. Needs the job's code
-        (its schedule): the caller must have registered it."""
-        self._job(job)
-        return PORTAL.call(self._core().backfill(job, start, end, scopes))
+    """The operator shortcuts of a ``Scheduler`` (those on one job check it has it)."""
