@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from .._dsn import resolve_dsn, resolve_transaction_pooling
+from .._dsn import resolve_dsn
 from .._jobs.spec import JobSpec
 from .._operations.audit import Actor
-from .._operations.connectors import KeptConnections
-from .._operations.core import Operations, check_schema, no_jobs
-from .._times import Duration, parse_duration
+from .._operations.connectors import KeptConnections, Target
+from .._operations.core import Operations, no_jobs
+from .._times import Duration
 from .sync_operations import SyncOperations
 
 
@@ -43,18 +43,16 @@ class Admin(SyncOperations):
         surface: str = "admin",
     ) -> None:
         self._dsn = dsn
-        self.schema = check_schema(schema)
-        self.statement_timeout = parse_duration(
-            statement_timeout, field="statement_timeout", allow_zero=False
-        )
-        self.transaction_pooling = resolve_transaction_pooling(transaction_pooling)
-        self._connections = KeptConnections(
+        target = Target.parse(
             dsn,
-            self.schema,
+            schema,
+            statement_timeout,
             app_name=app_name,
-            transaction_pooling=self.transaction_pooling,
-            statement_timeout=self.statement_timeout,
+            transaction_pooling=transaction_pooling,
         )
+        self.schema, self.statement_timeout = target.schema, target.statement_timeout
+        self.transaction_pooling = target.transaction_pooling
+        self._connections = KeptConnections(target)
         # Who its actions are recorded as: ``actor``, else python:user@host (``surface`` is
         # the command line's "cli" when it is the one acting).
         self._ops = Operations(

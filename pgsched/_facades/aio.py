@@ -8,12 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from types import TracebackType
 
-from .._dsn import resolve_transaction_pooling
 from .._jobs.spec import JobSpec
 from .._operations.audit import Actor
-from .._operations.connectors import PooledConnections
-from .._operations.core import Operations, check_schema, no_jobs
-from .._times import Duration, parse_duration
+from .._operations.connectors import PooledConnections, Target
+from .._operations.core import Operations, no_jobs
+from .._times import Duration
 
 
 class AsyncAdmin(Operations):
@@ -40,18 +39,17 @@ class AsyncAdmin(Operations):
         transaction_pooling: bool | None = None,
         actor: str | None = None,
     ) -> None:
-        timeout = parse_duration(statement_timeout, field="statement_timeout", allow_zero=False)
-        self.transaction_pooling = resolve_transaction_pooling(transaction_pooling)
-        self._connections = PooledConnections(
+        target = Target.parse(
             dsn,
-            check_schema(schema),
+            schema,
+            statement_timeout,
             app_name=app_name,
-            transaction_pooling=self.transaction_pooling,
-            statement_timeout=timeout,
-            max_connections=max_connections,
+            transaction_pooling=transaction_pooling,
         )
+        self.transaction_pooling = target.transaction_pooling
+        self._connections = PooledConnections(target, max_connections)
         super().__init__(
-            schema, self._connections.connect, jobs, actor=Actor.python("async_admin", actor)
+            target.schema, self._connections.connect, jobs, actor=Actor.python("async_admin", actor)
         )
 
     async def __aenter__(self) -> AsyncAdmin:

@@ -11,12 +11,13 @@ import os
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from .._dsn import require_dsn, resolve_dsn
+from .._dsn import require_dsn, resolve_dsn, resolve_transaction_pooling
 from .._portal import PORTAL
 from .._storage.answering import ANSWER_GRACE_S, BoundedAsyncConnection
 from .._storage.connection import (
@@ -32,9 +33,40 @@ from .._storage.connection import (
 from .._storage.servers import ServerWatch
 from .._storage.statements import Conn
 from .._storage.store import Store
+from .._times import Duration, parse_duration
+from .core import check_schema
 
 KEEP_IDLE = 4  # connections an Admin keeps open between actions
 _FORKED_AWAY: list[Conn] = []
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where an operator's connections go and how each is set up: the DSN (None: read from
+    ``PGSCHED_DSN``, else ``DATABASE_URL``, when first needed), the schema, the application
+    name, whether a transaction pooler is in between, every statement's timeout."""
+
+    dsn: str | None
+    schema: str
+    app_name: str
+    transaction_pooling: bool
+    statement_timeout: timedelta
+
+    @classmethod
+    def parse(
+        cls,
+        dsn: str | None,
+        schema: str,
+        statement_timeout: Duration,
+        *,
+        app_name: str,
+        transaction_pooling: bool | None,
+    ) -> Target:
+        """A facade's options checked: ConfigError naming the one that is wrong."""
+        checked = check_schema(schema)
+        timeout = parse_duration(statement_timeout, field="statement_timeout", allow_zero=False)
+        pooling = resolve_transaction_pooling(transaction_pooling)
+        return cls(dsn, checked, app_name, pooling, timeout)
 
 
 class KeptConnections:
@@ -42,18 +74,11 @@ class KeptConnections:
     :data:`KEEP_IDLE` stay open between actions), each checked and given the statement
     timeout (twice that for an idle transaction) unless a transaction pooler is in between."""
 
-    def __init__(
-        self,
-        dsn: str | None,
-        schema: str,
-        *,
-        app_name: str,
-        transaction_pooling: bool,
-        statement_timeout: timedelta,
-    ) -> None:
-        self._dsn, self._app_name = dsn, app_name
-        self._transaction_pooling, self._timeout = transaction_pooling, statement_timeout
-        self._store = Store(schema)
+    def __init__(self, target: Target) -> None:
+        self._dsn, self._app_name = target.dsn, target.app_name
+        self._transaction_pooling = target.transaction_pooling
+        self._timeout = target.statement_timeout
+        self._store = Store(target.schema)
         self._watch = ServerWatch()  # the server this Admin writes to (see _storage.servers)
         self._kept = _Kept()  # touched on the portal's loop only, or once dead
 
@@ -168,19 +193,11 @@ class PooledConnections:
     """An AsyncAdmin's pool (at most ``max_connections``), opened on first use on the running
     loop; its connections are checked like an Admin's and given the same timeouts."""
 
-    def __init__(
-        self,
-        dsn: str | None,
-        schema: str,
-        *,
-        app_name: str,
-        transaction_pooling: bool,
-        statement_timeout: timedelta,
-        max_connections: int,
-    ) -> None:
-        self._dsn, self._app_name, self._max = dsn, app_name, max_connections
-        self._transaction_pooling, self._timeout = transaction_pooling, statement_timeout
-        self._store = Store(schema)
+    def __init__(self, target: Target, max_connections: int) -> None:
+        self._dsn, self._app_name = target.dsn, target.app_name
+        self._transaction_pooling = target.transaction_pooling
+        self._timeout, self._max = target.statement_timeout, max_connections
+        self._store = Store(target.schema)
         self._pool: WritablePool | None = None
 
     async def open(self) -> None:
