@@ -472,15 +472,21 @@ def main(argv: list[str] | None = None) -> int:
     except GenerationError as exc:
         print(f"{TOOL}: {exc}", file=sys.stderr)
         return 2
+    return settle(target, TARGET, wanted, check=opts.check, tool=TOOL)
+
+
+def settle(target: Path, shown: Path, wanted: str, *, check: bool, tool: str) -> int:
+    """Write ``wanted`` to ``target`` when it differs (``check``: say where, exit 1); every
+    generating tool of the repository ends so. ``shown``: the target as messages name it."""
     current = target.read_text(encoding="utf-8") if target.exists() else None
     if current == wanted:
         return 0
-    if opts.check:
+    if check:
         why = "missing" if current is None else stale_line(current, wanted)
-        print(f"{TARGET} is stale ({why}): run python {TOOL}", file=sys.stderr)
+        print(f"{shown} is stale ({why}): run python {tool}", file=sys.stderr)
         return 1
     target.write_text(wanted, encoding="utf-8")
-    print(f"wrote {TARGET}")
+    print(f"wrote {shown}")
     return 0
 
 

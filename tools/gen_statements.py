@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from gen_admin import settle  # this folder: the script runs from it
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = Path("pgsched/_storage/names.py")
 SOURCE = Path("sql/queries.sql")
@@ -66,16 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"{TOOL}: {exc}", file=sys.stderr)
         return 2
-    target = opts.root / TARGET
-    current = target.read_text(encoding="utf-8") if target.exists() else None
-    if current == wanted:
-        return 0
-    if opts.check:
-        print(f"{TARGET} is stale: run python {TOOL}", file=sys.stderr)
-        return 1
-    target.write_text(wanted, encoding="utf-8")
-    print(f"wrote {TARGET}")
-    return 0
+    return settle(opts.root / TARGET, TARGET, wanted, check=opts.check, tool=TOOL)
 
 
 if __name__ == "__main__":
