@@ -5,11 +5,14 @@ work as soon as it answers. SIGTERM while ``run`` is still starting exits 0."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -178,4 +181,50 @@ def test_sigterm_while_importing_the_app_exits_0(tmp_path: Path) -> None:
         assert replica.stop(30) == 0, replica.output()
         assert "Traceback" not in replica.output()
     finally:
+        replica.kill()
+
+
+def _server_processes(server: PrivateServer) -> list[int]:
+    """The postmaster of ``server`` and its children (the backends, the checkpointer...)."""
+    postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == postmaster:
+                children.append(int(stat.parent.name))
+    return [postmaster, *children]
+
+
+def test_readyz_answers_at_once_while_the_database_does_not_answer(
+    stopped_server: PrivateServer, tmp_path: Path
+) -> None:
+    """A database whose every process is suspended (connections open, no answer: a host cut
+    off mid-way): /readyz answers without waiting out its 5 s bound, first with the last
+    check's result, then the 503 that check ends with."""
+    (tmp_path / "app.py").write_text(APP)
+    stopped_server.start()
+    env = clean_env({"PGSCHED_DSN": stopped_server.dsn()})
+    replica = Replica.run("app.py", "frozen", cwd=tmp_path, env=env)
+    frozen: list[int] = []
+    try:
+        replica.http_port()
+        wait_until(lambda: replica.get("/readyz").status == 200, 30, "/readyz 200")
+        frozen = _server_processes(stopped_server)
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        answers: list[tuple[int, float]] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (not answers or answers[-1][0] != 503):
+            started = time.monotonic()
+            status = replica.get("/readyz").status
+            answers.append((status, time.monotonic() - started))
+        statuses = [status for status, _ in answers]
+        assert statuses[0] == 200 and statuses[-1] == 503, answers  # the last result, then
+        # The bound it replaces was 5 s: this guards against waiting it out again.
+        assert max(took for _, took in answers) < 3, answers
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
         replica.kill()

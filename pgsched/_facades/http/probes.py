@@ -20,6 +20,9 @@ from ..._telemetry.gauges import ClusterGauges
 
 _DB_TIMEOUT = 5.0
 _REFUSED_WAIT = 1.0
+# A probe's answer never waits longer than this for the database (Kubernetes' default probe
+# timeout is 1 s): a check still running then is answered with the last one's result.
+PROBE_ANSWER_S = 0.8
 
 
 class Health(Protocol):
@@ -48,6 +51,7 @@ class Probes:
     ) -> None:
         self._ops, self._health = ops, health
         self._registry, self._gauges = registry, gauges
+        self._readiness = Readiness(ops, health)
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -90,23 +94,55 @@ class Probes:
         return json_response(body, 200 if alive else 503)
 
     async def readyz(self, request: web.Request) -> web.Response:
-        """200 when the database answers, takes writes and the schema is migrated. After the
-        pool refused a read-only server, a probe waits briefly: a connection lent now has
-        passed the pool's check, so the server takes writes again."""
+        """200 when the database answers, takes writes and the schema is migrated; answered
+        within :data:`PROBE_ANSWER_S` whatever the database does."""
+        body, status = await self._readiness.answer()
+        return json_response(body, status)
+
+
+class Readiness:
+    """The database's readiness, checked by one task at a time (each bounded by
+    ``_DB_TIMEOUT``) that a probe waits for at most :data:`PROBE_ANSWER_S`: past that it is
+    answered with the last check's result, or a 503 when there was none. A database that
+    stops answering is then reported once the running check's bound ends."""
+
+    def __init__(self, ops: Operations, health: Health) -> None:
+        self._ops, self._health = ops, health
+        self._last: tuple[dict[str, Any], int] | None = None
+        self._check: asyncio.Task[tuple[dict[str, Any], int]] | None = None
+
+    async def answer(self) -> tuple[dict[str, Any], int]:
+        if self._check is None or self._check.done():
+            self._check = asyncio.create_task(self._checked())
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._check), PROBE_ANSWER_S)
+        except TimeoutError:
+            if self._last is not None:
+                return self._last
+            why = f"the database did not answer within {PROBE_ANSWER_S} s (still waiting)"
+            return {"ready": False, "reason": why}, 503
+
+    async def _checked(self) -> tuple[dict[str, Any], int]:
+        self._last = result = await self._result()
+        return result
+
+    async def _result(self) -> tuple[dict[str, Any], int]:
+        """After the pool refused a read-only server, the check waits briefly: a connection
+        lent now has passed the pool's check, so the server takes writes again."""
         refused = self._health.not_writable()
         try:
             async with asyncio.timeout(_REFUSED_WAIT if refused else _DB_TIMEOUT):
                 migrated = await self._ops.is_migrated()
         except (DriverError, TimeoutError) as exc:
             why = f"database not writable: {refused}" if refused else describe_error(exc)
-            return json_response({"ready": False, "reason": why}, 503)
+            return {"ready": False, "reason": why}, 503
         except DatabaseError as exc:  # an AsyncAdmin's connector translates driver errors
-            return json_response({"ready": False, "reason": str(exc)}, 503)
+            return {"ready": False, "reason": str(exc)}, 503
+        except Exception as exc:  # the probe says so rather than the task dying unseen
+            return {"ready": False, "reason": describe_error(exc)}, 503
         if not migrated:
-            return json_response(
-                {"ready": False, "reason": "schema not migrated: run pgsched migrate"}, 503
-            )
-        return json_response({"ready": True}, 200)
+            return {"ready": False, "reason": "schema not migrated: run pgsched migrate"}, 503
+        return {"ready": True}, 200
 
 
 class Heartbeat:
