@@ -43,13 +43,7 @@ class Admin(SyncOperations):
         surface: str = "admin",
     ) -> None:
         self._dsn = dsn
-        target = Target.parse(
-            dsn,
-            schema,
-            statement_timeout,
-            app_name=app_name,
-            transaction_pooling=transaction_pooling,
-        )
+        target = Target.parse(dsn, schema, statement_timeout, app_name, transaction_pooling)
         self.schema, self.statement_timeout = target.schema, target.statement_timeout
         self.transaction_pooling = target.transaction_pooling
         self._connections = KeptConnections(target)

@@ -39,13 +39,7 @@ class AsyncAdmin(Operations):
         transaction_pooling: bool | None = None,
         actor: str | None = None,
     ) -> None:
-        target = Target.parse(
-            dsn,
-            schema,
-            statement_timeout,
-            app_name=app_name,
-            transaction_pooling=transaction_pooling,
-        )
+        target = Target.parse(dsn, schema, statement_timeout, app_name, transaction_pooling)
         self.transaction_pooling = target.transaction_pooling
         self._connections = PooledConnections(target, max_connections)
         super().__init__(

@@ -58,7 +58,6 @@ class Target:
         dsn: str | None,
         schema: str,
         statement_timeout: Duration,
-        *,
         app_name: str,
         transaction_pooling: bool | None,
     ) -> Target:
