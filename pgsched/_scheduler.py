@@ -1,6 +1,7 @@
 """The public ``Scheduler``: job registration, the replica's lifecycle (``run``, ``serve``,
 ``run_once``), and the operator actions on its jobs through the ``Admin`` it has (its
-shortcuts are generated from the operations core: ``_sync_operations``).
+shortcuts, ``_facades.sync_operations.SchedulerShortcuts``, are generated from the operations
+core; those on one job first check that it registered the job).
 """
 
 from __future__ import annotations

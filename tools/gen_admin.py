@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 """Generate ``pgsched/_facades/sync_operations.py``: the blocking methods of ``Admin`` and the
-operator shortcuts of ``Scheduler``, from the coroutines of the operations core.
+operator shortcuts of ``Scheduler``, each written once, from the coroutines of the operations core.
 
 The coroutines of :class:`pgsched._operations.core.Operations` (and of the classes it is made
 of) are the one place an operator action's parameters, types and documentation are written.
-For each of those classes this tool writes a class of the same methods for synchronous
-callers (the methods that are also a ``Scheduler``'s shortcuts in a class of their own, which
-both ``Admin`` and the ``Scheduler`` inherit, so each method is written once): the
-signature (overloads included) and the docstring copied, ``async`` dropped, and a body that
-runs the coroutine on the portal's loop (``PORTAL.call``). It reads the source with
-``ast`` and imports nothing of it, so the output depends only on the source text (and on the
-ruff that formats it).
+Each becomes one blocking method: the signature (overloads included) and the docstring copied,
+``async`` dropped, and a body that runs the coroutine on the portal's loop (``PORTAL.call``);
+a shortcut marked ``True`` in ``SHORTCUTS`` first calls ``self._check_job(job)``, which does
+nothing on ``OnPortal`` (``Admin``: the core answers for an unknown job) and on
+``OnScheduler`` raises ``NotFoundError`` unless the scheduler registered the job. For each
+core class ``X`` it writes ``SyncX`` (its bases the ``Sync`` classes of ``X``'s bases, else
+``OnPortal``); when ``X`` has shortcuts and other methods (or bases), its shortcuts are a
+class of their own, ``SyncXShortcuts(OnPortal)``, the first base of ``SyncX``. ``Admin``
+inherits ``SyncOperations``, so every method; the ``Scheduler`` inherits
+``SchedulerShortcuts(OnScheduler, ...)``, whose bases are the classes of shortcuts only, so
+exactly the ``SHORTCUTS``. It reads the source with ``ast`` and imports nothing of it, so the
+output depends only on the source text (and on the ruff that formats it).
 
     python tools/gen_admin.py          write the module (when it changed)
     python tools/gen_admin.py --check  exit 1, naming the first stale line, when it is stale
@@ -59,7 +64,8 @@ HEADER = f'''\
 # Edit the coroutines there (signatures and docstrings are copied) and run the tool.
 """The operations core for synchronous callers: every public coroutine of
 :class:`~pgsched._operations.core.Operations` as a method that runs it on the portal's loop
-(``_portal``) and returns its result. ``Admin`` has them all; ``Scheduler`` the shortcuts.
+(``_portal``) and returns its result, each once. ``Admin`` inherits them all
+(``SyncOperations``); the ``Scheduler`` the classes of shortcuts only (``SchedulerShortcuts``).
 """
 
 from __future__ import annotations
@@ -374,19 +380,25 @@ def mirror(c: Mirrored, made: dict[str, Written]) -> list[str]:
     out: list[str] = []
     if shortcuts and (rest or bases):
         part = f"Sync{c.node.name}Shortcuts"
-        out += _class(c, part, ["OnPortal"], shortcuts, "its shortcuts")
+        out += _class(c, part, ["OnPortal"], shortcuts, "its shortcuts", shortcuts_only=True)
         made[part] = Written([], shortcuts_only=True)
         bases, shortcuts = [part, *bases], []
     name = f"Sync{c.node.name}"
-    out += _class(c, name, bases or ["OnPortal"], shortcuts + rest, "")
-    made[name] = Written(bases, not rest and all(made[b].shortcuts_only for b in bases))
+    only = not rest and all(made[b].shortcuts_only for b in bases)
+    out += _class(c, name, bases or ["OnPortal"], shortcuts + rest, "", shortcuts_only=only)
+    made[name] = Written(bases, only)
     return out
 
 
-def _class(c: Mirrored, name: str, bases: list[str], methods: list[str], part: str) -> list[str]:
+def _class(
+    c: Mirrored, name: str, bases: list[str], methods: list[str], part: str, *, shortcuts_only: bool
+) -> list[str]:
+    """A class of ``methods``; ``shortcuts_only``: the ``Scheduler`` inherits it too."""
     what = f"``{c.node.name}`` ({c.module.path.as_posix()})"
-    of = f"{what}, {part}," if part else what
-    doc = [f'    """{of}, for ``Admin`` and the', f'    ``Scheduler``: {RUNS}"""']
+    of = f"{what}, {part}" if part else what
+    users = "for ``Admin`` and the" if shortcuts_only else "for"
+    last = "``Scheduler``" if shortcuts_only else "``Admin``"
+    doc = [f'    """{of}, {users}', f'    {last}: {RUNS}"""']
     out = ["", "", f"class {name}({', '.join(bases)}):", *doc, ""]
     for method_name in methods:
         out += method(c.module, c.methods[method_name], SHORTCUTS.get(method_name, False))
@@ -413,7 +425,7 @@ def generate(root: Path = ROOT) -> str:
         for group in c.methods.values():
             resolve(c.module, signature_names(group), names)
     body: list[str] = []
-    made: dict[str, bool] = {}
+    made: dict[str, Written] = {}
     for c in core:
         body += mirror(c, made)
     body += scheduler_class(made)

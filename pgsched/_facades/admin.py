@@ -1,6 +1,6 @@
 """``Admin``: the operations core (``_operations``) for synchronous callers. Translates and
 calls, nothing more: validation and SQL live below it. Its operator methods are generated from
-the core's coroutines (``_sync_operations``, by tools/gen_admin.py); each runs on the process's
+the core's coroutines (``sync_operations``, by tools/gen_admin.py); each runs on the process's
 portal loop (``_portal``), where the Admin keeps a few idle connections between calls
 (``_operations.connectors``).
 """

@@ -2,7 +2,8 @@
 # Edit the coroutines there (signatures and docstrings are copied) and run the tool.
 """The operations core for synchronous callers: every public coroutine of
 :class:`~pgsched._operations.core.Operations` as a method that runs it on the portal's loop
-(``_portal``) and returns its result. ``Admin`` has them all; ``Scheduler`` the shortcuts.
+(``_portal``) and returns its result, each once. ``Admin`` inherits them all
+(``SyncOperations``); the ``Scheduler`` the classes of shortcuts only (``SchedulerShortcuts``).
 """
 
 from __future__ import annotations
@@ -125,8 +126,8 @@ class SyncScheduleOperations(OnPortal):
 
 
 class SyncDjangoBeatImport(SyncScheduleOperations):
-    """``DjangoBeatImport`` (pgsched/_operations/django_beat.py), for ``Admin`` and the
-    ``Scheduler``: each method runs its coroutine on the portal's loop and returns its result."""
+    """``DjangoBeatImport`` (pgsched/_operations/django_beat.py), for
+    ``Admin``: each method runs its coroutine on the portal's loop and returns its result."""
 
     def import_django_celery_beat(
         self, from_dsn: str | None = None, *, dry_run: bool = False
@@ -140,8 +141,8 @@ class SyncDjangoBeatImport(SyncScheduleOperations):
 
 
 class SyncDashboardOperations(OnPortal):
-    """``DashboardOperations`` (pgsched/_operations/dashboard.py), for ``Admin`` and the
-    ``Scheduler``: each method runs its coroutine on the portal's loop and returns its result."""
+    """``DashboardOperations`` (pgsched/_operations/dashboard.py), for
+    ``Admin``: each method runs its coroutine on the portal's loop and returns its result."""
 
     def job_overview(self) -> list[JobStatus]:
         """What :meth:`status` gives, for at most 1000 jobs, each count stopping past
@@ -213,8 +214,8 @@ class SyncDashboardOperations(OnPortal):
 
 
 class SyncExplainOperations(OnPortal):
-    """``ExplainOperations`` (pgsched/_operations/explain.py), for ``Admin`` and the
-    ``Scheduler``: each method runs its coroutine on the portal's loop and returns its result."""
+    """``ExplainOperations`` (pgsched/_operations/explain.py), for
+    ``Admin``: each method runs its coroutine on the portal's loop and returns its result."""
 
     def explain(
         self,
@@ -232,8 +233,8 @@ class SyncExplainOperations(OnPortal):
 
 
 class SyncTaskOperations(OnPortal):
-    """``TaskOperations`` (pgsched/_operations/tasks.py), for ``Admin`` and the
-    ``Scheduler``: each method runs its coroutine on the portal's loop and returns its result."""
+    """``TaskOperations`` (pgsched/_operations/tasks.py), for
+    ``Admin``: each method runs its coroutine on the portal's loop and returns its result."""
 
     def record_task_attempt(
         self, execution_id: UUID | str, attempt: TaskAttempt
@@ -274,7 +275,7 @@ class SyncRetentionOperations(OnPortal):
 
 
 class SyncOperationsShortcuts(OnPortal):
-    """``Operations`` (pgsched/_operations/core.py), its shortcuts,, for ``Admin`` and the
+    """``Operations`` (pgsched/_operations/core.py), its shortcuts, for ``Admin`` and the
     ``Scheduler``: each method runs its coroutine on the portal's loop and returns its result."""
 
     def migrate(self) -> list[str]:
@@ -398,8 +399,8 @@ class SyncOperations(
     SyncTaskOperations,
     SyncRetentionOperations,
 ):
-    """``Operations`` (pgsched/_operations/core.py), for ``Admin`` and the
-    ``Scheduler``: each method runs its coroutine on the portal's loop and returns its result."""
+    """``Operations`` (pgsched/_operations/core.py), for
+    ``Admin``: each method runs its coroutine on the portal's loop and returns its result."""
 
     def is_migrated(self) -> bool:
         """True when every migration this version ships has been applied."""

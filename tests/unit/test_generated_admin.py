@@ -118,6 +118,21 @@ def test_the_scheduler_shortcuts_take_what_admin_takes() -> None:
     assert {"scope", "since", "until"} <= set(runs)
 
 
+def test_the_scheduler_has_exactly_the_shortcuts_and_checks_their_job() -> None:
+    from pgsched._facades.sync_operations import SchedulerShortcuts
+
+    assert {n for n in dir(SchedulerShortcuts) if not n.startswith("_")} == set(GEN.SHORTCUTS)
+    assert "run" not in GEN.SHORTCUTS  # the Scheduler's own run(http_port), not Admin's
+    source = inspect.getsource(sys.modules[SchedulerShortcuts.__module__])
+    assert source.count("    def put_schedule(") == 1  # each method written once
+    scheduler = pgsched.Scheduler(dsn="postgresql://x@localhost/x")  # never connects here
+    guarded = {"trigger": (), "pause": (), "resume": (), "backfill": (None, None)}
+    assert set(guarded) == {name for name, check in GEN.SHORTCUTS.items() if check}
+    for name, rest in guarded.items():
+        with pytest.raises(pgsched.NotFoundError, match="'ghost' is not registered"):
+            getattr(scheduler, name)("ghost", *rest)
+
+
 def test_a_blocking_call_from_the_portal_loop_is_refused_not_left_waiting() -> None:
     portal = Portal()  # its own loop: a call that did wait for ever would stall only this one
 
