@@ -6,6 +6,7 @@ holds), an outcome (how a run ended) and the tick report.
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -76,6 +77,17 @@ class ClaimBatch:
     closed: list[dict[str, Any]] = field(default_factory=list)  # stale leases closed FAILED
 
 
+class LeaseState(enum.Enum):
+    """Whose outcome ends a lease's execution. Being done (its slot free) is kept apart, in
+    the lease's event: a lost lease is done with no outcome, and an abandoned one must still
+    read abandoned once done, or a handler that outlived its cancellation would be written
+    twice."""
+
+    CLAIMED = "claimed"  # no outcome yet: its handler waits or runs
+    SUBMITTED = "submitted"  # its handler's outcome is with the writer
+    ABANDONED = "abandoned"  # shutdown's outcome is with the writer; the handler's is dropped
+
+
 @dataclass(eq=False, slots=True, weakref_slot=True)
 class Lease:
     """One execution this replica claimed, from its claim until its outcome is written. Its
@@ -93,8 +105,7 @@ class Lease:
     claimed_at: float = field(default_factory=time.monotonic)
     task: asyncio.Task[Any] | None = None
     _next_beat: float = field(init=False)
-    _abandoned: bool = field(default=False, init=False)
-    _submitted: bool = field(default=False, init=False)
+    _state: LeaseState = field(default=LeaseState.CLAIMED, init=False)
     _previous: Lease | None = field(default=None, init=False)
     _done: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
@@ -108,12 +119,15 @@ class Lease:
         self._previous = previous
 
     def submit(self) -> None:
-        """Its outcome is queued for (or being retried by) the writer."""
-        self._submitted = True
+        """Its outcome is queued for (or being retried by) the writer; an abandoned lease's
+        is shutdown's, and it stays abandoned."""
+        if self._state is LeaseState.CLAIMED:
+            self._state = LeaseState.SUBMITTED
 
     def abandon(self) -> None:
-        """Shutdown wrote (or is writing) its outcome: the handler's, if any, is dropped."""
-        self._abandoned = True
+        """Shutdown writes its outcome (submitted at once, by ``Executor.abandon``): the
+        handler's, if any, is dropped."""
+        self._state = LeaseState.ABANDONED
 
     def finish(self) -> None:
         """Its slot is free: its outcome is written, or it was lost. Idempotent."""
@@ -130,12 +144,17 @@ class Lease:
         return self._previous
 
     @property
+    def state(self) -> LeaseState:
+        return self._state
+
+    @property
     def abandoned(self) -> bool:
-        return self._abandoned
+        return self._state is LeaseState.ABANDONED
 
     @property
     def submitted(self) -> bool:
-        return self._submitted
+        """An outcome is with the writer: the handler's, or shutdown's."""
+        return self._state is not LeaseState.CLAIMED
 
     @property
     def done(self) -> bool:
@@ -144,7 +163,7 @@ class Lease:
     @property
     def decided(self) -> bool:
         """Its outcome is settled: queued, written by shutdown, or its slot already free."""
-        return self._abandoned or self._submitted or self._done.is_set()
+        return self._state is not LeaseState.CLAIMED or self._done.is_set()
 
     @property
     def next_beat(self) -> float:
@@ -152,7 +171,7 @@ class Lease:
 
     def beat_due(self, now: float) -> bool:
         """Whether a heartbeat should renew it at ``now``: due, and still the replica's."""
-        return now >= self._next_beat and not self._abandoned and not self.liveness.known_lost
+        return now >= self._next_beat and not self.abandoned and not self.liveness.known_lost
 
     async def wait_done(self) -> None:
         await self._done.wait()
