@@ -60,8 +60,10 @@ SHARED = _module_functions(ast.parse((STORAGE / "statements.py").read_text(encod
 class _Reader:
     """Reads the parameter names a call passes, within one function of one module."""
 
-    def __init__(self, module: dict[str, ast.FunctionDef], func: ast.AsyncFunctionDef) -> None:
-        self.functions = {**SHARED, **module}
+    def __init__(
+        self, functions: dict[str, ast.FunctionDef], func: ast.AsyncFunctionDef | ast.FunctionDef
+    ) -> None:
+        self.functions = functions  # the module's own and statements.py's, by name
         self.func = func
         self.annotations = {
             a.arg: ast.unparse(a.annotation).split("|")[0].strip()
@@ -133,9 +135,7 @@ class _Reader:
         dicts = [r for r in returns if isinstance(r, ast.Dict)]
         if len(dicts) != 1:
             return None
-        inner = _Reader({}, func)  # type: ignore[arg-type]
-        inner.functions = self.functions
-        return inner.keys(dicts[0], dicts[0].lineno + 10_000)
+        return _Reader(self.functions, func).keys(dicts[0], dicts[0].lineno + 10_000)
 
 
 def _names(node: ast.expr, func: ast.AsyncFunctionDef | ast.FunctionDef) -> tuple[str, ...]:
@@ -160,7 +160,7 @@ def calls() -> Iterator[Call]:
                 continue
             if func.name in HELPERS or func.name in {"_execute", "statement"}:
                 continue
-            reader = _Reader(module, func)  # type: ignore[arg-type]
+            reader = _Reader({**SHARED, **module}, func)
             for node in ast.walk(func):
                 if isinstance(node, ast.Call):
                     yield from _call(path, func, reader, node)
