@@ -1,7 +1,8 @@
 """``Admin``'s methods and the ``Scheduler``'s shortcuts are generated from the operations
 core's coroutines (tools/gen_admin.py): the generated module is current, a change of the core
-reaches it only through the tool (``--check`` names the stale line), and the shortcuts take
-what ``Admin`` takes."""
+reaches it only through the tool (``--check`` names the stale line), each method has its
+coroutine's docstring (attached on import, not copied), and the shortcuts take what ``Admin``
+takes."""
 
 from __future__ import annotations
 
@@ -57,21 +58,44 @@ def test_the_generated_module_is_what_the_tool_makes() -> None:
     assert GEN.main(["--check"]) == 0
 
 
-def test_check_names_the_first_stale_line_of_a_changed_docstring(
+def test_check_names_the_first_stale_line_of_a_changed_signature(
     tree: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     core = tree / "pgsched" / "_operations" / "core.py"
-    _edit(core, "Queue a PENDING manual run of", "Queue one PENDING manual run of")
+    _edit(
+        core,
+        "async def failed_attempts(self, limit: int = 20)",
+        "async def failed_attempts(self, limit: int = 25)",
+    )
     assert GEN.main(["--check", "--root", str(tree)]) == 1
     (line,) = capsys.readouterr().err.splitlines()
     assert "pgsched/_facades/sync_operations.py is stale" in line
-    assert '\'"""Queue one PENDING manual run of' in line
+    assert "'def failed_attempts(self, limit: int=25) -> list[FailedAttempt]:'" in line
     assert "run python tools/gen_admin.py" in line
     assert GEN.main(["--root", str(tree)]) == 0
     assert GEN.main(["--check", "--root", str(tree)]) == 0
     generated = (tree / GEN.TARGET).read_text()
     # once: Admin and the Scheduler inherit the same method
-    assert generated.count('"""Queue one PENDING manual run of') == 1
+    assert generated.count("    def failed_attempts(") == 1
+
+
+def test_the_methods_carry_the_docstrings_of_the_coroutines_written_nowhere_else() -> None:
+    from pgsched._operations.core import Operations
+
+    generated = (ROOT / GEN.TARGET).read_text()
+    public = {
+        n
+        for c in Operations.__mro__
+        for n, v in vars(c).items()
+        if not n.startswith("_") and inspect.iscoroutinefunction(v)
+    }
+    assert len(public) > 30
+    for name in public:
+        doc = getattr(Operations, name).__doc__
+        assert doc and getattr(pgsched.Admin, name).__doc__ == doc, name
+        assert doc.splitlines()[0] not in generated, name
+    for name in GEN.SHORTCUTS:
+        assert getattr(pgsched.Scheduler, name).__doc__ == getattr(Operations, name).__doc__
 
 
 def test_a_new_coroutine_of_the_core_becomes_an_admin_method(tree: Path) -> None:
@@ -85,10 +109,10 @@ def test_a_new_coroutine_of_the_core_becomes_an_admin_method(tree: Path) -> None
     first = text.index("    async def ")  # the new coroutine becomes the class's first
     tasks.write_text(text[:first] + method + text[first:])
     generated = GEN.generate(tree)
-    assert "    def imported_jobs(self, source: str, *, limit: int = 5) -> list[UUID]:\n" in (
+    assert "    def imported_jobs(self, source: str, *, limit: int=5) -> list[UUID]:\n" in (
         generated
     )
-    assert '        """The jobs an importer brought from ``source``."""\n' in generated
+    assert "The jobs an importer brought" not in generated  # attached on import
     assert "return PORTAL.call(self._core().imported_jobs(source, limit=limit))" in generated
     assert "async" not in generated and "await" not in generated
 
