@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 import time
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -15,6 +17,11 @@ from structlog.typing import FilteringBoundLogger
 
 from ._errors import LeaseLost
 from ._structures import Scope, Trigger
+
+# Given a job's name, the transaction its sync transactional runs share with whatever else
+# writes through that connection (Django's ORM): a block that yields the connection, commits
+# when it ends cleanly and rolls back when it raises. None: a connection of the run's own.
+RunTransaction = Callable[[str], AbstractContextManager[psycopg.Connection[Any]]]
 
 
 class Liveness:

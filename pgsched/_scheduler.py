@@ -27,7 +27,7 @@ from ._jobs.spec import FailureHook, Handler, RecoveryHook, RunHooks
 from ._operations.core import Operations
 from ._portal import PORTAL
 from ._replica import Replica
-from ._run import Run
+from ._run import Run, RunTransaction
 from ._storage.connection import WritablePool, make_pool
 from ._storage.store import Store
 from ._structures import TickReport
@@ -76,6 +76,10 @@ class Scheduler(JobRegistry, SchedulerShortcuts):
     (``trigger``, ``pause``...) go through ``self.admin``; ``self.aio`` offers them as
     coroutines.
     """
+
+    # Where its sync transactional runs' transactions come from: a framework's scheduler
+    # (pgsched.django's) lends the framework's; None, a connection of each run's own.
+    _run_transaction: RunTransaction | None = None
 
     def __init__(
         self,
@@ -284,6 +288,7 @@ class Scheduler(JobRegistry, SchedulerShortcuts):
             replica_expiry=self.replica_expiry,
             hooks=self.hooks,
             replica_renewal=self.replica_renewal,
+            run_transaction=self._run_transaction,
         )
         return Replica(Runtime(lambda: self.jobs, pool, self.metrics, settings))
 

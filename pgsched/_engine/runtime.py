@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 from .._errors import describe_error
 from .._jobs.spec import NO_HOOKS, JobSpec, RunHooks
 from .._records import Probe
+from .._run import RunTransaction
 from .._storage.answering import ENGINE_ANSWER_TIMEOUT_S
 from .._storage.connection import (
     Backoff,
@@ -82,6 +83,9 @@ class ReplicaSettings:
     hooks: RunHooks = NO_HOOKS
     # How often the row is renewed: it shows the replica live for three of these.
     replica_renewal: timedelta = RENEWAL_DEFAULT
+    # Where a sync transactional run's transaction comes from (Django's atomic()); None: a
+    # connection of the run's own.
+    run_transaction: RunTransaction | None = None
 
 
 def _transactions(settings: ReplicaSettings, store: Store, watch: ServerWatch) -> Transactions:
@@ -94,6 +98,7 @@ def _transactions(settings: ReplicaSettings, store: Store, watch: ServerWatch) -
         watch=watch,
         synchronous=settings.synchronous_claims,
         answer_timeout=settings.answer_timeout.total_seconds(),
+        run_transaction=settings.run_transaction,
     )
 
 

@@ -9,13 +9,14 @@ committed (or, a COMMIT cut off, all of it did), so the plan is not spent.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 
 from .._jobs.spec import JobSpec
-from .._run import Run
+from .._run import Run, RunTransaction
 from .._storage.answering import (
     ANSWER_GRACE_S,
     ENGINE_ANSWER_TIMEOUT_S,
@@ -53,6 +54,7 @@ class TransactionUnavailable(Exception):
 def _lost_database(conn: psycopg.BaseConnection[Any], exc: BaseException) -> bool:
     """The run's transaction failed because of the database, not of the handler: its
     connection broke (a dropped server, a failover), or the server would not take writes."""
+    exc = _driver_error(exc)
     return unavailable(exc) and (conn.broken or conn.closed or not_writable(exc))
 
 
@@ -69,8 +71,10 @@ class Transactions:
         synchronous: bool = False,
         watch: ServerWatch | None = None,
         answer_timeout: float = ENGINE_ANSWER_TIMEOUT_S,
+        run_transaction: RunTransaction | None = None,
     ) -> None:
         self._conninfo, self._app_name, self._store = conninfo, app_name, store
+        self._run_transaction = run_transaction
         # The replica's: a run commits only on the server the replica writes to.
         self._watch = watch if watch is not None else ServerWatch()
         # Behind a transaction-pooling PgBouncer no statement may be prepared and settings
@@ -167,31 +171,75 @@ class Transactions:
                 run.conn = None
 
     def run_sync(self, job: JobSpec, run: Run, outcome: ToOutcome) -> Written | None:
-        """:meth:`run_async` for a ``def`` handler, in its worker thread, on a sync connection."""
-        timeout = job.run_timeout
+        """:meth:`run_async` for a ``def`` handler, in its worker thread: on a sync connection
+        of its own, or in the transaction the scheduler's ``run_transaction`` opens (Django's
+        ``atomic()`` on the project's database), whose writes the handler's ORM shares."""
+        committing: Outcome | None = None  # set once the COMMIT (the block's exit) is under way
+        try:
+            with self._sync_transaction(job) as conn:  # commits on a clean exit
+                try:
+                    done = self._transact_sync(conn, job, run, outcome)
+                except Exception as exc:
+                    if _lost_database(conn, exc):
+                        raise TransactionUnavailable(exc, None) from exc
+                    raise
+                finally:
+                    run.conn = None
+                if done is None:
+                    raise _Released  # the lease was lost: roll back
+                committing = done[0]
+            return done
+        except _Released:
+            return None
+        except TransactionUnavailable:
+            raise
+        except Exception as exc:
+            if committing is not None and unavailable(_driver_error(exc)):
+                raise TransactionUnavailable(exc, committing) from exc
+            raise
+
+    def _sync_transaction(self, job: JobSpec) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """A connection in a transaction that commits when its block ends cleanly and rolls
+        back when it raises: the scheduler's ``run_transaction``, else one of the run's own
+        (psycopg's connection block, which also closes it)."""
+        if self._run_transaction is not None:
+            return self._run_transaction(job.name)
         conn = self._open_sync()
-        committing: Outcome | None = None  # set once the COMMIT is under way
-        with conn:
-            try:
-                conn.autocommit = False
-                self._store.configure_session_sync(
-                    conn, timeout, timeout + _IDLE_MARGIN, local=self._local, handler=True
-                )
-                run.conn = conn
-                conn.answer_timeout = timeout.total_seconds() + ANSWER_GRACE_S
-                done = outcome(job.handler(run))
-                conn.answer_timeout = self._answer_timeout
-                self._store.commit_phase_sync(
-                    conn, job.stale_timeout, synchronous=self._synchronous
-                )
-                written = self._store.finish_sync(conn, [done.finish(run)])
-                held = run.execution_id in written
-                committing = done if held else None
-                conn.commit() if held else conn.rollback()
-                return (done, written[run.execution_id]) if held else None
-            except Exception as exc:
-                if _lost_database(conn, exc):
-                    raise TransactionUnavailable(exc, committing) from exc
-                raise
-            finally:
-                run.conn = None
+        conn.autocommit = False
+        return conn
+
+    def _transact_sync(
+        self, conn: psycopg.Connection[Any], job: JobSpec, run: Run, outcome: ToOutcome
+    ) -> Written | None:
+        """The handler and the terminal row in ``conn``'s transaction; None when the lease no
+        longer holds the row."""
+        timeout = job.run_timeout
+        # A borrowed connection outlives the run: it keeps none of pgsched's settings.
+        local = self._local or self._run_transaction is not None
+        self._store.configure_session_sync(
+            conn, timeout, timeout + _IDLE_MARGIN, local=local, handler=True
+        )
+        run.conn = conn
+        _answer_within(conn, timeout.total_seconds() + ANSWER_GRACE_S)
+        done = outcome(job.handler(run))
+        _answer_within(conn, self._answer_timeout)
+        self._store.commit_phase_sync(conn, job.stale_timeout, synchronous=self._synchronous)
+        written = self._store.finish_sync(conn, [done.finish(run)])
+        return (done, written[run.execution_id]) if run.execution_id in written else None
+
+
+class _Released(Exception):
+    """Raised in a run's transaction block to roll it back: the lease no longer holds it."""
+
+
+def _answer_within(conn: psycopg.Connection[Any], seconds: float) -> None:
+    """Bound the wait for the server's answers on a connection of pgsched's own (a borrowed
+    one keeps its owner's bounds)."""
+    if isinstance(conn, BoundedConnection):
+        conn.answer_timeout = seconds
+
+
+def _driver_error(exc: BaseException) -> BaseException:
+    """The driver's error behind ``exc`` (Django wraps psycopg's errors in its own)."""
+    cause = exc.__cause__
+    return cause if not isinstance(exc, psycopg.Error) and isinstance(cause, psycopg.Error) else exc
