@@ -112,9 +112,7 @@ def test_migrate_acts_on_the_pgsched_database_only(
         assert "schema_migrations" in tables_of(pg_dsn, schema)
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(f"{schema}_jobs"))
-            )
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(f"{schema}_jobs")))
 
 
 def tables_of(pg_dsn: str, schema: str) -> list[str]:
