@@ -165,10 +165,10 @@ def _parser(scheduler: Scheduler | None = None, prog: str = "pgsched") -> argpar
 Subparsers = Any  # argparse's _SubParsersAction, private to argparse
 
 
-def _app_argument(p: argparse.ArgumentParser, app: bool, **options: str) -> None:
+def _app_argument(p: argparse.ArgumentParser, app: bool, help: str | None = None) -> None:
     """APP, unless the command line was given its scheduler."""
     if app:
-        p.add_argument("app", metavar="APP", **options)
+        p.add_argument("app", metavar="APP", help=help)
     else:
         p.set_defaults(app=None)
 

@@ -13,7 +13,7 @@ from .._errors import ConfigError
 from .conf import project_scheduler
 
 
-class PgschedConfig(AppConfig):
+class PgschedConfig(AppConfig):  # type: ignore[misc]  # Django has no type hints
     name = "pgsched.django"
     label = "pgsched"
     verbose_name = "pgsched"

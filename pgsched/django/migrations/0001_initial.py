@@ -22,7 +22,7 @@ def keep_tables(apps: Any, schema_editor: Any) -> None:
     this migration keeps them (drop the schema by hand to remove them)."""
 
 
-class Migration(migrations.Migration):
+class Migration(migrations.Migration):  # type: ignore[misc]  # Django has no type hints
     initial = True
     # pgsched's migration commits on a connection of its own: no Django transaction is held
     # open while it waits for its lock.

@@ -20,7 +20,7 @@ from pgsched.django.conf import project_scheduler
 _DJANGO_OPTIONS = ("--settings", "--pythonpath")
 
 
-class Command(BaseCommand):
+class Command(BaseCommand):  # type: ignore[misc]  # Django has no type hints
     help = "Run a pgsched command (run, check, status, runs...) on this project's jobs"
 
     def add_arguments(self, parser: Any) -> None:
