@@ -15,9 +15,7 @@ from .._scheduler import Scheduler
 
 # The Scheduler's own options, as settings: its signature is the list. The DSN is not one of
 # them: it comes from DATABASES.
-_OPTIONS = {
-    name.upper(): name for name in inspect.signature(Scheduler.__init__).parameters
-}.keys() - {"SELF", "DSN"}
+_OPTIONS = {p.upper() for p in inspect.signature(Scheduler.__init__).parameters} - {"SELF", "DSN"}
 SETTINGS = frozenset({"DATABASE", *_OPTIONS})
 
 # What Django's postgresql backend takes from OPTIONS for itself, never handing it to libpq

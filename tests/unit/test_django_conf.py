@@ -4,6 +4,8 @@ backend would connect with, and one-line errors for what pgsched cannot use."""
 from __future__ import annotations
 
 import inspect
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -134,6 +136,13 @@ def test_an_option_libpq_does_not_know_is_one_line_naming_the_alias() -> None:
 def test_the_settings_are_the_scheduler_signature_in_upper_case() -> None:
     parameters = set(inspect.signature(Scheduler.__init__).parameters) - {"self", "dsn"}
     assert {name.upper() for name in parameters} | {"DATABASE"} == SETTINGS
+
+
+def test_docs_list_every_setting() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "django.md").read_text()
+    _, _, table = docs.partition("## Settings")
+    listed = set(re.findall(r"`([A-Z][A-Z_]+)`", table.split("\n## ", 1)[0]))
+    assert SETTINGS - listed == set(), "settings missing from docs/django.md"
 
 
 def test_settings_become_the_scheduler_options() -> None:
