@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ._errors import ConfigError
 from ._secrets import redact, remember_secrets
@@ -34,6 +35,18 @@ def require_dsn(dsn: str | None) -> str:
         conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         raise ConfigError(f"invalid DSN: {redact(str(exc))}") from None
+    return dsn
+
+
+def conninfo_of(params: Mapping[str, str], *, source: str) -> str:
+    """libpq's conninfo string of ``params`` (libpq's keywords: host, dbname, sslmode...),
+    checked by libpq; its password is remembered so that :func:`redact` masks it. A keyword
+    libpq does not know is a :class:`ConfigError` naming ``source`` (where they came from)."""
+    try:
+        dsn = make_conninfo("", **params)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(f"{source}: {' '.join(redact(str(exc)).split())}") from None
+    remember_secrets(dsn)
     return dsn
 
 

@@ -16,6 +16,7 @@ from .._errors import FieldError, PgschedError
 from .._jobs.spec import JobSpec
 from .._operations.core import DriverError
 from .._operations.requests import TriggerRequest, field_names
+from .._scheduler import Scheduler
 from .._secrets import redact, remember_secrets
 from .._structures import Scope, Triggered
 from .._telemetry.logs import bound_logger, configure_logging
@@ -40,12 +41,21 @@ from .schedules import add_schedule_commands
 from .web import add_web_command
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``pgsched`` console script; returns the exit status."""
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    scheduler: Scheduler | None = None,
+    prog: str = "pgsched",
+) -> int:
+    """Entry point of the ``pgsched`` console script; returns the exit status.
+
+    Given ``scheduler`` (a framework's, such as ``manage.py pgsched``), the commands take no
+    APP and connect to its database and schema unless ``--dsn`` or ``--schema`` say
+    otherwise."""
     argv = list(sys.argv[1:] if argv is None else argv)
     for arg in argv:  # before argparse can echo one back in a usage error
         remember_secrets(arg)
-    args = _parser().parse_args(argv)
+    args = _parser(scheduler, prog).parse_args(argv)
     try:
         configure_logging()
         code = int(args.command(args))
@@ -123,12 +133,19 @@ def _connection_options(parser: argparse.ArgumentParser, schema_default: object)
     )
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(scheduler: Scheduler | None = None, prog: str = "pgsched") -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="pgsched", description="Periodic jobs across replicas, coordinated by PostgreSQL."
+        prog=prog, description="Periodic jobs across replicas, coordinated by PostgreSQL."
     )
     parser.add_argument("--version", action="version", version=f"pgsched {installed_version()}")
     _connection_options(parser, os.environ.get("PGSCHED_SCHEMA"))
+    parser.set_defaults(scheduler=scheduler)
+    if scheduler is not None:
+        parser.set_defaults(
+            dsn=scheduler.dsn,
+            schema=scheduler.schema,
+            transaction_pooling=scheduler.transaction_pooling or None,
+        )
     # --dsn and --schema are accepted after the command too; there they default to "not
     # given", so a value given before the command is kept.
     common = argparse.ArgumentParser(add_help=False)
@@ -136,7 +153,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         required=True, metavar="COMMAND", parser_class=_Parser.with_parents(common)
     )
-    _replica_commands(sub)
+    _replica_commands(sub, app=scheduler is None)
     _operator_commands(sub, _Parser.with_parents(common))
     add_schedule_commands(sub, _Parser.with_parents(common))
     add_celery_commands(sub, _Parser.with_parents(common))
@@ -148,13 +165,21 @@ def _parser() -> argparse.ArgumentParser:
 Subparsers = Any  # argparse's _SubParsersAction, private to argparse
 
 
-def _replica_commands(sub: Subparsers) -> None:
+def _app_argument(p: argparse.ArgumentParser, app: bool, help: str | None = None) -> None:
+    """APP, unless the command line was given its scheduler."""
+    if app:
+        p.add_argument("app", metavar="APP", help=help)
+    else:
+        p.set_defaults(app=None)
+
+
+def _replica_commands(sub: Subparsers, *, app: bool) -> None:
     """migrate, run, check, backfill: the commands about the schema and an APP's jobs."""
     p = sub.add_parser("migrate", help="create or upgrade pgsched's tables")
     p.set_defaults(command=_migrate)
 
     p = sub.add_parser("run", help="run the jobs of APP until SIGTERM")
-    p.add_argument("app", metavar="APP", help="module[:attr] or path/to/file.py[:attr]")
+    _app_argument(p, app, help="module[:attr] or path/to/file.py[:attr]")
     p.add_argument("--runner-id", help="this replica's id (default: <hostname>-<pid>)")
     p.add_argument(
         "--http-port",
@@ -178,12 +203,12 @@ def _replica_commands(sub: Subparsers) -> None:
     p.set_defaults(command=_run)
 
     p = sub.add_parser("check", help="validate APP and list its jobs with their next plan times")
-    p.add_argument("app", metavar="APP")
+    _app_argument(p, app)
     p.add_argument("--count", type=int, default=3, help="plan times to show per job")
     p.set_defaults(command=_check)
 
     p = sub.add_parser("backfill", help="queue every plan of JOB in [--from, --to]")
-    p.add_argument("app", metavar="APP")
+    _app_argument(p, app)
     p.add_argument("job", metavar="JOB")
     p.add_argument("--from", dest="start", required=True, metavar="TIME")
     p.add_argument("--to", dest="end", required=True, metavar="TIME")
@@ -265,7 +290,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _start_and_run(args: argparse.Namespace, guard: _StartGuard) -> int:
-    scheduler = load_scheduler(args.app)
+    scheduler = _loaded(args)
     scheduler.configure(
         dsn=args.dsn,
         schema=args.schema,
@@ -292,7 +317,7 @@ def _start_and_run(args: argparse.Namespace, guard: _StartGuard) -> int:
         if applied:
             print(f"pgsched: applied migrations {', '.join(applied)}", file=sys.stderr)
     if not scheduler.jobs:
-        raise PgschedError(f"APP {args.app!r} registers no jobs")
+        raise _no_jobs(args)
     guard.scheduler = scheduler
     settle_collector()
     scheduler.run(http_port=None if args.no_http else args.http_port, http_host=args.http_host)
@@ -315,11 +340,23 @@ def settle_collector() -> None:
     gc.set_threshold(YOUNG_COLLECTION_EVERY, *gc.get_threshold()[1:])
 
 
+def _loaded(args: argparse.Namespace) -> Scheduler:
+    """The scheduler the command line was given, else APP's."""
+    given_scheduler: Scheduler | None = args.scheduler
+    return given_scheduler if given_scheduler is not None else load_scheduler(args.app)
+
+
+def _no_jobs(args: argparse.Namespace) -> PgschedError:
+    return PgschedError(
+        f"APP {args.app!r} registers no jobs" if args.app else "the scheduler registers no jobs"
+    )
+
+
 def _check(args: argparse.Namespace) -> int:
-    scheduler = load_scheduler(args.app)
+    scheduler = _loaded(args)
     jobs = scheduler.jobs
     if not jobs:
-        raise PgschedError(f"APP {args.app!r} registers no jobs")
+        raise _no_jobs(args)
     now = datetime.now(UTC)
     rows = []
     for name, spec in sorted(jobs.items()):
@@ -434,7 +471,7 @@ def _pause(args: argparse.Namespace) -> int:
 
 
 def _backfill(args: argparse.Namespace) -> int:
-    scheduler = load_scheduler(args.app)
+    scheduler = _loaded(args)
     scheduler.configure(
         dsn=args.dsn, schema=args.schema, transaction_pooling=args.transaction_pooling or None
     )

@@ -46,7 +46,10 @@ class Replica:
         name: str = "replica",
         log: Path | None = None,
         separate_stderr: bool = False,
+        program: tuple[str, ...] = ("-m", "pgsched"),
     ) -> None:
+        """``program`` is what the interpreter runs ARGS with: ``("manage.py",)`` runs a
+        Django project's ``manage.py ARGS``."""
         self.name, self.args = name, args
         self.log = log or _unused(cwd / f"{name}.log")
         self.err_log = self.log.with_suffix(".err") if separate_stderr else None
@@ -62,7 +65,7 @@ class Replica:
             if self.err_log is not None:
                 err = files.enter_context(self.err_log.open("wb"))
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pgsched", *args],
+                [sys.executable, *program, *args],
                 cwd=cwd,
                 env=dict(env),
                 stdout=out,
