@@ -12,7 +12,7 @@ from .._dsn import resolve_dsn
 from .._errors import ConfigError
 from .._facades.admin import Admin
 from .._operations.audit import local_user
-from .._operations.core import Operations
+from .._operations.core import Operations, no_jobs
 from .._operations.requests import Label
 from .._portal import PORTAL
 from .embedded import default_data_dir, running_embedded
@@ -40,10 +40,13 @@ def configured_dsn(explicit: str | None) -> str:
 
 def admin_from(args: argparse.Namespace) -> Admin:
     """The ``Admin`` of ``--dsn`` (see :func:`configured_dsn`), ``--schema`` and
-    ``--transaction-pooling``."""
+    ``--transaction-pooling``; given a scheduler (``manage.py pgsched``), it knows that
+    scheduler's jobs, as a replica running them would have recorded them."""
+    scheduler = getattr(args, "scheduler", None)
     return Admin(
         dsn=configured_dsn(args.dsn),
         schema=args.schema or "pgsched",
+        jobs=no_jobs if scheduler is None else lambda: scheduler.jobs,
         transaction_pooling=args.transaction_pooling or None,
         actor=local_user(),  # the OS user of the command, on the surface "cli"
         surface="cli",

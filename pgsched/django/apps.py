@@ -1,5 +1,6 @@
 """The Django app: imports every installed app's ``jobs.py`` once the apps are loaded, as
-Django's admin does with ``admin.py``."""
+Django's admin does with ``admin.py``, and upgrades pgsched's tables after each
+``manage.py migrate``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from django.apps import AppConfig
 from django.core import checks
+from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules
 
 from .._errors import ConfigError
@@ -26,6 +28,17 @@ class PgschedConfig(AppConfig):  # type: ignore[misc]  # Django has no type hint
         # so the jobs.py modules, which need the scheduler, are imported only once it exists.
         if settings_error() is None:
             autodiscover_modules("jobs")
+        post_migrate.connect(upgrade_tables, sender=self, dispatch_uid="pgsched.upgrade_tables")
+
+
+def upgrade_tables(sender: AppConfig, using: str, plan: Any = None, **kwargs: Any) -> None:
+    """After every ``manage.py migrate`` of pgsched's database: pgsched's own migration, which
+    applies what this version adds to tables an earlier one made (idempotent, under a lock, so
+    safe while replicas run); the app's migration 0001 made them the first time."""
+    from .conf import pgsched_alias
+
+    if using == pgsched_alias() and settings_error() is None:
+        project_scheduler().migrate()
 
 
 def settings_error() -> ConfigError | None:

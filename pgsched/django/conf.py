@@ -103,4 +103,7 @@ def pgsched_alias() -> str:
 def project_scheduler() -> Scheduler:
     """The project's one ``Scheduler``, built from the settings on first use (cached only
     once built: a settings error is raised again on every use)."""
-    return Scheduler(**scheduler_options(*project_settings()))
+    from .runs import DjangoScheduler  # Django's ORM: imported once the settings are read
+
+    pgsched, databases = project_settings()
+    return DjangoScheduler(database_alias(pgsched), **scheduler_options(pgsched, databases))

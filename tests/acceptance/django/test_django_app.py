@@ -5,11 +5,7 @@ jobs and database, each ``manage.py`` a subprocess of its own."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,58 +13,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.support.replica import Replica, clean_env
 from tests.support.waiting import wait_until
 
-REPO = Path(__file__).resolve().parents[3]
-PROJECT = REPO / "tests" / "django_project"
-PASSWORD = "django-db-pw-7f3a"  # the server trusts local connections: any password works
-
-
-@dataclass
-class Project:
-    """The test project on the test's schema: ``manage.py ARGS`` runs and what they print."""
-
-    env: dict[str, str]
-    marks: Path
-
-    def manage(self, *args: str, settings: str | None = None) -> subprocess.CompletedProcess[str]:
-        env = dict(self.env)
-        if settings is not None:
-            env["DJANGO_SETTINGS_MODULE"] = f"site_settings.{settings}"
-        return subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=PROJECT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-
-    def ok(self, *args: str) -> str:
-        done = self.manage(*args)
-        assert done.returncode == 0, f"manage.py {' '.join(args)}:\n{done.stdout}{done.stderr}"
-        assert PASSWORD not in done.stdout + done.stderr
-        return done.stdout
-
-
-@pytest.fixture
-def project(pg_dsn: str, schema: str, tmp_path: Path) -> Iterator[Project]:
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        # Django's tables go there too (search_path in the project's OPTIONS).
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    env = clean_env(
-        {
-            "PGSCHED_TEST_DSN": pg_dsn,
-            "PGSCHED_TEST_SCHEMA": schema,
-            "PGSCHED_TEST_PASSWORD": PASSWORD,
-            "SHOP_MARKS": str(tmp_path / "marks"),
-            "PYTHONPATH": path,  # this checkout's pgsched, whatever the virtualenv has
-        }
-    )
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    yield Project(env, tmp_path / "marks")
+from .conftest import PASSWORD, Project, start_replica, tables_of
 
 
 def tables(pg_dsn: str, schema: str) -> dict[str, Any]:
@@ -115,19 +62,11 @@ def test_migrate_acts_on_the_pgsched_database_only(
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(f"{schema}_jobs")))
 
 
-def tables_of(pg_dsn: str, schema: str) -> list[str]:
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        names = conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
-            (schema,),
-        ).fetchall()
-    return [n for (n,) in names]
-
-
 def test_check_lists_the_jobs_of_jobs_py(project: Project) -> None:
     out = project.ok("pgsched", "check")
-    assert "restock" in out
-    assert "1 job(s) OK" in out
+    for job in ("restock", "settle", "count_orders", "tally"):
+        assert job in out
+    assert "4 job(s) OK" in out
 
 
 def test_pgsched_help_is_pgsched_s_own(project: Project) -> None:
@@ -161,14 +100,7 @@ def test_django_checks_report_the_settings(project: Project) -> None:
 
 def test_run_runs_the_job_and_runs_shows_its_success(project: Project, tmp_path: Path) -> None:
     project.ok("migrate")
-    replica = Replica(
-        ["pgsched", "run", "--runner-id", "shop-1", "--http-port", "0"],
-        cwd=PROJECT,
-        env=project.env,
-        name="shop-1",
-        log=tmp_path / "shop-1.log",
-        program=("manage.py",),
-    )
+    replica = start_replica(project, "shop-1", tmp_path)
     try:
         wait_until(
             lambda: replica.check_alive() and any(project.marks.glob("*")),

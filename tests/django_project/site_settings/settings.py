@@ -26,7 +26,7 @@ DATABASES = {
         "PORT": _DSN.get("port", ""),
         # Django's own tables (django_migrations) in the test's schema too, not the server's
         # public one the other tests share.
-        "OPTIONS": {"options": f"-c search_path={_SCHEMA}"},
+        "OPTIONS": {"options": f"-c search_path={_SCHEMA}", "application_name": "shop"},
     }
 }
 PGSCHED = {"SCHEMA": _SCHEMA, "TICK_INTERVAL": "0.5s", "SHUTDOWN_GRACE": "5s"}
