@@ -3,16 +3,16 @@
 operator shortcuts of ``Scheduler``, each written once, from the coroutines of the operations core.
 
 The coroutines of :class:`pgsched._operations.core.Operations` (and of the classes it is made
-of) are the one place an operator action's parameters, types and documentation are written.
-Each becomes one blocking method: the signature (overloads included) on one line, ``async``
-dropped, and a body that runs the coroutine on the portal's loop (``PORTAL.call``); no docstring
-is copied (``OnPortal`` attaches the coroutine's when the module is imported, so the module
-repeats no text of the core); a shortcut marked ``True`` in ``SHORTCUTS`` first calls
-``self._check_job(job)``, which does nothing on ``OnPortal`` (``Admin``: the core answers for an unknown job) and on
-``OnScheduler`` raises ``NotFoundError`` unless the scheduler registered the job. For each
-core class ``X`` it writes ``SyncX`` (its bases the ``Sync`` classes of ``X``'s bases, else
-``OnPortal``); when ``X`` has shortcuts and other methods (or bases), its shortcuts are a
-class of their own, ``SyncXShortcuts(OnPortal)``, the first base of ``SyncX``. ``Admin``
+of) are the one place an operator action's parameters, types and documentation are written. Each
+becomes one blocking method: the signature (overloads included) on one line, ``async`` dropped,
+and a body that runs the coroutine on the portal's loop (``PORTAL.call``); no docstring is
+copied (``OnPortal`` attaches the coroutine's when the module is imported, so the module repeats
+no text of the core); a shortcut marked ``True`` in ``SHORTCUTS`` first calls
+``self._check_job(job)``, which does nothing on ``OnPortal`` (``Admin``: the core answers for an
+unknown job) and on ``OnScheduler`` raises ``NotFoundError`` unless the scheduler registered the
+job. For each core class ``X`` it writes ``SyncX`` (its bases the ``Sync`` classes of ``X``'s
+bases, else ``OnPortal``); when ``X`` has shortcuts and other methods (or bases), its shortcuts
+are a class of their own, ``SyncXShortcuts(OnPortal)``, the first base of ``SyncX``. ``Admin``
 inherits ``SyncOperations``, so every method; the ``Scheduler`` inherits
 ``SchedulerShortcuts(OnScheduler, ...)``, whose bases are the classes of shortcuts only, so
 exactly the ``SHORTCUTS``. It reads the source with ``ast`` and imports nothing of it, so the
