@@ -1,4 +1,17 @@
-"""pgsched's tables belong to pgsched's own migrations, not to Django models. This module
-makes ``pgsched.django`` an app with models as Django counts them, so that every
-``manage.py migrate`` sends it ``post_migrate``, on which pgsched's migration upgrades the
-tables to this version (``apps.py``)."""
+"""pgsched's tables belong to pgsched's own migrations, not to Django models: pgsched reads
+and writes them through its operations core. ``Job`` is here for what Django attaches to a
+model: the permission to act on jobs (``pgsched.operate``) and the app's ``post_migrate``,
+on which pgsched's migration upgrades the tables to this version (``apps.py``)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Job(models.Model):  # type: ignore[misc]  # Django has no type hints
+    """A job of pgsched's (no table of its own: ``managed = False``, never queried)."""
+
+    class Meta:
+        managed = False
+        default_permissions = ("view",)
+        permissions = (("operate", "Can pause, resume, trigger and retry pgsched's jobs"),)

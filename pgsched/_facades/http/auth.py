@@ -59,11 +59,13 @@ class Tokens:
 @dataclass(frozen=True, slots=True)
 class Caller:
     """What a request may do: ``role`` is ``operator``, ``viewer`` or None (no valid token),
-    ``by_cookie`` whether it came with the session cookie."""
+    ``by_cookie`` whether it came with the session cookie; ``external`` when the web
+    framework the dashboard is mounted in signed the user in (Django's), not a token."""
 
     role: str | None
     by_cookie: bool
     actor: str  # the label actions are recorded under
+    external: bool = False
 
     def may_read(self, tokens: Tokens) -> bool:
         return tokens.viewer is None or self.role is not None

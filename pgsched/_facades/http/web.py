@@ -55,6 +55,9 @@ class WebRequest:
     secure: bool = False
     remote: str = ""  # the caller's address, for the action log
     local: str = ""  # host:port the request came in on (the server's bound address)
+    # Who the framework the dashboard is mounted in has signed in (Django: a staff user, an
+    # operator with the permission to act): then no token or session of the dashboard's own.
+    caller: Caller | None = None
 
 
 @dataclass(slots=True)
@@ -109,7 +112,9 @@ class Dashboard:
 
     async def _caller(self, req: WebRequest, tokens: Tokens) -> Caller:
         """Who sent ``req``: its bearer token, else its session cookie's session (void once
-        the token that opened it changed)."""
+        the token that opened it changed); the framework's user when it signed one in."""
+        if req.caller is not None:
+            return req.caller
         if req.headers.get("authorization"):
             return identify(tokens, req.headers)
         ident = req.cookies.get(COOKIE)
@@ -129,6 +134,8 @@ class Dashboard:
             refused = self.hosts.trusted(req.headers, req.local, posted=posted)
             if refused is not None:
                 return self._refuse(req, ANONYMOUS, 403, f"refused: {refused}")
+        if name in ("login", "logout") and caller.external:
+            return _redirect("./")  # signing in and out is the framework's
         if name == "login":
             return await self._login(req, tokens, caller)
         if name == "logout" and req.method == "POST":
@@ -142,7 +149,7 @@ class Dashboard:
         if not caller.may_read(tokens):
             body = pages.login_page("Sign in with a token to read this dashboard.", _back(req))
             return self._page(req, caller, "Sign in", body, 401)
-        can_act = caller.may_act and tokens.operator is not None
+        can_act = caller.may_act and (tokens.operator is not None or caller.external)
         if name == "":
             body = await self._overview(can_act)
             return self._page(req, caller, "Overview", body, 200, refresh=refresh_every())
@@ -225,7 +232,9 @@ class Dashboard:
 
     async def _action(self, req: WebRequest, tokens: Tokens, caller: Caller) -> WebResponse:
         back = _safe_back(one(req.form, "back"))
-        if tokens.operator is None:
+        if caller.external and not caller.may_act:
+            return self._refuse(req, caller, 403, "your account may not act on jobs")
+        if tokens.operator is None and not caller.external:
             return self._refuse(req, caller, 403, "actions are off: set PGSCHED_HTTP_TOKEN")
         if not caller.may_act:
             return self._refuse(req, caller, 401, "sign in with the operator token to act")
@@ -290,6 +299,8 @@ def one_q(req: WebRequest, name: str) -> str:
 
 def _who(caller: Caller, runner_id: str | None) -> str:
     where = f"replica {esc(runner_id)} · " if runner_id else ""
+    if caller.external:
+        return f"{where}signed in: {esc(caller.actor)} ({esc(caller.role)})"
     if caller.role is None:
         return f'{where}<a href="login">Sign in</a>'
     out = (

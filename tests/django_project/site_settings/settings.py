@@ -12,7 +12,42 @@ _DSN = conninfo_to_dict(os.environ["PGSCHED_TEST_DSN"])
 _SCHEMA = os.environ["PGSCHED_TEST_SCHEMA"]
 
 SECRET_KEY = "pgsched-tests-only"
-INSTALLED_APPS = ["pgsched.django", "shop"]
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "pgsched.django",
+    "shop",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+ROOT_URLCONF = "site_settings.urls"
+WSGI_APPLICATION = "site_settings.wsgi.application"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+LOGIN_URL = "/admin/login/"
+STATIC_URL = "static/"
 USE_TZ = True
 TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

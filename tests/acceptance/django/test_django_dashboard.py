@@ -1,0 +1,170 @@
+"""pgsched's dashboard mounted in the test project (``path("scheduler/",
+include("pgsched.django.urls"))``), served over real HTTP by ``manage.py runserver`` (WSGI)
+and by uvicorn (ASGI), driven in Debian's Chromium: Django's login guards it, a staff user
+reads it, one with ``pgsched.operate`` acts, and the action is recorded as that user's."""
+
+from __future__ import annotations
+
+import http.client
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
+from tests.support.net import free_port
+from tests.support.waiting import wait_until
+
+from .conftest import PROJECT, Project, start_replica
+
+PASSWORD = "boss-pw-31d5"
+USERS = f"""
+from django.contrib.auth.models import User
+User.objects.create_superuser("boss", "boss@example.com", "{PASSWORD}")
+User.objects.create_user("clerk", password="{PASSWORD}", is_staff=True)
+User.objects.create_user("guest", password="{PASSWORD}")
+"""
+SERVERS = {
+    "wsgi": lambda port: [
+        sys.executable,
+        "manage.py",
+        "runserver",
+        f"127.0.0.1:{port}",
+        "--noreload",
+    ],
+    "asgi": lambda port: [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "site_settings.asgi:application",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ],
+}
+
+
+@pytest.fixture(params=sorted(SERVERS))
+def site(request: Any, project: Project, tmp_path: Path) -> Iterator[str]:
+    """The project's URL, served by the server of the parameter, a replica running its jobs."""
+    project.ok("migrate")
+    project.ok("shell", "-c", USERS)
+    replica = start_replica(project, "shop-1", tmp_path)
+    port = free_port()
+    log = (tmp_path / f"{request.param}.log").open("w")
+    server = subprocess.Popen(
+        SERVERS[request.param](port), cwd=PROJECT, env=project.env, stdout=log, stderr=log
+    )
+    try:
+        wait_until(
+            lambda: _answers(port, server, tmp_path / f"{request.param}.log"), 60, "the server"
+        )
+        replica.wait_sigterm_handled()  # so that stopping it is a clean shutdown
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(20)
+        log.close()
+        assert replica.stop() == 0, replica.output()[-3000:]
+
+
+def _answers(port: int, server: subprocess.Popen[bytes], log: Path) -> bool:
+    assert server.poll() is None, log.read_text()[-3000:]
+    try:
+        status, _ = _get(port, "/scheduler/")
+    except OSError:
+        return False
+    return status == 302
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path)
+        answer = conn.getresponse()
+        return answer.status, answer.getheader("Location") or ""
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def page(site: str) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS))
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
+
+
+def _sign_in(page: Any, site: str, user: str) -> None:
+    page.goto(site + "/scheduler/job?name=restock")
+    assert "/admin/login/" in page.url  # Django's login, then back to the page asked for
+    page.fill("#id_username", user)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url("**/scheduler/job?name=restock")
+
+
+def test_anonymous_callers_are_sent_to_django_s_login(site: str) -> None:
+    port = int(site.rsplit(":", 1)[1])
+    assert _get(port, "/scheduler/") == (302, "/admin/login/?next=/scheduler/")
+
+
+def test_an_operator_reads_and_acts_recorded_as_their_user(
+    page: Any, site: str, project: Project, pg_dsn: str, schema: str
+) -> None:
+    _sign_in(page, site, "boss")
+    wait_until(lambda: page.reload() and "SUCCESS" in page.content(), 30, "a restock run shown")
+    assert "signed in: boss (operator)" in page.content()
+    page.click("#job button:has-text('Trigger')")
+    assert "triggered restock" in page.locator(".flash").inner_text()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        actor, action, outcome = conn.execute(
+            sql.SQL("SELECT actor, action, outcome FROM {} ORDER BY id DESC LIMIT 1").format(
+                sql.Identifier(schema, "actions")
+            )
+        ).fetchone() or ("", "", "")
+    assert actor.startswith("boss") and action == "trigger" and outcome == "ok", actor
+    page.goto(site + "/scheduler/")
+    assert "restock" in page.content()
+
+
+def test_a_staff_user_without_the_permission_reads_but_may_not_act(
+    page: Any, site: str, pg_dsn: str, schema: str
+) -> None:
+    _sign_in(page, site, "clerk")
+    assert "signed in: clerk (viewer)" in page.content()
+    assert page.locator("#job button:has-text('Trigger')").count() == 0
+    refused = page.request.post(
+        site + "/scheduler/action",
+        form={"action": "pause", "job": "restock", "back": "./"},
+        headers={"Origin": site},
+    )
+    assert refused.status == 403
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        paused = conn.execute(
+            sql.SQL("SELECT paused FROM {} WHERE job_name = 'restock'").format(
+                sql.Identifier(schema, "job_state")
+            )
+        ).fetchone()
+    assert paused == (False,)
+
+
+def test_a_user_who_is_not_staff_is_sent_to_the_login(page: Any, site: str) -> None:
+    page.goto(site + "/admin/login/?next=/scheduler/")
+    page.fill("#id_username", "guest")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    assert "/admin/login/" in page.url  # the admin itself refuses a user who is not staff
+    assert page.request.get(site + "/scheduler/", max_redirects=0).status == 302
