@@ -75,46 +75,12 @@ HEADER = f'''\
 from __future__ import annotations
 '''
 
-PREAMBLE = '''
 
-class OnPortal:
-    """Runs the operations core's coroutines on the portal's loop."""
-
-    def __init_subclass__(cls, mirrors: type | None = None, **kwargs: Any) -> None:
-        """A class that ``mirrors`` a class of the core takes each method's docstring from
-        the coroutine it runs."""
-        super().__init_subclass__(**kwargs)
-        if mirrors is not None:
-            for name, member in vars(cls).items():
-                if callable(member) and not name.startswith("_"):
-                    member.__doc__ = getattr(mirrors, name).__doc__
-
-    def _core(self) -> Operations:
-        """The operations core the methods call."""
-        raise NotImplementedError
-
-    def _check_job(self, job: str) -> None:
-        """Before a shortcut's call on ``job``: nothing for ``Admin`` (the core answers for
-        a job no replica registered)."""
-
-
-class OnScheduler(OnPortal):
-    """The shortcuts of a ``Scheduler``: those on one job first check it registered the job."""
-
-    def _job(self, name: str) -> JobSpec:
-        """The registered job ``name``, else ``NotFoundError``."""
-        raise NotImplementedError
-
-    def _check_job(self, job: str) -> None:
-        self._job(job)
-'''
-
-# What the template above names, beyond the signatures' own names.
+# What the generated module names beyond the signatures' own names: its bases and the portal.
 TEMPLATE_IMPORTS = {
-    "Operations": ("pgsched._operations.core", "Operations"),
-    "JobSpec": ("pgsched._jobs.spec", "JobSpec"),
+    "OnPortal": ("pgsched._facades.on_portal", "OnPortal"),
+    "OnScheduler": ("pgsched._facades.on_portal", "OnScheduler"),
     "PORTAL": ("pgsched._portal", "PORTAL"),
-    "Any": ("typing", "Any"),
 }
 
 
@@ -446,7 +412,7 @@ def generate(root: Path = ROOT) -> str:
     for c in core:  # each class written names the class it mirrors
         if f"Sync{c.node.name}" in made:
             resolve(c.module, {c.node.name}, names)
-    text = "\n".join([HEADER, *imports(names), PREAMBLE, *body]) + "\n"
+    text = "\n".join([HEADER, *imports(names), *body]) + "\n"
     text = text.replace("\n\n\n\n", "\n\n\n")  # a class's last method ends in a blank
     return ruff(root, text)
 
