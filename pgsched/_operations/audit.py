@@ -27,7 +27,7 @@ from .._records import ActionRow
 from .._storage.dashboard import DashboardStore
 from .._storage.statements import Conn
 
-SURFACES = ("cli", "admin", "async_admin", "http", "dashboard")
+SURFACES = ("cli", "admin", "async_admin", "http", "dashboard", "django_admin")
 _O = TypeVar("_O", bound="Audited")
 
 

@@ -14,6 +14,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from .._facades.http.auth import Caller
 from .._facades.http.web import Dashboard, WebRequest
+from .._operations.core import Operations
 from .._portal import PORTAL
 from .conf import project_scheduler
 
@@ -40,9 +41,14 @@ def dashboard(request: HttpRequest, page: str = "") -> HttpResponse:
     return response
 
 
+def operations() -> Operations:
+    """The operations core of the project's scheduler, its coroutines run on the portal."""
+    return project_scheduler().admin.operations
+
+
 @functools.cache
 def _dashboard() -> Dashboard:
-    return Dashboard(project_scheduler().admin.operations)
+    return Dashboard(operations())
 
 
 def _request(request: HttpRequest, page: str, caller: Caller) -> WebRequest:

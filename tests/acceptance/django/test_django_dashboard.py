@@ -168,3 +168,43 @@ def test_a_user_who_is_not_staff_is_sent_to_the_login(page: Any, site: str) -> N
     page.click("input[type=submit]")
     assert "/admin/login/" in page.url  # the admin itself refuses a user who is not staff
     assert page.request.get(site + "/scheduler/", max_redirects=0).status == 302
+
+
+def test_the_admin_lists_the_jobs_and_pauses_them_as_the_user(
+    page: Any, site: str, pg_dsn: str, schema: str
+) -> None:
+    page.goto(site + "/admin/pgsched/job/")
+    page.fill("#id_username", "boss")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/pgsched/job/")
+    row = page.locator("#result_list tr", has_text="restock")
+    assert row.locator(".next-plan").inner_text().strip()  # its next plan, from the core
+    assert page.locator("#result_list tr", has_text="settle").count() == 1
+    row.locator("input[type=checkbox]").check()
+    page.select_option("#pgsched-action", "pause")
+    page.click("#pgsched-jobs button[type=submit]")
+    assert "Pause: 1 of 1 job(s) done" in page.locator(".messagelist").inner_text()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        paused = conn.execute(
+            sql.SQL("SELECT paused FROM {} WHERE job_name = 'restock'").format(
+                sql.Identifier(schema, "job_state")
+            )
+        ).fetchone()
+        recorded = conn.execute(
+            sql.SQL("SELECT actor, surface, action FROM {} ORDER BY id DESC LIMIT 1").format(
+                sql.Identifier(schema, "actions")
+            )
+        ).fetchone()
+    assert paused == (True,)
+    assert recorded == ("boss", "django_admin", "pause")
+    assert "paused" in page.locator("#result_list tr", has_text="restock").inner_text()
+
+
+def test_the_admin_s_jobs_need_the_view_permission(page: Any, site: str) -> None:
+    page.goto(site + "/admin/login/?next=/admin/")
+    page.fill("#id_username", "clerk")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/")
+    assert page.request.get(site + "/admin/pgsched/job/").status == 403
