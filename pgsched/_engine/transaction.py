@@ -175,8 +175,10 @@ class Transactions:
         of its own, or in the transaction the scheduler's ``run_transaction`` opens (Django's
         ``atomic()`` on the project's database), whose writes the handler's ORM shares."""
         committing: Outcome | None = None  # set once the COMMIT (the block's exit) is under way
+        entered = False
         try:
             with self._sync_transaction(job) as conn:  # commits on a clean exit
+                entered = True
                 try:
                     done = self._transact_sync(conn, job, run, outcome)
                 except Exception as exc:
@@ -194,7 +196,8 @@ class Transactions:
         except TransactionUnavailable:
             raise
         except Exception as exc:
-            if committing is not None and unavailable(_driver_error(exc)):
+            # Opening the borrowed transaction (its connection) or its COMMIT failed.
+            if (committing is not None or not entered) and unavailable(_driver_error(exc)):
                 raise TransactionUnavailable(exc, committing) from exc
             raise
 
