@@ -4,7 +4,7 @@ working day of a month, and their keys and errors."""
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo
 
 import holidays as holidays_package
@@ -20,12 +20,12 @@ BERLIN = ZoneInfo("Europe/Berlin")
 UTC_ZONE = ZoneInfo("UTC")
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
+def utc(year: int, month: int, day: int, hour: int = 0) -> datetime:
+    return datetime(year, month, day, hour, tzinfo=UTC)
 
 
-def berlin(*args: int) -> datetime:
-    return datetime(*args, tzinfo=BERLIN).astimezone(UTC)  # type: ignore[misc]
+def berlin(year: int, month: int, day: int, hour: int = 0) -> datetime:
+    return datetime(year, month, day, hour, tzinfo=BERLIN).astimezone(UTC)
 
 
 def daily(at: str, tz: ZoneInfo = BERLIN) -> CronRecurrence:
@@ -212,15 +212,18 @@ def test_the_key_changes_with_calendar_and_on_excluded() -> None:
     keys = {
         s.register(lambda run: None, name=f"j{i}", cron="0 9 * * *", **options).recurrence.key()
         for i, options in enumerate(
-            [
-                {},
-                {"calendar": pgsched.Calendar()},
-                {"calendar": pgsched.Calendar(), "on_excluded": "next_working_day"},
-                {"calendar": pgsched.Calendar(weekdays="mon-thu")},
-                {"calendar": pgsched.Calendar(exclude=[date(2026, 1, 2)])},
-                {"calendar": pgsched.Calendar(holidays={date(2026, 1, 2): "x"})},
-                {"calendar": pgsched.Calendar(timezone="Asia/Tokyo")},
-            ]
+            cast(
+                list[dict[str, Any]],
+                [
+                    {},
+                    {"calendar": pgsched.Calendar()},
+                    {"calendar": pgsched.Calendar(), "on_excluded": "next_working_day"},
+                    {"calendar": pgsched.Calendar(weekdays="mon-thu")},
+                    {"calendar": pgsched.Calendar(exclude=[date(2026, 1, 2)])},
+                    {"calendar": pgsched.Calendar(holidays={date(2026, 1, 2): "x"})},
+                    {"calendar": pgsched.Calendar(timezone="Asia/Tokyo")},
+                ],
+            )
         )
     }
     assert len(keys) == 7
@@ -273,7 +276,7 @@ def test_bad_job_calendar_option_is_one_line(options: dict[str, Any], message: s
 
 def test_a_dynamic_job_refuses_a_calendar() -> None:
     s = pgsched.Scheduler(dsn="postgresql://x@localhost/x")
-    with pytest.raises(pgsched.ConfigError, match="calendar=.* cannot be given with dynamic"):
+    with pytest.raises(pgsched.ConfigError, match=r"calendar=.* cannot be given with dynamic"):
         s.register(lambda run: None, name="d", dynamic=True, calendar=pgsched.Calendar())
 
 
