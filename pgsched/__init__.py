@@ -20,6 +20,7 @@ from ._errors import (
 from ._facades.admin import Admin
 from ._facades.aio import AsyncAdmin
 from ._jobs.spec import JobOptions, JobSpec
+from ._planning.calendars import Calendar, working_day
 from ._planning.recurrence import Planner
 from ._run import Run
 from ._scheduler import Scheduler
@@ -90,6 +91,7 @@ __all__ = [
     "AppLoadError",
     "AsyncAdmin",
     "Attempt",
+    "Calendar",
     "ConfigError",
     "DatabaseError",
     "Execution",
@@ -122,4 +124,5 @@ __all__ = [
     "configure_logging",
     "dashboard_aiohttp",
     "dashboard_asgi",
+    "working_day",
 ]

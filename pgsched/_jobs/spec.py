@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterBadCronError, CroniterError
 
 from .._errors import ConfigError
+from .._planning.calendars import Calendar, CalendarRecurrence, OnExcluded, WorkingDay
 from .._planning.recurrence import (
     CadenceRecurrence,
     CatchUp,
@@ -136,7 +137,16 @@ class JobOptions(TypedDict, total=False):
     """An object whose ``plans_between(start, end)`` returns the aware plan instants in
     ``(start, end]``, ascending."""
     timezone: str
-    """(``"UTC"``) The IANA zone a cron expression is read in."""
+    """(``"UTC"``) The IANA zone a cron expression, ``working_day()``'s wall time and a move
+    of ``on_excluded`` are read in, and a ``calendar``'s zone when it has none."""
+    calendar: Calendar | None
+    """(None) A ``pgsched.Calendar``: plans on a day it excludes (in its zone) are handled
+    as ``on_excluded`` says. Part of the job's identity: changing it re-plans the future."""
+    on_excluded: OnExcluded
+    """(``"skip"``) A plan on an excluded day: ``"skip"`` does not run it;
+    ``"next_working_day"`` / ``"previous_working_day"`` move it to that working day at the
+    same wall time in ``timezone`` (plans moved onto one instant are one plan). Only with
+    ``calendar``."""
     scopes: Iterable[Scope] | ScopesFn | None
     """(``[GLOBAL]``) An iterable of ``Scope(kind, id)``, or ``scopes(now)`` (sync or async)
     evaluated every tick; duplicates are dropped."""
@@ -221,6 +231,8 @@ JOB_DEFAULTS: dict[str, Any] = {
     "cron": None,
     "planner": None,
     "timezone": "UTC",
+    "calendar": None,
+    "on_excluded": "skip",
     "scopes": None,
     "catch_up": "latest_only",
     "catch_up_window": "1d",
@@ -247,7 +259,8 @@ JOB_DEFAULTS: dict[str, Any] = {
 }
 # What a dynamic job's stored schedules replace: giving one of these with dynamic=True is an
 # error. (The DST options too: stored schedules follow the default DST rules.)
-_NOT_DYNAMIC = ("every", "cron", "planner", "scopes", "dst_repeated", "dst_skipped")
+# A calendar too, for now: stored schedules have none.
+_NOT_DYNAMIC = ("every", "cron", "planner", "scopes", "dst_repeated", "dst_skipped", "calendar")
 JOB_OPTIONS = frozenset(JOB_DEFAULTS)
 # Other schedulers' names for these options (Celery, APScheduler, Airflow, Kubernetes CronJob,
 # cron libraries), offered as the hint when one is given: difflib alone finds no option near
@@ -406,6 +419,8 @@ class _Validator:
         for name in _NOT_DYNAMIC:
             if o[name] is not None:
                 raise self.bad(name, o[name], "cannot be given with dynamic=True")
+        if o["on_excluded"] != JOB_DEFAULTS["on_excluded"]:
+            raise self.bad("on_excluded", o["on_excluded"], "cannot be given with dynamic=True")
         if o["timezone"] != "UTC":
             why = "cannot be given with dynamic=True (each schedule has its own)"
             raise self.bad("timezone", o["timezone"], why)
@@ -424,12 +439,30 @@ class _Validator:
         repeated = self.choice("dst_repeated", o["dst_repeated"], (*get_args(DstRepeated), None))
         skipped = self.choice("dst_skipped", o["dst_skipped"], (*get_args(DstSkipped), None))
         if o["every"] is not None:
-            return CadenceRecurrence(self.duration("every", o["every"], allow_zero=False))
+            every = self.duration("every", o["every"], allow_zero=False)
+            return self.calendar(o, CadenceRecurrence(every), tz)
         if o["cron"] is not None:
-            return self.cron(o["cron"], tz, repeated, skipped)
-        if not isinstance(o["planner"], Planner):
-            raise self.bad("planner", o["planner"], "must have a plans_between(start, end) method")
-        return HookRecurrence(o["planner"])
+            return self.calendar(o, self.cron(o["cron"], tz, repeated, skipped), tz)
+        planner = o["planner"]
+        bind = getattr(planner, "in_job_timezone", None)
+        if callable(bind):  # a planner that wants the job's zone (working_day) is told it
+            planner = bind(tz)
+        if isinstance(planner, WorkingDay):  # pgsched's own: keyed by what it plans
+            return self.calendar(o, planner, tz)
+        if not isinstance(planner, Planner):
+            raise self.bad("planner", planner, "must have a plans_between(start, end) method")
+        return self.calendar(o, HookRecurrence(planner), tz)
+
+    def calendar(self, o: dict[str, Any], inner: Recurrence, tz: ZoneInfo) -> Recurrence:
+        """``inner`` on the job's calendar, if it has one."""
+        on_excluded = self.choice("on_excluded", o["on_excluded"], get_args(OnExcluded))
+        if o["calendar"] is None:
+            if on_excluded != JOB_DEFAULTS["on_excluded"]:
+                raise self.bad("on_excluded", on_excluded, "needs calendar=")
+            return inner
+        if not isinstance(o["calendar"], Calendar):
+            raise self.bad("calendar", o["calendar"], "must be a pgsched.Calendar")
+        return CalendarRecurrence(inner, o["calendar"], on_excluded, tz)
 
     def cron(
         self, expr: object, tz: ZoneInfo, repeated: DstRepeated | None, skipped: DstSkipped | None

@@ -5,7 +5,7 @@ warn_unused_ignores fails the check if it stops being one)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, assert_type, cast
 from uuid import UUID
 
@@ -30,6 +30,18 @@ def rollup(run: pgsched.Run) -> int:
 async def report(run: pgsched.Run) -> pgsched.Result:
     return pgsched.Result(rows_affected=1, data={"tenant": run.scope.id})
 
+
+@scheduler.job(
+    planner=pgsched.working_day(-1, at="18:00"),
+    timezone="Europe/Berlin",
+    calendar=pgsched.Calendar("mon-fri", exclude=[(date(2026, 12, 24), date(2026, 12, 31))]),
+    on_excluded="next_working_day",
+)
+def month_end(run: pgsched.Run) -> None: ...
+
+
+scheduler.job(cron="0 9 * * *", on_excluded="tomorrow")  # type: ignore[arg-type]
+assert_type(pgsched.Calendar().is_working_day(date(2026, 1, 6)), bool)
 
 # The decorator returns the handler as given (were it Any, so would the call be).
 assert_type(rollup(cast(pgsched.Run, None)), int)
