@@ -69,8 +69,8 @@ class Replica:
         self.unreached = None
         runtime.start_background(listen=False)
         ok = await runtime.tick()
-        if ok:
-            await runtime.wait_idle()
+        # A tick that failed for one job may have claimed another's plans: they run too.
+        await runtime.wait_idle()
         await runtime.shutdown(timedelta(0))
         return runtime.report if ok else None
 

@@ -220,8 +220,14 @@ def test_a_failing_job_does_not_orphan_the_claims_of_other_jobs(
         ).format(fn=sql.Identifier(migrated, "refuse_broken"), tbl=table(migrated))
     )
     recorder = Recorder()
+
+    def healthy(run: pgsched.Run) -> None:
+        recorder.enter(run)
+        # Still running when the tick's claim of "broken" fails: it must run to its end.
+        time.sleep(0.3)
+
     s = make_scheduler()
-    s.register(recorder.enter, name="healthy", every="1d", priority=10)
+    s.register(healthy, name="healthy", every="1d", priority=10)
     s.register(recorder.enter, name="broken", every="1d", priority=0)
 
     with pytest.raises(pgsched.PgschedError):
