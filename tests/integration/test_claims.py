@@ -221,13 +221,13 @@ def test_a_failing_job_does_not_orphan_the_claims_of_other_jobs(
     )
     recorder = Recorder()
 
-    def healthy(run: pgsched.Run) -> None:
+    def slow(run: pgsched.Run) -> None:
         recorder.enter(run)
         # Still running when the tick's claim of "broken" fails: it must run to its end.
         time.sleep(0.3)
 
     s = make_scheduler()
-    s.register(healthy, name="healthy", every="1d", priority=10)
+    s.register(slow, name="healthy", every="1d", priority=10)
     s.register(recorder.enter, name="broken", every="1d", priority=0)
 
     with pytest.raises(pgsched.PgschedError):
