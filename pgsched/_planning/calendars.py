@@ -311,6 +311,24 @@ class CalendarRecurrence(Recurrence):
         found = {self.moved(p) for p in self.inner.plans_between(lo, hi)}
         return sorted(p for p in found if p is not None and start < p <= end)
 
+    def excluded_runs(self, start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
+        """Each run of consecutive excluded days (local dates of the calendar's zone) that
+        meets ``(start, end]``, as the instants ``[its first midnight, the next working day's
+        midnight)``."""
+        tz, runs = self.calendar.tz(), []
+        day, last = start.astimezone(tz).date(), end.astimezone(tz).date()
+        first: date | None = None
+        while day <= last:
+            if not self.calendar.is_working_day(day):
+                first = first or day
+            elif first is not None:
+                runs.append((wall_instant(first, time(0), tz), wall_instant(day, time(0), tz)))
+                first = None
+            day += _DAY
+        if first is not None:
+            runs.append((wall_instant(first, time(0), tz), wall_instant(day, time(0), tz)))
+        return runs
+
     def excluded_between(self, start: datetime, end: datetime) -> list[datetime]:
         """The inner plans in ``(start, end]`` on excluded days (each skipped, or moved)."""
         return [

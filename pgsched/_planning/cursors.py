@@ -12,7 +12,9 @@ next. No I/O: the claimer reads the due cursors and writes the claims and moves.
 - ``max_lateness``: plans not started within it of their due time are skipped (counted).
 - A pause that a resume ended: the plans due in between are skipped as ``paused`` whatever
   the catch-up mode (under ``every_plan`` those due before the pause are claimed first).
-- Every skipped plan is in a span of the decision (``skips``), which the claim records.
+- Every skipped plan is in a span of the decision (``skips``), which the claim records;
+  with a calendar that skips, the plans it excluded since the scope's latest claimed plan
+  too, once the decision passes them (``excluded``).
 - ``jitter``: a cursor is due at its plan plus the scope's jitter; a plan still inside it is
   not claimed, and the cursor is moved to that plan, due when its jitter has passed.
 - A cursor computed from another recurrence (the job's ``cron`` or ``every`` changed), or
@@ -29,9 +31,18 @@ from datetime import datetime, timedelta
 from typing import NamedTuple, Protocol
 
 from .._records import CursorMove, DueCursor, Skip
+from .calendars import CalendarRecurrence
 from .dynamic import CatchUpRules
 from .recurrence import CadenceRecurrence, CronRecurrence, Recurrence, jitter_offset
-from .skips import PauseWindow, past_pause, pause_window, rescoped, span, spans_between
+from .skips import (
+    PauseWindow,
+    excluded_spans,
+    past_pause,
+    pause_window,
+    rescoped,
+    span,
+    spans_between,
+)
 
 _US = timedelta(microseconds=1)
 
@@ -116,6 +127,7 @@ def decide_cursors(
     )
     # The job's pause window: the same on every row (one read of job_state per claim).
     pause = pause_window(rows[0].paused_at, rows[0].resumed_at) if rows else None
+    excluded = _Excluded(job, lookback)
     out: list[CursorDecision] = []
     for row in rows:
         if room <= 0:
@@ -129,7 +141,7 @@ def decide_cursors(
         else:
             decision = shared[first] = _decide(steps, kind, ident, first, (now, room, pause))
         room -= decision.claims
-        out.append(decision)
+        out.append(excluded.added(row, decision))
     return out
 
 
@@ -146,7 +158,8 @@ def decide_cursor(
     steps = _Steps(job, job.recurrence)
     first = _first_unclaimed(steps, spec, row, lookback)
     pause = pause_window(row.paused_at, row.resumed_at)
-    return _decide(steps, row.scope_kind, row.scope_id, first, (now, room, pause))
+    decision = _decide(steps, row.scope_kind, row.scope_id, first, (now, room, pause))
+    return _Excluded(job, lookback).added(row, decision)
 
 
 def _decide(
@@ -294,6 +307,34 @@ def _wait(steps: _Steps, kind: str, ident: str, plan: datetime | None) -> Cursor
 def _take(steps: _Steps, kind: str, ident: str, plans: list[datetime]) -> CursorMove:
     nxt = steps.recurrence.next_after(plans[-1])
     return CursorMove(kind, ident, tuple(plans), nxt, due_at(steps.job, kind, ident, nxt))
+
+
+class _Excluded:
+    """The plans a job's calendar skipped that a decision passes: those after the scope's
+    latest claimed plan (else its first sight) up to the last plan the decision claims or
+    skips. A batch's scopes mostly share both bounds: each pair is computed once."""
+
+    def __init__(self, job: CursorRules, lookback: timedelta) -> None:
+        self._job, self._lookback = job, lookback
+        self._skips = isinstance(job.recurrence, CalendarRecurrence) and (
+            job.recurrence.on_excluded == "skip"
+        )
+        self._made: dict[tuple[datetime, datetime], list[Skip]] = {}
+
+    def added(self, row: DueCursor, decision: CursorDecision) -> CursorDecision:
+        passed = [*decision.move.plans, *(s.last for s in decision.skips)]
+        if not self._skips or not passed:
+            return decision
+        job = self._job
+        after = row.last_plan_time or row.first_seen_at - job.schedule_delay - self._lookback
+        bounds = (after, max(passed))
+        made = self._made.get(bounds)
+        if made is None:
+            made = self._made[bounds] = excluded_spans(job.recurrence, ("", ""), *bounds)
+        if not made:
+            return decision
+        mine = rescoped(tuple(made), row.scope_kind, row.scope_id)
+        return decision._replace(skips=(*decision.skips, *mine))
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .._records import Skip
 from .._times import parse_duration
+from .calendars import CalendarRecurrence
 from .recurrence import CadenceRecurrence, CronRecurrence, Recurrence, count_plans_between
 
 REASONS = (
@@ -34,10 +35,13 @@ REASONS = (
     "no_replica",
 )
 # The reasons a claim records; before_first_sight and no_replica are derived when read
-# (the cursor's first sight, the replicas table), overlap and excluded are reserved.
-RECORDED = ("superseded", "max_lateness", "paused", "outside_window")
+# (the cursor's first sight, the replicas table), overlap is reserved.
+RECORDED = ("superseded", "max_lateness", "paused", "outside_window", "excluded")
 SKIP_COUNT_CAP = 10_000
 _US = timedelta(microseconds=1)
+# How far back a claim looks for plans its calendar excluded (a cursor re-planned after
+# a long pause records no older ones): a calendar's own search bound.
+EXCLUDED_LOOKBACK = timedelta(days=800)
 
 
 class PauseWindow(NamedTuple):
@@ -93,6 +97,26 @@ def spans_between(
     if last is None or last < first:
         return []
     return [span(recurrence, scope, reason, first, last)]
+
+
+def excluded_spans(
+    recurrence: Recurrence, scope: tuple[str, str], after: datetime, upto: datetime
+) -> list[Skip]:
+    """The spans of plans in ``(after, upto]`` that ``recurrence``'s calendar skips
+    (``excluded``): its inner plans on each run of excluded days. None unless ``recurrence``
+    is a calendar's with ``on_excluded="skip"`` (a moved plan is not skipped)."""
+    if not isinstance(recurrence, CalendarRecurrence) or recurrence.on_excluded != "skip":
+        return []
+    after = max(after, upto - EXCLUDED_LOOKBACK)
+    inner, out = recurrence.inner, []
+    for start, end in recurrence.excluded_runs(after, upto):
+        first = inner.next_after(max(start - _US, after))
+        if first is None or first >= end or first > upto:
+            continue
+        last = inner.latest_at_or_before(min(end - _US, upto))
+        if last is not None and last >= first:
+            out.append(span(inner, scope, "excluded", first, last))
+    return out
 
 
 def rescoped(skips: tuple[Skip, ...], kind: str, ident: str) -> tuple[Skip, ...]:

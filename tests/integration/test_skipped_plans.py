@@ -244,3 +244,39 @@ def test_explain_of_a_whole_job_counts_its_scopes_runs_and_skips_per_plan(
     ]
     with pytest.raises(pgsched.NotFoundError, match="unknown job 'nope'"):
         s.admin.explain("nope")
+
+
+def test_plans_a_calendar_excludes_are_recorded_excluded_and_explained(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
+    day = timedelta(days=1)
+    p0, p1, p2 = (past_plan(db, n * day) for n in (4, 3, 2))
+    p3 = past_plan(db, timedelta(minutes=10))  # on a later date than p2's, whatever the hour
+    seed(db, migrated, "calendar", p0)
+    closed = pgsched.Calendar(weekdays="mon-sun", exclude=[p1.date(), p2.date()])
+    recorder = Recorder()
+    s = make_scheduler()
+    s.register(recorder.enter, name="calendar", planner=FixedPlans(p0, p1, p2, p3), calendar=closed)
+    since = p0 - S
+
+    def explained() -> list[tuple[str, str | None, int]]:
+        return [
+            (x.state, x.reason, x.plans) for x in s.admin.explain("calendar", since=since).lines
+        ]
+
+    # Before a claim passes them, explain derives them from the job's calendar (and no
+    # replica has registered the job yet).
+    unseen = ("skipped", "no_replica", 1)
+    assert explained() == [("ran", None, 1), ("skipped", "excluded", 2), unseen]
+    report = s.run_once()
+    assert (report.succeeded, report.skipped) == (1, 2)
+    assert [r.plan_time for r in recorder.runs] == [p3]
+    ((span),) = spans(db, migrated, "calendar")
+    assert (span["reason"], span["first_plan"], span["last_plan"], span["plans"]) == (
+        "excluded",
+        p1,
+        p2,
+        2,
+    )
+    assert explained() == [("ran", None, 1), ("skipped", "excluded", 2), ("ran", None, 1)]
+    assert s.run_once().skipped == 0  # recorded once

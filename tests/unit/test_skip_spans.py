@@ -231,3 +231,67 @@ def test_latest_only_runs_the_plan_due_before_the_pause_when_none_is_due_since()
     pause = {"paused_at": T + H + 60 * TICK, "resumed_at": T + H + 120 * TICK}
     d = decide_cursor(j, spec_key(j.recurrence), due(j, T + H, **pause), T + H + 121 * TICK, TICK)
     assert (d.move.plans, d.skips) == ((T + H,), ())
+
+
+# 2027-03-12 is a Friday: the weekend's plans of a weekday calendar are `excluded`.
+FRI = datetime(2027, 3, 12, 9, 0, tzinfo=UTC)
+DAY = timedelta(days=1)
+
+
+def calendar_job(**options: Any) -> Any:
+    from pgsched import Calendar
+
+    return job(cron="0 9 * * *", calendar=Calendar(), **options)
+
+
+def after_claim(j: Any, last: datetime, next_plan: datetime) -> DueCursor:
+    """A cursor whose latest claimed plan is ``last``, due at ``next_plan``."""
+    key = spec_key(j.recurrence)
+    return DueCursor("tenant", "1", next_plan, key, last - H, last, next_plan)
+
+
+def test_the_claim_after_a_weekend_records_its_plans_as_one_excluded_span() -> None:
+    j = calendar_job()
+    d = decide_cursor(
+        j, spec_key(j.recurrence), after_claim(j, FRI, FRI + 3 * DAY), FRI + 3 * DAY + TICK, TICK
+    )
+    assert d.move.plans == (FRI + 3 * DAY,)
+    assert d.skips == (Skip("tenant", "1", "excluded", FRI + DAY, FRI + 2 * DAY, 2, FRI),)
+
+
+def test_a_claim_on_a_working_day_after_a_working_day_records_nothing_excluded() -> None:
+    j = calendar_job()
+    thu = FRI - DAY
+    d = decide_cursor(j, spec_key(j.recurrence), after_claim(j, thu, FRI), FRI + TICK, TICK)
+    assert (d.move.plans, d.skips) == ((FRI,), ())
+
+
+def test_a_moving_calendar_records_no_excluded_plan_it_moved() -> None:
+    j = calendar_job(on_excluded="next_working_day")
+    mon = FRI + 3 * DAY
+    assert j.recurrence.plans_between(FRI, mon) == [mon]  # Saturday's and Sunday's: one plan
+    d = decide_cursor(j, spec_key(j.recurrence), after_claim(j, FRI, mon), mon + TICK, TICK)
+    assert (d.move.plans, d.skips) == ((mon,), ())
+
+
+def test_excluded_spans_of_many_scopes_are_each_scopes_own() -> None:
+    j = calendar_job()
+    mon = FRI + 3 * DAY
+    rows = [after_claim(j, FRI, mon)._replace(scope_id=str(i)) for i in range(3)]
+    made = decide_cursors(j, rows, mon + TICK, TICK, 10)
+    assert [(s.id, s.reason, s.plans) for d in made for s in d.skips] == [
+        (str(i), "excluded", 2) for i in range(3)
+    ]
+
+
+def test_a_superseded_catch_up_over_a_weekend_keeps_the_two_reasons_apart() -> None:
+    j = calendar_job()
+    tue = FRI + 4 * DAY
+    d = decide_cursor(
+        j, spec_key(j.recurrence), after_claim(j, FRI, FRI + 3 * DAY), tue + TICK, TICK
+    )
+    assert d.move.plans == (tue,)
+    assert sorted((s.reason, s.first, s.plans) for s in d.skips) == [
+        ("excluded", FRI + DAY, 2),
+        ("superseded", FRI + 3 * DAY, 1),
+    ]
