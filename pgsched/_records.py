@@ -107,6 +107,9 @@ class DueSchedule(NamedTuple):
     resumed_at: datetime | None = None
     own_paused_at: datetime | None = None  # the schedule's own
     own_resumed_at: datetime | None = None
+    calendar: str | None = None  # the name of its calendar, and what an excluded plan does
+    on_excluded: str = "skip"
+    created_at: datetime | None = None
 
 
 class Skip(NamedTuple):
@@ -257,6 +260,8 @@ class ScheduleRows:
     every_us: list[int | None]
     crons: list[str | None]
     tzs: list[str]
+    calendars: list[str | None]
+    on_excluded: list[str]
     payloads: list[str]
     starts: list[datetime | None]
     ends: list[datetime | None]

@@ -444,7 +444,10 @@ class ScheduleSpec:
     Exactly one of ``every`` (a duration: ``timedelta``, seconds, or text such as ``"1h"``)
     and ``cron`` (5-field expression, evaluated in ``timezone``). ``payload`` is a JSON
     object handed to every run as ``run.payload``. Plans satisfy
-    ``starts_at <= plan_time < ends_at``; both must be timezone-aware.
+    ``starts_at <= plan_time < ends_at``; both must be timezone-aware. ``calendar`` names a
+    calendar the scheduler registers (``Scheduler.calendar``): a plan on a day it excludes
+    is skipped, or moved as ``on_excluded`` says (``"next_working_day"``,
+    ``"previous_working_day"``), at the same wall time in ``timezone``.
     """
 
     scope: Scope
@@ -455,6 +458,8 @@ class ScheduleSpec:
     starts_at: datetime | None = None
     ends_at: datetime | None = None
     paused: bool = False
+    calendar: str | None = None
+    on_excluded: str = "skip"
 
 
 # What put_schedule takes besides the job and scope: the fields of a spec but its scope.
@@ -481,6 +486,8 @@ class Schedule:
     next_plan_time: datetime | None
     created_at: datetime
     updated_at: datetime
+    calendar: str | None = None
+    on_excluded: str = "skip"
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready fields (the command line's and the HTTP API's form): times in ISO 8601,
@@ -499,6 +506,8 @@ class Schedule:
             "starts_at": iso(self.starts_at),
             "ends_at": iso(self.ends_at),
             "paused": self.paused,
+            "calendar": self.calendar,
+            "on_excluded": self.on_excluded,
             "next_plan_time": iso(self.next_plan_time),
             "created_at": iso(self.created_at),
             "updated_at": iso(self.updated_at),

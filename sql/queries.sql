@@ -1500,25 +1500,29 @@ SELECT set_config('statement_timeout', %(statement_ms)s, %(local)s),
 -- name: put_schedules :exec
 -- Schedules as data: create or replace many schedules of one job in one statement. A row
 -- identical to the stored one is not written (nor counted in the command's row count). `next_plan_time` is the
--- caller's (the first plan after the put) only when the spec changed (every, cron, zone), or,
+-- caller's (the first plan after the put) only when the spec changed (every, cron, zone,
+-- calendar, on_excluded), or,
 -- when only the window changed and the stored one falls outside it, else the earlier of the
 -- two; otherwise the stored plan times stay as they are. The upsert locks the row, so it waits for a claim that
 -- holds it and then applies to the row as that claim left it.
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 INSERT INTO {schema}.schedules AS s
-    (job_name, scope_kind, scope_id, every_us, cron, timezone, payload, starts_at, ends_at,
-     paused, next_plan_time, created_at, updated_at, paused_at)
-SELECT %(job)s, v.kind, v.id, v.every_us, v.cron, v.tz, v.payload::jsonb, v.starts_at,
-       v.ends_at, v.paused, v.next_plan, now.t, now.t, CASE WHEN v.paused THEN now.t END
+    (job_name, scope_kind, scope_id, every_us, cron, timezone, calendar, on_excluded, payload,
+     starts_at, ends_at, paused, next_plan_time, created_at, updated_at, paused_at)
+SELECT %(job)s, v.kind, v.id, v.every_us, v.cron, v.tz, v.calendar, v.on_excluded,
+       v.payload::jsonb, v.starts_at, v.ends_at, v.paused, v.next_plan, now.t, now.t,
+       CASE WHEN v.paused THEN now.t END
 FROM unnest(%(kinds)b::text[], %(ids)b::text[], %(every_us)b::bigint[], %(crons)b::text[],
-            %(tzs)b::text[], %(payloads)b::text[], %(starts)b::timestamptz[],
-            %(ends)b::timestamptz[], %(paused)b::boolean[], %(nexts)b::timestamptz[])
-     AS v(kind, id, every_us, cron, tz, payload, starts_at, ends_at, paused, next_plan),
+            %(tzs)b::text[], %(calendars)b::text[], %(on_excluded)b::text[],
+            %(payloads)b::text[], %(starts)b::timestamptz[], %(ends)b::timestamptz[],
+            %(paused)b::boolean[], %(nexts)b::timestamptz[])
+     AS v(kind, id, every_us, cron, tz, calendar, on_excluded, payload, starts_at, ends_at,
+          paused, next_plan),
      now
 ORDER BY v.kind, v.id
 ON CONFLICT (job_name, scope_kind, scope_id) DO UPDATE
 SET every_us = EXCLUDED.every_us, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
-    payload = EXCLUDED.payload, starts_at = EXCLUDED.starts_at, ends_at = EXCLUDED.ends_at,
+    calendar = EXCLUDED.calendar, on_excluded = EXCLUDED.on_excluded, payload = EXCLUDED.payload, starts_at = EXCLUDED.starts_at, ends_at = EXCLUDED.ends_at,
     paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at,
     -- as set_schedule_paused: when a pause began and when a resume ended it
     paused_at = CASE WHEN EXCLUDED.paused AND NOT s.paused THEN EXCLUDED.updated_at
@@ -1527,8 +1531,9 @@ SET every_us = EXCLUDED.every_us, cron = EXCLUDED.cron, timezone = EXCLUDED.time
                       WHEN NOT EXCLUDED.paused AND s.paused THEN EXCLUDED.updated_at
                       ELSE s.resumed_at END,
     next_plan_time = CASE
-        WHEN (s.every_us, s.cron, s.timezone)
-             IS DISTINCT FROM (EXCLUDED.every_us, EXCLUDED.cron, EXCLUDED.timezone)
+        WHEN (s.every_us, s.cron, s.timezone, s.calendar, s.on_excluded)
+             IS DISTINCT FROM (EXCLUDED.every_us, EXCLUDED.cron, EXCLUDED.timezone,
+                               EXCLUDED.calendar, EXCLUDED.on_excluded)
             THEN EXCLUDED.next_plan_time
         -- Only the window changed: the stored next plan stays unless the new window excludes
         -- it (or none was left); a window that starts earlier can bring it forward.
@@ -1539,20 +1544,22 @@ SET every_us = EXCLUDED.every_us, cron = EXCLUDED.cron, timezone = EXCLUDED.time
                       THEN EXCLUDED.next_plan_time
                       ELSE least(s.next_plan_time, EXCLUDED.next_plan_time) END
         ELSE s.next_plan_time END
-WHERE (s.every_us, s.cron, s.timezone, s.payload, s.starts_at, s.ends_at, s.paused)
-      IS DISTINCT FROM (EXCLUDED.every_us, EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.payload,
-                        EXCLUDED.starts_at, EXCLUDED.ends_at, EXCLUDED.paused)
+WHERE (s.every_us, s.cron, s.timezone, s.calendar, s.on_excluded, s.payload, s.starts_at,
+       s.ends_at, s.paused)
+      IS DISTINCT FROM (EXCLUDED.every_us, EXCLUDED.cron, EXCLUDED.timezone, EXCLUDED.calendar,
+                        EXCLUDED.on_excluded, EXCLUDED.payload, EXCLUDED.starts_at,
+                        EXCLUDED.ends_at, EXCLUDED.paused)
 
 -- name: get_schedule :opt
-SELECT job_name, scope_kind, scope_id, every_us, cron, timezone, payload, starts_at, ends_at,
-       paused, next_plan_time, created_at, updated_at
+SELECT job_name, scope_kind, scope_id, every_us, cron, timezone, calendar, on_excluded,
+       payload, starts_at, ends_at, paused, next_plan_time, created_at, updated_at
 FROM {schema}.schedules
 WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id = %(id)s
 
 -- name: list_schedules :many
 -- Keyset pages in (scope_kind, scope_id) order, starting after the given scope.
-SELECT job_name, scope_kind, scope_id, every_us, cron, timezone, payload, starts_at, ends_at,
-       paused, next_plan_time, created_at, updated_at
+SELECT job_name, scope_kind, scope_id, every_us, cron, timezone, calendar, on_excluded,
+       payload, starts_at, ends_at, paused, next_plan_time, created_at, updated_at
 FROM {schema}.schedules
 WHERE job_name = %(job)s
   AND (%(kind)s::text IS NULL OR (scope_kind, scope_id) > (%(kind)s::text, %(id)s::text))
@@ -1586,7 +1593,8 @@ WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 due AS MATERIALIZED (
     SELECT s.scope_kind, s.scope_id, s.every_us, s.cron, s.timezone, s.starts_at, s.ends_at,
            s.next_plan_time, (SELECT t FROM now) AS now, s.ctid::text AS tid,
-           s.paused_at AS own_paused_at, s.resumed_at AS own_resumed_at
+           s.paused_at AS own_paused_at, s.resumed_at AS own_resumed_at, s.calendar,
+           s.on_excluded, s.created_at
     FROM {schema}.schedules s
     WHERE s.job_name = %(job)s AND NOT s.paused AND s.next_plan_time IS NOT NULL
       AND s.next_plan_time <= (SELECT t FROM now) - %(delay)s
@@ -1607,7 +1615,7 @@ SELECT due.scope_kind, due.scope_id, due.every_us, due.cron, due.timezone, due.s
        -- the job's last pause and resume (one probe of job_state), then the schedule's own
        (SELECT j.paused_at FROM {schema}.job_state j WHERE j.job_name = %(job)s) AS paused_at,
        (SELECT j.resumed_at FROM {schema}.job_state j WHERE j.job_name = %(job)s) AS resumed_at,
-       due.own_paused_at, due.own_resumed_at
+       due.own_paused_at, due.own_resumed_at, due.calendar, due.on_excluded, due.created_at
 FROM due ORDER BY due.next_plan_time
 
 -- name: claim_schedules :many
@@ -1793,8 +1801,8 @@ SELECT DISTINCT k.kind FROM (
 -- A page of one kind of a dynamic job's schedules in id order after `after`, whose id starts
 -- with `prefix` (they sort together from it: the page is read from the primary key).
 SELECT t.* FROM (
-    SELECT job_name, scope_kind, scope_id, every_us, cron, timezone, payload, starts_at,
-           ends_at, paused, next_plan_time, created_at, updated_at
+    SELECT job_name, scope_kind, scope_id, every_us, cron, timezone, calendar, on_excluded,
+           payload, starts_at, ends_at, paused, next_plan_time, created_at, updated_at
     FROM {schema}.schedules
     WHERE job_name = %(job)s AND scope_kind = %(kind)s AND scope_id > %(after)s
       AND scope_id >= %(prefix)s
@@ -1996,12 +2004,13 @@ WHERE j.job_name = %(job)s
 -- A scope's cursor (first sight, next and last plans), or a dynamic job's schedule.
 SELECT c.first_seen_at, c.next_plan_time, c.last_plan_time, c.retired_at,
        NULL::bigint AS every_us, NULL::text AS cron, NULL::text AS timezone,
-       NULL::timestamptz AS starts_at, NULL::timestamptz AS ends_at, false AS paused
+       NULL::timestamptz AS starts_at, NULL::timestamptz AS ends_at, false AS paused,
+       NULL::text AS calendar, 'skip' AS on_excluded
 FROM {schema}.cron_cursors c
 WHERE c.job_name = %(job)s AND c.scope_kind = %(kind)s AND c.scope_id = %(id)s
 UNION ALL
 SELECT s.created_at, s.next_plan_time, s.last_plan_time, NULL, s.every_us, s.cron, s.timezone,
-       s.starts_at, s.ends_at, s.paused
+       s.starts_at, s.ends_at, s.paused, s.calendar, s.on_excluded
 FROM {schema}.schedules s
 WHERE s.job_name = %(job)s AND s.scope_kind = %(kind)s AND s.scope_id = %(id)s
 

@@ -47,8 +47,8 @@ from .._times import Duration
 class SyncScheduleOperations(OnPortal, mirrors=ScheduleOperations):
     """``ScheduleOperations`` (pgsched/_operations/schedules.py), for ``Admin`` and the ``Scheduler``: each method runs its coroutine on the portal's loop and returns its result."""
 
-    def put_schedule(self, job: str, scope: Scope, *, every: Duration | None=None, cron: str | None=None, timezone: str='UTC', payload: dict[str, Any] | None=None, starts_at: datetime | None=None, ends_at: datetime | None=None, paused: bool=False, **unknown: Never) -> Schedule:
-        return PORTAL.call(self._core().put_schedule(job, scope, every=every, cron=cron, timezone=timezone, payload=payload, starts_at=starts_at, ends_at=ends_at, paused=paused, **unknown))
+    def put_schedule(self, job: str, scope: Scope, *, every: Duration | None=None, cron: str | None=None, timezone: str='UTC', payload: dict[str, Any] | None=None, starts_at: datetime | None=None, ends_at: datetime | None=None, paused: bool=False, calendar: str | None=None, on_excluded: str='skip', **unknown: Never) -> Schedule:
+        return PORTAL.call(self._core().put_schedule(job, scope, every=every, cron=cron, timezone=timezone, payload=payload, starts_at=starts_at, ends_at=ends_at, paused=paused, calendar=calendar, on_excluded=on_excluded, **unknown))
 
     def put_schedules(self, job: str, specs: Iterable[ScheduleSpec]) -> int:
         return PORTAL.call(self._core().put_schedules(job, specs))

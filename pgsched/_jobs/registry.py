@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TypeVar, Unpack
 
 from .._errors import ConfigError, NotFoundError
+from .._planning.calendars import Calendar
 from .._telemetry.metrics import Metrics
 from .._times import aware
 from .spec import Handler, JobOptions, JobSpec, build_job
@@ -24,6 +26,7 @@ class JobRegistry:
         self._jobs: dict[str, JobSpec] = {}
         self._jobs_lock = threading.Lock()
         self._metrics = metrics
+        self._calendars: dict[str, Calendar] = {}  # shared with the dynamic jobs, by name
 
     def job(self, **options: Unpack[JobOptions]) -> Callable[[_F], _F]:
         """Register the decorated function (or ``async def``) taking a :class:`Run` as a job,
@@ -44,12 +47,29 @@ class JobRegistry:
         for a duplicate job name.
         """
         spec = build_job(handler, **options)
+        if spec.dynamic:
+            spec = dataclasses.replace(spec, calendars=self._calendars)
         with self._jobs_lock:
             if spec.name in self._jobs:
                 raise ConfigError(f"job {spec.name!r}: name is already registered")
             self._jobs[spec.name] = spec
         self._metrics.declare(spec.name, spec.recurrence.nominal_interval(datetime.now(UTC)))
         return spec
+
+    def calendar(self, name: str, calendar: Calendar) -> Calendar:
+        """Name ``calendar`` for the schedules of this scheduler's dynamic jobs, which refer to
+        it as ``"calendar": name`` (a put naming another is refused). Naming it again with an
+        equal calendar is a no-op; with another, a :class:`ConfigError`: the replicas would
+        plan by different calendars."""
+        if not isinstance(name, str) or not name or len(name) > 200 or not name.isprintable():
+            raise ConfigError(f"calendar: name={name!r} must be printable text of 1-200 characters")
+        if not isinstance(calendar, Calendar):
+            raise ConfigError(f"calendar {name!r}: {calendar!r} must be a pgsched.Calendar")
+        with self._jobs_lock:
+            known = self._calendars.setdefault(name, calendar)
+        if known != calendar:
+            raise ConfigError(f"calendar {name!r}: name is already registered for {known!r}")
+        return calendar
 
     def unregister(self, job: str) -> None:
         """Stop planning and claiming ``job`` on this replica; running executions finish."""

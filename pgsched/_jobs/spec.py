@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import os
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypedDict, get_args
@@ -95,6 +95,8 @@ class JobSpec:
     first_sight: FirstSight = "next"  # a new scope's first plan: the next one, or the latest due
     hooks: RunHooks = NO_HOOKS  # on_failure / on_recovery
     options: dict[str, Any] = field(default_factory=dict)
+    # The calendars its scheduler names, which a dynamic job's schedules refer to by name.
+    calendars: Mapping[str, Calendar] = field(default_factory=dict)
 
     def new_cursor(self) -> PlanCursor:
         return PlanCursor(
@@ -259,7 +261,7 @@ JOB_DEFAULTS: dict[str, Any] = {
 }
 # What a dynamic job's stored schedules replace: giving one of these with dynamic=True is an
 # error. (The DST options too: stored schedules follow the default DST rules.)
-# A calendar too, for now: stored schedules have none.
+# A calendar too: a stored schedule names one of the scheduler's (Scheduler.calendar).
 _NOT_DYNAMIC = ("every", "cron", "planner", "scopes", "dst_repeated", "dst_skipped", "calendar")
 JOB_OPTIONS = frozenset(JOB_DEFAULTS)
 # Other schedulers' names for these options (Celery, APScheduler, Airflow, Kubernetes CronJob,

@@ -134,8 +134,13 @@ class ExplainOperations:
         key = (scope.kind, scope.id)
         cursor = await self._skips.explain_scope(conn, known.name, *key)
         if cursor is not None and (cursor["every_us"] or cursor["cron"]):
-            schedule = (cursor["every_us"], cursor["cron"], cursor["timezone"] or "UTC")
-            known = replace(known, recurrence=recurrence_for(schedule))
+            local = self._jobs().get(known.name)
+            named = cursor["calendar"]
+            calendar = None if named is None or local is None else local.calendars.get(named)
+            if named is None or calendar is not None:  # else its plans are unknown here
+                tz = cursor["timezone"] or "UTC"
+                schedule = (cursor["every_us"], cursor["cron"], tz, calendar, cursor["on_excluded"])
+                known = replace(known, recurrence=recurrence_for(schedule))
             known = replace(known, paused=known.paused or bool(cursor["paused"]))
         plans, start, truncated = _plans(known.recurrence, window)
         bounded = (start, window[1])

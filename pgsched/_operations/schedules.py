@@ -16,6 +16,7 @@ from typing import Any, Never
 
 from .._errors import ConfigError, NotFoundError
 from .._jobs.spec import JobSpec
+from .._planning.calendars import Calendar
 from .._planning.payloads import PAYLOAD_CHECKS, PayloadError
 from .._planning.schedules import (
     ValidSchedule,
@@ -64,12 +65,16 @@ class ScheduleOperations(Audited):
         starts_at: datetime | None = None,
         ends_at: datetime | None = None,
         paused: bool = False,
+        calendar: str | None = None,
+        on_excluded: str = "skip",
         **unknown: Never,  # refused by type checkers; here, named with the field meant
     ) -> Schedule:
         """Create or replace the schedule of ``scope``; returns it as stored."""
         check_fields(job, scope, unknown)
-        spec = ScheduleSpec(scope, every, cron, timezone, payload, starts_at, ends_at, paused)
-        valid = check_payload(check_schedule(job, spec))
+        spec = ScheduleSpec(
+            scope, every, cron, timezone, payload, starts_at, ends_at, paused, calendar, on_excluded
+        )
+        valid = check_payload(check_schedule(job, spec, self._calendars_of(job)))
         entry = Entry(Action.SCHEDULE_PUT, valid.job, str(scope))
         async with self._recorded(entry) as conn:
             entry.details["written"] = await self._put(conn, job, [valid])
@@ -81,7 +86,8 @@ class ScheduleOperations(Audited):
         """Create or replace many schedules in one transaction, all or nothing; returns how
         many were written (a schedule identical to the stored one is not)."""
         job = check_job_name(job)
-        valid = [check_payload(check_schedule(job, spec)) for spec in specs]
+        calendars = self._calendars_of(job)
+        valid = [check_payload(check_schedule(job, spec, calendars)) for spec in specs]
         seen: set[tuple[str, str]] = set()
         for v in valid:
             key = (v.scope.kind, v.scope.id)
@@ -96,6 +102,12 @@ class ScheduleOperations(Audited):
             entry.details["written"] = written
         return written
 
+    def _calendars_of(self, job: str) -> Mapping[str, Calendar] | None:
+        """The calendars a schedule of ``job`` may name: its scheduler's (None: this caller
+        does not register the job in code, and cannot tell which exist)."""
+        spec = self._jobs().get(job)
+        return None if spec is None else spec.calendars
+
     async def _put(self, conn: Conn, job: str, valid: list[ValidSchedule]) -> int:
         await self._dynamic_job(conn, job)
         now = await self._store.now(conn)
@@ -105,6 +117,8 @@ class ScheduleOperations(Audited):
             every_us=[None if v.every is None else v.every // _US for v in valid],
             crons=[v.cron for v in valid],
             tzs=[v.timezone for v in valid],
+            calendars=[v.calendar for v in valid],
+            on_excluded=[v.on_excluded for v in valid],
             payloads=[v.payload_json for v in valid],
             starts=[v.starts_at for v in valid],
             ends=[v.ends_at for v in valid],
@@ -194,7 +208,10 @@ class ScheduleOperations(Audited):
                 if row is None:
                     raise NotFoundError(f"job {spec.name!r}, scope {scope}: no such schedule")
                 got = plans_between(
-                    stored_schedule(spec.name, row), lo - _US, hi, MAX_BACKFILL_PLANS
+                    stored_schedule(spec.name, row, spec.calendars),
+                    lo - _US,
+                    hi,
+                    MAX_BACKFILL_PLANS,
                 )
                 kinds += [scope.kind] * len(got)
                 ids += [scope.id] * len(got)

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from .._errors import ConfigError, FieldError, NotFoundError, PgschedError
 from .._jobs.spec import JobSpec, evaluate_scopes, scopes_mode
 from .._planning.recurrence import Recurrence, is_plan, recurrence_from_record
-from .._planning.schedules import ValidSchedule, plans_between, stored_schedule
+from .._planning.schedules import NO_CALENDARS, ValidSchedule, plans_between, stored_schedule
 from .._planning.skips import described_recurrence
 from .._records import JobRecord
 from .._storage.schedules import ScheduleStore
@@ -174,6 +174,7 @@ class ScheduledPlans:
     ) -> None:
         self._store, self._schedules, self._conn, self._job = store, schedules, conn, job
         self._dynamic = spec.dynamic if spec is not None else record.scopes == "dynamic"
+        self._calendars = spec.calendars if spec is not None else NO_CALENDARS
         self._recurrence: Recurrence | None = (
             spec.recurrence
             if spec is not None
@@ -217,7 +218,11 @@ class ScheduledPlans:
             row = await self._schedules.get_schedule(self._conn, self._job, scope.kind, scope.id)
             if row is None:
                 return now
-            valid = stored_schedule(self._job, row)
+            valid = stored_schedule(self._job, row, self._calendars)
+            if valid.calendar is not None and valid.named is None:
+                # Its calendar is unknown here: the plans it filters are a superset of its
+                # own (a move onto this very microsecond aside), so `now` avoids them all.
+                valid = dataclasses.replace(valid, calendar=None, on_excluded="skip")
         elif self._recurrence is None:
             return now
         plan = now
@@ -247,7 +252,7 @@ class ScheduledPlans:
         row = await self._schedules.get_schedule(self._conn, self._job, scope.kind, scope.id)
         if row is None:
             return None
-        if not self._on_plan(stored_schedule(self._job, row), at):
+        if not self._on_plan(stored_schedule(self._job, row, self._calendars), at):
             return None
         ran = await self._store.scheduled_row(self._conn, self._job, scope, at)
         if ran is not None:

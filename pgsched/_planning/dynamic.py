@@ -20,14 +20,23 @@ A stored schedule's ``next_plan_time`` is its first plan not yet claimed. When i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from .._records import DueSchedule, ScheduleMove, Skip
+from .calendars import Calendar
 from .recurrence import CatchUp, Recurrence, jitter_offset
 from .schedules import ValidSchedule, first_plan_after, recurrence_for, stored_schedule
-from .skips import later_window, past_pause, pause_window, rescoped, span, spans_between
+from .skips import (
+    excluded_spans,
+    later_window,
+    past_pause,
+    pause_window,
+    rescoped,
+    span,
+    spans_between,
+)
 
 _US = timedelta(microseconds=1)
 
@@ -47,6 +56,8 @@ class CatchUpRules(Protocol):
     def schedule_delay(self) -> timedelta: ...
     @property
     def jitter(self) -> timedelta: ...
+    @property
+    def calendars(self) -> Mapping[str, Calendar]: ...
 
 
 class Decision(NamedTuple):
@@ -75,6 +86,9 @@ def decide_schedules(
     for row in rows:
         key = (
             *row[2:8],  # every_us, cron, timezone, starts_at, ends_at, next_plan_time
+            row.calendar,
+            row.on_excluded,
+            row.created_at,
             row.paused_at,
             row.resumed_at,
             row.own_paused_at,
@@ -99,10 +113,31 @@ def _for_scope(decision: Decision, row: DueSchedule) -> Decision:
 
 def decide(job: CatchUpRules, row: DueSchedule, now: datetime) -> Decision:
     """The claim of the due schedule ``row`` of ``job`` at ``now`` (the database's clock)."""
-    valid = stored_schedule(job.name, row._asdict())
+    valid = stored_schedule(job.name, row._asdict(), job.calendars)
+    recurrence = recurrence_for(valid.spec_key)
+    decision = _decided(job, row, now, (valid, recurrence))
+    if row.calendar is None:
+        return decision
+    passed = [s.last for s in decision.skips]
+    if decision.move is not None and decision.move.plan is not None:
+        passed.append(decision.move.plan)
+    if not passed:
+        return decision
+    # The plans its calendar skipped: after the plan before its next one (or its creation).
+    after = recurrence.latest_at_or_before(row.next_plan_time - _US) or row.created_at
+    lower = [t for t in (after, row.created_at, valid.starts_at and valid.starts_at - _US) if t]
+    if not lower:
+        return decision
+    excluded = excluded_spans(recurrence, (row.scope_kind, row.scope_id), max(lower), max(passed))
+    return decision._replace(skips=(*decision.skips, *excluded)) if excluded else decision
+
+
+def _decided(
+    job: CatchUpRules, row: DueSchedule, now: datetime, schedule: tuple[ValidSchedule, Recurrence]
+) -> Decision:
+    valid, recurrence = schedule
     kind, ident = row.scope_kind, row.scope_id
     horizon = now - job.schedule_delay
-    recurrence = recurrence_for(valid.spec_key)
     first = first_plan_after(valid, row.next_plan_time - _US)  # the window may have moved
     skips = spans_between(
         recurrence, (kind, ident), "outside_window", row.next_plan_time, _before(first, horizon)

@@ -22,10 +22,10 @@ import functools
 import json
 import math
 import reprlib
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterError
@@ -41,6 +41,7 @@ from .._structures import (
     trusted_scope,
 )
 from .._times import parse_duration
+from .calendars import Calendar, CalendarRecurrence, OnExcluded
 from .recurrence import CadenceRecurrence, CronRecurrence, Recurrence, zone
 
 MAX_PAYLOAD_BYTES = 16384  # 16 KiB of UTF-8 JSON, canonical compact form
@@ -87,9 +88,11 @@ def check_fields(job: str, scope: Scope, given: Iterable[str]) -> None:
     raise ConfigError(f"job {job!r}, scope {scope}: unknown field {name!r}{hint}")
 
 
-# (every in whole microseconds, normalised cron expression, IANA zone): what plan times
-# depend on. Payload, window and paused flag are not part of it.
-SpecKey = tuple[int | None, str | None, str]
+# (every in whole microseconds, normalised cron expression, IANA zone, the named calendar
+# and on_excluded): what plan times depend on. Payload, window and paused are not part of it.
+SpecKey = tuple[int | None, str | None, str, Calendar | None, OnExcluded]
+Calendars = Mapping[str, Calendar]  # the calendars a scheduler names (Scheduler.calendar)
+NO_CALENDARS: Calendars = {}
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,9 @@ class ValidSchedule:
     ``every`` is a positive ``timedelta`` or None; ``cron`` has its whitespace collapsed to
     single spaces; ``payload`` is the JSON round trip of the caller's payload (``{}`` when
     none was given) and ``payload_json`` its canonical text (sorted keys, compact, UTF-8);
-    ``starts_at`` / ``ends_at`` are aware UTC or None.
+    ``starts_at`` / ``ends_at`` are aware UTC or None; ``calendar`` is the name of a calendar
+    the scheduler registers and ``named`` that calendar (None when the caller does not know
+    it: such a schedule's plans cannot be computed here).
     """
 
     job: str
@@ -112,10 +117,14 @@ class ValidSchedule:
     starts_at: datetime | None
     ends_at: datetime | None
     paused: bool
+    calendar: str | None = None
+    on_excluded: OnExcluded = "skip"
+    named: Calendar | None = field(default=None, compare=False)
 
     @property
     def spec_key(self) -> SpecKey:
-        """What the plan times depend on: ``(every in microseconds, cron, timezone)``.
+        """What the plan times depend on: ``(every in microseconds, cron, timezone, calendar,
+        on_excluded)``; :class:`ConfigError` for a calendar this caller does not know.
 
         Two schedules with equal keys have the same plan times, so a put whose key equals the
         stored one (identical, or only payload / window / paused changed) leaves the stored
@@ -124,7 +133,13 @@ class ValidSchedule:
         (docs/schedules.md, "Replacing the spec").
         """
         every = None if self.every is None else self.every // _US
-        return (every, self.cron, self.timezone)
+        if self.calendar is not None and self.named is None:
+            raise ConfigError(
+                f"job {self.job!r}, scope {self.scope}: calendar={self.calendar!r} is not"
+                " registered here (Scheduler.calendar): its plans are known only to the"
+                " replicas that register it"
+            )
+        return (every, self.cron, self.timezone, self.named, self.on_excluded)
 
     def as_schedule(
         self, next_plan_time: datetime | None, created_at: datetime, updated_at: datetime
@@ -144,10 +159,14 @@ class ValidSchedule:
             next_plan_time=next_plan_time,
             created_at=created_at,
             updated_at=updated_at,
+            calendar=self.calendar,
+            on_excluded=self.on_excluded,
         )
 
 
-def check_schedule(job: str, spec: ScheduleSpec) -> ValidSchedule:
+def check_schedule(
+    job: str, spec: ScheduleSpec, calendars: Calendars | None = None
+) -> ValidSchedule:
     """Validate ``spec`` for ``job`` and return its normalised form, or raise
     :class:`ConfigError` with a one-line message naming the job, the scope, the field and
     the value, e.g. ``job 'reminder', scope user:42: cron='61 * * * *' is not a valid cron
@@ -160,7 +179,9 @@ def check_schedule(job: str, spec: ScheduleSpec) -> ValidSchedule:
     character, which PostgreSQL's jsonb cannot store), or exceeds 16 KiB as canonical UTF-8
     JSON; ``starts_at`` / ``ends_at`` that are not timezone-aware datetimes between 1900 and
     9000, or with ``ends_at <= starts_at``; a ``paused`` that is not a bool; a scope over
-    :class:`Scope`'s limits.
+    :class:`Scope`'s limits; a ``calendar`` that is not one of ``calendars`` (None: the caller
+    does not know the job's calendars, and refuses every name), an ``on_excluded`` other than
+    ``skip``, ``next_working_day``, ``previous_working_day``, or given without a calendar.
 
     Naive datetimes are refused, as everywhere in pgsched's Python API (``_times.aware``);
     only text from the command line is read as UTC when it has no offset (``parse_time``),
@@ -179,6 +200,7 @@ def check_schedule(job: str, spec: ScheduleSpec) -> ValidSchedule:
         raise c.bad("ends_at", spec.ends_at, why)
     if not isinstance(spec.paused, bool):
         raise c.bad("paused", spec.paused, "must be True or False")
+    named, on_excluded = c.calendar(spec.calendar, spec.on_excluded, calendars)
     return ValidSchedule(
         job=job,
         scope=spec.scope,
@@ -190,6 +212,9 @@ def check_schedule(job: str, spec: ScheduleSpec) -> ValidSchedule:
         starts_at=starts_at,
         ends_at=ends_at,
         paused=spec.paused,
+        calendar=spec.calendar,
+        on_excluded=on_excluded,
+        named=named,
     )
 
 
@@ -248,10 +273,12 @@ def recurrence_plans(
     return count, count <= limit
 
 
-def stored_schedule(job: str, row: Row) -> ValidSchedule:
-    """The schedule a row of ``schedules`` holds (trusted: it was checked when put)."""
+def stored_schedule(job: str, row: Row, calendars: Calendars = NO_CALENDARS) -> ValidSchedule:
+    """The schedule a row of ``schedules`` holds (trusted: it was checked when put), its
+    calendar looked up in ``calendars``."""
     every = None if row["every_us"] is None else _US * row["every_us"]
     payload: dict[str, Any] = row.get("payload") or {}
+    name: str | None = row.get("calendar")
     return ValidSchedule(
         job=job,
         scope=trusted_scope(row["scope_kind"], row["scope_id"]),
@@ -263,6 +290,9 @@ def stored_schedule(job: str, row: Row) -> ValidSchedule:
         starts_at=row["starts_at"],
         ends_at=row["ends_at"],
         paused=bool(row.get("paused", False)),
+        calendar=name,
+        on_excluded=cast(OnExcluded, row.get("on_excluded") or "skip"),
+        named=None if name is None else calendars.get(name),
     )
 
 
@@ -283,7 +313,7 @@ def _cron_problem(normal: str) -> str | None:
     cost about half a millisecond). The zone plays no part: a wall time a zone skips fires
     at the end of its gap."""
     try:
-        recurrence = recurrence_for((None, normal, "UTC"))
+        recurrence = recurrence_for((None, normal, "UTC", None, "skip"))
     except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
         return f"is not a valid cron expression ({' '.join(str(exc).split())})"
     quick = isinstance(recurrence, CronRecurrence) and recurrence.surely_fires()
@@ -323,12 +353,18 @@ def recurrence_for(key: SpecKey) -> Recurrence:
     """The recurrence of a spec (cached: parsing a cron expression is not free).
 
     A cadence ignores the zone (it is aligned to the epoch in UTC); a cron expression is
-    evaluated in its zone with the default DST rules of a code-defined job."""
-    every_us, cron, timezone = key
+    evaluated in its zone with the default DST rules of a code-defined job; a calendar
+    filters or moves either's plans as a code-defined job's does, in the schedule's zone."""
+    every_us, cron, timezone, calendar, on_excluded = key
+    inner: Recurrence
     if every_us is not None:
-        return CadenceRecurrence(_US * every_us)
-    assert cron is not None
-    return CronRecurrence(cron, zone(timezone))
+        inner = CadenceRecurrence(_US * every_us)
+    else:
+        assert cron is not None
+        inner = CronRecurrence(cron, zone(timezone))
+    if calendar is None:
+        return inner
+    return CalendarRecurrence(inner, calendar, on_excluded, zone(timezone))
 
 
 def _chunked_plans(
@@ -394,6 +430,28 @@ class _Checker:
                 raise ConfigError(f"{self.prefix}{exc}") from None
             return delta, None, timezone
         return None, self.cron(cron, tz), timezone
+
+    def calendar(
+        self, name: object, on_excluded: object, calendars: Calendars | None
+    ) -> tuple[Calendar | None, OnExcluded]:
+        """The named calendar and ``on_excluded``, checked."""
+        if on_excluded not in get_args(OnExcluded):
+            choices = ", ".join(map(repr, get_args(OnExcluded)))
+            raise self.bad("on_excluded", on_excluded, f"must be one of {choices}")
+        if name is None:
+            if on_excluded != "skip":
+                raise self.bad("on_excluded", on_excluded, "needs calendar=")
+            return None, "skip"
+        if not isinstance(name, str):
+            raise self.bad("calendar", name, "must be the name of a calendar (a string)")
+        if calendars is None:
+            why = "is not known here: put the schedule where the job's code registers it"
+            raise self.bad("calendar", name, why)
+        known = calendars.get(name)
+        if known is None:
+            names = ", ".join(map(repr, sorted(calendars))) or "none"
+            raise self.bad("calendar", name, f"is not a registered calendar (registered: {names})")
+        return known, cast(OnExcluded, on_excluded)
 
     def cron(self, expr: object, tz: ZoneInfo) -> str:
         """``expr`` with its whitespace normalised, if a code-defined job would accept it."""
