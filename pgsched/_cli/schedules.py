@@ -11,6 +11,7 @@ from .._errors import NotFoundError
 from .._operations.requests import ScheduleRequest, field_names
 from .._structures import Schedule, Scope
 from .._times import format_duration
+from .app import load_scheduler
 from .common import admin_from, given, labels, print_table, send, utc_text
 
 
@@ -41,6 +42,15 @@ def add_schedule_commands(sub: Any, parser_class: type[argparse.ArgumentParser])
     p.add_argument("--starts-at", metavar="TIME", help="no plan before (ISO 8601)")
     p.add_argument("--ends-at", metavar="TIME", help="no plan at or after (ISO 8601)")
     p.add_argument("--paused", action="store_true", help="put it paused")
+    p.add_argument("--calendar", metavar="NAME", help="a calendar the scheduler names")
+    p.add_argument(
+        "--on-excluded",
+        choices=("skip", "next_working_day", "previous_working_day"),
+        help="a plan on a day the calendar excludes (default skip)",
+    )
+    p.add_argument(
+        "--app", metavar="APP", help="the config module whose scheduler names --calendar"
+    )
     p.set_defaults(command=_put)
 
     for name, action in (("delete", _delete), ("pause", _pause), ("resume", _resume)):
@@ -91,6 +101,8 @@ def _get(args: argparse.Namespace) -> int:
 
 
 def _put(args: argparse.Namespace) -> int:
+    if args.app and getattr(args, "scheduler", None) is None:
+        args.scheduler = load_scheduler(args.app)  # its jobs, and the calendars they name
     fields = given(args, field_names(ScheduleRequest))
     request = ScheduleRequest.parse(fields, labels("job", "scope"))
     put = send(args, request)
@@ -122,6 +134,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _spec(s: Schedule) -> str:
-    if s.every is not None:
-        return f"every {format_duration(s.every)}"
-    return f"cron {s.cron!r} in {s.timezone}"
+    text = f"every {format_duration(s.every)}" if s.every else f"cron {s.cron!r} in {s.timezone}"
+    if s.calendar is not None:
+        text += f" on calendar {s.calendar!r} ({s.on_excluded})"
+    return text

@@ -445,7 +445,7 @@ class _Checker:
         if not isinstance(name, str):
             raise self.bad("calendar", name, "must be the name of a calendar (a string)")
         if calendars is None:
-            why = "is not known here: put the schedule where the job's code registers it"
+            why = "is not known here: put it where the job's code names it (the CLI: --app APP)"
             raise self.bad("calendar", name, why)
         known = calendars.get(name)
         if known is None:

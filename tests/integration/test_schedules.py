@@ -523,3 +523,79 @@ def test_the_dashboard_put_form_keeps_the_window(
     assert row["ends_at"] == datetime(2031, 1, 1, tzinfo=UTC)
     assert row["paused"] is True and row["timezone"] == "UTC"
     assert row["every_us"] == 3600 * 10**6
+
+
+def test_a_named_calendar_skips_moves_and_records_the_plans_it_excludes(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any, runtime_dsn: str
+) -> None:
+    day = timedelta(days=1)
+    today = floor_to(db_now(db), day)  # midnight UTC: the plans of every="1d"
+    closed = pgsched.Calendar(
+        weekdays="mon-sun",
+        exclude=[(today - 2 * day).date(), (today - day).date(), (today + day).date()],
+    )
+    s = dynamic_scheduler(make_scheduler)
+    s.calendar("closed", closed)
+    s.calendar("closed", pgsched.Calendar(weekdays="mon-sun", exclude=closed.exclude))  # equal
+    s.calendar("open", pgsched.Calendar(weekdays="mon-sun"))
+    with pytest.raises(pgsched.ConfigError, match="calendar 'open': name is already registered"):
+        s.calendar("open", pgsched.Calendar())
+    scope = Scope("user", "1")
+
+    # Refused with one line, and nothing stored.
+    for given, message in [
+        (
+            {"calendar": "nope"},
+            "calendar='nope' is not a registered calendar (registered: 'closed', 'open')",
+        ),
+        ({"on_excluded": "next_working_day"}, "on_excluded='next_working_day' needs calendar="),
+        ({"calendar": "closed", "on_excluded": "monday"}, "on_excluded='monday' must be one of"),
+    ]:
+        with pytest.raises(pgsched.ConfigError) as refused:
+            s.put_schedule(JOB, scope, every="1d", **given)
+        assert str(refused.value).startswith(f"job {JOB!r}, scope user:1: {message}")
+        assert "\n" not in str(refused.value)
+    unknown_here = pytest.raises(pgsched.ConfigError, match="calendar='closed' is not known here")
+    with pgsched.Admin(runtime_dsn, migrated) as without_code, unknown_here:
+        without_code.put_schedule(JOB, scope, every="1d", calendar="closed")
+    assert schedules(db, migrated) == []
+
+    put = s.put_schedule(JOB, scope, every="1d", calendar="closed")
+    assert (put.calendar, put.on_excluded) == ("closed", "skip")
+    assert put.next_plan_time == today + 2 * day  # tomorrow is excluded
+    # Claimed after an outage: its next plan was three days ago, and two plans since fell
+    # on excluded days.
+    db.execute(
+        sql.SQL("UPDATE {} SET next_plan_time = %s, created_at = %s").format(
+            table(migrated, "schedules")
+        ),
+        (today - 3 * day, today - 5 * day),
+    )
+    s.run_once()
+    assert [r.plan_time for r in s.recorder.runs] == [today]
+    skipped = sql.SQL(
+        "SELECT reason, first_plan, last_plan, plans FROM {} WHERE job_name = %s"
+        " ORDER BY first_plan"
+    ).format(table(migrated, "cron_skips"))
+    assert db.execute(skipped, (JOB,)).fetchall() == [
+        ("superseded", today - 3 * day, today - 3 * day, 1),
+        ("excluded", today - 2 * day, today - day, 2),
+    ]
+    assert s.get_schedule(JOB, scope).next_plan_time == today + 2 * day
+    lines = s.admin.explain(JOB, scope, since=today - 3 * day - timedelta(seconds=1)).lines
+    assert [(x.state, x.reason, x.plans) for x in lines][:3] == [
+        ("skipped", "superseded", 1),
+        ("skipped", "excluded", 2),
+        ("ran", None, 1),
+    ]
+
+    # A calendar is part of the spec: another one re-plans the next plan.
+    assert s.put_schedule(JOB, scope, every="1d", calendar="open").next_plan_time == today + day
+
+    # A weekly plan on tomorrow's weekday, tomorrow excluded: skipped to next week, or moved.
+    weekly = f"0 0 * * {((today + day).weekday() + 1) % 7}"
+    skip = s.put_schedule(JOB, Scope("user", "2"), cron=weekly, calendar="closed")
+    moved = s.put_schedule(
+        JOB, Scope("user", "3"), cron=weekly, calendar="closed", on_excluded="next_working_day"
+    )
+    assert (skip.next_plan_time, moved.next_plan_time) == (today + 8 * day, today + 2 * day)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+import pgsched
 from pgsched._errors import ConfigError
 from pgsched._jobs.spec import build_job
 from pgsched._planning.recurrence import CronRecurrence
@@ -572,3 +573,56 @@ def test_plans_respect_the_window(every: timedelta, t: datetime, start: int, len
     plans = plans_between(v, t, ends_at + timedelta(days=1), 50)
     assert all(starts_at <= p < ends_at for p in plans)
     assert plans[:1] == ([plan] if plan is not None else [])
+
+
+def test_a_named_calendar_filters_and_moves_a_stored_schedules_plans() -> None:
+    from pgsched import Calendar, ScheduleSpec
+    from pgsched._planning.schedules import check_schedule, plans_between
+
+    weekdays = {"weekdays": Calendar()}
+    scope = pgsched.Scope("user", "1")
+    fri = datetime(2027, 3, 12, 9, 0, tzinfo=UTC)  # a Friday
+    day = timedelta(days=1)
+
+    def plans(**given: Any) -> list[datetime]:
+        valid = check_schedule("job", ScheduleSpec(scope, cron="0 9 * * *", **given), weekdays)
+        return plans_between(valid, fri - day / 2, fri + 3 * day, 10)
+
+    assert plans() == [fri + i * day for i in range(4)]
+    assert plans(calendar="weekdays") == [fri, fri + 3 * day]
+    assert plans(calendar="weekdays", on_excluded="next_working_day") == [fri, fri + 3 * day]
+    assert plans(calendar="weekdays", on_excluded="previous_working_day") == [fri, fri + 3 * day]
+    # Saturday's and Sunday's plans moved onto Friday's instant are one plan, and a move
+    # changes the spec as the calendar does.
+    keys = {
+        check_schedule("job", ScheduleSpec(scope, cron="0 9 * * *", **g), weekdays).spec_key
+        for g in (
+            {},
+            {"calendar": "weekdays"},
+            {"calendar": "weekdays", "on_excluded": "skip"},
+            {"calendar": "weekdays", "on_excluded": "next_working_day"},
+        )
+    }
+    assert len(keys) == 3
+
+
+@pytest.mark.parametrize(
+    ("given", "calendars", "message"),
+    [
+        ({"calendar": "x"}, {}, "calendar='x' is not a registered calendar (registered: none)"),
+        ({"calendar": "x"}, None, "calendar='x' is not known here"),
+        ({"calendar": 3}, {}, "calendar=3 must be the name of a calendar"),
+        ({"on_excluded": "previous_working_day"}, {}, "on_excluded='previous_working_day' needs"),
+        ({"on_excluded": "nope"}, {}, "on_excluded='nope' must be one of 'skip'"),
+    ],
+)
+def test_a_bad_calendar_is_refused_naming_the_job_scope_field_and_value(
+    given: dict[str, Any], calendars: Any, message: str
+) -> None:
+    from pgsched import ScheduleSpec
+    from pgsched._planning.schedules import check_schedule
+
+    spec = ScheduleSpec(pgsched.Scope("user", "1"), every="1h", **given)
+    with pytest.raises(pgsched.ConfigError) as refused:
+        check_schedule("job", spec, calendars)
+    assert str(refused.value).startswith(f"job 'job', scope user:1: {message}")
