@@ -594,14 +594,15 @@ def test_a_named_calendar_filters_and_moves_a_stored_schedules_plans() -> None:
     assert plans(calendar="weekdays", on_excluded="previous_working_day") == [fri, fri + 3 * day]
     # Saturday's and Sunday's plans moved onto Friday's instant are one plan, and a move
     # changes the spec as the calendar does.
+    options: tuple[dict[str, Any], ...] = (
+        {},
+        {"calendar": "weekdays"},
+        {"calendar": "weekdays", "on_excluded": "skip"},
+        {"calendar": "weekdays", "on_excluded": "next_working_day"},
+    )
     keys = {
         check_schedule("job", ScheduleSpec(scope, cron="0 9 * * *", **g), weekdays).spec_key
-        for g in (
-            {},
-            {"calendar": "weekdays"},
-            {"calendar": "weekdays", "on_excluded": "skip"},
-            {"calendar": "weekdays", "on_excluded": "next_working_day"},
-        )
+        for g in options
     }
     assert len(keys) == 3
 
