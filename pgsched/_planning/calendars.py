@@ -26,6 +26,7 @@ HolidaySource = object  # a container of dates (``date in it``), or ``year -> da
 # leave no working day never loops; its recurrences yield nothing.
 _SEARCH_DAYS = 800
 _DAY = timedelta(days=1)
+_US = timedelta(microseconds=1)
 _NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _FULL = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 
@@ -283,6 +284,67 @@ class CalendarRecurrence(Recurrence):
                 return candidate
         return None
 
+    def next_after(self, t: datetime) -> datetime | None:
+        # The first working inner plan after t is a plan; a moved one can only come before it.
+        first = self._working_after(t)
+        if first is None or self.on_excluded == "skip" or self._none_moved_before(t, first):
+            return first
+        return min([first, *self.plans_between(t, first)])
+
+    def _none_moved_before(self, t: datetime, first: datetime) -> bool:
+        """Whether no plan moved from an excluded day can land in ``(t, first)``: no inner plan
+        lies between them, and no excluded day is near enough to move one there (forward onto
+        ``t``'s day from the days before it, or backward onto the days up to ``first``'s from
+        the day after; a day more each way for a calendar zone other than the job's)."""
+        if self.inner.next_after(t) != first:
+            return False
+        cal_tz = self.calendar.tz()
+        lo, hi = t.astimezone(cal_tz).date(), first.astimezone(cal_tz).date()
+        if self.on_excluded == "next_working_day":
+            first_day, last_day = lo - _DAY, lo
+        else:
+            first_day, last_day = lo, hi + _DAY
+        if cal_tz.key != self.tz.key:
+            first_day, last_day = first_day - _DAY, last_day + _DAY
+        day = first_day
+        while day <= last_day:
+            if not self.calendar.is_working_day(day):
+                return False
+            day += _DAY
+        return True
+
+    def latest_at_or_before(self, t: datetime) -> datetime | None:
+        last = self._working_at_or_before(t)
+        if last is None or self.on_excluded == "skip":
+            return last
+        return max([last, *self.plans_between(last, t)])
+
+    def _working_after(self, t: datetime) -> datetime | None:
+        """The first inner plan after ``t`` on a working day: a run of excluded days is
+        stepped over at once, not plan by plan."""
+        plan = self.inner.next_after(t)
+        cal_tz = self.calendar.tz()
+        for _ in range(_SEARCH_DAYS):
+            if plan is None or self.calendar.is_working_instant(plan):
+                return plan
+            day = self.calendar.next_working_day(plan.astimezone(cal_tz).date())
+            if day is None:
+                return None
+            plan = self.inner.next_after(wall_instant(day, time(0), cal_tz) - _US)
+        return None
+
+    def _working_at_or_before(self, t: datetime) -> datetime | None:
+        plan = self.inner.latest_at_or_before(t)
+        cal_tz = self.calendar.tz()
+        for _ in range(_SEARCH_DAYS):
+            if plan is None or self.calendar.is_working_instant(plan):
+                return plan
+            day = self.calendar.previous_working_day(plan.astimezone(cal_tz).date())
+            if day is None:
+                return None
+            plan = self.inner.latest_at_or_before(wall_instant(day + _DAY, time(0), cal_tz) - _US)
+        return None
+
     def _widened(self, start: datetime, end: datetime) -> tuple[datetime, datetime]:
         """The inner window whose plans can land in ``(start, end]``: a move goes forward
         (or backward) over the run of excluded days at that edge; two days more cover a
@@ -350,6 +412,7 @@ class WorkingDay(Recurrence):
         self.n, self.at, self.tz = n, at, tz or zone("UTC")
         self.calendar = calendar.in_zone(self.tz.key)
         self._raw_calendar = calendar
+        self._months: dict[tuple[int, int], datetime | None] = {}  # plan_of, computed once
 
     def in_job_timezone(self, tz: ZoneInfo) -> WorkingDay:
         """This planner in the job's zone (the job calls it when it is built)."""
@@ -362,6 +425,31 @@ class WorkingDay(Recurrence):
 
     def plan_of(self, year: int, month: int) -> datetime | None:
         """The month's plan, or None when it has fewer than ``|n|`` working days."""
+        if (year, month) in self._months:
+            return self._months[year, month]
+        if len(self._months) >= _MONTHS_KEPT:
+            self._months.clear()
+        plan = self._months[year, month] = self._compute_plan(year, month)
+        return plan
+
+    def next_after(self, t: datetime) -> datetime | None:
+        start = (t - 2 * _DAY).astimezone(self.tz).date()
+        for year, month in _months(start, t + _DAY * _SEARCH_DAYS):
+            plan = self.plan_of(year, month)
+            if plan is not None and plan > t:
+                return plan
+        return None
+
+    def latest_at_or_before(self, t: datetime) -> datetime | None:
+        year, month = (t + 2 * _DAY).astimezone(self.tz).date().timetuple()[:2]
+        for _ in range(_SEARCH_DAYS // 28):
+            plan = self.plan_of(year, month)
+            if plan is not None and plan <= t:
+                return plan
+            year, month = (year, month - 1) if month > 1 else (year - 1, 12)
+        return None
+
+    def _compute_plan(self, year: int, month: int) -> datetime | None:
         day, instants = date(year, month, 1), []
         while day.month == month:
             instant = wall_instant(day, self.at, self.tz)
@@ -380,6 +468,9 @@ class WorkingDay(Recurrence):
             if plan is not None and start < plan <= end:
                 out.append(plan)
         return out
+
+
+_MONTHS_KEPT = 1200  # a hundred years of a working_day planner's plans
 
 
 def _months(first: date, end: datetime) -> Iterator[tuple[int, int]]:
