@@ -45,3 +45,14 @@ def count_orders(run: Run) -> int:
 async def tally(run: Run) -> int:
     await Order.objects.acreate(name=f"tally {run.execution_id}")
     return int(await Order.objects.acount())
+
+
+@scheduler.job(every="1h", first_sight="next")
+def audit(run: Run) -> None:
+    """Fails whenever a test triggers it: its traceback is what the admin shows."""
+    raise ValueError("ledger out of balance")
+
+
+@scheduler.job(dynamic=True)
+def remind(run: Run) -> None:
+    """A dynamic job: each scope's schedule is data (the admin's schedules page writes it)."""
