@@ -152,7 +152,8 @@ def _last_action(pg_dsn: str, schema: str) -> tuple[str, str, str, str]:
             )
         ).fetchone()
     assert row is not None
-    return row
+    actor, surface, action, scope = row
+    return str(actor), str(surface), str(action), str(scope)
 
 
 def _fill_schedule(page: Any, scope: str | None, cron: str) -> None:
