@@ -219,8 +219,9 @@ class ScheduleAdmin(ReadThroughCore):
         for text in scopes:
             try:
                 scope = Scope.parse(text, job)
-                work = getattr(ops, f"{action}_schedule")(job, scope)
-                PORTAL.call(work)
+                # delete answers False for no schedule; pause and resume raise NotFoundError
+                if PORTAL.call(getattr(ops, f"{action}_schedule")(job, scope)) is False:
+                    raise NotFoundError(f"job {job!r}, scope {scope}: no such schedule")
                 done += 1
             except PgschedError as exc:
                 messages.error(request, f"{action} {text}: {exc}")
@@ -234,6 +235,9 @@ class ScheduleAdmin(ReadThroughCore):
         if not self.has_view_permission(request):
             raise PermissionDenied
         job, editing = request.GET.get("job", ""), request.GET.get("scope", "")
+        if not job:
+            messages.warning(request, "Choose a dynamic job first.")
+            return HttpResponseRedirect("../")
         stored = self._stored(request, job, editing) if editing else None
         initial = schedule_initial(stored) if stored is not None else {}
         if request.method != "POST":

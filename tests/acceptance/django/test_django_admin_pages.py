@@ -104,6 +104,12 @@ def test_executions_filter_and_page_by_keyset_across_one_plan_s_scopes(
     assert [row[2] for row in seen] == [f"t:{n}" for n in range(1, 8)] + ["t:1"]
     assert {(row[1], row[3]) for row in seen} == {("count_orders", "SUCCESS")}
 
+    # Filtered by scope, from the first page again (the form carries no keyset).
+    page.fill("#id_scope", "t:1")
+    _follow(page, "#pgsched-filter button[type=submit]")
+    assert [row[2] for row in _shown(page)] == ["t:1", "t:1"]
+    assert page.locator("#pgsched-next").count() == 0
+
 
 def test_an_execution_opens_on_its_traceback(
     page: Any, site: str, project: Project, pg_dsn: str, schema: str
