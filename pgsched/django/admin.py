@@ -22,6 +22,7 @@ from .._portal import PORTAL
 from .._structures import SCHEDULE_FIELDS, Scope
 from .._structures import Execution as Run
 from .._structures import Schedule as Stored
+from .._times import format_duration
 from .forms import ExecutionFilter, ScheduleForm, schedule_initial
 from .models import Execution, Job, Schedule
 from .views import PERMISSION, operations
@@ -202,7 +203,7 @@ class ScheduleAdmin(ReadThroughCore):
             "Schedules" + (f" of {job}" if job else ""),
             job=job,
             jobs=sorted({*dynamic, job} - {""}),
-            schedules=schedules,
+            schedules=[(s, "" if s.every is None else format_duration(s.every)) for s in schedules],
             next_page=None if following is None else following.urlencode(),
         )
         return TemplateResponse(request, "admin/pgsched/schedule/change_list.html", context)

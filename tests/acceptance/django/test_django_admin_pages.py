@@ -162,10 +162,11 @@ def _last_action(pg_dsn: str, schema: str) -> tuple[str, str, str, str]:
     return str(actor), str(surface), str(action), str(scope)
 
 
-def _fill_schedule(page: Any, scope: str | None, cron: str) -> None:
+def _fill_schedule(page: Any, scope: str | None, cron: str, every: str = "") -> None:
     if scope is not None:
         page.fill("#id_scope", scope)
     page.fill("#id_cron", cron)
+    page.fill("#id_every", every)
     page.fill("#id_timezone", "Europe/Paris")
     page.fill("#id_payload", '{"to": "ops@example.com"}')
     _follow(page, "#pgsched-save")
@@ -199,6 +200,16 @@ def test_a_dynamic_job_s_schedules_are_written_through_the_forms(
     error = page.locator("#pgsched-error").inner_text()
     assert "61" in error and "\n" not in error.strip()
     assert "/edit/" in page.url
+    assert _schedules(pg_dsn, schema) == {"tenant:1": ("0 9 * * 1-5", False)}
+
+    # A cadence instead of a cron; both at once is refused as well.
+    page.fill("#id_scope", "tenant:3")
+    _fill_schedule(page, None, "0 9 * * *", every="15m")
+    assert "cron" in page.locator("#pgsched-error").inner_text()
+    _fill_schedule(page, None, "", every="15m")
+    page.wait_for_url("**/admin/pgsched/schedule/?job=remind")
+    assert page.locator("tr.schedule[data-scope='tenant:3'] .every").inner_text() == "15m"
+    _act_on(page, "tenant:3", "delete")
     assert _schedules(pg_dsn, schema) == {"tenant:1": ("0 9 * * 1-5", False)}
 
     # Edited: the scope is fixed, the cron replaced.
