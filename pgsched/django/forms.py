@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, get_args
 
 from django import forms
 
 from .._errors import ConfigError
 from .._operations.core import RUN_STATUSES
+from .._planning.calendars import OnExcluded
 from .._structures import Schedule, ScheduleSpec, Scope
 from .._times import format_duration
 
@@ -89,6 +90,14 @@ class ScheduleForm(forms.Form):  # type: ignore[misc]  # Django has no type hint
     )
     starts_at = forms.DateTimeField(required=False, help_text="no plan before")
     ends_at = forms.DateTimeField(required=False, help_text="no plan at or after")
+    calendar = forms.CharField(
+        required=False, help_text="a calendar the scheduler registers (Scheduler.calendar)"
+    )
+    on_excluded = forms.ChoiceField(
+        choices=[(name, name) for name in get_args(OnExcluded)],
+        initial="skip",
+        help_text="what a plan on a day the calendar excludes does",
+    )
 
     def clean_scope(self) -> Scope:
         try:
@@ -123,6 +132,8 @@ class ScheduleForm(forms.Form):  # type: ignore[misc]  # Django has no type hint
             starts_at=data.get("starts_at"),
             ends_at=data.get("ends_at"),
             paused=paused,
+            calendar=data.get("calendar") or None,
+            on_excluded=data.get("on_excluded") or "skip",
         )
 
 
@@ -137,6 +148,8 @@ def schedule_initial(schedule: Schedule) -> dict[str, Any]:
         "payload": json.dumps(schedule.payload) if schedule.payload else "",
         "starts_at": schedule.starts_at,
         "ends_at": schedule.ends_at,
+        "calendar": schedule.calendar or "",
+        "on_excluded": schedule.on_excluded,
     }
 
 

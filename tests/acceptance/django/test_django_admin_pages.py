@@ -150,6 +150,21 @@ def _schedules(pg_dsn: str, schema: str) -> dict[str, tuple[str | None, bool]]:
     return {scope: (cron, paused) for scope, cron, paused in rows}
 
 
+def _calendar(pg_dsn: str, schema: str, scope: str) -> tuple[str | None, str]:
+    """The calendar of remind's schedule of ``scope`` and its on_excluded."""
+    kind, ident = scope.split(":")
+    with _db(pg_dsn) as conn:
+        row = conn.execute(
+            sql.SQL(
+                "SELECT calendar, on_excluded FROM {}"
+                " WHERE job_name = 'remind' AND scope_kind = %s AND scope_id = %s"
+            ).format(sql.Identifier(schema, "schedules")),
+            (kind, ident),
+        ).fetchone()
+    assert row is not None
+    return row[0], str(row[1])
+
+
 def _last_action(pg_dsn: str, schema: str) -> tuple[str, str, str, str]:
     with _db(pg_dsn) as conn:
         row = conn.execute(
@@ -226,11 +241,21 @@ def test_a_dynamic_job_s_schedules_are_written_through_the_forms(
     assert _last_action(pg_dsn, schema) == ("boss", "django_admin", "schedule_pause", "tenant:1")
     assert "paused" in page.locator("tr.schedule[data-scope='tenant:1'] .paused").inner_text()
 
-    # An edit of a paused schedule keeps it paused.
+    # An edit of a paused schedule keeps it paused; a calendar the scheduler does not name
+    # is refused, one it names is stored with what an excluded plan does.
     _follow(page, "tr.schedule[data-scope='tenant:1'] a")
+    page.fill("#id_calendar", "nowhere")
+    _fill_schedule(page, None, "45 8 * * *")
+    assert "nowhere" in page.locator("#pgsched-error").inner_text()
+    assert _schedules(pg_dsn, schema) == {"tenant:1": ("30 8 * * *", True)}
+    page.fill("#id_calendar", "shop-days")
+    page.select_option("#id_on_excluded", "next_working_day")
     _fill_schedule(page, None, "45 8 * * *")
     page.wait_for_url("**/admin/pgsched/schedule/?job=remind")
     assert _schedules(pg_dsn, schema) == {"tenant:1": ("45 8 * * *", True)}
+    assert _calendar(pg_dsn, schema, "tenant:1") == ("shop-days", "next_working_day")
+    calendar = page.locator("tr.schedule[data-scope='tenant:1'] .calendar").inner_text()
+    assert calendar == "shop-days (next_working_day)"
 
     _act_on(page, "tenant:1", "delete")
     assert "Delete: 1 of 1 schedule(s) done" in page.locator(".messagelist").inner_text()
