@@ -239,7 +239,7 @@ class ScheduleAdmin(ReadThroughCore):
         if not job:
             messages.warning(request, "Choose a dynamic job first.")
             return HttpResponseRedirect("../")
-        stored = self._stored(request, job, editing) if editing else None
+        stored = self._stored(job, editing) if editing else None
         initial = schedule_initial(stored) if stored is not None else {}
         if request.method != "POST":
             form = ScheduleForm(initial=initial)
@@ -252,7 +252,7 @@ class ScheduleAdmin(ReadThroughCore):
         context = self.context(request, title, job=job, form=form, editing=editing)
         return TemplateResponse(request, "admin/pgsched/schedule/edit.html", context)
 
-    def _stored(self, request: HttpRequest, job: str, scope: str) -> Stored:
+    def _stored(self, job: str, scope: str) -> Stored:
         try:
             found = PORTAL.call(operations().get_schedule(job, Scope.parse(scope, job)))
         except PgschedError as exc:
@@ -265,12 +265,15 @@ class ScheduleAdmin(ReadThroughCore):
         self, request: HttpRequest, job: str, form: ScheduleForm, stored: Stored | None
     ) -> bool:
         """Write the form's schedule; False, with the core's error on the form, if refused.
-        An edit keeps the schedule paused or not as it was."""
+        An edit keeps the schedule paused or not as it was; an add does not replace one."""
         ops = acting_as(request)
         if not form.is_valid():
             return False
         spec = form.spec(paused=stored is not None and stored.paused)
         try:
+            if stored is None and PORTAL.call(ops.get_schedule(job, spec.scope)) is not None:
+                form.add_error("scope", f"{spec.scope} has a schedule already: edit it instead")
+                return False
             fields = {name: getattr(spec, name) for name in SCHEDULE_FIELDS}
             PORTAL.call(ops.put_schedule(job, spec.scope, **fields))
         except PgschedError as exc:

@@ -217,6 +217,11 @@ def test_a_dynamic_job_s_schedules_are_written_through_the_forms(
     assert "/edit/" in page.url
     assert _schedules(pg_dsn, schema) == {"tenant:1": ("0 9 * * 1-5", False)}
 
+    # An add of a scope that has a schedule replaces nothing.
+    _fill_schedule(page, "tenant:1", "0 0 * * *")
+    assert "has a schedule already" in page.locator("#pgsched-schedule-form").inner_text()
+    assert _schedules(pg_dsn, schema) == {"tenant:1": ("0 9 * * 1-5", False)}
+
     # A cadence instead of a cron; both at once is refused as well.
     page.fill("#id_scope", "tenant:3")
     _fill_schedule(page, None, "0 9 * * *", every="15m")
