@@ -9,6 +9,8 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 from uuid import UUID
 
+from ._structures import Scope
+
 Row = dict[str, Any]
 
 
@@ -312,8 +314,11 @@ class RunFilter:
     scope_id: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    # The keyset of the previous page's last row: (plan time, job, scope).
+    after: tuple[datetime, str, Scope] | None = None
 
     def params(self) -> dict[str, object]:
+        plan, job, scope = self.after or (None, None, None)
         return {
             "job": self.job,
             "status": self.status,
@@ -321,6 +326,10 @@ class RunFilter:
             "id": self.scope_id,
             "since": self.since,
             "until": self.until,
+            "after_plan": plan,
+            "after_job": job,
+            "after_kind": None if scope is None else scope.kind,
+            "after_id": None if scope is None else scope.id,
         }
 
 

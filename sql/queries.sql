@@ -1130,13 +1130,15 @@ LEFT JOIN LATERAL (
 ORDER BY j.job_name
 
 -- name: list_runs :many
--- The newest plans first: each job's rows read newest plan first through an index that leads
--- with the job (job_plan; the plan key for one scope; the partial ones of RUNNING and PENDING
--- rows), so a long history is never sorted whole, then merged. Planned for each call's
--- filters (a generic plan could use none of the scope's or status's indexes). The jobs are the one asked for, else every job
--- the ledger holds, found by skipping from one job name to the next (one index probe each).
--- Rows of one plan come in index order: a tie-break inside the job's read would sort the
--- plan's whole fan-out to return a few of its rows.
+-- The newest plans first, in keyset order (plan_time DESC, job, scope kind, scope id), from
+-- the row after `after_*` when given: each job's rows read in that order through an index
+-- that leads with the job (job_plan_scope; the plan key for one scope; the partial ones of
+-- RUNNING and PENDING rows), so a long history is never sorted whole, then merged. Planned
+-- for each call's filters (a generic plan could use none of the scope's or status's indexes,
+-- nor the bound on plan_time the keyset gives). The jobs are the one asked for, else every
+-- job the ledger holds, found by skipping from one job name to the next (one index probe
+-- each). The keyset's rows of its own plan that come before it are read and dropped: at most
+-- one plan's fan-out of one job.
 WITH RECURSIVE jobs AS (
     (SELECT e.job_name FROM {schema}.cron_executions e
      WHERE %(job)s::text IS NULL ORDER BY e.job_name LIMIT 1)
@@ -1161,7 +1163,11 @@ CROSS JOIN LATERAL (
       AND (%(kind)s::text IS NULL OR (scope_kind = %(kind)s AND scope_id = %(id)s))
       AND (%(since)s::timestamptz IS NULL OR plan_time >= %(since)s)
       AND (%(until)s::timestamptz IS NULL OR plan_time < %(until)s)
-    ORDER BY plan_time DESC
+      AND (%(after_plan)s::timestamptz IS NULL OR plan_time <= %(after_plan)s)
+      AND (%(after_plan)s::timestamptz IS NULL OR plan_time < %(after_plan)s
+           OR (e.job_name, scope_kind, scope_id)
+              > (%(after_job)s::text, %(after_kind)s::text, %(after_id)s::text))
+    ORDER BY plan_time DESC, scope_kind, scope_id
     LIMIT %(limit)s
 ) AS r
 ORDER BY r.plan_time DESC, r.job, r.scope_kind, r.scope_id

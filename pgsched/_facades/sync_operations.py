@@ -143,8 +143,8 @@ class SyncOperationsShortcuts(OnPortal, mirrors=Operations):
     def status(self) -> list[JobStatus]:
         return PORTAL.call(self._core().status())
 
-    def runs(self, job: str | None=None, status: str | None=None, limit: int=20, *, scope: Scope | None=None, since: datetime | None=None, until: datetime | None=None) -> list[Execution]:
-        return PORTAL.call(self._core().runs(job, status, limit, scope=scope, since=since, until=until))
+    def runs(self, job: str | None=None, status: str | None=None, limit: int=20, *, scope: Scope | None=None, since: datetime | None=None, until: datetime | None=None, after: tuple[datetime, str, Scope] | None=None) -> list[Execution]:
+        return PORTAL.call(self._core().runs(job, status, limit, scope=scope, since=since, until=until, after=after))
 
     @overload
     def trigger(self, job: str, scope: Scope | None=None, at: datetime | None=None, *, all_scopes: Literal[False]=False) -> Triggered: ...

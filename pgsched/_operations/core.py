@@ -139,10 +139,14 @@ class Operations(
         scope: Scope | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        after: tuple[datetime, str, Scope] | None = None,
     ) -> list[Execution]:
         """The most recent executions, newest plan first, of ``job``, in ``status`` and of
         ``scope`` when given, with plans at or after ``since`` and before ``until``
-        (``limit`` between 1 and 1000)."""
+        (``limit`` between 1 and 1000). Rows of one plan come in (job, scope) order, and
+        ``after``, the (plan time, job, scope) of the last row of a page, starts the next
+        page just after that row: keyset pages, none lost or repeated across a plan's
+        scopes."""
         if job is not None:
             check_job_name(job)
         state = _run_status(status)
@@ -161,6 +165,7 @@ class Operations(
             None if scope is None else scope.id,
             start,
             end,
+            _run_key(after),
         )
         async with self._conn() as conn:
             found = await self._store.list_runs(conn, chosen, limit)
@@ -384,6 +389,20 @@ def _run_status(status: str | None) -> str | None:
     if not isinstance(status, str) or status.upper() not in RUN_STATUSES:
         raise ConfigError(f"status={status!r} is not one of {', '.join(RUN_STATUSES)}")
     return status.upper()
+
+
+def _run_key(after: object) -> tuple[datetime, str, Scope] | None:
+    """``after`` checked: a (plan time, job, scope) triple, the plan time aware."""
+    if after is None:
+        return None
+    if not isinstance(after, tuple) or len(after) != 3:
+        raise ConfigError(f"after={after!r} must be a (plan time, job, scope) tuple")
+    plan, job, scope = after
+    if not isinstance(plan, datetime) or not isinstance(job, str):
+        raise ConfigError(f"after={after!r} must be a (plan time, job, scope) tuple")
+    if not isinstance(scope, Scope):
+        raise ConfigError(f"after={after!r}: its scope must be a pgsched.Scope")
+    return aware(plan, "after"), check_job_name(job), scope
 
 
 def _execution_id(execution_id: UUID | str) -> UUID:

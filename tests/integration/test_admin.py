@@ -157,6 +157,68 @@ def test_runs_newest_first_and_filtered(
         admin.runs(limit=0)
 
 
+# (job, scope id) of rows that share one plan, inserted out of order
+SHARED_PLAN = [
+    ("alpha", 3),
+    ("alpha", 1),
+    ("beta", 2),
+    ("alpha", 2),
+    ("beta", 1),
+    ("gamma", 9),
+    ("gamma", 1),
+]
+
+
+def test_runs_page_by_keyset_across_the_scopes_of_one_plan(
+    admin: Admin, registered: pgsched.Scheduler, migrated: str, db: Any
+) -> None:
+    # Seven scopes of three jobs share one plan time: pages of three end inside that plan, and
+    # each goes on from the row after the last one, none repeated or lost.
+    plan = floor_to(db_now(db), HOUR) + 2 * DAY
+    seeded = {
+        insert_row(
+            db,
+            migrated,
+            job_name=job,
+            scope_kind="t",
+            scope_id=str(n),
+            plan_time=plan,
+            status="PENDING",
+            trigger="manual",
+        )["id"]
+        for job, n in SHARED_PLAN
+    }
+    pages: list[list[pgsched.Execution]] = []
+    after = None
+    while True:
+        page = admin.runs(limit=3, after=after)
+        if not page:
+            break
+        pages.append(page)
+        last = page[-1]
+        after = (last.plan_time, last.job, last.scope)
+    seen = [r.id for page in pages for r in page]
+    assert len(seen) == len(set(seen)) == count(db, migrated)
+    assert seeded <= set(seen)
+    first = [(r.job, r.scope.id) for r in pages[0] + pages[1] + pages[2][:1]]
+    assert first == [
+        ("alpha", "1"),
+        ("alpha", "2"),
+        ("alpha", "3"),
+        ("beta", "1"),
+        ("beta", "2"),
+        ("gamma", "1"),
+        ("gamma", "9"),
+    ]
+    # A job's filter pages the same way; an after that is not a key is refused.
+    alpha = admin.runs(job="alpha", limit=2, after=(plan, "alpha", pgsched.Scope("t", "1")))
+    assert [r.scope.id for r in alpha] == ["2", "3"]
+    with pytest.raises(pgsched.ConfigError, match="after"):
+        admin.runs(after=(plan.replace(tzinfo=None), "alpha", pgsched.Scope("t", "1")))
+    with pytest.raises(pgsched.ConfigError, match="after"):
+        admin.runs(after=("alpha", plan))  # type: ignore[arg-type]
+
+
 def test_trigger_and_cancel(
     admin: Admin, registered: pgsched.Scheduler, migrated: str, db: Any
 ) -> None:

@@ -68,6 +68,10 @@ assert_type(
     admin.trigger("rollup", pgsched.Scope("tenant", "1"), datetime.now(UTC)), pgsched.Triggered
 )
 assert_type(admin.runs("rollup", limit=5, scope=pgsched.GLOBAL), list[pgsched.Execution])
+last = admin.runs(limit=5)[-1]
+assert_type(
+    admin.runs(limit=5, after=(last.plan_time, last.job, last.scope)), list[pgsched.Execution]
+)
 assert_type(admin.run(UUID(int=1)), pgsched.RunHistory)
 assert_type(admin.explain("rollup"), pgsched.Explanation)
 assert_type(admin.replicas(), list[pgsched.LiveReplica])

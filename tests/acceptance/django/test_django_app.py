@@ -64,9 +64,9 @@ def test_migrate_acts_on_the_pgsched_database_only(
 
 def test_check_lists_the_jobs_of_jobs_py(project: Project) -> None:
     out = project.ok("pgsched", "check")
-    for job in ("restock", "settle", "count_orders", "tally"):
+    for job in ("restock", "settle", "count_orders", "tally", "audit", "remind"):
         assert job in out
-    assert "4 job(s) OK" in out
+    assert "6 job(s) OK" in out
 
 
 def test_pgsched_help_is_pgsched_s_own(project: Project) -> None:

@@ -5,9 +5,6 @@ reads it, one with ``pgsched.operate`` acts, and the action is recorded as that 
 
 from __future__ import annotations
 
-import http.client
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,95 +13,23 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
-from tests.support.net import free_port
 from tests.support.waiting import wait_until
 
-from .conftest import PROJECT, Project, start_replica
-
-PASSWORD = "boss-pw-31d5"
-USERS = f"""
-from django.contrib.auth.models import User
-User.objects.create_superuser("boss", "boss@example.com", "{PASSWORD}")
-User.objects.create_user("clerk", password="{PASSWORD}", is_staff=True)
-User.objects.create_user("guest", password="{PASSWORD}")
-"""
-SERVERS = {
-    "wsgi": lambda port: [
-        sys.executable,
-        "manage.py",
-        "runserver",
-        f"127.0.0.1:{port}",
-        "--noreload",
-    ],
-    "asgi": lambda port: [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "site_settings.asgi:application",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ],
-}
+from .conftest import SERVERS, Project, browser_page, http_get, served
+from .conftest import USER_PASSWORD as PASSWORD
 
 
 @pytest.fixture(params=sorted(SERVERS))
 def site(request: Any, project: Project, tmp_path: Path) -> Iterator[str]:
     """The project's URL, served by the server of the parameter, a replica running its jobs."""
-    project.ok("migrate")
-    project.ok("shell", "-c", USERS)
-    replica = start_replica(project, "shop-1", tmp_path)
-    port = free_port()
-    log = (tmp_path / f"{request.param}.log").open("w")
-    server = subprocess.Popen(
-        SERVERS[request.param](port), cwd=PROJECT, env=project.env, stdout=log, stderr=log
-    )
-    try:
-        wait_until(
-            lambda: _answers(port, server, tmp_path / f"{request.param}.log"), 60, "the server"
-        )
-        replica.wait_sigterm_handled()  # so that stopping it is a clean shutdown
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(20)
-        log.close()
-        assert replica.stop() == 0, replica.output()[-3000:]
-
-
-def _answers(port: int, server: subprocess.Popen[bytes], log: Path) -> bool:
-    assert server.poll() is None, log.read_text()[-3000:]
-    try:
-        status, _ = _get(port, "/scheduler/")
-    except OSError:
-        return False
-    return status == 302
-
-
-def _get(port: int, path: str) -> tuple[int, str]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        conn.request("GET", path)
-        answer = conn.getresponse()
-        return answer.status, answer.getheader("Location") or ""
-    finally:
-        conn.close()
+    with served(project, tmp_path, request.param) as url:
+        yield url
 
 
 @pytest.fixture
 def page(site: str) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS))
-        try:
-            yield browser.new_page()
-        finally:
-            browser.close()
+    with browser_page() as page:
+        yield page
 
 
 def _sign_in(page: Any, site: str, user: str) -> None:
@@ -118,7 +43,7 @@ def _sign_in(page: Any, site: str, user: str) -> None:
 
 def test_anonymous_callers_are_sent_to_django_s_login(site: str) -> None:
     port = int(site.rsplit(":", 1)[1])
-    assert _get(port, "/scheduler/") == (302, "/admin/login/?next=/scheduler/")
+    assert http_get(port, "/scheduler/") == (302, "/admin/login/?next=/scheduler/")
 
 
 def test_an_operator_reads_and_acts_recorded_as_their_user(

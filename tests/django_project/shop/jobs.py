@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from pgsched import Run
+from pgsched import Calendar, Run
 from pgsched.django import scheduler
 
 from .models import Order
@@ -45,3 +45,18 @@ def count_orders(run: Run) -> int:
 async def tally(run: Run) -> int:
     await Order.objects.acreate(name=f"tally {run.execution_id}")
     return int(await Order.objects.acount())
+
+
+@scheduler.job(every="1h", first_sight="next")
+def audit(run: Run) -> None:
+    """Fails whenever a test triggers it: its traceback is what the admin shows."""
+    raise ValueError("ledger out of balance")
+
+
+# A calendar remind's schedules may name (the admin's schedule form names it).
+scheduler.calendar("shop-days", Calendar("mon-sat"))
+
+
+@scheduler.job(dynamic=True)
+def remind(run: Run) -> None:
+    """A dynamic job: each scope's schedule is data (the admin's schedules page writes it)."""
