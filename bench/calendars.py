@@ -22,7 +22,6 @@ from typing import Any
 import holidays
 
 import pgsched
-from pgsched._jobs.spec import build_job
 
 OUT = Path(__file__).parent / "results" / "calendars.json"
 COUNT = 100  # plans asked for
@@ -70,13 +69,14 @@ def _timed(call: Callable[[], object]) -> float:
 def measure_round() -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for name, (plain, calendared) in _cases().items():
-        base = build_job(lambda run: None, name="plain", **plain).recurrence
-        cal = build_job(lambda run: None, name="calendar", **calendared).recurrence
+        scheduler = pgsched.Scheduler(dsn="postgresql://unused")  # upcoming() reads no database
+        scheduler.register(lambda run: None, name="plain", **plain)
+        scheduler.register(lambda run: None, name="calendar", **calendared)
         started = time.perf_counter()
-        cal.upcoming(AFTER, COUNT)  # reads the holiday years it touches
+        scheduler.upcoming("calendar", AFTER, COUNT)  # reads the holiday years it touches
         first = (time.perf_counter() - started) * 1e3
-        base_us = _timed(lambda r=base: r.upcoming(AFTER, COUNT))  # type: ignore[misc]
-        cal_us = _timed(lambda r=cal: r.upcoming(AFTER, COUNT))  # type: ignore[misc]
+        base_us = _timed(lambda s=scheduler: s.upcoming("plain", AFTER, COUNT))  # type: ignore[misc]
+        cal_us = _timed(lambda s=scheduler: s.upcoming("calendar", AFTER, COUNT))  # type: ignore[misc]
         out[name] = {
             "without_us": round(base_us, 1),
             "with_us": round(cal_us, 1),

@@ -1131,9 +1131,10 @@ ORDER BY j.job_name
 
 -- name: list_runs :many
 -- The newest plans first, in keyset order (plan_time DESC, job, scope kind, scope id), from
--- the row after `after_*` when given: each job's rows read in that order through an index
--- that leads with the job (job_plan_scope; the plan key for one scope; the partial ones of
--- RUNNING and PENDING rows), so a long history is never sorted whole, then merged. Planned
+-- the row after `after_*` when given: each job's rows read in plan order through an index
+-- that leads with the job (job_plan, one plan's scopes sorted; the plan key for one scope;
+-- the partial ones of RUNNING and PENDING rows), so a long history is never sorted whole,
+-- then merged. Planned
 -- for each call's filters (a generic plan could use none of the scope's or status's indexes,
 -- nor the bound on plan_time the keyset gives). The jobs are the one asked for, else every
 -- job the ledger holds, found by skipping from one job name to the next (one index probe
