@@ -287,9 +287,43 @@ class CalendarRecurrence(Recurrence):
     def next_after(self, t: datetime) -> datetime | None:
         # The first working inner plan after t is a plan; a moved one can only come before it.
         first = self._working_after(t)
-        if first is None or self.on_excluded == "skip" or self._none_moved_before(t, first):
+        if self.on_excluded == "skip":
+            return first
+        if first is None:  # no inner plan on a working day, yet moved ones may be: search
+            return super().next_after(t)
+        if self.on_excluded == "next_working_day" and self.calendar.tz().key == self.tz.key:
+            return self._forward_moves(t, first)
+        if self._none_moved_before(t, first):
             return first
         return min([first, *self.plans_between(t, first)])
+
+    def _forward_moves(self, t: datetime, first: datetime) -> datetime:
+        """The earliest of ``first`` and the plans moved forward into ``(t, first)``: those of
+        the excluded days from the run just before ``t``'s day up to ``first``'s. The plans of
+        one excluded day all move to one day at their wall times, so one of each is enough:
+        its first after ``t``'s wall time when they move onto ``t``'s own (working) day, else
+        its first (one step of the inner recurrence per excluded day)."""
+        wall = t.astimezone(self.tz)
+        day, last = wall.date(), first.astimezone(self.tz).date()
+        onto_t = self.calendar.is_working_day(day)
+        for _ in range(_SEARCH_DAYS):
+            if self.calendar.is_working_day(day - _DAY):
+                break
+            day -= _DAY
+        best = first
+        while day < last:
+            if not self.calendar.is_working_day(day):
+                if onto_t and day < wall.date():  # strictly after t's wall time that day
+                    after = wall_instant(day, wall.time(), self.tz)
+                else:
+                    after = wall_instant(day, time(0), self.tz) - _US
+                plan = self.inner.next_after(after)
+                if plan is not None and plan.astimezone(self.tz).date() == day:
+                    moved = self.moved(plan)
+                    if moved is not None and t < moved < best:
+                        best = moved
+            day += _DAY
+        return best
 
     def _none_moved_before(self, t: datetime, first: datetime) -> bool:
         """Whether no plan moved from an excluded day can land in ``(t, first)``: no inner plan
@@ -315,8 +349,10 @@ class CalendarRecurrence(Recurrence):
 
     def latest_at_or_before(self, t: datetime) -> datetime | None:
         last = self._working_at_or_before(t)
-        if last is None or self.on_excluded == "skip":
+        if self.on_excluded == "skip":
             return last
+        if last is None:
+            return super().latest_at_or_before(t)
         return max([last, *self.plans_between(last, t)])
 
     def _working_after(self, t: datetime) -> datetime | None:

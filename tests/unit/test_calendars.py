@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 
 import pgsched
 from pgsched._planning.calendars import CalendarRecurrence, OnExcluded
-from pgsched._planning.recurrence import CadenceRecurrence, CronRecurrence, Recurrence
+from pgsched._planning.recurrence import (
+    CadenceRecurrence,
+    CronRecurrence,
+    HookRecurrence,
+    Recurrence,
+)
+from tests.support.plans import FixedPlans
 
 BERLIN = ZoneInfo("Europe/Berlin")
 UTC_ZONE = ZoneInfo("UTC")
@@ -351,3 +357,38 @@ def test_calendar_plans_are_working_and_window_consistent(
         assert rec.next_after(middle) == later[0]
     if earlier:
         assert rec.latest_at_or_before(middle) == earlier[-1]
+
+
+@pytest.mark.parametrize("on_excluded", ["next_working_day", "previous_working_day"])
+def test_plans_all_moved_off_excluded_days_are_found_one_step_at_a_time(
+    on_excluded: OnExcluded,
+) -> None:
+    # Weekday plans, Saturday the only working day: every plan is a moved one (found by
+    # Hypothesis: the step from a working inner plan found none).
+    rec = CalendarRecurrence(
+        CronRecurrence("15 23 * * 1-5", UTC_ZONE),
+        pgsched.Calendar(weekdays=[5]),
+        on_excluded,
+        UTC_ZONE,
+    )
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    sat = datetime(2026, 1, 3, 23, 15, tzinfo=UTC)
+    assert rec.plans_between(start, start + timedelta(days=9)) == [sat]
+    assert rec.next_after(start) == sat
+    assert rec.latest_at_or_before(sat + timedelta(days=6)) == sat
+
+
+def test_a_plan_moved_onto_the_working_day_of_the_step_is_found_after_its_wall_time() -> None:
+    # Saturday's 09:00 and 17:00 move to Monday; the step after Monday 09:00 is 17:00 (the
+    # plan at exactly 09:00 moves onto the step's own instant).
+    mon = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+    sat = mon - timedelta(days=2)
+    plans = [sat, sat.replace(hour=17), mon, mon + timedelta(days=1)]
+    inner = HookRecurrence(FixedPlans(*plans))
+    rec = CalendarRecurrence(inner, pgsched.Calendar(), "next_working_day", UTC_ZONE)
+    assert rec.plans_between(sat - timedelta(days=1), mon + timedelta(days=1)) == [
+        mon,
+        mon.replace(hour=17),
+        mon + timedelta(days=1),
+    ]
+    assert rec.next_after(mon) == mon.replace(hour=17)
