@@ -68,3 +68,24 @@ def test_its_usage_is_under_the_given_name(capsys: pytest.CaptureFixture[str]) -
     with pytest.raises(SystemExit):
         main(["runs", "--help"], scheduler=shop(), prog="manage.py pgsched")
     assert capsys.readouterr().out.startswith("usage: manage.py pgsched runs")
+
+
+def test_check_lists_a_calendar_job_s_plans_after_its_calendar(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from pgsched import Calendar
+
+    scheduler = Scheduler(dsn=DSN)
+    today = datetime.now(UTC).date()
+    # Every day is a working day but the next three: the first plan listed is the fourth day.
+    closed = [today + timedelta(days=i) for i in (1, 2, 3)]
+    scheduler.register(
+        lambda run: None, name="daily", every="1d", calendar=Calendar("mon-sun", exclude=closed)
+    )
+    assert main(["check", "--count", "2"], scheduler=scheduler) == 0
+    out = capsys.readouterr().out
+    listed = [(today + timedelta(days=i)).isoformat() for i in (4, 5)]
+    assert f"{listed[0]} 00:00:00, {listed[1]} 00:00:00" in out
+    assert "skip" in out  # the schedule column names the calendar and what it does
