@@ -381,6 +381,12 @@ def _put_form(job: str, back: str) -> str:
         'type="datetime-local" step="1"></label>'
         '<label for="p-paused"><span>Paused</span><input id="p-paused" name="paused" '
         'type="checkbox" value="1"></label>'
+        '<label for="p-calendar">Calendar (a name, empty: none)<input id="p-calendar" '
+        'name="calendar" size="10"></label>'
+        '<label for="p-excluded">On an excluded day<select id="p-excluded" name="on_excluded">'
+        '<option value="skip">skip</option><option value="next_working_day">next working day'
+        '</option><option value="previous_working_day">previous working day</option>'
+        "</select></label>"
     )
     form = (
         '<form class="bar" method="post" action="action">'

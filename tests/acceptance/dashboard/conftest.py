@@ -54,6 +54,8 @@ APP = textwrap.dedent(
     @scheduler.job(name="reminder", dynamic=True)
     def reminder(run):
         return 1
+
+    scheduler.calendar("weekdays", pgsched.Calendar("mon-fri"))
     """
 )
 

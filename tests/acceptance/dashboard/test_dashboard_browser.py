@@ -257,8 +257,12 @@ def test_schedules_page_search_put_pause_resume_delete_and_bulk(page: Any, site:
     page.fill("#p-scope", "user:new")
     page.fill("#p-cron", "30 8 * * 1-5")
     page.fill("#p-payload", '{"text": "new"}')
+    page.fill("#p-calendar", "weekdays")
+    page.select_option("#p-excluded", "next_working_day")
     page.click("button:has-text('Put schedule')")
     assert "saved" in _flash(page)
+    calendar = "SELECT calendar || ' ' || on_excluded FROM {s}.schedules WHERE scope_id = %s"
+    assert site.one(calendar, ("new",)) == "weekdays next_working_day"
     row = page.locator("#schedules tbody tr", has_text="user:new")
     row.locator("button:has-text('Pause')").click()
     assert "paused" in _flash(page)
