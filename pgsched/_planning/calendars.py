@@ -356,29 +356,26 @@ class CalendarRecurrence(Recurrence):
         return max([last, *self.plans_between(last, t)])
 
     def _working_after(self, t: datetime) -> datetime | None:
-        """The first inner plan after ``t`` on a working day: a run of excluded days is
-        stepped over at once, not plan by plan."""
-        plan = self.inner.next_after(t)
-        cal_tz = self.calendar.tz()
-        for _ in range(_SEARCH_DAYS):
-            if plan is None or self.calendar.is_working_instant(plan):
-                return plan
-            day = self.calendar.next_working_day(plan.astimezone(cal_tz).date())
-            if day is None:
-                return None
-            plan = self.inner.next_after(wall_instant(day, time(0), cal_tz) - _US)
-        return None
+        return self._working_inner_plan(t, forward=True)
 
     def _working_at_or_before(self, t: datetime) -> datetime | None:
-        plan = self.inner.latest_at_or_before(t)
-        cal_tz = self.calendar.tz()
+        return self._working_inner_plan(t, forward=False)
+
+    def _working_inner_plan(self, t: datetime, forward: bool) -> datetime | None:
+        """The first inner plan after ``t`` (else the last at or before it) on a working day:
+        a run of excluded days is stepped over at once, not plan by plan."""
+        step = self.inner.next_after if forward else self.inner.latest_at_or_before
+        calendar = self.calendar
+        neighbour = calendar.next_working_day if forward else calendar.previous_working_day
+        plan, cal_tz = step(t), calendar.tz()
         for _ in range(_SEARCH_DAYS):
             if plan is None or self.calendar.is_working_instant(plan):
                 return plan
-            day = self.calendar.previous_working_day(plan.astimezone(cal_tz).date())
+            day = neighbour(plan.astimezone(cal_tz).date())
             if day is None:
                 return None
-            plan = self.inner.latest_at_or_before(wall_instant(day + _DAY, time(0), cal_tz) - _US)
+            # Just before the working day begins, or (backward) just before it ends.
+            plan = step(wall_instant(day if forward else day + _DAY, time(0), cal_tz) - _US)
         return None
 
     def _widened(self, start: datetime, end: datetime) -> tuple[datetime, datetime]:
