@@ -47,6 +47,10 @@ def _cases() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
             {**daily, "calendar": _bavaria(), "on_excluded": "next_working_day"},
         ),
         "every 5 minutes, skip": (minutely, {**minutely, "calendar": _bavaria()}),
+        "every 5 minutes, next_working_day": (
+            minutely,
+            {**minutely, "calendar": _bavaria(), "on_excluded": "next_working_day"},
+        ),
         # What cron cannot say, against cron's nearest: the 1st of each month at 18:00.
         "last working day 18:00": (
             {"cron": "0 18 1 * *", "timezone": "Europe/Berlin"},

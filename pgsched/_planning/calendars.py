@@ -27,6 +27,7 @@ HolidaySource = object  # a container of dates (``date in it``), or ``year -> da
 _SEARCH_DAYS = 800
 _DAY = timedelta(days=1)
 _US = timedelta(microseconds=1)
+_WINDOWED_FROM = timedelta(hours=1)  # a moving calendar lists upcoming plans by windows
 _NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _FULL = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 
@@ -283,6 +284,30 @@ class CalendarRecurrence(Recurrence):
             if self.calendar.is_working_instant(candidate):
                 return candidate
         return None
+
+    def upcoming(self, after: datetime, count: int) -> list[datetime]:
+        """The next ``count`` plans. A moving calendar's over an inner recurrence of an hour
+        or more come from windows of the inner plans (each listed once and moved), not plan
+        by plan: a window of about ``count`` of its intervals, doubled until it holds them.
+        The others', step by step: a skipping step passes a run of excluded days at once,
+        and a window of a dense recurrence would move every plan of the days around it."""
+        interval = self.inner.nominal_interval(after)
+        if (
+            count <= 0
+            or interval is None
+            or interval < _WINDOWED_FROM
+            or self.on_excluded == "skip"
+        ):
+            return super().upcoming(after, count)
+        span = interval * count * 3 // 2
+        found: list[datetime] = []
+        start = after
+        for _ in range(_SEARCH_DAYS):
+            found += self.plans_between(start, start + span)
+            if len(found) >= count or start - after > _DAY * _SEARCH_DAYS:
+                return found[:count]
+            start, span = start + span, span * 2
+        return found[:count]
 
     def next_after(self, t: datetime) -> datetime | None:
         # The first working inner plan after t is a plan; a moved one can only come before it.

@@ -353,6 +353,7 @@ def test_calendar_plans_are_working_and_window_consistent(
     assert rec.plans_between(start, middle) + rec.plans_between(middle, end) == plans
     # The steps (next_after skips a run of excluded days at once) agree with the window.
     later, earlier = [p for p in plans if p > middle], [p for p in plans if p <= middle]
+    assert rec.upcoming(middle, len(later)) == later
     if later:
         assert rec.next_after(middle) == later[0]
     if earlier:
