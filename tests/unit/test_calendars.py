@@ -311,7 +311,9 @@ calendars = st.builds(
 inners = st.one_of(
     st.builds(
         CronRecurrence,
-        st.sampled_from(["0 9 * * *", "30 2 * * *", "0 */6 * * *", "15 23 * * 1-5"]),
+        st.sampled_from(
+            ["0 9 * * *", "30 2 * * *", "0 */6 * * *", "15 23 * * 1-5", "*/30 8-9 * * *"]
+        ),
         st.sampled_from(ZONES).map(ZoneInfo),
     ),
     st.sampled_from([timedelta(hours=5), timedelta(hours=24)]).map(CadenceRecurrence),
