@@ -26,6 +26,7 @@ from .._records import Probe
 from .._run import RunTransaction
 from .._storage.answering import ENGINE_ANSWER_TIMEOUT_S
 from .._storage.connection import (
+    RECONNECT_EVERY_S,
     Backoff,
     WritablePool,
     pool_hosts,
@@ -161,7 +162,9 @@ class Runtime:
         self.started_at = time.monotonic()
         self._last_served = self.started_at
         self._hosts = pool_hosts(pool)
-        self._tick_backoff = Backoff()
+        # A failed tick is retried at most a second later: work resumes within about a
+        # second of the database answering again, however long it was away.
+        self._tick_backoff = Backoff(cap=RECONNECT_EVERY_S)
         # With synchronous claims, the first tick served says whether the server can honour
         # them (once: a replica start, not every tick).
         self._standbys_checked = not settings.synchronous_claims
@@ -224,8 +227,8 @@ class Runtime:
 
     async def _pause(self, ok: bool, started: float) -> None:
         """Wait for the next tick: a tick after the last one, or sooner when a plan falls due
-        or something wakes the loop (after a failed tick, the backoff's delay: 0.5 s doubling
-        to 5 s, while the pool reconnects)."""
+        or something wakes the loop (after a failed tick, the backoff's delay: 0.5 s, then
+        1 s, while the pool reconnects)."""
         delay = max(0.0, self.tick_interval - (time.monotonic() - started))
         if ok:
             self._tick_backoff.reset()

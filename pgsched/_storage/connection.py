@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
+from psycopg_pool.base import AttemptWithBackoff
 
 from .._errors import DatabaseError, describe_error
 from .._records import Row, Server
@@ -39,6 +40,8 @@ LIBPQ_DEFAULTS = {
 }
 # libpq reads these from the environment when the DSN does not set them.
 _ENVIRONMENT = {"connect_timeout": "PGCONNECT_TIMEOUT"}
+# The longest wait between two attempts to reconnect (a pool's, a tick's after it failed).
+RECONNECT_EVERY_S = 1.0
 
 
 class DatabaseNotWritable(psycopg.OperationalError):
@@ -184,15 +187,32 @@ async def first_answer(
         await conn.close()
 
 
+class _ReconnectAttempt(AttemptWithBackoff):
+    """psycopg_pool's reconnect attempts, at most :data:`RECONNECT_EVERY_S` apart: its delay
+    doubles without bound (1, 2, 4, 8 ... s), so after a long outage work waited for the next
+    attempt, seconds after the server answered again."""
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, RECONNECT_EVERY_S)
+
+
 class WritablePool(AsyncConnectionPool[Conn]):
     """A pool that lends only connections to a server taking writes and, through ``watch``,
     only to the server its owner has switched to (see :func:`make_pool`); ``refused`` says
-    why the last connection it checked was refused, None once one passes."""
+    why the last connection it checked was refused, None once one passes. It reconnects at
+    most a second apart however long the server was away."""
 
     refused: str | None = None
     watch: ServerWatch
     dsn: str  # the DSN as configured (``conninfo`` is the watch's steering of it)
     answer_timeout: float | None = None  # its connections' bound unless a borrow sets one
+
+    async def _add_connection(
+        self, attempt: AttemptWithBackoff | None, growing: bool = False
+    ) -> None:
+        attempt = attempt or _ReconnectAttempt(timeout=self.reconnect_timeout)
+        await super()._add_connection(attempt, growing)
 
 
 def pool_hosts(pool: AsyncConnectionPool[Any]) -> str:

@@ -266,3 +266,23 @@ def test_one_jobs_failing_claims_do_not_make_the_replica_unhealthy(primary: Priv
         status, body = probe(port, "/healthz")
         assert status == 200 and body["failing"] == [], body
         assert runtime.report.succeeded >= 1, "the other job stopped running"
+
+
+def test_work_resumes_within_two_seconds_of_the_database_coming_back(
+    primary: PrivateServer,
+) -> None:
+    """However long the outage (here 20 s: long enough for doubling backoffs to reach 8 s
+    and more), the first run after the server takes connections again comes within 2 s."""
+    s = _scheduler(primary)
+    ran: list[float] = []
+    s.register(lambda run: ran.append(time.monotonic()), name="often", every="0.5s")
+    with serving(s):
+        wait_until(lambda: len(ran) >= 2, 20, "the job to run")
+        primary.stop()
+        down = time.monotonic()
+        time.sleep(20)  # the outage itself: what is measured comes after it
+        primary.start()
+        back, seen = time.monotonic(), len(ran)
+        assert back - down >= 20
+        wait_until(lambda: len(ran) > seen, 15, "a run after the database came back")
+        assert ran[seen] - back <= 2.0, f"first run {ran[seen] - back:.2f} s after the restart"
