@@ -19,11 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TypeGuard
 
 from .._errors import ConfigError, NotFoundError
 from .._jobs.spec import JobSpec, scopes_mode
-from .._planning.calendars import CalendarRecurrence
+from .._planning.calendars import skips_excluded
 from .._planning.recurrence import CadenceRecurrence, Recurrence
 from .._planning.schedules import recurrence_for, recurrence_plans
 from .._planning.skips import described_recurrence
@@ -235,15 +234,11 @@ def _plans(
         else:  # a cron: its density over the window, assumed even
             start = end - (end - start) * MAX_PLANS / max(count, MAX_PLANS + 1)
     plans = list(recurrence.plans_between(start - _US, end))
-    if _skips_excluded(recurrence):
+    if skips_excluded(recurrence):
         # The plans its calendar skips are listed too, each said to be excluded.
         plans = sorted({*plans, *recurrence.excluded_between(start - _US, end)})
     plans = plans[-MAX_PLANS:]
     return plans, (plans[0] if plans and truncated else start), truncated
-
-
-def _skips_excluded(recurrence: Recurrence | None) -> TypeGuard[CalendarRecurrence]:
-    return isinstance(recurrence, CalendarRecurrence) and recurrence.on_excluded == "skip"
 
 
 def _scope_lines(
@@ -296,7 +291,7 @@ def _gap(known: _Job, cursor: Row | None, t: datetime) -> ExplainLine:
     """A plan with neither row nor span: why, from the calendar, the cursor, the pause and
     the replicas (a plan the calendar skips is excluded before the claim records it)."""
     recurrence = known.recurrence
-    if _skips_excluded(recurrence) and not recurrence.calendar.is_working_instant(t):
+    if skips_excluded(recurrence) and not recurrence.calendar.is_working_instant(t):
         return ExplainLine("skipped", t, t, reason="excluded")
     if t > known.now - known.delay:
         return ExplainLine("not_due", t, t)

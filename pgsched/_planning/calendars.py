@@ -14,7 +14,7 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Literal, cast
+from typing import Literal, TypeGuard, cast
 from zoneinfo import ZoneInfo
 
 from .._errors import ConfigError
@@ -456,6 +456,12 @@ class CalendarRecurrence(Recurrence):
             for p in self.inner.plans_between(start, end)
             if not self.calendar.is_working_instant(p)
         ]
+
+
+def skips_excluded(recurrence: Recurrence | None) -> TypeGuard[CalendarRecurrence]:
+    """Whether ``recurrence`` is a calendar's that skips the plans on excluded days (the ones
+    recorded and explained as ``excluded``; a moving calendar skips none)."""
+    return isinstance(recurrence, CalendarRecurrence) and recurrence.on_excluded == "skip"
 
 
 _AT = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")

@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from typing import NamedTuple, Protocol
 
 from .._records import CursorMove, DueCursor, Skip
-from .calendars import CalendarRecurrence
+from .calendars import skips_excluded
 from .dynamic import CatchUpRules
 from .recurrence import CadenceRecurrence, CronRecurrence, Recurrence, jitter_offset
 from .skips import (
@@ -316,9 +316,7 @@ class _Excluded:
 
     def __init__(self, job: CursorRules, lookback: timedelta) -> None:
         self._job, self._lookback = job, lookback
-        self._skips = isinstance(job.recurrence, CalendarRecurrence) and (
-            job.recurrence.on_excluded == "skip"
-        )
+        self._skips = skips_excluded(job.recurrence)
         self._made: dict[tuple[datetime, datetime], list[Skip]] = {}
 
     def added(self, row: DueCursor, decision: CursorDecision) -> CursorDecision:

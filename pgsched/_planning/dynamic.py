@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from .._records import DueSchedule, ScheduleMove, Skip
-from .calendars import Calendar
+from .calendars import Calendar, skips_excluded
 from .recurrence import CatchUp, Recurrence, jitter_offset
 from .schedules import ValidSchedule, first_plan_after, recurrence_for, stored_schedule
 from .skips import (
@@ -116,7 +116,7 @@ def decide(job: CatchUpRules, row: DueSchedule, now: datetime) -> Decision:
     valid = stored_schedule(job.name, row._asdict(), job.calendars)
     recurrence = recurrence_for(valid.spec_key)
     decision = _decided(job, row, now, (valid, recurrence))
-    if row.calendar is None:
+    if not skips_excluded(recurrence):
         return decision
     passed = [s.last for s in decision.skips]
     if decision.move is not None and decision.move.plan is not None:

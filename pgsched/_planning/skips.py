@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .._records import Skip
 from .._times import parse_duration
-from .calendars import CalendarRecurrence
+from .calendars import skips_excluded
 from .recurrence import CadenceRecurrence, CronRecurrence, Recurrence, count_plans_between
 
 REASONS = (
@@ -105,7 +105,7 @@ def excluded_spans(
     """The spans of plans in ``(after, upto]`` that ``recurrence``'s calendar skips
     (``excluded``): its inner plans on each run of excluded days. None unless ``recurrence``
     is a calendar's with ``on_excluded="skip"`` (a moved plan is not skipped)."""
-    if not isinstance(recurrence, CalendarRecurrence) or recurrence.on_excluded != "skip":
+    if not skips_excluded(recurrence):
         return []
     after = max(after, upto - EXCLUDED_LOOKBACK)
     inner, out = recurrence.inner, []
