@@ -22,7 +22,7 @@ from ._facades.aio import AsyncAdmin
 from ._jobs.spec import JobOptions, JobSpec
 from ._planning.calendars import Calendar, working_day
 from ._planning.recurrence import Planner
-from ._run import Run
+from ._run import Batch, Run
 from ._scheduler import Scheduler
 from ._structures import (
     GLOBAL,
@@ -91,6 +91,7 @@ __all__ = [
     "AppLoadError",
     "AsyncAdmin",
     "Attempt",
+    "Batch",
     "Calendar",
     "ConfigError",
     "DatabaseError",

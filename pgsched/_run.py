@@ -6,11 +6,11 @@ from __future__ import annotations
 import functools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 import psycopg
 from structlog.typing import FilteringBoundLogger
@@ -86,6 +86,9 @@ class Run:
     payload: dict[str, Any] = field(default_factory=dict)
     conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any] | None = None
     _liveness: Liveness = field(default_factory=Liveness, init=False, repr=False)
+    # How the handler said this run ended (succeed / fail), which its return or raise
+    # does not override.
+    mark: Mark | None = field(default=None, init=False, repr=False)
 
     @functools.cached_property
     def log(self) -> FilteringBoundLogger:
@@ -110,6 +113,67 @@ class Run:
             raise LeaseLost(
                 f"job {self.job!r} scope {self.scope} plan {self.plan_time.isoformat()}: lease lost"
             )
+
+    def succeed(self, result: object = None) -> None:
+        """End this run SUCCESS with ``result`` (None, an int or a :class:`Result`, as a
+        handler returns), whatever the handler does next. The last mark stands."""
+        self.mark = Mark(True, result)
+
+    def fail(self, error: BaseException | str) -> None:
+        """End this run FAILED with ``error`` (an exception, or a message), retried as the
+        job's ``max_attempts`` and ``retry_backoff`` say, whatever the handler does next.
+        The last mark stands."""
+        if not isinstance(error, BaseException | str):
+            raise TypeError(f"run.fail() takes an exception or a message, not {error!r}")
+        self.mark = Mark(False, error)
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A run's end as its handler marked it: ``succeeded`` with ``value`` (the result), or
+    failed with ``value`` (the error)."""
+
+    succeeded: bool
+    value: object
+
+
+class Batch(Sequence[Run]):
+    """The runs a batch handler (``batch_size=``) receives in one call, in plan order: each
+    with its own scope, plan time, execution id, lease and fencing token. Mark runs with
+    ``run.succeed()`` / ``run.fail()``; when the handler returns, the unmarked ones succeed,
+    and when it raises, they fail with its exception. For ``transactional=True`` jobs
+    ``conn`` (and every run's ``conn``) is the one transaction of the whole batch."""
+
+    __slots__ = ("_runs", "conn", "job")
+
+    def __init__(self, job: str, runs: Sequence[Run]) -> None:
+        self.job = job
+        self._runs = tuple(runs)
+        self.conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any] | None = None
+
+    @overload
+    def __getitem__(self, index: int) -> Run: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Run]: ...
+
+    def __getitem__(self, index: int | slice) -> Run | Sequence[Run]:
+        return self._runs[index]
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def __iter__(self) -> Iterator[Run]:
+        return iter(self._runs)
+
+    def __repr__(self) -> str:
+        return f"Batch(job={self.job!r}, runs={len(self._runs)})"
+
+    def lend(self, conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any] | None) -> None:
+        """Give the batch and each of its runs the transaction ``conn`` (None: take it back)."""
+        self.conn = conn
+        for run in self._runs:
+            run.conn = conn
 
 
 def watch(run: Run, liveness: Liveness) -> None:

@@ -18,12 +18,12 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from .._errors import LeaseLost, describe_error, describe_traceback
-from .._run import Run
+from .._run import Batch, Run
 from .._storage.connection import Backoff, unavailable
 from .._telemetry.tracing import UNTRACED, run_span
 from .deadlines import RunDeadlines
 from .leases import LeaseTable
-from .outcomes import InvalidResult, failed, succeeded
+from .outcomes import InvalidResult, ended, failed, returned
 from .recorder import Recorder
 from .threads import HandlerThreads
 from .transaction import Transactions, TransactionUnavailable, Written
@@ -38,114 +38,153 @@ class Executor:
         leases: LeaseTable,
         recorder: Recorder,
         transactions: Transactions,
-        submit: Callable[[Lease, Outcome], None],
+        submit: Callable[[list[tuple[Lease, Outcome]]], None],
     ) -> None:
         self._leases, self._recorder = leases, recorder
         self._transactions = transactions
         self._submit = submit
         self._deadlines = RunDeadlines()
 
-    def start(self, lease: Lease, traced: bool) -> None:
-        """Run ``lease``'s handler in a task of its own (after the scope's previous plan held
-        here, under ``overlap="forbid"``), in an OpenTelemetry span if ``traced``."""
-        lease.task = asyncio.create_task(self._execute(lease, traced))
+    def start(self, leases: list[Lease], traced: bool) -> None:
+        """Run the handler of ``leases`` in a task of their own: one run's, or a batch's
+        (``batch_size``), after the scopes' previous plans held here under
+        ``overlap="forbid"``; in an OpenTelemetry span if ``traced``."""
+        task = asyncio.create_task(self._execute(leases, traced))
+        for lease in leases:
+            lease.task = task
 
     def abandon(self, lease: Lease, why: str) -> None:
         """Shutdown: stop waiting for ``lease``; it is FAILED ``shutdown``, retryable at once."""
         lease.abandon()
         if lease.task is not None:
             lease.task.cancel()
-        self._submit(lease, failed(lease, time.monotonic(), "shutdown", why, retry_now=True))
+        self._submit([(lease, failed(lease, time.monotonic(), "shutdown", why, retry_now=True))])
 
-    async def _execute(self, lease: Lease, traced: bool) -> None:
+    async def _execute(self, leases: list[Lease], traced: bool) -> None:
         try:
-            if lease.previous is not None:
-                await lease.previous.wait_done()
-                if lease.liveness.known_lost:
-                    self._leases.lose(
-                        lease, "lease lost while waiting for the scope's earlier plan"
-                    )
-                    return
+            leases = await self._after_previous(leases)
+            if not leases:
+                return
             started = time.monotonic()
-            if lease.claim_lag is not None:
-                self._recorder.started(lease, lease.claim_lag + started - lease.claimed_at)
+            for lease in leases:
+                if lease.claim_lag is not None:
+                    self._recorder.started(lease, lease.claim_lag + started - lease.claimed_at)
             # Only a transactional run can run again: the others await their attempt directly
             # (every await level is crossed at each step of the handler).
-            attempt = self._with_reruns if lease.job.transactional else self._attempt
-            with run_span(lease.run, lease.kind) if traced else UNTRACED as record:
-                outcome = await attempt(lease, started)
-                record(outcome)
+            head = leases[0]
+            attempt = self._with_reruns if head.job.transactional else self._attempt
+            with run_span(head.run, head.kind, len(leases)) if traced else UNTRACED as record:
+                outcomes = await attempt(leases, started)
+                record(_told(outcomes))
         except asyncio.CancelledError:
-            if not lease.abandoned:
+            if not all(lease.abandoned for lease in leases):
                 raise
             return
-        if outcome is not None:
-            self._deliver(lease, outcome)
+        if outcomes is not None:
+            self._deliver(leases, outcomes)
 
-    async def _with_reruns(self, lease: Lease, started: float) -> Outcome | None:
-        """The handler's outcome; None when there is nothing left to write (the lease was
-        lost, or a transactional run already wrote it). A transactional run whose transaction
-        the database failed runs again under the same lease, each time within
-        ``run_timeout``, once the database is back and its row shows nothing committed: the
+    async def _after_previous(self, leases: list[Lease]) -> list[Lease]:
+        """``leases`` once the earlier plans of their scopes held here are done (those of
+        the same batch run with it, in plan order), less those lost meanwhile."""
+        waited = False
+        for lease in leases:
+            previous = lease.previous
+            if previous is not None and previous.task is not lease.task:
+                await previous.wait_done()
+                waited = True
+        if not waited:
+            return leases
+        kept = []
+        for lease in leases:
+            if lease.liveness.known_lost:
+                self._leases.lose(lease, "lease lost while waiting for the scope's earlier plan")
+            else:
+                kept.append(lease)
+        return kept
+
+    async def _with_reruns(self, leases: list[Lease], started: float) -> list[Outcome] | None:
+        """The handler's outcomes; None when there is nothing left to write (the leases were
+        lost, or a transactional run already wrote them). A transactional run whose
+        transaction the database failed runs again under the same leases, each time within
+        ``run_timeout``, once the database is back and its rows show nothing committed: the
         attempt is not spent (max_attempts=1 loses no plan) and no effect is doubled."""
         while True:
             try:
-                return await self._attempt(lease, started)
+                return await self._attempt(leases, started)
             except TransactionUnavailable as exc:
-                if not await self._may_run_again(lease, exc):
+                if not await self._may_run_again(leases, exc):
                     return None
+            for lease in leases:
+                lease.run.mark = None  # the rolled-back attempt's marks are undone with it
             started = time.monotonic()
 
-    async def _attempt(self, lease: Lease, started: float) -> Outcome | None:
-        """One attempt within ``run_timeout``: its outcome (None for a transactional run's,
+    async def _attempt(self, leases: list[Lease], started: float) -> list[Outcome] | None:
+        """One attempt within ``run_timeout``: its outcomes (None for a transactional run's,
         written with its transaction, or a lost lease)."""
-        job, run = lease.job, lease.run
-        self._deadlines.arm(lease, job.run_timeout.total_seconds())
+        head = leases[0]
+        job = head.job
+        arg = head.run if job.batch_size is None else Batch(job.name, [x.run for x in leases])
+        self._deadlines.arm(head, job.run_timeout.total_seconds())
         try:
             if job.transactional:
-                self._committed(lease, await self._transactional(lease, started))
+                self._committed(leases, await self._transactional(leases, arg, started))
                 return None
             if job.is_async:
-                value = await _StepTimed(job.handler(run), lease, self._blocked)
+                value = await _StepTimed(job.handler(arg), head, self._blocked)
             else:
-                value = await in_thread(job.handler, run)
+                value = await in_thread(job.handler, arg)
         except asyncio.CancelledError:
-            task = lease.task
+            task = head.task
             # Another cancellation (shutdown) asked too: that one is not a timeout.
-            if not (self._deadlines.disarm(lease) and (task is None or not task.cancelling())):
+            if not (self._deadlines.disarm(head) and (task is None or not task.cancelling())):
                 raise
             why = f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout})"
-            return failed(lease, started, "run_timeout", why)
-        except LeaseLost:
-            self._leases.lose(lease, "handler raised LeaseLost")
-            return None
+            return ended(leases, started, "run_timeout", why, rolled_back=job.transactional)
         except TransactionUnavailable:
             raise
+        except LeaseLost as exc:
+            if job.batch_size is not None:  # a run of the batch: the others fail with it
+                return self._raised(leases, started, exc)
+            self._leases.lose(head, "handler raised LeaseLost")
+            return None
         except InvalidResult as exc:  # a transactional run's result, refused before commit
-            return failed(lease, started, "invalid_result", describe_error(exc))
+            why = describe_error(exc)
+            return ended(leases, started, "invalid_result", why, rolled_back=job.transactional)
         except Exception as exc:
-            error = describe_error(exc)
-            self._recorder.handler_raised(lease, error, exc)
-            tb = describe_traceback(exc)
-            return failed(lease, started, "handler_error", error, traceback=tb, error=exc)
+            return self._raised(leases, started, exc)
         finally:
-            self._deadlines.disarm(lease)
-        return self._returned(lease, started, value)
+            self._deadlines.disarm(head)
+        return self._returned(leases, started, value)
 
-    def _returned(self, lease: Lease, started: float, value: Any) -> Outcome:
-        """The outcome of a handler that returned ``value``."""
-        job = lease.job
+    def _raised(self, leases: list[Lease], started: float, exc: Exception) -> list[Outcome]:
+        error = describe_error(exc)
+        self._recorder.handler_raised(leases, error, exc)
+        tb = describe_traceback(exc)
+        rolled_back = leases[0].job.transactional
+        return ended(
+            leases,
+            started,
+            "handler_error",
+            error,
+            rolled_back=rolled_back,
+            traceback=tb,
+            error=exc,
+        )
+
+    def _returned(self, leases: list[Lease], started: float, value: Any) -> list[Outcome]:
+        """The outcomes of a handler that returned ``value``."""
+        job = leases[0].job
         overran = time.monotonic() - started - job.run_timeout.total_seconds()
         if overran > 0:  # it blocked the loop past its deadline: asyncio could not cancel it
             why = (
                 f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout}) and"
                 " could not be interrupted: it blocked the event loop"
             )
-            return failed(lease, started, "run_timeout", why)
+            return ended(leases, started, "run_timeout", why)
         try:
-            return succeeded(started, value)
+            return returned(leases, started, value, strict=False)
         except Exception as exc:  # InvalidResult, or anything odd a custom object raises
-            return failed(lease, started, "invalid_result", describe_error(exc))
+            return ended(leases, started, "invalid_result", describe_error(exc))
 
     def _blocked(self, lease: Lease, seconds: float, core_wait: float, collector: float) -> None:
         if seconds >= LOOP_BLOCKED_S:
@@ -153,69 +192,97 @@ class Executor:
         elif seconds + core_wait + collector >= LOOP_BLOCKED_S:
             self._recorder.loop_stalled(lease, seconds, core_wait, collector)
 
-    def _deliver(self, lease: Lease, outcome: Outcome) -> None:
-        if lease.abandoned:
-            return  # shutdown already wrote (or is writing) this lease's outcome
-        if lease.liveness.known_lost:  # a merely late renewal still tries: the token decides
-            self._leases.lose(lease, "lease lost before the outcome could be written")
-            return
-        self._submit(lease, outcome)
+    def _deliver(self, leases: list[Lease], outcomes: list[Outcome]) -> None:
+        """Queue the outcomes of ``leases`` together (a batch's in one terminal write)."""
+        queued = []
+        for lease, outcome in zip(leases, outcomes, strict=True):
+            if lease.abandoned:
+                continue  # shutdown already wrote (or is writing) this lease's outcome
+            if lease.liveness.known_lost:  # a merely late renewal still tries: the token decides
+                self._leases.lose(lease, "lease lost before the outcome could be written")
+                continue
+            queued.append((lease, outcome))
+        if queued:
+            self._submit(queued)
 
-    async def _transactional(self, lease: Lease, started: float) -> Written | None:
-        job, run = lease.job, lease.run
-        outcome = functools.partial(succeeded, started)
+    async def _transactional(
+        self, leases: list[Lease], arg: Run | Batch, started: float
+    ) -> list[Written] | None:
+        job = leases[0].job
+        runs = [lease.run for lease in leases]
+        outcomes = functools.partial(returned, leases, started, strict=True)
         if job.is_async:
-            return await self._transactions.run_async(job, run, outcome)
-        sync = functools.partial(self._transactions.run_sync, job)
-        result: Written | None = await in_thread(lambda r: sync(r, outcome), run)
+            return await self._transactions.run_async(job, arg, runs, outcomes)
+        sync = functools.partial(self._transactions.run_sync, job, runs=runs, outcomes=outcomes)
+        result: list[Written] | None = await in_thread(sync, arg)
         return result
 
-    async def _may_run_again(self, lease: Lease, exc: TransactionUnavailable) -> bool:
-        """After a transactional run's database failed it: wait until the row can be read,
-        then True when it is still RUNNING under this lease (nothing committed: run again).
-        A row found SUCCESS under this lease is the cut-off COMMIT that landed: recorded as
-        such, never run twice; any other row (the lease taken over, or gone) loses the lease."""
-        run = lease.run
-        run.log.warning(
+    async def _may_run_again(self, leases: list[Lease], exc: TransactionUnavailable) -> bool:
+        """After a transactional run's database failed it: wait until its rows can be read,
+        then True when they are still RUNNING under these leases (nothing committed: run
+        again). Rows found ended under these leases are the cut-off COMMIT that landed:
+        recorded as such, never run twice; any other rows (taken over, or gone) lose the
+        leases."""
+        log = leases[0].run.log if len(leases) == 1 else self._recorder.log
+        log.warning(
             "transactional_unavailable",
             error=describe_error(exc.cause),
             error_class=type(exc.cause).__name__,
-            commit_unknown=exc.outcome is not None,
+            commit_unknown=exc.outcomes is not None,
+            runs=len(leases),
         )
         backoff = Backoff()
         while True:
             await backoff.wait()
-            if lease.liveness.known_lost:
-                self._leases.lose(lease, "lease lost while the database was unavailable")
+            if any(lease.liveness.known_lost for lease in leases):
+                self._lose(leases, "lease lost while the database was unavailable")
                 return False
             try:
-                status = await self._transactions.lease_status(run)
+                statuses = await self._transactions.lease_statuses([x.run for x in leases])
                 break
             except Exception as again:
                 if not unavailable(again):  # left RUNNING: taken over once its lease is stale
-                    self._leases.lose(lease, f"its row could not be read: {again}")
+                    self._lose(leases, f"its row could not be read: {again}")
                     return False
-        if status == "RUNNING":
-            run.log.info("transactional_rerun", attempt=run.attempt)
+        if all(status == "RUNNING" for status in statuses):
+            log.info("transactional_rerun", attempt=leases[0].run.attempt, runs=len(leases))
             return True
-        if status == "SUCCESS" and exc.outcome is not None:
-            self._committed(lease, (exc.outcome, None))
+        if exc.outcomes is not None and all(s in ("SUCCESS", "FAILED") for s in statuses):
+            self._committed(leases, [(outcome, None) for outcome in exc.outcomes])
             return False
-        self._leases.lose(lease, f"the row is {status or 'held by another lease'} after the run")
+        found = ", ".join(sorted({s or "held by another lease" for s in statuses}))
+        self._lose(leases, f"the row is {found} after the run")
         return False
 
-    def _committed(self, lease: Lease, written: Written | None) -> None:
+    def _committed(self, leases: list[Lease], written: list[Written] | None) -> None:
         if written is None:
-            self._leases.lose(lease, "SUCCESS write matched no row holding this lease: rolled back")
+            self._lose(leases, "terminal write matched no row holding this lease: rolled back")
             return
-        outcome, next_retry_at = written
-        self._recorder.finished([(lease, outcome, next_retry_at)])
-        self._leases.release(lease)
+        self._recorder.finished(
+            [
+                (lease, outcome, retry_at)
+                for lease, (outcome, retry_at) in zip(leases, written, strict=True)
+            ]
+        )
+        for lease in leases:
+            self._leases.release(lease)
+
+    def _lose(self, leases: list[Lease], why: str) -> None:
+        for lease in leases:
+            self._leases.lose(lease, why)
 
 
-def in_thread(fn: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
-    """Run a sync handler on a daemon thread (:mod:`.threads`); abandoning the future abandons
-    the thread (so a handler abandoned at ``run_timeout`` cannot keep the process alive)."""
+def _told(outcomes: list[Outcome] | None) -> Outcome | None:
+    """What a batch's span says: its first failure, else its first outcome."""
+    if not outcomes:
+        return None
+    return next((o for o in outcomes if o.status == "FAILED"), outcomes[0])
+
+
+def in_thread(fn: Callable[[Any], Any], arg: Run | Batch) -> asyncio.Future[Any]:
+    """Run a sync handler (of a run, or a batch) on a daemon thread (:mod:`.threads`);
+    abandoning the future abandons the thread (so a handler abandoned at ``run_timeout``
+    cannot keep the process alive)."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
     context = contextvars.copy_context()
@@ -230,7 +297,7 @@ def in_thread(fn: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
 
     def target() -> None:
         try:
-            value, ok = context.run(fn, run), True
+            value, ok = context.run(fn, arg), True
         except Exception as exc:
             value, ok = exc, False
         except BaseException as exc:  # SystemExit, KeyboardInterrupt: a failure of this run,
@@ -239,7 +306,7 @@ def in_thread(fn: Callable[[Run], Any], run: Run) -> asyncio.Future[Any]:
         with contextlib.suppress(RuntimeError):  # the loop is closed: the scheduler has gone
             loop.call_soon_threadsafe(deliver, ok, value)
 
-    _THREADS.submit(target, f"pgsched:{run.job}")
+    _THREADS.submit(target, f"pgsched:{arg.job}")
     return future
 
 

@@ -39,10 +39,11 @@ class Turn:
 
 def joins(job: JobSpec, probe: Probe) -> bool:
     """Whether ``job``'s claim this tick may be part of a joint claim: a code-defined job
-    (cursors, not stored schedules) without max_running (its claim lock), with no stale
-    lease to close nor row to take over."""
+    (cursors, not stored schedules) of single runs without max_running (its claim lock),
+    with no stale lease to close nor row to take over."""
     return not (
         job.dynamic
+        or job.batch_size is not None  # its claims take whole batches
         or job.max_running is not None
         or job.name in probe.stale_jobs
         or job.name in probe.retry

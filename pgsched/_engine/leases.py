@@ -15,7 +15,7 @@ from .._jobs.spec import JobSpec
 from .._run import Liveness, Run, watch
 from .._structures import Scope
 from .recorder import Recorder
-from .values import Claim, Lease
+from .values import BatchSlot, Claim, Lease
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
@@ -32,6 +32,7 @@ class LeaseTable:
         self._leases: dict[UUID, Lease] = {}
         # overlap="forbid": the newest lease of each (job, scope); a newer one waits for it.
         self._tails: dict[tuple[str, Scope], Lease] = {}
+        self._slots = 0  # taken: one per single run held, one per batch with a run held
         self._backlog = False
         self._on_slots_freed = on_slots_freed
 
@@ -46,16 +47,24 @@ class LeaseTable:
 
     @property
     def free(self) -> int:
-        return self.max_concurrency - len(self._leases)
+        """Handler slots not taken: a batch takes one for all its runs."""
+        return self.max_concurrency - self._slots
 
-    def hold(self, lease: Lease) -> None:
-        """Take a slot for ``lease``; under ``overlap="forbid"`` it is chained after the
-        scope's previous lease held here, and starts when that one is done."""
-        self._leases[lease.execution_id] = lease
-        if lease.job.overlap == "forbid":
-            key = (lease.job.name, lease.run.scope)
-            lease.chain_after(self._tails.get(key))
-            self._tails[key] = lease
+    def hold(self, leases: list[Lease]) -> None:
+        """Take one slot for ``leases``: a single run's, or a batch's (which share it, and
+        claimed together, are renewed together). Under ``overlap="forbid"`` each is chained
+        after the scope's previous lease held here, and starts when that one is done."""
+        if leases[0].job.batch_size is not None:
+            slot = BatchSlot(len(leases))
+            for lease in leases:
+                lease.slot = slot
+        self._slots += 1
+        for lease in leases:
+            self._leases[lease.execution_id] = lease
+            if lease.job.overlap == "forbid":
+                key = (lease.job.name, lease.run.scope)
+                lease.chain_after(self._tails.get(key))
+                self._tails[key] = lease
 
     def note_backlog(self) -> None:
         """Work was left unclaimed for want of slots (or blocked by overlap): claim again
@@ -63,8 +72,15 @@ class LeaseTable:
         self._backlog = True
 
     def release(self, lease: Lease) -> None:
-        """Free ``lease``'s slot (its outcome is written, or it was lost)."""
-        self._leases.pop(lease.execution_id, None)
+        """Free ``lease``'s slot (its outcome is written, or it was lost); a batch's slot is
+        free once its last lease is released."""
+        if self._leases.pop(lease.execution_id, None) is not None:
+            slot = lease.slot
+            if slot is None:
+                self._slots -= 1
+            else:
+                slot.held -= 1
+                self._slots -= slot.held == 0
         key = (lease.job.name, lease.run.scope)
         if self._tails.get(key) is lease:
             del self._tails[key]
@@ -97,8 +113,11 @@ class LeaseTable:
             await asyncio.gather(*(lease.wait_done() for lease in list(self._leases.values())))
 
 
-def open_lease(job: JobSpec, claim: Claim, runner_id: str, log: FilteringBoundLogger) -> Lease:
-    """The lease (and the handler's :class:`Run`) of a claim just won; ``log`` is the
+def open_lease(
+    job: JobSpec, claim: Claim, runner_id: str, log: FilteringBoundLogger, claimed_at: float
+) -> Lease:
+    """The lease (and the handler's :class:`Run`) of a claim just won at ``claimed_at``
+    (monotonic; a batch's leases share it, so they are renewed together); ``log`` is the
     replica's logger (``run.log`` binds it to the run's fields when first used)."""
     plan_time = claim.plan_time.astimezone(UTC)
     run = Run(
@@ -125,6 +144,7 @@ def open_lease(job: JobSpec, claim: Claim, runner_id: str, log: FilteringBoundLo
         kind=claim.kind,
         stolen=claim.stolen,
         started_at=claim.started_at,
+        claimed_at=claimed_at,
     )
     if claim.kind == "won" and claim.trigger == "schedule" and claim.started_at is not None:
         # The claim's database time less the due time; the executor adds any local wait.

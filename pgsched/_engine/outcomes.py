@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .._errors import describe_error, describe_traceback
 from .._structures import Result
 from .values import Lease, Outcome
 
@@ -115,3 +117,75 @@ def failed(
         traceback=traceback,
         error=error,
     )
+
+
+def marked(lease: Lease, started: float, *, strict: bool, rolled_back: bool) -> Outcome | None:
+    """The outcome the handler marked on ``lease``'s run (``run.succeed`` / ``run.fail``);
+    None when it marked none, or marked a success that ``rolled_back`` undid (a transactional
+    batch that raised: its effects did not commit). A success whose result cannot be stored
+    is FAILED ``invalid_result``, or with ``strict`` (a transaction about to commit) raises
+    ``InvalidResult`` so that nothing commits."""
+    mark = lease.run.mark
+    if mark is None:
+        return None
+    if mark.succeeded:
+        if rolled_back:
+            return None
+        try:
+            return succeeded(started, mark.value)
+        except Exception as exc:  # InvalidResult, or anything odd a custom object raises
+            if strict:
+                raise InvalidResult(f"run.succeed(): {describe_error(exc)}") from exc
+            return failed(lease, started, "invalid_result", f"run.succeed(): {describe_error(exc)}")
+    error = mark.value
+    if isinstance(error, BaseException):
+        tb = describe_traceback(error) if error.__traceback__ is not None else None
+        return failed(
+            lease, started, "handler_error", describe_error(error), traceback=tb, error=error
+        )
+    return failed(lease, started, "handler_error", str(error))
+
+
+def returned(
+    leases: Sequence[Lease], started: float, value: object, *, strict: bool
+) -> list[Outcome]:
+    """The outcomes of a handler that returned ``value``: a single run's is its mark, else
+    SUCCESS with ``value``; a batch's runs keep their marks and the unmarked ones succeed, the
+    handler having returned None. Raises ``InvalidResult`` for a value that cannot be stored
+    (and, ``strict``, for a mark's)."""
+    if leases[0].job.batch_size is None:
+        lease = leases[0]
+        if lease.run.mark is None:
+            return [succeeded(started, value)]
+        return [
+            marked(lease, started, strict=strict, rolled_back=False) or succeeded(started, value)
+        ]
+    if value is not None:
+        raise InvalidResult(
+            f"batch handler returned {type(value).__name__}; expected None"
+            " (a run's result is given with run.succeed(result))"
+        )
+    return [
+        marked(lease, started, strict=strict, rolled_back=False) or succeeded(started, None)
+        for lease in leases
+    ]
+
+
+def ended(
+    leases: Sequence[Lease],
+    started: float,
+    code: str,
+    message: str,
+    *,
+    rolled_back: bool = False,
+    traceback: str | None = None,
+    error: BaseException | None = None,
+) -> list[Outcome]:
+    """The outcomes of a handler that raised, timed out or returned what cannot be stored:
+    each run's mark stands (its success too, unless ``rolled_back``), the rest are FAILED
+    with ``code``."""
+    return [
+        marked(lease, started, strict=False, rolled_back=rolled_back)
+        or failed(lease, started, code, message, traceback=traceback, error=error)
+        for lease in leases
+    ]

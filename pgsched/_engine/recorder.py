@@ -18,6 +18,8 @@ from .._telemetry.metrics import Metrics
 from .values import Claim, ClaimBatch, Lease, Outcome
 
 _REPORT_FIELD = {"won": "claimed", "stole": "stolen", "retry": "retried"}
+# A batch's finish line names at most this many of its failed runs.
+FAILED_NAMED = 20
 Landed = Sequence[tuple[Lease, Outcome, datetime | None]]
 
 
@@ -53,7 +55,11 @@ class Recorder:
             self.metrics.claims(job, kind, count)
         if not self._per_run:
             return
+        batches: dict[int, list[tuple[Lease, Claim]]] = {}
         for lease, claim in started:
+            if lease.slot is not None:  # a batch's: one line for all its runs
+                batches.setdefault(id(lease.slot), []).append((lease, claim))
+                continue
             run = lease.run
             stole = claim.kind == "stole"
             extra = {"previous_runner": claim.previous_runner} if stole else {}
@@ -63,6 +69,16 @@ class Recorder:
                 trigger=run.trigger,
                 fencing_token=run.fencing_token,
                 **extra,
+            )
+        for batch in batches.values():
+            plans = [lease.run.plan_time for lease, _ in batch]
+            self.log.info(
+                "batch_claimed",
+                job=job,
+                runs=len(batch),
+                first_plan=iso(min(plans)),
+                last_plan=iso(max(plans)),
+                kinds=dict(Counter(claim.kind for _, claim in batch)),
             )
 
     def committed(self, job: str, batch: ClaimBatch) -> None:
@@ -114,8 +130,15 @@ class Recorder:
         """A first attempt of a scheduled plan started ``lag_s`` after it fell due."""
         self.metrics.started_late(lease.job.name, lag_s)
 
-    def handler_raised(self, lease: Lease, error: str, exc: BaseException) -> None:
-        lease.run.log.warning("handler_raised", error=error, exc_info=exc)
+    def handler_raised(self, leases: Sequence[Lease], error: str, exc: BaseException) -> None:
+        """The handler of one run, or of a batch of ``leases`` (said once), raised."""
+        head = leases[0]
+        if head.slot is None:
+            head.run.log.warning("handler_raised", error=error, exc_info=exc)
+        else:
+            self.log.warning(
+                "handler_raised", job=head.job.name, runs=len(leases), error=error, exc_info=exc
+            )
 
     def loop_blocked(self, lease: Lease, seconds: float) -> None:
         """An async handler held the event loop for ``seconds``: every other job, the
@@ -149,9 +172,13 @@ class Recorder:
         """The outcomes of these leases were written (their leases held), each with its next
         retry: counted once per job and status (as claims are), logged and timed per run."""
         counts: Counter[tuple[str, str]] = Counter()
+        batches: dict[int, list[tuple[Lease, Outcome, datetime | None]]] = {}
         for lease, outcome, next_retry_at in landed:
             counts[lease.job.name, outcome.status] += 1
-            if outcome.status == "SUCCESS":
+            self.metrics.run_duration_of(lease.job.name, outcome.duration_ms / 1000)
+            if lease.slot is not None:  # a batch's: one line for all its runs
+                batches.setdefault(id(lease.slot), []).append((lease, outcome, next_retry_at))
+            elif outcome.status == "SUCCESS":
                 if self._per_run:
                     lease.run.log.info(
                         "run_succeeded",
@@ -166,7 +193,8 @@ class Recorder:
                     duration_ms=outcome.duration_ms,
                     next_retry_at=None if next_retry_at is None else iso(next_retry_at),
                 )
-            self.metrics.run_duration_of(lease.job.name, outcome.duration_ms / 1000)
+        for batch in batches.values():
+            self._batch_finished(batch)
         for (job, status), count in counts.items():
             if status == "SUCCESS":
                 self.report.succeeded += count
@@ -175,6 +203,36 @@ class Recorder:
             self.metrics.runs_finished(job, status, count)
         if self.listener is not None:
             self.listener.landed(landed)
+
+    def _batch_finished(self, batch: Landed) -> None:
+        """One line for the runs of a batch written together: counts, and the failed runs
+        named (the first ``FAILED_NAMED``; every one is in the ledger)."""
+        failed = [
+            (lease, outcome, at) for lease, outcome, at in batch if outcome.status != "SUCCESS"
+        ]
+        fields: dict[str, Any] = {
+            "job": batch[0][0].job.name,
+            "runs": len(batch),
+            "succeeded": len(batch) - len(failed),
+            "failed": len(failed),
+            "duration_ms": max(outcome.duration_ms for _, outcome, _ in batch),
+        }
+        if not failed:
+            if self._per_run:
+                self.log.info("batch_finished", **fields)
+            return
+        fields["failed_runs"] = [
+            {
+                "scope": str(lease.run.scope),
+                "plan_time": iso(lease.run.plan_time),
+                "execution_id": str(lease.execution_id),
+                "error_code": outcome.error_code,
+                "error": outcome.error_msg,
+                "next_retry_at": None if at is None else iso(at),
+            }
+            for lease, outcome, at in failed[:FAILED_NAMED]
+        ]
+        self.log.warning("batch_finished", **fields)
 
     def unstorable(self, lease: Lease, error: str) -> None:
         lease.run.log.error("outcome_unstorable", error=error)

@@ -8,15 +8,17 @@ committed (or, a COMMIT cut off, all of it did), so the plan is not spent.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 import psycopg
 
 from .._jobs.spec import JobSpec
-from .._run import Run, RunTransaction
+from .._records import Finish
+from .._run import Batch, Run, RunTransaction
 from .._storage.answering import (
     ANSWER_GRACE_S,
     ENGINE_ANSWER_TIMEOUT_S,
@@ -35,20 +37,21 @@ from .._storage.store import Store
 from .values import Outcome
 
 Written = tuple[Outcome, datetime | None]
-ToOutcome = Callable[[object], Outcome]
+# The outcomes of the transaction's runs, from what the handler returned.
+ToOutcomes = Callable[[object], list[Outcome]]
 # While the handler runs, its transaction may sit idle as long as the handler may run, and a
 # little more; once it has returned, for the job's stale_timeout at most (commit_phase).
 _IDLE_MARGIN = timedelta(seconds=10)
 
 
 class TransactionUnavailable(Exception):
-    """A transactional run's transaction failed for want of a database. ``outcome`` is what it
-    was committing when the connection was lost during its COMMIT (which may have landed),
-    else None: then nothing committed."""
+    """A transactional run's (or batch's) transaction failed for want of a database.
+    ``outcomes`` are what it was committing when the connection was lost during its COMMIT
+    (which may have landed), else None: then nothing committed."""
 
-    def __init__(self, cause: BaseException, outcome: Outcome | None) -> None:
+    def __init__(self, cause: BaseException, outcomes: list[Outcome] | None) -> None:
         super().__init__(str(cause))
-        self.cause, self.outcome = cause, outcome
+        self.cause, self.outcomes = cause, outcomes
 
 
 def _lost_database(conn: psycopg.BaseConnection[Any], exc: BaseException) -> bool:
@@ -90,17 +93,20 @@ class Transactions:
     def _connect_options(self) -> dict[str, Any]:
         return connect_options(self._conninfo, self._app_name, transaction_pooling=self._local)
 
-    async def lease_status(self, run: Run) -> str | None:
-        """The status of ``run``'s row while its lease token still holds it, else None (on a
-        connection of its own: the engine's pool is never involved in a run)."""
+    async def lease_statuses(self, runs: Sequence[Run]) -> list[str | None]:
+        """The status of each run's row while its lease token still holds it, else None (on
+        a connection of its own: the engine's pool is never involved in a run)."""
         try:
             conn = await self._open_async()
         except TransactionUnavailable as exc:
             raise exc.cause from None  # the caller retries what the database failed
         async with conn:
-            return await self._store.lease_status(
-                conn, run.execution_id, run.lease_token, run.plan_time
-            )
+            return [
+                await self._store.lease_status(
+                    conn, run.execution_id, run.lease_token, run.plan_time
+                )
+                for run in runs
+            ]
 
     async def _open_async(self) -> BoundedAsyncConnection:
         """A connection to the server the replica writes to (steered past a refused host; a
@@ -137,13 +143,16 @@ class Transactions:
                 raise TransactionUnavailable(exc, None) from exc
             raise
 
-    async def run_async(self, job: JobSpec, run: Run, outcome: ToOutcome) -> Written | None:
-        """Run an ``async def`` handler in a transaction; None when the lease was lost (rolled
-        back). Exceptions (the handler's, or ``outcome`` refusing the result) roll back too;
+    async def run_async(
+        self, job: JobSpec, arg: Run | Batch, runs: Sequence[Run], outcomes: ToOutcomes
+    ) -> list[Written] | None:
+        """Run an ``async def`` handler of ``arg`` (a run, or a batch of ``runs``) in a
+        transaction with the terminal rows of ``runs``; None when a lease was lost (rolled
+        back). Exceptions (the handler's, or ``outcomes`` refusing the result) roll back too;
         a database that failed the transaction raises :class:`TransactionUnavailable`."""
         timeout = job.run_timeout
         conn = await self._open_async()
-        committing: Outcome | None = None  # set once the COMMIT is under way
+        committing: list[Outcome] | None = None  # set once the COMMIT is under way
         async with conn:
             try:
                 await conn.set_autocommit(False)
@@ -151,45 +160,48 @@ class Transactions:
                 await self._store.configure_session(
                     conn, timeout, timeout + _IDLE_MARGIN, local=self._local, handler=True
                 )
-                run.conn = conn
+                _lend(arg, conn)
                 conn.answer_timeout = timeout.total_seconds() + ANSWER_GRACE_S
-                done = outcome(await job.handler(run))
+                done = outcomes(await job.handler(arg))
                 conn.answer_timeout = self._answer_timeout
                 await self._store.commit_phase(
                     conn, job.stale_timeout, synchronous=self._synchronous
                 )
-                written = await self._store.finish(conn, [done.finish(run)])
-                held = run.execution_id in written
-                committing = done if held else None
-                await (conn.commit() if held else conn.rollback())
-                return (done, written[run.execution_id]) if held else None
+                written = _held(await self._store.finish(conn, _rows(runs, done)), runs, done)
+                committing = done if written is not None else None
+                await (conn.commit() if written is not None else conn.rollback())
+                return written
             except Exception as exc:
                 if _lost_database(conn, exc):
                     raise TransactionUnavailable(exc, committing) from exc
                 raise
             finally:
-                run.conn = None
+                _lend(arg, None)
 
-    def run_sync(self, job: JobSpec, run: Run, outcome: ToOutcome) -> Written | None:
+    def run_sync(
+        self, job: JobSpec, arg: Run | Batch, *, runs: Sequence[Run], outcomes: ToOutcomes
+    ) -> list[Written] | None:
         """:meth:`run_async` for a ``def`` handler, in its worker thread: on a sync connection
         of its own, or in the transaction the scheduler's ``run_transaction`` opens (Django's
         ``atomic()`` on the project's database), whose writes the handler's ORM shares."""
-        committing: Outcome | None = None  # set once the COMMIT (the block's exit) is under way
+        committing: list[Outcome] | None = (
+            None  # set once the COMMIT (the block's exit) is under way
+        )
         entered = False
         try:
             with self._sync_transaction(job) as conn:  # commits on a clean exit
                 entered = True
                 try:
-                    done = self._transact_sync(conn, job, run, outcome)
+                    done = self._transact_sync(conn, job, arg, runs, outcomes)
                 except Exception as exc:
                     if _lost_database(conn, exc):
                         raise TransactionUnavailable(exc, None) from exc
                     raise
                 finally:
-                    run.conn = None
+                    _lend(arg, None)
                 if done is None:
                     raise _Released  # the lease was lost: roll back
-                committing = done[0]
+                committing = [outcome for outcome, _ in done]
             return done
         except _Released:
             return None
@@ -212,23 +224,53 @@ class Transactions:
         return conn
 
     def _transact_sync(
-        self, conn: psycopg.Connection[Any], job: JobSpec, run: Run, outcome: ToOutcome
-    ) -> Written | None:
-        """The handler and the terminal row in ``conn``'s transaction; None when the lease no
-        longer holds the row."""
+        self,
+        conn: psycopg.Connection[Any],
+        job: JobSpec,
+        arg: Run | Batch,
+        runs: Sequence[Run],
+        outcomes: ToOutcomes,
+    ) -> list[Written] | None:
+        """The handler and the terminal rows in ``conn``'s transaction; None when a lease no
+        longer holds its row."""
         timeout = job.run_timeout
         # A borrowed connection outlives the run: it keeps none of pgsched's settings.
         local = self._local or self._run_transaction is not None
         self._store.configure_session_sync(
             conn, timeout, timeout + _IDLE_MARGIN, local=local, handler=True
         )
-        run.conn = conn
+        _lend(arg, conn)
         _answer_within(conn, timeout.total_seconds() + ANSWER_GRACE_S)
-        done = outcome(job.handler(run))
+        done = outcomes(job.handler(arg))
         _answer_within(conn, self._answer_timeout)
         self._store.commit_phase_sync(conn, job.stale_timeout, synchronous=self._synchronous)
-        written = self._store.finish_sync(conn, [done.finish(run)])
-        return (done, written[run.execution_id]) if run.execution_id in written else None
+        return _held(self._store.finish_sync(conn, _rows(runs, done)), runs, done)
+
+
+def _lend(
+    arg: Run | Batch, conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any] | None
+) -> None:
+    """Give the handler's run (or each run of its batch) the transaction ``conn``."""
+    if isinstance(arg, Batch):
+        arg.lend(conn)
+    else:
+        arg.conn = conn
+
+
+def _rows(runs: Sequence[Run], outcomes: list[Outcome]) -> list[Finish]:
+    return [outcome.finish(run) for run, outcome in zip(runs, outcomes, strict=True)]
+
+
+def _held(
+    written: dict[UUID, datetime | None], runs: Sequence[Run], outcomes: list[Outcome]
+) -> list[Written] | None:
+    """Each run's outcome and next retry, when every row was written (each lease held),
+    else None: the transaction rolls back."""
+    if not all(run.execution_id in written for run in runs):
+        return None
+    return [
+        (outcome, written[run.execution_id]) for run, outcome in zip(runs, outcomes, strict=True)
+    ]
 
 
 class _Released(Exception):

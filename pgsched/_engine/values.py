@@ -88,6 +88,13 @@ class LeaseState(enum.Enum):
     ABANDONED = "abandoned"  # shutdown's outcome is with the writer; the handler's is dropped
 
 
+@dataclass(eq=False, slots=True)
+class BatchSlot:
+    """The one handler slot the leases of a batch share: free once each is released."""
+
+    held: int
+
+
 @dataclass(eq=False, slots=True, weakref_slot=True)
 class Lease:
     """One execution this replica claimed, from its claim until its outcome is written. Its
@@ -103,7 +110,8 @@ class Lease:
     kind: str = "won"  # how it was claimed: won, stole, retry
     stolen: bool = False  # the row was once stolen after a crash (its retries have one more)
     claimed_at: float = field(default_factory=time.monotonic)
-    task: asyncio.Task[Any] | None = None
+    task: asyncio.Task[Any] | None = None  # its handler's (a batch's leases share one)
+    slot: BatchSlot | None = None  # a batch's leases share a slot; None: a slot of its own
     _next_beat: float = field(init=False)
     _state: LeaseState = field(default=LeaseState.CLAIMED, init=False)
     _previous: Lease | None = field(default=None, init=False)

@@ -8,6 +8,7 @@ claim size: how many due plans its next claim takes.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -28,7 +29,7 @@ from .probing import Prober
 from .recorder import Recorder
 from .sighting import Sightings
 from .transactions import ClaimTransactions
-from .values import ClaimBatch
+from .values import Claim, ClaimBatch, Lease
 
 # A joint claim takes the turns of jobs whose due cursors number at most this many (a turn
 # counts its scopes, at most its claim size), as a job's first claim takes at most
@@ -148,11 +149,13 @@ class Visits:
         failed (its cursors are due). False when the job's claim failed."""
         first, due = known is None, known is not None
         while not stopping.is_set():
-            most = self._claim_sizes.get(job.name, FIRST_CLAIM)
+            # A batch job's slot takes a batch: its claims take whole batches.
+            per_slot = job.batch_size or 1
+            most = max(self._claim_sizes.get(job.name, FIRST_CLAIM), per_slot)
             try:
                 if first and not job.dynamic:
                     known, due = await self.sightings.see(conn, job, probe.now)
-                free = self._leases.free
+                free = self._leases.free * per_slot
                 batch = await self._claimer.claim(
                     conn, job, probe, free, first, due=due and free > 0, known=known, most=most
                 )
@@ -180,13 +183,18 @@ class Visits:
         the one this claim had)."""
         if batch.backlog:
             self._leases.note_backlog()
-        traced = recording()
-        started = []
-        for claim in sorted(batch.claims, key=lambda c: c.plan_time):
-            lease = open_lease(job, claim, self._runner, self._recorder.log)
-            self._leases.hold(lease)
-            started.append((lease, claim))
-            self._executor.start(lease, traced)
+        traced, now = recording(), time.monotonic()
+        started: list[tuple[Lease, Claim]] = []
+        claims = sorted(batch.claims, key=lambda c: c.plan_time)
+        step = job.batch_size or 1
+        for first in range(0, len(claims), step):
+            leases = [
+                open_lease(job, claim, self._runner, self._recorder.log, now)
+                for claim in claims[first : first + step]
+            ]
+            self._leases.hold(leases)
+            started += zip(leases, claims[first : first + step], strict=True)
+            self._executor.start(leases, traced)
         if started:
             self._recorder.claimed(job.name, started)
         await self._figures.after_claim(conn, batch.claims)

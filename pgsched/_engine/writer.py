@@ -59,10 +59,12 @@ class LeaseWriter:
         self._lock = asyncio.Lock()
         self.memory = WriteMemory()
 
-    def submit(self, lease: Lease, outcome: Outcome) -> None:
-        """Queue ``lease``'s terminal write; its slot is freed once it is written."""
-        lease.submit()
-        self._outbox.append((lease, outcome))
+    def submit(self, outcomes: list[tuple[Lease, Outcome]]) -> None:
+        """Queue the terminal writes of these leases (one run's, or a batch's: written in one
+        statement); a slot is freed once its leases are written."""
+        for lease, _ in outcomes:
+            lease.submit()
+        self._outbox += outcomes
         self._queued.set()
 
     # -- terminal writes ----------------------------------------------------------------------
@@ -118,8 +120,14 @@ class LeaseWriter:
         return batch
 
     def _take(self, most: int) -> list[tuple[Lease, Outcome]]:
-        taken = self._outbox[:most]
-        del self._outbox[:most]
+        """The oldest ``most`` outcomes, and the rest of a batch the last of them is in."""
+        outbox = self._outbox
+        if 0 < most < len(outbox):
+            slot = outbox[most - 1][0].slot
+            while slot is not None and most < len(outbox) and outbox[most][0].slot is slot:
+                most += 1
+        taken = outbox[:most]
+        del outbox[:most]
         return taken
 
     async def _write(

@@ -39,6 +39,9 @@ RecoveryHook = Callable[[Any], Any]
 ScopesFn = Callable[[datetime], Iterable[Scope] | Awaitable[Iterable[Scope]]]
 Overlap = Literal["forbid", "allow"]
 FirstSight = Literal["next", "latest"]
+# A batch's plans are claimed, renewed and finished in one statement each: bounded like the
+# engine's own claims.
+MAX_BATCH_SIZE = 2_000
 # The process-wide default of the job option first_sight (docs/reference.md).
 FIRST_SIGHT_ENV = "PGSCHED_FIRST_SIGHT"
 
@@ -91,6 +94,8 @@ class JobSpec:
     max_running: int | None
     priority: int
     transactional: bool = False
+    # The handler takes a Batch of up to this many runs (None: one Run per call).
+    batch_size: int | None = None
     dynamic: bool = False  # each scope has a stored schedule of its own (docs/schedules.md)
     first_sight: FirstSight = "next"  # a new scope's first plan: the next one, or the latest due
     hooks: RunHooks = NO_HOOKS  # on_failure / on_recovery
@@ -205,6 +210,14 @@ class JobOptions(TypedDict, total=False):
     transactional: bool
     """(False) ``run.conn`` is a transaction committed together with the SUCCESS row,
     guarded by the lease."""
+    batch_size: int | None
+    """(None) The handler receives a ``pgsched.Batch`` of up to this many due runs of the job
+    (1 to 2,000) instead of one ``Run``; each run keeps its own row, lease, attempts,
+    retries and history. A batch takes one of the replica's ``max_concurrency`` slots; it
+    is claimed in one statement, renewed in one and its outcomes written in one. Mark runs
+    with ``run.succeed(result)`` / ``run.fail(error)``; the unmarked ones succeed when the
+    handler returns (it returns None) and fail when it raises. With ``transactional``, the
+    batch and all its terminal rows are one transaction."""
     dynamic: bool
     """(False) Each scope has a schedule of its own, stored in the database
     (``put_schedule``, ``pgsched schedules put``, the HTTP API); refuses ``every``, ``cron``,
@@ -254,6 +267,7 @@ JOB_DEFAULTS: dict[str, Any] = {
     "max_running": None,
     "priority": 0,
     "transactional": False,
+    "batch_size": None,
     "dynamic": False,
     "first_sight": None,
     "on_failure": None,
@@ -372,6 +386,7 @@ def build_job(handler: Handler, **options: Any) -> JobSpec:
         else v.integer("max_running", o["max_running"], 1),
         priority=v.integer("priority", o["priority"], None),
         transactional=transactional,
+        batch_size=v.batch_size(o["batch_size"]),
         dynamic=dynamic,
         first_sight=v.first_sight(o["first_sight"]),
         hooks=RunHooks.checked(f"job {v.job!r}", o["on_failure"], o["on_recovery"]),
@@ -499,6 +514,14 @@ class _Validator:
         given = value or os.environ.get(FIRST_SIGHT_ENV) or "next"
         chosen: FirstSight = self.choice("first_sight", given, get_args(FirstSight))
         return chosen
+
+    def batch_size(self, value: object) -> int | None:
+        if value is None:
+            return None
+        size = self.integer("batch_size", value, 1)
+        if size > MAX_BATCH_SIZE:
+            raise self.bad("batch_size", value, f"must be at most {MAX_BATCH_SIZE:,}")
+        return size
 
     def plans_per_tick(self, catch_up: object, value: object) -> int:
         if catch_up == "every_plan" and value is None:

@@ -53,8 +53,9 @@ UNTRACED: AbstractContextManager[Record] = nullcontext(_nothing)
 
 
 @contextmanager
-def run_span(run: Run, claim: str) -> Iterator[Record]:
-    """A span around one execution (when :func:`recording`); the caller records the outcome
+def run_span(run: Run, claim: str, runs: int = 1) -> Iterator[Record]:
+    """A span around one execution (when :func:`recording`), or a batch of ``runs`` that
+    ``run`` heads; the caller records the outcome (a batch's first failure, else its first)
     through the yielded function (None: nothing was written by this replica, e.g. the lease
     was lost)."""
     attributes = {
@@ -67,6 +68,8 @@ def run_span(run: Run, claim: str) -> Iterator[Record]:
         "pgsched.claim": claim,
         "pgsched.runner_id": run.runner_id,
     }
+    if runs > 1:
+        attributes["pgsched.batch_runs"] = runs
     with _TRACER.start_as_current_span(
         "pgsched.run",
         kind=_trace.SpanKind.CONSUMER,

@@ -111,11 +111,11 @@ def test_a_commit_that_landed_but_was_cut_off_is_not_run_again(
     tell, reads the row, finds it SUCCESS under its own lease and records that."""
     original = Transactions.run_async
 
-    async def cut_off(self: Transactions, *args: Any) -> Written | None:
+    async def cut_off(self: Transactions, *args: Any) -> list[Written] | None:
         written = await original(self, *args)
         assert written is not None
         lost = psycopg.OperationalError("server closed the connection unexpectedly")
-        raise TransactionUnavailable(lost, written[0])
+        raise TransactionUnavailable(lost, [outcome for outcome, _ in written])
 
     monkeypatch.setattr(Transactions, "run_async", cut_off)
     s = make_scheduler()

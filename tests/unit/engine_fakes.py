@@ -9,6 +9,7 @@ tests run the same code against PostgreSQL).
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -77,7 +78,8 @@ def claim(
 
 def lease(spec: JobSpec, **claim_options: Any) -> Lease:
     """The lease of a fresh claim of ``spec`` (see :func:`claim`)."""
-    return open_lease(spec, claim(**claim_options), RUNNER, structlog.get_logger("test"))
+    log = structlog.get_logger("test")
+    return open_lease(spec, claim(**claim_options), RUNNER, log, time.monotonic())
 
 
 def table(max_concurrency: int = 8, rec: Recorder | None = None) -> tuple[LeaseTable, list[int]]:

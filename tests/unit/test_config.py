@@ -577,3 +577,12 @@ def test_a_job_name_with_a_control_character_is_refused(name: str, shown: str) -
     assert str(err.value) == f"job name={shown}"
     # category Cf (a right-to-left override, a zero-width joiner) is not a control character
     assert job(name="report\u202e\u200d", every="5m").name == "report\u202e\u200d"
+
+
+@pytest.mark.parametrize(
+    ("size", "why"), [(0, ">= 1"), (2_001, "at most 2,000"), ("10", "integer"), (True, "integer")]
+)
+def test_batch_size_is_a_whole_number_of_runs_up_to_two_thousand(size: object, why: str) -> None:
+    s = pgsched.Scheduler(dsn="postgresql://localhost/x")
+    with pytest.raises(pgsched.ConfigError, match=rf"job 'fan': batch_size=.*{why}"):
+        s.register(lambda batch: None, name="fan", every="1h", batch_size=size)

@@ -10,7 +10,7 @@ import asyncio
 import gc
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,17 +53,21 @@ class FakeTransactions:
     calls: int = 0
 
     async def run_async(
-        self, spec: JobSpec, run: Run, outcome: Callable[[object], Outcome]
-    ) -> Written | None:
+        self,
+        spec: JobSpec,
+        arg: Run,
+        runs: Sequence[Run],
+        outcomes: Callable[[object], list[Outcome]],
+    ) -> list[Written] | None:
         self.calls += 1
-        value = await spec.handler(run)
+        value = await spec.handler(arg)
         failure = self.failures.pop(0) if self.failures else None
         if failure is not None:
             raise failure
-        return outcome(value), None
+        return [(done, None) for done in outcomes(value)]
 
-    async def lease_status(self, run: Run) -> str | None:
-        return self.status
+    async def lease_statuses(self, runs: Sequence[Run]) -> list[str | None]:
+        return [self.status for _ in runs]
 
 
 @dataclass
@@ -76,8 +80,8 @@ class Rig:
     def start(self, spec: JobSpec, **claim: Any) -> Lease:
         """Hold a lease of ``spec`` and start its handler."""
         one = lease(spec, **claim)
-        self.leases.hold(one)
-        self.executor.start(one, traced=False)
+        self.leases.hold([one])
+        self.executor.start([one], traced=False)
         return one
 
     def outcome(self, one: Lease) -> Outcome:
@@ -90,9 +94,10 @@ def rig(transactions: FakeTransactions | None = None) -> Rig:
     leases, _ = table(rec=rec)
     submitted: list[tuple[Lease, Outcome]] = []
 
-    def submit(one: Lease, outcome: Outcome) -> None:  # the writer: written at once
-        submitted.append((one, outcome))
-        leases.release(one)
+    def submit(outcomes: list[tuple[Lease, Outcome]]) -> None:  # the writer: written at once
+        submitted.extend(outcomes)
+        for one, _ in outcomes:
+            leases.release(one)
 
     executor = Executor(leases, rec, transactions or FakeTransactions(), submit)  # type: ignore[arg-type]
     return Rig(leases, rec, executor, submitted)
@@ -372,7 +377,8 @@ def _transactional(handler_calls: list[int]) -> JobSpec:
 
 
 def _cut(outcome: Outcome | None = None) -> TransactionUnavailable:
-    return TransactionUnavailable(psycopg.OperationalError("connection lost"), outcome)
+    committing = None if outcome is None else [outcome]
+    return TransactionUnavailable(psycopg.OperationalError("connection lost"), committing)
 
 
 def test_a_transactional_run_the_database_failed_runs_again_under_the_same_lease() -> None:

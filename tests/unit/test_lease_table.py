@@ -9,9 +9,11 @@ import time
 from datetime import timedelta
 
 import pytest
+import structlog
 
 import pgsched
-from tests.unit.engine_fakes import PLAN, idle, job, lease, recorder, sample, table
+from pgsched._engine.leases import open_lease
+from tests.unit.engine_fakes import PLAN, claim, idle, job, lease, recorder, sample, table
 
 A, B = pgsched.Scope("tenant", "a"), pgsched.Scope("tenant", "b")
 
@@ -20,8 +22,8 @@ def test_holding_takes_a_slot_and_releasing_frees_it() -> None:
     leases, _ = table(max_concurrency=3)
     spec = job()
     first, second = lease(spec, scope=A), lease(spec, scope=B)
-    leases.hold(first)
-    leases.hold(second)
+    leases.hold([first])
+    leases.hold([second])
     assert (len(leases), leases.free, bool(leases)) == (2, 1, True)
     assert set(leases.all()) == {first, second}
     leases.release(first)
@@ -37,7 +39,7 @@ def test_forbid_chains_a_scopes_later_lease_after_its_earlier_one() -> None:
     earlier, later = lease(spec, scope=A), lease(spec, scope=A, plan=PLAN + timedelta(minutes=1))
     other_scope = lease(spec, scope=B)
     for held in (earlier, later, other_scope):
-        leases.hold(held)
+        leases.hold([held])
     assert earlier.previous is None
     assert later.previous is earlier
     assert other_scope.previous is None
@@ -47,8 +49,8 @@ def test_allow_chains_nothing() -> None:
     leases, _ = table()
     spec = job(overlap="allow")
     earlier, later = lease(spec, scope=A), lease(spec, scope=A, plan=PLAN + timedelta(minutes=1))
-    leases.hold(earlier)
-    leases.hold(later)
+    leases.hold([earlier])
+    leases.hold([later])
     assert later.previous is None
 
 
@@ -57,16 +59,16 @@ def test_the_chain_follows_the_scopes_newest_lease_held() -> None:
     spec = job(overlap="forbid")
     plans = [PLAN + timedelta(minutes=i) for i in range(4)]
     first, second = lease(spec, scope=A, plan=plans[0]), lease(spec, scope=A, plan=plans[1])
-    leases.hold(first)
-    leases.hold(second)
+    leases.hold([first])
+    leases.hold([second])
     leases.release(first)  # not the newest: the next one still waits for the second
     third = lease(spec, scope=A, plan=plans[2])
-    leases.hold(third)
+    leases.hold([third])
     assert third.previous is second
     leases.release(second)
     leases.release(third)  # the newest: nothing of the scope is held any more
     fourth = lease(spec, scope=A, plan=plans[3])
-    leases.hold(fourth)
+    leases.hold([fourth])
     assert fourth.previous is None
 
 
@@ -75,7 +77,7 @@ def test_a_lost_lease_is_counted_once_however_often_it_is_found_lost() -> None:
     leases, _ = table(rec=rec)
     spec = job()
     held = lease(spec)
-    leases.hold(held)
+    leases.hold([held])
     leases.lose(held, "heartbeat matched no row", release=False)  # the handler still runs
     assert len(leases) == 1, "its handler's outcome releases the slot"
     assert held.liveness.known_lost and held.run.lease_lost
@@ -92,7 +94,7 @@ def test_freed_slots_are_reported_once_a_quarter_of_them_is_free() -> None:
     spec = job(overlap="allow")
     held = [lease(spec, scope=pgsched.Scope("s", str(i))) for i in range(8)]
     for one in held:
-        leases.hold(one)
+        leases.hold([one])
     leases.note_backlog()
     leases.release(held[0])
     assert freed == [], "one free slot of eight: claiming again would claim one row"
@@ -106,7 +108,7 @@ def test_freed_slots_are_not_reported_without_a_backlog() -> None:
     leases, freed = table(max_concurrency=2)
     spec = job()
     held = lease(spec)
-    leases.hold(held)
+    leases.hold([held])
     leases.release(held)
     assert freed == []
 
@@ -114,7 +116,7 @@ def test_freed_slots_are_not_reported_without_a_backlog() -> None:
 def test_the_last_lease_released_reports_a_backlog_whatever_the_quarter() -> None:
     leases, freed = table(max_concurrency=100)
     held = lease(job())
-    leases.hold(held)
+    leases.hold([held])
     leases.note_backlog()
     leases.release(held)
     assert freed == [1]
@@ -131,7 +133,7 @@ def test_heartbeats_are_due_for_live_leases_past_their_time_only() -> None:
     abandoned.abandon()
     lost.liveness.mark_lost()
     for one in (due, later, abandoned, lost):
-        leases.hold(one)
+        leases.hold([one])
     assert leases.due_for_heartbeat(now) == [due]
 
 
@@ -140,8 +142,8 @@ def test_wait_idle_returns_once_every_lease_is_released() -> None:
         leases, _ = table()
         spec = job(overlap="allow")
         first, second = lease(spec, scope=A), lease(spec, scope=B)
-        leases.hold(first)
-        leases.hold(second)
+        leases.hold([first])
+        leases.hold([second])
         waiting = asyncio.ensure_future(leases.wait_idle())
         leases.release(first)
         await asyncio.sleep(0)  # let the waiter see the first release
@@ -179,3 +181,30 @@ def test_only_a_first_claim_of_a_scheduled_plan_has_a_lag(kind: str, trigger: st
     held = lease(job(), kind=kind, trigger=trigger, started_at=PLAN + timedelta(seconds=5))
     assert held.claim_lag is None
     assert held.kind == kind
+
+
+def test_a_batch_takes_one_slot_freed_when_its_last_run_is_released() -> None:
+    leases, _ = table(max_concurrency=2)
+    spec = job(batch_size=10)
+    batch = [lease(spec, scope=pgsched.Scope("tenant", str(i))) for i in range(5)]
+    leases.hold(batch)
+    assert (len(leases), leases.free) == (5, 1)
+    for one in batch[:4]:
+        leases.release(one)
+    leases.release(batch[0])  # released twice: counted once
+    assert (len(leases), leases.free) == (1, 1)
+    leases.lose(batch[4], "stolen")
+    assert (len(leases), leases.free) == (0, 2)
+
+
+def test_a_batch_claimed_together_is_renewed_together() -> None:
+    leases, _ = table()
+    spec = job(batch_size=3, heartbeat_interval=timedelta(seconds=1))
+    now = time.monotonic()
+    batch = [
+        open_lease(spec, claim(scope=pgsched.Scope("t", str(i))), "r", structlog.get_logger(), now)
+        for i in range(3)
+    ]
+    leases.hold(batch)
+    assert leases.due_for_heartbeat(now + 0.5) == []
+    assert leases.due_for_heartbeat(now + 1.0) == batch

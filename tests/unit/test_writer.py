@@ -49,7 +49,7 @@ class Rig:
         spec = job(overlap="allow", **job_options)
         made = [lease(spec, scope=pgsched.Scope("s", str(i))) for i in range(count)]
         for one in made:
-            self.leases.hold(one)
+            self.leases.hold([one])
         self.store.hold(*made)
         return made
 
@@ -92,7 +92,7 @@ def test_outcomes_queued_together_are_one_statement() -> None:
 
     async def scenario() -> None:
         for one in leases:
-            r.writer.submit(one, ok())
+            r.writer.submit([(one, ok())])
         await idle(r.leases)
 
     run(r, scenario)
@@ -111,11 +111,11 @@ def test_the_writer_waits_for_more_outcomes_while_other_leases_run(
     leases = r.held(3)
 
     async def scenario() -> None:
-        r.writer.submit(leases[0], ok())
+        r.writer.submit([(leases[0], ok())])
         while r.writer._outbox:  # the writer took the first outcome
             await asyncio.sleep(0)
-        r.writer.submit(leases[1], ok())
-        r.writer.submit(leases[2], ok())
+        r.writer.submit([(leases[1], ok())])
+        r.writer.submit([(leases[2], ok())])
         await idle(r.leases)
 
     run(r, scenario)
@@ -128,8 +128,8 @@ def test_a_write_that_matches_no_row_loses_its_lease_and_frees_its_slot() -> Non
     r.store.held[stolen.execution_id] = stolen.run.lease_token.__class__(int=1)  # another lease
 
     async def scenario() -> None:
-        r.writer.submit(kept, ok())
-        r.writer.submit(stolen, ok())
+        r.writer.submit([(kept, ok())])
+        r.writer.submit([(stolen, ok())])
         await idle(r.leases)
 
     run(r, scenario)
@@ -151,7 +151,7 @@ def test_an_unavailable_database_is_retried_and_the_slot_held_until_the_write_la
     r.store.fail = down_twice
 
     async def scenario() -> None:
-        r.writer.submit(one, ok())
+        r.writer.submit([(one, ok())])
         await idle(r.leases)
 
     with capture_logs() as logs:
@@ -178,8 +178,8 @@ def test_a_refused_batch_is_written_row_by_row_and_an_unstorable_value_as_invali
     r.store.fail = _refuse_poison
 
     async def scenario() -> None:
-        r.writer.submit(fine, ok())
-        r.writer.submit(poisoned, Outcome("SUCCESS", 5, rows_affected=1, result_json="poison"))
+        r.writer.submit([(fine, ok())])
+        r.writer.submit([(poisoned, Outcome("SUCCESS", 5, rows_affected=1, result_json="poison"))])
         await idle(r.leases)
 
     run(r, scenario)
@@ -206,7 +206,7 @@ def test_a_row_refused_twice_is_given_up_and_its_slot_freed() -> None:
     r.store.fail = refuse_everything
 
     async def scenario() -> None:
-        r.writer.submit(one, ok())
+        r.writer.submit([(one, ok())])
         await idle(r.leases)
 
     run(r, scenario)
@@ -225,7 +225,7 @@ def test_synchronous_terminal_writes_set_synchronous_commit_in_their_transaction
     (one,) = r.held(1)
 
     async def scenario() -> None:
-        r.writer.submit(one, ok())
+        r.writer.submit([(one, ok())])
         await idle(r.leases)
 
     run(r, scenario)
@@ -259,7 +259,7 @@ def test_a_heartbeat_never_runs_beside_a_terminal_write() -> None:
 
     async def scenario() -> None:
         assert r.store.gate is not None
-        r.writer.submit(writing, ok())
+        r.writer.submit([(writing, ok())])
         while not r.store.batches:
             await asyncio.sleep(0.001)
         beating.renewed(-beating.job.heartbeat_interval.total_seconds())  # due while the
@@ -282,8 +282,8 @@ def test_after_a_failover_recent_writes_and_held_claims_are_put_back() -> None:
     new = Server("7000000000000000001", 2, "db-b:5432")
 
     async def scenario() -> None:
-        r.writer.submit(finished, ok())
-        r.writer.submit(failed_transactional, ok("FAILED"))  # a failure goes through the writer
+        r.writer.submit([(finished, ok())])
+        r.writer.submit([(failed_transactional, ok("FAILED"))])  # a failure goes through the writer
         while len(r.store.finished) < 2:
             await asyncio.sleep(0.001)
         await r.writer.reapply(None, old, r.writer._pool.conn)  # type: ignore[attr-defined]
@@ -313,7 +313,7 @@ def test_a_lease_whose_outcome_landed_while_its_beat_waited_is_not_lost() -> Non
 
     async def scenario() -> None:
         assert r.store.gate is not None
-        r.writer.submit(done, ok())
+        r.writer.submit([(done, ok())])
         while not r.store.batches:
             await asyncio.sleep(0.001)
         done.renewed(-done.job.heartbeat_interval.total_seconds())  # due while its own
