@@ -582,7 +582,7 @@ def test_a_job_name_with_a_control_character_is_refused(name: str, shown: str) -
 @pytest.mark.parametrize(
     ("size", "why"), [(0, ">= 1"), (2_001, "at most 2,000"), ("10", "integer"), (True, "integer")]
 )
-def test_batch_size_is_a_whole_number_of_runs_up_to_two_thousand(size: object, why: str) -> None:
+def test_batch_size_is_a_whole_number_of_runs_up_to_two_thousand(size: Any, why: str) -> None:
     s = pgsched.Scheduler(dsn="postgresql://localhost/x")
     with pytest.raises(pgsched.ConfigError, match=rf"job 'fan': batch_size=.*{why}"):
         s.register(lambda batch: None, name="fan", every="1h", batch_size=size)
