@@ -132,6 +132,19 @@ class Pgsched(_OnPgschedTable):
         return [python, "-m", "pgsched", "--dsn", dsn, "run", app, "--no-http"]
 
 
+class PgschedBatch(Pgsched):
+    """pgsched's job as a batch handler (``batch_size=500``) recording its runs with one INSERT
+    a call, as the raw limit records a claimed batch."""
+
+    key = "pgsched_batch"
+    label = "pgsched, batch handler"
+    style = line(color="tab:cyan", linewidth=2.0, marker="D")
+
+    def command(self, python: str, dsn: str) -> list[str]:
+        app = "bench.peers.pgsched_app:batched"
+        return [python, "-m", "pgsched", "--dsn", dsn, "run", app, "--no-http"]
+
+
 class SeedDesign(_OnPgschedTable):
     """One INSERT ... ON CONFLICT per plan, one UPDATE per won plan (bench/peers/seed.py)."""
 

@@ -33,6 +33,12 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {LEDGER_TABLE} (
 LEDGER_INSERT = (
     f"INSERT INTO {LEDGER_TABLE} (job, scope, plan_time, runner) VALUES (%s, %s, %s, %s)"
 )
+# Many executions in one statement: the raw limit's "handler", and pgsched's batch handler.
+LEDGER_INSERT_MANY = f"""
+INSERT INTO {LEDGER_TABLE} (job, scope, plan_time, runner)
+SELECT %(job)s, b.scope, b.plan_time, %(runner)s
+FROM unnest(%(scopes)s::text[], %(plans)s::timestamptz[]) AS b(scope, plan_time)
+"""
 LEDGER_INSERT_DOLLAR = (
     f"INSERT INTO {LEDGER_TABLE} (job, scope, plan_time, runner) VALUES ($1, $2, $3, $4)"
 )
@@ -223,6 +229,16 @@ class AsyncLedger:
         conn = await idle.get()
         try:
             await conn.execute(LEDGER_INSERT, (self.cfg.job, scope, plan_time, self.cfg.runner))
+        finally:
+            idle.put_nowait(conn)
+
+    async def record_many(self, scopes: list[str], plans: list[datetime]) -> None:
+        """Many executions with one INSERT (what the raw limit does for a claimed batch)."""
+        idle = self._idle if self._idle is not None else await self._connections()
+        conn = await idle.get()
+        try:
+            params = {"job": self.cfg.job, "runner": self.cfg.runner}
+            await conn.execute(LEDGER_INSERT_MANY, {**params, "scopes": scopes, "plans": plans})
         finally:
             idle.put_nowait(conn)
 

@@ -37,11 +37,6 @@ ORDER BY b.plan_time, b.scope
 ON CONFLICT DO NOTHING
 RETURNING x.id, x.scope_id, x.plan_time
 """
-RECORD = f"""
-INSERT INTO {common.LEDGER_TABLE} (job, scope, plan_time, runner)
-SELECT %(job)s, b.scope, b.plan_time, %(runner)s
-FROM unnest(%(scopes)s::text[], %(plans)s::timestamptz[]) AS b(scope, plan_time)
-"""
 FINISH = """
 UPDATE pgsched.cron_executions
 SET status = 'SUCCESS', finished_at = now(), updated_at = now()
@@ -119,7 +114,7 @@ class Replica:
     async def settle(self, conn: Conn, rows: Claimed) -> None:
         """Record the won rows with one batched ledger INSERT, then finish them."""
         won = {"scopes": [r[1] for r in rows], "plans": [r[2] for r in rows]}
-        await conn.execute(RECORD, self.params(won))
+        await conn.execute(common.LEDGER_INSERT_MANY, self.params(won))
         await self.finish(conn, rows)
 
     async def finish(self, conn: Conn, rows: Claimed) -> None:
