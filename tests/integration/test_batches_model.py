@@ -125,8 +125,8 @@ class BatchesMachine(RuleBasedStateMachine):
 
     def _rows(self) -> list[dict[str, Any]]:
         query = sql.SQL(
-            "SELECT id, scope_id, plan_time, status, attempt, lease_token, fencing_token, error_msg,"
-            " next_retry_at, runner_id FROM {} WHERE job_name = %s"
+            "SELECT id, scope_id, plan_time, status, lease_token, fencing_token, error_msg,"
+            " next_retry_at FROM {} WHERE job_name = %s"
         ).format(table(self.schema))
         with self.db.cursor(row_factory=dict_row) as cur:
             found: list[dict[str, Any]] = cur.execute(query, (self.job,)).fetchall()
