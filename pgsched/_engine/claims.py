@@ -31,6 +31,10 @@ from .values import Claim, ClaimBatch, ClaimKind, Unmoved
 # each claim's round trips wait behind the handlers the previous batch started, so smaller
 # batches made a large fan-out slower (docs/performance.md, "Measured reasons in the code").
 CLAIM_BATCH = 2_000
+# A batch job's claims take up to this many: whole batches of a job whose per-run cost is
+# small (one handler call for many runs), so the claim's round trips are what a fan-out waits
+# for (docs/batches.md).
+BATCH_JOB_CLAIM = 5_000
 # A job's claims take at most this many due plans once a fan-out is drained, and twice as
 # many each time one comes back full, up to CLAIM_BATCH (the runtime keeps the size per job):
 # replicas that woke for the same plans share a small fan-out (one replica claiming all 200
@@ -175,7 +179,7 @@ class Claimer:
         if cap <= 0:
             batch.backlog = True
             return
-        size = min(cap, most, CLAIM_BATCH)
+        size = min(cap, most, CLAIM_BATCH if job.batch_size is None else BATCH_JOB_CLAIM)
         rows: Sequence[DueSchedule | DueCursor]
         if job.dynamic:
             rows = schedules = await self._schedules.due_schedules(

@@ -115,7 +115,10 @@ class Lease:
     _next_beat: float = field(init=False)
     _state: LeaseState = field(default=LeaseState.CLAIMED, init=False)
     _previous: Lease | None = field(default=None, init=False)
-    _done: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    # Done (its slot free), and who waits for that: a future per waiter, made only when one
+    # waits (an asyncio.Event per lease cost a kilobyte for each of a fan-out's leases).
+    _done: bool = field(default=False, init=False)
+    _waiters: list[asyncio.Future[None]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self._next_beat = self.claimed_at + self.job.heartbeat_interval.total_seconds()
@@ -139,7 +142,13 @@ class Lease:
 
     def finish(self) -> None:
         """Its slot is free: its outcome is written, or it was lost. Idempotent."""
-        self._done.set()
+        if self._done:
+            return
+        self._done = True
+        for waiter in self._waiters or ():
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters = None
 
     def renewed(self, now: float) -> None:
         """A heartbeat renewed it at ``now`` (monotonic): the next is one interval on."""
@@ -166,12 +175,12 @@ class Lease:
 
     @property
     def done(self) -> bool:
-        return self._done.is_set()
+        return self._done
 
     @property
     def decided(self) -> bool:
         """Its outcome is settled: queued, written by shutdown, or its slot already free."""
-        return self._state is not LeaseState.CLAIMED or self._done.is_set()
+        return self._state is not LeaseState.CLAIMED or self._done
 
     @property
     def next_beat(self) -> float:
@@ -182,7 +191,13 @@ class Lease:
         return now >= self._next_beat and not self.abandoned and not self.liveness.known_lost
 
     async def wait_done(self) -> None:
-        await self._done.wait()
+        if self._done:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(waiter)
+        await waiter
 
 
 Status = Literal["SUCCESS", "FAILED"]

@@ -20,7 +20,7 @@ from .._storage.statements import Conn
 from .._storage.store import Store
 from .._structures import Scope
 from .._telemetry.tracing import recording
-from .claims import CLAIM_BATCH, FIRST_CLAIM, Claimer
+from .claims import BATCH_JOB_CLAIM, CLAIM_BATCH, FIRST_CLAIM, Claimer
 from .execution import Executor
 from .figures import LedgerFigures
 from .joint import JointClaimer, Turn, joins
@@ -149,9 +149,14 @@ class Visits:
         failed (its cursors are due). False when the job's claim failed."""
         first, due = known is None, known is not None
         while not stopping.is_set():
-            # A batch job's slot takes a batch: its claims take whole batches.
+            # A batch job's slot takes a batch: its claims take as many whole batches as a
+            # claim may (sharing a fan-out between replicas is done by the batch).
             per_slot = job.batch_size or 1
-            most = max(self._claim_sizes.get(job.name, FIRST_CLAIM), per_slot)
+            most = (
+                self._claim_sizes.get(job.name, FIRST_CLAIM)
+                if job.batch_size is None
+                else max(job.batch_size, BATCH_JOB_CLAIM // job.batch_size * job.batch_size)
+            )
             try:
                 if first and not job.dynamic:
                     known, due = await self.sightings.see(conn, job, probe.now)
