@@ -297,8 +297,55 @@ def goals(report: dict[str, Any]) -> list[Goal]:
         goal_idle(report),
         goal_rss([r for r in mine if not report_dynamic.is_dynamic(report, r)]),
         goal_shares(mine),
+        *goals_batch(report),
         *report_dynamic.goals(report, fmt),
     ]
+
+
+# Batch handlers (pgsched_batch) against the raw limit, on the large fan-outs: a ratio and
+# whether it is a floor (at least) or a ceiling (at most).
+BATCH_GOALS = (
+    ("plans/s at least 0.70 × the raw limit's", "ratio_to_limit", 0.70, True),
+    ("fan-out time within 1.5 × the raw limit's", "fanout_to_limit", 1.5, False),
+)
+BATCH_WORKLOADS = ("c", "d")
+
+
+def goals_batch(report: dict[str, Any]) -> list[Goal]:
+    """The batch handler's goals: each ratio in every round of c and d, no duplicate, and
+    its peak RSS at 100,000 scopes."""
+    rows = [find(report, key, "pgsched_batch") for key in BATCH_WORKLOADS]
+    found = [r for r in rows if r is not None and r.get("status") == "ok"]
+    out: list[Goal] = []
+    for goal, key, bound, floor in BATCH_GOALS:
+        got = {
+            r["workload"]: [x[key] for x in r.get("rounds", [r]) if x.get(key) is not None]
+            for r in found
+        }
+        values = [v for vs in got.values() for v in vs]
+        met = all(v >= bound if floor else v <= bound for v in values) if values else None
+        evidence = "; ".join(
+            f"{k}: " + ", ".join(f"{fmt(v)} ×" for v in vs) for k, vs in got.items()
+        )
+        out.append((f"(batch handlers, c and d) {goal}", met, evidence or "not measured"))
+    dups = {r["workload"]: r["duplicates"] for r in found}
+    out.append(
+        (
+            "(batch handlers) zero duplicate executions",
+            all(v == 0 for v in dups.values()) if dups else None,
+            ", ".join(f"{k}: {v}" for k, v in dups.items()) or "not measured",
+        )
+    )
+    d = find(report, "d", "pgsched_batch")
+    rss = max(d.get("peak_rss_mb") or [0.0]) if d is not None else None
+    out.append(
+        (
+            "(batch handlers, d) peak RSS under 150 MB at 100,000 scopes",
+            None if rss is None else rss < 150,
+            "not measured" if rss is None else f"{fmt(rss, 1)} MB",
+        )
+    )
+    return out
 
 
 def goal_no_duplicates(mine: list[dict[str, Any]]) -> Goal:

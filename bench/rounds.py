@@ -7,7 +7,9 @@ and the machine's speed changes by up to twice within minutes. With ``--rounds N
 workload runs every scheduler N times, round after round, in alternating order (so neither
 side always runs first); ratios are taken within a round, and the round whose subject's
 fan-out ratio to raw + handler is the median stands for the workload in the results (the
-lower median for an even count). Every round's ratios are kept beside it (``rounds``).
+lower median for an even count). Every round's ratios are kept beside it (``rounds``), for
+the subject and for pgsched's batch handler (``pgsched_batch``), whose goals are against the
+raw limit.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from bench import measure
 from bench.registry import CEILINGS
 
 SUBJECT = "pgsched"
+# Schedulers whose every round's ratios are kept (``rounds``) beside the median round's.
+ROUNDS_KEPT = (SUBJECT, "pgsched_batch")
 _RATIO = "fanout_to_handler_limit"
 
 
@@ -46,18 +50,20 @@ def settle(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     for workload in dict.fromkeys(t["workload"] for t in trials):
         rounds = sorted(r for w, r in by_round if w == workload)
-        ratios = {r: _subject_ratios(by_round[workload, r]) for r in rounds}
+        ratios = {r: _ratios(by_round[workload, r], SUBJECT) for r in rounds}
         chosen = _median_round(rounds, ratios)
         for trial in by_round[workload, chosen]:
-            if trial["scheduler"] == SUBJECT:
-                trial["rounds"] = [ratios[r] for r in rounds]
+            if trial["scheduler"] in ROUNDS_KEPT:
+                key = trial["scheduler"]
+                trial["rounds"] = [_ratios(by_round[workload, r], key) for r in rounds]
             results.append(trial)
     return results
 
 
-def _subject_ratios(group: list[dict[str, Any]]) -> dict[str, Any]:
-    subject = next((t for t in group if t["scheduler"] == SUBJECT), {})
-    keys = [f"{kind}_to_{suffix}" for suffix in CEILINGS.values() for kind in ("fanout", "p99")]
+def _ratios(group: list[dict[str, Any]], scheduler: str) -> dict[str, Any]:
+    subject = next((t for t in group if t["scheduler"] == scheduler), {})
+    kinds = ("ratio", "fanout", "p99")
+    keys = [f"{kind}_to_{suffix}" for suffix in CEILINGS.values() for kind in kinds]
     keys += [f"claim_per_row_to_{suffix}" for suffix in CEILINGS.values()]
     return {"round": group[0]["round"], **{k: subject.get(k) for k in keys if k in subject}}
 

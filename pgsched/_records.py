@@ -203,7 +203,7 @@ class Sighting:
 
 
 class Renewal(NamedTuple):
-    """A heartbeat of one lease (sorted by id: the lock order of a batch)."""
+    """A heartbeat of one lease (sorted by id: the lock order of a statement's rows)."""
 
     id: UUID
     token: UUID

@@ -23,20 +23,20 @@ from .._storage.schedules import ScheduleStore
 from .._storage.statements import Conn
 from .._structures import Scope, trusted_scope
 from .transactions import ClaimTransactions
-from .values import Claim, ClaimBatch, ClaimKind, Unmoved
+from .values import Claim, Claimed, ClaimKind, Unmoved
 
 # Due cursors are claimed at most this many per transaction (the free slots bound it first,
 # often), so no claim statement runs long enough to near the engine's answer timeout on a
 # loaded server and the Python work between its two statements stays bounded. Not fewer:
-# each claim's round trips wait behind the handlers the previous batch started, so smaller
-# batches made a large fan-out slower (docs/performance.md, "Measured reasons in the code").
-CLAIM_BATCH = 2_000
+# each claim's round trips wait behind the handlers the previous claim started, so smaller
+# claims made a large fan-out slower (docs/performance.md, "Measured reasons in the code").
+CLAIM_LIMIT = 2_000
 # A batch job's claims take up to this many: whole batches of a job whose per-run cost is
 # small (one handler call for many runs), so the claim's round trips are what a fan-out waits
 # for (docs/batches.md).
 BATCH_JOB_CLAIM = 5_000
 # A job's claims take at most this many due plans once a fan-out is drained, and twice as
-# many each time one comes back full, up to CLAIM_BATCH (the runtime keeps the size per job):
+# many each time one comes back full, up to CLAIM_LIMIT (the runtime keeps the size per job):
 # replicas that woke for the same plans share a small fan-out (one replica claiming all 200
 # scopes of a plan ran them one after another while the others found nothing).
 FIRST_CLAIM = 64
@@ -115,21 +115,21 @@ class Claimer:
         *,
         due: bool = False,
         known: Known | None = None,
-        most: int = CLAIM_BATCH,
-    ) -> ClaimBatch:
+        most: int = CLAIM_LIMIT,
+    ) -> Claimed:
         """Claim what ``job`` may claim now, in one transaction. Only the ``first`` call of a
         tick closes out stale leases and takes over existing rows. ``due``: a cursor may be
-        due though the probe did not say so (just written, or a full batch before);
+        due though the probe did not say so (just written, or a full claim before);
         ``known``: the job's scopes by key, so a claim carries the job's own ``Scope``;
-        ``most``: at most this many due plans (``batch.again`` says when more may wait)."""
+        ``most``: at most this many due plans (``claimed.again`` says when more may wait)."""
         parts = ClaimParts.of(job, probe, free, first=first, due=due, most=most)
         # No free slot: the due cursors wait for one (the backlog wakes the loop when one
         # frees) without a transaction that could claim nothing.
-        batch = ClaimBatch(backlog=parts.waiting)
+        claimed = Claimed(backlog=parts.waiting)
         if not parts:
-            return batch
+            return claimed
         terms = self._terms(job, probe.now)
-        claiming = self._transaction(conn, terms, job, batch, parts, known)
+        claiming = self._transaction(conn, terms, job, claimed, parts, known)
         return (await self._tx.ended([job.name], claiming, joint=False))[job.name]
 
     async def _transaction(
@@ -137,31 +137,31 @@ class Claimer:
         conn: Conn,
         terms: ClaimTerms,
         job: JobSpec,
-        batch: ClaimBatch,
+        claimed: Claimed,
         parts: ClaimParts,
         known: Known | None,
-    ) -> dict[str, ClaimBatch]:
-        """The claim transaction of ``parts``, filling ``batch`` (the job's)."""
+    ) -> dict[str, Claimed]:
+        """The claim transaction of ``parts``, filling ``claimed`` (the job's)."""
         async with self._tx.begin(conn):
             cap = await self._cap(conn, job, parts.free)
             if cap is None:  # another replica is claiming this max_running job right now
                 self._tx.recorder.lock_busy(job.name)
-                batch.backlog = parts.cursors
-                return {job.name: batch}
+                claimed.backlog = parts.cursors
+                return {job.name: claimed}
             if parts.close_stale:
-                batch.closed += await self._claims.close_stale(
+                claimed.closed += await self._claims.close_stale(
                     conn, job.name, reentry=job.allow_stale_reentry
                 )
             if parts.existing and cap > 0:
                 limit = min(cap, EXISTING_SCOPE_LOCKS) if job.overlap == "forbid" else cap
-                taken = await self._existing(conn, terms, limit, batch)
-                batch.claims.extend(taken)
+                taken = await self._existing(conn, terms, limit, claimed)
+                claimed.claims.extend(taken)
                 capped = limit < cap and len(taken) >= limit  # more may wait: claim again soon
-                batch.backlog = batch.backlog or capped
+                claimed.backlog = claimed.backlog or capped
                 cap -= len(taken)
             if parts.cursors:
-                await self._cursors(conn, terms, job, cap, parts.most, batch, known)
-        return {job.name: batch}
+                await self._cursors(conn, terms, job, cap, parts.most, claimed, known)
+        return {job.name: claimed}
 
     async def _cursors(
         self,
@@ -170,16 +170,16 @@ class Claimer:
         job: JobSpec,
         cap: int,
         most: int,
-        batch: ClaimBatch,
+        claimed: Claimed,
         known: Known | None,
     ) -> None:
         """Claim the plans of the job's due cursors (at most ``most`` and ``cap`` rows) and
         move each cursor on, in the claim transaction. ``cap`` is what the rows taken over
         earlier in this transaction left of the free slots."""
         if cap <= 0:
-            batch.backlog = True
+            claimed.backlog = True
             return
-        size = min(cap, most, CLAIM_BATCH if job.batch_size is None else BATCH_JOB_CLAIM)
+        size = min(cap, most, CLAIM_LIMIT if job.batch_size is None else BATCH_JOB_CLAIM)
         rows: Sequence[DueSchedule | DueCursor]
         if job.dynamic:
             rows = schedules = await self._schedules.due_schedules(
@@ -200,7 +200,7 @@ class Claimer:
             return
         tids = {(row.scope_kind, row.scope_id): row.tid for row in rows}
         won = await self._write(conn, job, terms, decisions, (known, tids))
-        batch.claims.extend(won)
+        claimed.claims.extend(won)
         wanted = sum(d.claims for d in decisions)
         # What the decisions skipped, recorded in this transaction: a claim that skipped
         # nothing runs no statement for it.
@@ -208,11 +208,11 @@ class Claimer:
         if skips:
             await self._skips.record_skips(conn, job.name, skips)
             for skip in skips:
-                batch.skipped[skip.reason] = batch.skipped.get(skip.reason, 0) + skip.plans
-        batch.conflicts += max(0, wanted - len(won))
+                claimed.skipped[skip.reason] = claimed.skipped.get(skip.reason, 0) + skip.plans
+        claimed.conflicts += max(0, wanted - len(won))
         full = read >= size or len(decisions) < read
-        batch.again = full and size < cap
-        batch.backlog = batch.backlog or full or wanted > len(won)
+        claimed.again = full and size < cap
+        claimed.backlog = claimed.backlog or full or wanted > len(won)
 
     async def _write(
         self,
@@ -265,7 +265,7 @@ class Claimer:
         )
 
     async def _existing(
-        self, conn: Conn, terms: ClaimTerms, cap: int, batch: ClaimBatch
+        self, conn: Conn, terms: ClaimTerms, cap: int, claimed: Claimed
     ) -> list[Claim]:
         try:
             async with conn.transaction():  # a savepoint
@@ -274,7 +274,7 @@ class Claimer:
             # A guard only: these updates change no column of a unique index of the
             # partitioned ledger (row and scope locks keep overlap="forbid", migration 0014). Should
             # one be raised, the rows wait for the next tick.
-            batch.conflicts += 1
+            claimed.conflicts += 1
             return []
         return [
             _claim(row, _KIND_OF.get(row["previous_status"], "won"), None)  # type: ignore[arg-type]

@@ -17,9 +17,9 @@ from .._planning.cursors import CursorDecision, decide_cursors, spec_key
 from .._records import DueCursor, JointTerms, Probe
 from .._storage.statements import Conn
 from .._structures import Scope
-from .claims import CLAIM_BATCH
+from .claims import CLAIM_LIMIT
 from .transactions import ClaimTransactions
-from .values import Claim, ClaimBatch, Unmoved
+from .values import Claim, Claimed, Unmoved
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,17 +60,17 @@ class JointClaimer:
 
     async def claim(
         self, conn: Conn, turns: Sequence[Turn], free: int, clock: datetime
-    ) -> dict[str, ClaimBatch]:
+    ) -> dict[str, Claimed]:
         """Claim the due plans of the ``turns``' jobs in one transaction, in their order, at
-        most ``free`` in all (``clock``: the tick's): each job's batch, as its own claim
+        most ``free`` in all (``clock``: the tick's): each job's take, as its own claim
         would have made it."""
         jobs = [turn.job.name for turn in turns]
         return await self._tx.ended(jobs, self._transaction(conn, turns, free, clock), joint=True)
 
     async def _transaction(
         self, conn: Conn, turns: Sequence[Turn], free: int, clock: datetime
-    ) -> dict[str, ClaimBatch]:
-        batches = {turn.job.name: ClaimBatch() for turn in turns}
+    ) -> dict[str, Claimed]:
+        claimed_by_job = {turn.job.name: Claimed() for turn in turns}
         terms = [_terms(turn, free) for turn in turns]
         async with self._tx.begin(conn):
             read: dict[str, list[DueCursor]] = {}
@@ -94,11 +94,13 @@ class JointClaimer:
             for plan in won:
                 turn = known[plan.job]
                 scope = turn.known.get((plan.scope_kind, plan.scope_id))
-                batches[plan.job].claims.append(Claim.first(plan, turn.job.max_attempts, scope))
+                claimed_by_job[plan.job].claims.append(
+                    Claim.first(plan, turn.job.max_attempts, scope)
+                )
             for term in terms:
                 part, count = decided[term.job], len(read.get(term.job, ()))
-                await self._settle(conn, batches[term.job], term, part, count)
-        return batches
+                await self._settle(conn, claimed_by_job[term.job], term, part, count)
+        return claimed_by_job
 
     def _decide(
         self, turns: Sequence[Turn], read: Mapping[str, Sequence[DueCursor]], free: int
@@ -109,7 +111,7 @@ class JointClaimer:
         out: dict[str, _Decided] = {}
         for turn in turns:
             cursors = read.get(turn.job.name, ())
-            size = min(room, turn.most, CLAIM_BATCH)
+            size = min(room, turn.most, CLAIM_LIMIT)
             decisions = (
                 decide_cursors(turn.job, cursors, cursors[0].now, self._tx.lookback, size)
                 if cursors and size > 0
@@ -120,9 +122,9 @@ class JointClaimer:
         return out
 
     async def _settle(
-        self, conn: Conn, batch: ClaimBatch, term: JointTerms, decided: _Decided, read: int
+        self, conn: Conn, claimed: Claimed, term: JointTerms, decided: _Decided, read: int
     ) -> None:
-        """Record what the job's decisions skipped (in the transaction) and set its batch's
+        """Record what the job's decisions skipped (in the transaction) and set its claim's
         flags as the job's own claim would: ``again`` when its read was full (or the
         decisions stopped short of it) and free slots were left past it, ``backlog`` when
         plans were left or lost to another claim."""
@@ -131,12 +133,12 @@ class JointClaimer:
         if skips:
             await self._skips.record_skips(conn, term.job, skips)
             for skip in skips:
-                batch.skipped[skip.reason] = batch.skipped.get(skip.reason, 0) + skip.plans
+                claimed.skipped[skip.reason] = claimed.skipped.get(skip.reason, 0) + skip.plans
         wanted = sum(d.claims for d, _ in pairs)
-        batch.conflicts += max(0, wanted - len(batch.claims))
+        claimed.conflicts += max(0, wanted - len(claimed.claims))
         full = read >= term.limit or len(pairs) < read
-        batch.again = full and term.limit < decided.room
-        batch.backlog = full or wanted > len(batch.claims)
+        claimed.again = full and term.limit < decided.room
+        claimed.backlog = full or wanted > len(claimed.claims)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +155,7 @@ def _terms(turn: Turn, free: int) -> JointTerms:
     return JointTerms(
         job=job.name,
         delay=job.schedule_delay,
-        limit=max(1, min(turn.most, free, CLAIM_BATCH)),
+        limit=max(1, min(turn.most, free, CLAIM_LIMIT)),
         spec=spec_key(job.recurrence),
         max_attempts=job.max_attempts,
         stale_timeout=job.stale_timeout,

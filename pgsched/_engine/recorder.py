@@ -15,7 +15,7 @@ from .._records import Server
 from .._structures import TickReport
 from .._telemetry.logs import bound_logger
 from .._telemetry.metrics import Metrics
-from .values import Claim, ClaimBatch, Lease, Outcome
+from .values import Claim, Claimed, Lease, Outcome
 
 _REPORT_FIELD = {"won": "claimed", "stole": "stolen", "retry": "retried"}
 # A batch's finish line names at most this many of its failed runs.
@@ -81,16 +81,16 @@ class Recorder:
                 kinds=dict(Counter(claim.kind for _, claim in batch)),
             )
 
-    def committed(self, job: str, batch: ClaimBatch) -> None:
-        """A claim of ``job`` committed ``batch``: the stale leases it closed, the plans it
+    def committed(self, job: str, claimed: Claimed) -> None:
+        """A claim of ``job`` committed ``claimed``: the stale leases it closed, the plans it
         passed over or lost to another claim (counted only now: a claim rolled back is
         decided again)."""
-        for row in batch.closed:
+        for row in claimed.closed:
             self.stale_closed(job, row)
-        for reason, plans in batch.skipped.items():
+        for reason, plans in claimed.skipped.items():
             self.skipped(job, reason, plans)
-        if batch.conflicts:
-            self.conflicts(job, batch.conflicts)
+        if claimed.conflicts:
+            self.conflicts(job, claimed.conflicts)
 
     def conflicts(self, job: str, count: int) -> None:
         self.report.conflicts += count

@@ -17,12 +17,12 @@ from .._storage.claims import ClaimStore
 from .._storage.skips import SkipStore
 from .._storage.statements import Conn
 from .recorder import Recorder
-from .values import ClaimBatch, Unmoved
+from .values import Claimed, Unmoved
 
 # The server ends a claim transaction left idle this long (a replica cut off mid-claim),
 # releasing the rows it inserted. Its statements take milliseconds, but between two of them
 # the replica's event loop runs whatever else is ready - a thousand handlers just started by
-# the previous batch, on a busy machine - so the gap is the loop's latency: seconds under
+# the previous claim, on a busy machine - so the gap is the loop's latency: seconds under
 # load (1 s ended healthy claims). Half of health_timeout's default.
 CLAIM_IDLE_TIMEOUT = timedelta(seconds=10)
 # Another replica's claim of the same keys waits at most this long for such a transaction
@@ -61,20 +61,20 @@ class ClaimTransactions:
             yield
 
     async def ended(
-        self, jobs: Sequence[str], claiming: Awaitable[dict[str, ClaimBatch]], *, joint: bool
-    ) -> dict[str, ClaimBatch]:
-        """The batches of ``jobs`` the transaction ``claiming`` fills, each job's commit
-        recorded; rolled back, a batch per job that leaves its plans for a later claim."""
+        self, jobs: Sequence[str], claiming: Awaitable[dict[str, Claimed]], *, joint: bool
+    ) -> dict[str, Claimed]:
+        """What the transaction ``claiming`` took for each of ``jobs``, each job's commit
+        recorded; rolled back, a take per job that leaves its plans for a later claim."""
         try:
-            batches = await claiming
+            claimed_by_job = await claiming
         except psycopg.errors.LockNotAvailable:  # rolled back: the plans wait for a tick
             for name in jobs:
                 self.recorder.claim_blocked(name, CLAIM_LOCK_TIMEOUT.total_seconds())
-            return {name: ClaimBatch(backlog=True) for name in jobs}
+            return {name: Claimed(backlog=True) for name in jobs}
         except Unmoved as exc:  # rolled back: the next claim reads them again
             which = {"jobs": list(jobs)} if joint else {"job": jobs[0]}
             self.recorder.log.warning("claim_rolled_back", **which, unmoved=exc.args[0])
-            return {name: ClaimBatch(backlog=True) for name in jobs}
-        for name, batch in batches.items():
-            self.recorder.committed(name, batch)
-        return batches
+            return {name: Claimed(backlog=True) for name in jobs}
+        for name, claimed in claimed_by_job.items():
+            self.recorder.committed(name, claimed)
+        return claimed_by_job

@@ -62,11 +62,11 @@ class Unmoved(Exception):
 
 
 @dataclass
-class ClaimBatch:
+class Claimed:
     """What one claim transaction got."""
 
     claims: list[Claim] = field(default_factory=list)
-    again: bool = False  # a batch of due cursors was full: claim again at once
+    again: bool = False  # a claim of due cursors was full: claim again at once
     backlog: bool = False  # work was left for want of slots
     # Plans the claim's decisions passed over, by reason (superseded, max_lateness, paused,
     # outside_window), and plans it wanted but another claim had: counted once the

@@ -20,7 +20,7 @@ from .._storage.statements import Conn
 from .._storage.store import Store
 from .._structures import Scope
 from .._telemetry.tracing import recording
-from .claims import BATCH_JOB_CLAIM, CLAIM_BATCH, FIRST_CLAIM, Claimer
+from .claims import BATCH_JOB_CLAIM, CLAIM_LIMIT, FIRST_CLAIM, Claimer
 from .execution import Executor
 from .figures import LedgerFigures
 from .joint import JointClaimer, Turn, joins
@@ -29,7 +29,7 @@ from .probing import Prober
 from .recorder import Recorder
 from .sighting import Sightings
 from .transactions import ClaimTransactions
-from .values import Claim, ClaimBatch, Lease
+from .values import Claim, Claimed, Lease
 
 # A joint claim takes the turns of jobs whose due cursors number at most this many (a turn
 # counts its scopes, at most its claim size), as a job's first claim takes at most
@@ -110,7 +110,7 @@ class Visits:
     async def _claim_jointly(
         self, conn: Conn, turns: list[Turn], probe: Probe, stopping: asyncio.Event
     ) -> bool:
-        """The joint claim of ``turns``; a job whose batch came back full claims on alone.
+        """The joint claim of ``turns``; a job whose take came back full claims on alone.
         Should it fail for another reason than the connection, each job claims alone (one
         bad job must not hold up the others)."""
         if not turns or stopping.is_set():
@@ -120,18 +120,18 @@ class Visits:
             self._leases.note_backlog()
             return True
         try:
-            batches = await self._joint.claim(conn, turns, free, probe.now)
+            claimed_by_job = await self._joint.claim(conn, turns, free, probe.now)
         except Exception as exc:
             if conn.broken or unavailable(exc):  # the whole tick fails: no use going on
                 raise
             self._recorder.log.warning("joint_claim_error", error=describe_error(exc))
-            batches = {}
+            claimed_by_job = {}
         ok = True
         for turn in turns:
-            batch = batches.get(turn.job.name)
-            if batch is not None:
-                await self._started(conn, turn.job, batch, turn.most)
-            if batch is None or batch.again:
+            claimed = claimed_by_job.get(turn.job.name)
+            if claimed is not None:
+                await self._started(conn, turn.job, claimed, turn.most)
+            if claimed is None or claimed.again:
                 ok = await self._visit_alone(conn, turn.job, probe, stopping, turn.known) and ok
         return ok
 
@@ -144,7 +144,7 @@ class Visits:
         known: Known | None = None,
     ) -> bool:
         """Claim and start ``job``'s work in transactions of its own: a large fan-out takes
-        several, one batch each, so replicas take turns and the first handlers start early.
+        several, one claim each, so replicas take turns and the first handlers start early.
         ``known``: the job's scopes, seen this tick for a joint claim that came back full or
         failed (its cursors are due). False when the job's claim failed."""
         first, due = known is None, known is not None
@@ -161,13 +161,13 @@ class Visits:
                 if first and not job.dynamic:
                     known, due = await self.sightings.see(conn, job, probe.now)
                 free = self._leases.free * per_slot
-                batch = await self._claimer.claim(
+                claimed = await self._claimer.claim(
                     conn, job, probe, free, first, due=due and free > 0, known=known, most=most
                 )
             except Exception as exc:
                 return self._failed(conn, job, exc)
-            await self._started(conn, job, batch, most)
-            if not batch.again:
+            await self._started(conn, job, claimed, most)
+            if not claimed.again:
                 break
             first, due = False, True
         return True
@@ -181,16 +181,16 @@ class Visits:
         self._recorder.error("tick_error", job=job.name, error=describe_error(exc))
         return False
 
-    async def _started(self, conn: Conn, job: JobSpec, batch: ClaimBatch, size: int) -> None:
-        """Start the batch's claims right after its commit (the next job or batch sees the
+    async def _started(self, conn: Conn, job: JobSpec, claimed: Claimed, size: int) -> None:
+        """Start the claims taken right after their commit (the next job or claim sees the
         slots taken, and no later failure can orphan them), oldest plan first so chained
         plans of one scope run in plan order; then keep the job's claim size (``size``:
         the one this claim had)."""
-        if batch.backlog:
+        if claimed.backlog:
             self._leases.note_backlog()
         traced, now = recording(), time.monotonic()
         started: list[tuple[Lease, Claim]] = []
-        claims = sorted(batch.claims, key=lambda c: c.plan_time)
+        claims = sorted(claimed.claims, key=lambda c: c.plan_time)
         step = job.batch_size or 1
         for first in range(0, len(claims), step):
             leases = [
@@ -202,6 +202,6 @@ class Visits:
             self._executor.start(leases, traced)
         if started:
             self._recorder.claimed(job.name, started)
-        await self._figures.after_claim(conn, batch.claims)
-        more = batch.again or batch.backlog
-        self._claim_sizes[job.name] = min(2 * size, CLAIM_BATCH) if more else FIRST_CLAIM
+        await self._figures.after_claim(conn, claimed.claims)
+        more = claimed.again or claimed.backlog
+        self._claim_sizes[job.name] = min(2 * size, CLAIM_LIMIT) if more else FIRST_CLAIM

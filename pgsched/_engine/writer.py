@@ -1,4 +1,4 @@
-"""The lease writer: batched terminal writes and heartbeats of the replica's leases, each one
+"""The lease writer: the terminal writes and heartbeats of the replica's leases, each one
 statement for many rows, guarded by lease tokens. The two share one lock and the pool, so a
 heartbeat never races a terminal write of the same rows. Owns the outbox; decides nothing
 about what to run.
@@ -24,14 +24,14 @@ from .memory import WriteMemory
 from .recorder import Recorder
 from .values import Lease, Outcome
 
-_FINISH_BATCH = 2_000
+_FINISH_ROWS = 2_000
 # With other leases still running, the writer waits up to this long for more outcomes.
 _FINISH_LINGER_S = 0.2
 _MISSED: Any = object()  # a lease whose terminal write matched no row
 
 
 class LeaseWriter:
-    """Writes outcomes (:meth:`submit`) and renews leases, in batches, until cancelled."""
+    """Writes outcomes (:meth:`submit`) and renews leases, many a statement, until cancelled."""
 
     def __init__(
         self,
@@ -71,24 +71,24 @@ class LeaseWriter:
 
     async def write_loop(self) -> None:
         while True:
-            batch = await self._next_batch()
+            outcomes = await self._next_outcomes()
             try:
-                self._settle(batch, *await self._write(batch))
+                self._settle(outcomes, *await self._write(outcomes))
             except Exception as exc:  # not the database's (that is retried): a bug of ours
                 self._recorder.log.error("writer_error", error=describe_error(exc))
-                for lease, _ in batch:  # a slot must never stay held for good
+                for lease, _ in outcomes:  # a slot must never stay held for good
                     self._leases.release(lease)
 
     def _settle(
         self,
-        batch: list[tuple[Lease, Outcome]],
+        outcomes: list[tuple[Lease, Outcome]],
         rows: list[Finish],
         written: dict[UUID, datetime | None],
     ) -> None:
-        """Record and release the batch's leases; ``rows[i]`` is the row written (or tried)
-        for ``batch[i]``, ``written`` the ids that landed with their next retry."""
+        """Record and release the leases of ``outcomes``; ``rows[i]`` is the row written (or
+        tried) for ``outcomes[i]``, ``written`` the ids that landed with their next retry."""
         landed: list[tuple[Lease, Outcome, datetime | None]] = []
-        for (lease, outcome), row in zip(batch, rows, strict=True):
+        for (lease, outcome), row in zip(outcomes, rows, strict=True):
             retry_at = written.get(lease.execution_id, _MISSED)
             if retry_at is _MISSED:
                 self._leases.lose(lease, "terminal write matched no row holding this lease")
@@ -101,23 +101,23 @@ class LeaseWriter:
         for lease, _, _ in landed:
             self._leases.release(lease)
 
-    async def _next_batch(self) -> list[tuple[Lease, Outcome]]:
+    async def _next_outcomes(self) -> list[tuple[Lease, Outcome]]:
         """The next outcome, and those that follow it closely: while other leases may still
         finish, one statement for many rows is far cheaper than many for a few (and a
         terminal write delays no start)."""
         while not self._outbox:
             self._queued.clear()
             await self._queued.wait()
-        batch = self._take(_FINISH_BATCH)
+        outcomes = self._take(_FINISH_ROWS)
         linger_until = time.monotonic() + _FINISH_LINGER_S
-        while len(batch) < _FINISH_BATCH:
+        while len(outcomes) < _FINISH_ROWS:
             if self._outbox:
-                batch += self._take(_FINISH_BATCH - len(batch))
-            elif len(self._leases) > len(batch) and time.monotonic() < linger_until:
+                outcomes += self._take(_FINISH_ROWS - len(outcomes))
+            elif len(self._leases) > len(outcomes) and time.monotonic() < linger_until:
                 await asyncio.sleep(_FINISH_LINGER_S / 10)
             else:
                 break
-        return batch
+        return outcomes
 
     def _take(self, most: int) -> list[tuple[Lease, Outcome]]:
         """The oldest ``most`` outcomes, and the rest of a batch the last of them is in."""
@@ -131,21 +131,21 @@ class LeaseWriter:
         return taken
 
     async def _write(
-        self, batch: list[tuple[Lease, Outcome]]
+        self, outcomes: list[tuple[Lease, Outcome]]
     ) -> tuple[list[Finish], dict[UUID, datetime | None]]:
-        """Write a batch: the rows written (or tried), one per lease, and the ids that landed.
+        """Write ``outcomes``: the rows written (or tried), one per lease, and the ids that landed.
         While the database is unavailable it is retried (the lease tokens decide, once it is
-        back, whether the rows still count); when the batch itself is refused, row by row."""
-        rows = [outcome.finish(lease.run) for lease, outcome in batch]
+        back, whether the rows still count); when the statement itself is refused, row by row."""
+        rows = [outcome.finish(lease.run) for lease, outcome in outcomes]
         try:
             return rows, await self._finish_retrying(rows)
-        except Exception as exc:  # a statement error: something in the batch is unstorable
-            if len(batch) > 1:
+        except Exception as exc:  # a statement error: something in the rows is unstorable
+            if len(outcomes) > 1:
                 self._recorder.log.warning(
-                    "writer_batch_refused", error=describe_error(exc), pending=len(batch)
+                    "writer_batch_refused", error=describe_error(exc), pending=len(outcomes)
                 )
         written: dict[UUID, datetime | None] = {}
-        for i, ((lease, _), row) in enumerate(zip(batch, rows, strict=True)):
+        for i, ((lease, _), row) in enumerate(zip(outcomes, rows, strict=True)):
             rows[i], landed = await self._write_one(lease, row)
             written.update(landed)
         return rows, written

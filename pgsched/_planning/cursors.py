@@ -312,7 +312,7 @@ def _take(steps: _Steps, kind: str, ident: str, plans: list[datetime]) -> Cursor
 class _Excluded:
     """The plans a job's calendar skipped that a decision passes: those after the scope's
     latest claimed plan (else its first sight) up to the last plan the decision claims or
-    skips. A batch's scopes mostly share both bounds: each pair is computed once."""
+    skips. A claim's scopes mostly share both bounds: each pair is computed once."""
 
     def __init__(self, job: CursorRules, lookback: timedelta) -> None:
         self._job, self._lookback = job, lookback
@@ -342,8 +342,8 @@ class _Steps:
 
 
 class _Memo(Recurrence):
-    """A recurrence's answers kept for one batch of decisions (cron steps cost tens of
-    microseconds; a batch asks the same ones for every scope)."""
+    """A recurrence's answers kept for one claim's decisions (cron steps cost tens of
+    microseconds; a claim asks the same ones for every scope)."""
 
     def __init__(self, inner: Recurrence) -> None:
         self._inner = inner

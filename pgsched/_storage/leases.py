@@ -24,16 +24,16 @@ class LeaseStatements(Statements):
         """Renew the leases; returns the ids still held."""
         return {ident for (ident,) in await self._plain(conn, "heartbeat", _renewal_params(leases))}
 
-    async def finish(self, conn: Conn, batch: Sequence[Finish]) -> dict[UUID, datetime | None]:
+    async def finish(self, conn: Conn, rows: Sequence[Finish]) -> dict[UUID, datetime | None]:
         """Write terminal rows; returns ``{id: next_retry_at}`` for the writes that held."""
-        return dict(await self._plain(conn, "finish", _finish_params(batch)))
+        return dict(await self._plain(conn, "finish", _finish_params(rows)))
 
     def finish_sync(
-        self, conn: psycopg.Connection[Any], batch: Sequence[Finish]
+        self, conn: psycopg.Connection[Any], rows: Sequence[Finish]
     ) -> dict[UUID, datetime | None]:
         """:meth:`finish` on a sync connection (a sync handler's transactional ``run.conn``)."""
         with conn.cursor(row_factory=dict_row) as cur, naming("finish"):
-            cur.execute(self.statement("finish"), _finish_params(batch))
+            cur.execute(self.statement("finish"), _finish_params(rows))
             return {r["id"]: r["next_retry_at"] for r in cur.fetchall()}
 
     async def lease_status(
@@ -95,7 +95,7 @@ def _restore_params(rows: Sequence[Restore]) -> dict[str, Any]:
 
 
 def _renewal_params(leases: Sequence[Renewal]) -> dict[str, Any]:
-    ordered = sorted(leases)  # one lock order for every batch: no deadlock between them
+    ordered = sorted(leases)  # one lock order for every statement: no deadlock between them
     return {
         "ids": [lease.id for lease in ordered],
         "tokens": [lease.token for lease in ordered],
@@ -105,8 +105,8 @@ def _renewal_params(leases: Sequence[Renewal]) -> dict[str, Any]:
     }
 
 
-def _finish_params(batch: Sequence[Finish]) -> dict[str, Any]:
-    ordered = sorted(batch, key=lambda f: f.id)  # one lock order for every batch
+def _finish_params(rows: Sequence[Finish]) -> dict[str, Any]:
+    ordered = sorted(rows, key=lambda f: f.id)  # one lock order for every statement
     return {
         "ids": [f.id for f in ordered],
         "tokens": [f.token for f in ordered],

@@ -224,14 +224,14 @@ def record_params(record: Any) -> dict[str, Any]:
 
 
 def column(values: list[Any]) -> list[Any] | None:
-    """``values`` as an array parameter, or NULL when every one is NULL (a batch of
-    successes has no errors): ``unnest`` reads a NULL array beside others as NULLs, and
+    """``values`` as an array parameter, or NULL when every one is NULL (rows of
+    successes have no errors): ``unnest`` reads a NULL array beside others as NULLs, and
     nothing is sent or decoded for it."""
     return values if any(v is not None for v in values) else None
 
 
 def plan_span(plans: Iterable[datetime]) -> dict[str, datetime | None]:
-    """A batch's first and last plan times: bounds that prune the ledger's partitions before
-    a statement runs (None for an empty batch, which matches no row)."""
+    """The rows' first and last plan times: bounds that prune the ledger's partitions before
+    a statement runs (None for no rows, which match nothing)."""
     listed = list(plans)
     return {"first_plan": min(listed, default=None), "last_plan": max(listed, default=None)}

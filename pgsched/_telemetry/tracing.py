@@ -41,7 +41,7 @@ def _nothing(outcome: Told | None) -> None:
 
 def recording() -> bool:
     """Whether a span would be recorded: the extra is installed and a tracer provider set.
-    Asked once per claimed batch, not per run: while no provider is set the check reads the
+    Asked once per claim, not per run: while no provider is set the check reads the
     process environment (OpenTelemetry's provider variable)."""
     return _TRACER is not None and not isinstance(
         _trace.get_tracer_provider(), _trace.ProxyTracerProvider

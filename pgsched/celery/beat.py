@@ -32,8 +32,8 @@ from .replica import ReplicaThread
 # and publishes on its own loop.
 _CHECK_INTERVAL_S = 1.0
 _SHUTDOWN_GRACE_S = 10.0
-# A claimed plan holds its slot until its SUCCESS row is written (the writer batches those),
-# so the slots, not the broker, bound how many plans a beat sends a second: the entries of a
+# A claimed plan holds its slot until its SUCCESS row is written (many rows a statement), so
+# the slots, not the broker, bound how many plans a beat sends a second: the entries of a
 # beat_schedule due at one instant (hundreds) are claimed in one joint claim only when that
 # many slots are free, then wait for a broker connection each (at most PUBLISHES_IN_FLIGHT
 # sending at once, the pool's bound).

@@ -31,6 +31,19 @@ async def report(run: pgsched.Run) -> pgsched.Result:
     return pgsched.Result(rows_affected=1, data={"tenant": run.scope.id})
 
 
+@scheduler.job(every="10m", scopes=[pgsched.Scope("tenant", "1")], batch_size=500)
+async def refresh(batch: pgsched.Batch) -> None:
+    assert_type(batch.job, str)
+    assert_type(len(batch), int)
+    assert_type(batch[0], pgsched.Run)
+    for run in batch:
+        assert_type(run, pgsched.Run)
+        run.succeed(pgsched.Result(rows_affected=1))
+        run.fail(ValueError("no such tenant"))
+        run.fail("no such tenant")
+        run.fail(3)  # type: ignore[arg-type]
+
+
 @scheduler.job(
     planner=pgsched.working_day(-1, at="18:00"),
     timezone="Europe/Berlin",
