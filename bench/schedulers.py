@@ -126,10 +126,10 @@ class Pgsched(_OnPgschedTable):
     key = "pgsched"
     label = "pgsched"
     style = line(color="tab:blue", linewidth=2.5, marker="o")
+    app = "bench.peers.pgsched_app"  # the APP its replicas run
 
     def command(self, python: str, dsn: str) -> list[str]:
-        app = "bench.peers.pgsched_app"
-        return [python, "-m", "pgsched", "--dsn", dsn, "run", app, "--no-http"]
+        return [python, "-m", "pgsched", "--dsn", dsn, "run", self.app, "--no-http"]
 
 
 class PgschedBatch(Pgsched):
@@ -139,10 +139,7 @@ class PgschedBatch(Pgsched):
     key = "pgsched_batch"
     label = "pgsched, batch handler"
     style = line(color="tab:cyan", linewidth=2.0, marker="D")
-
-    def command(self, python: str, dsn: str) -> list[str]:
-        app = "bench.peers.pgsched_app:batched"
-        return [python, "-m", "pgsched", "--dsn", dsn, "run", app, "--no-http"]
+    app = "bench.peers.pgsched_app:batched"
 
 
 class SeedDesign(_OnPgschedTable):

@@ -17,13 +17,13 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any
 
-from .._errors import LeaseLost, describe_error, describe_traceback
+from .._errors import LeaseLost, describe_error
 from .._run import Batch, Run
 from .._storage.connection import Backoff, unavailable
 from .._telemetry.tracing import UNTRACED, run_span
 from .deadlines import RunDeadlines
 from .leases import LeaseTable
-from .outcomes import InvalidResult, ended, failed, returned
+from .outcomes import Failure, InvalidResult, ended, failed, returned
 from .recorder import Recorder
 from .threads import HandlerThreads
 from .transaction import Transactions, TransactionUnavailable, Written
@@ -58,7 +58,9 @@ class Executor:
         lease.abandon()
         if lease.task is not None:
             lease.task.cancel()
-        self._submit([(lease, failed(lease, time.monotonic(), "shutdown", why, retry_now=True))])
+        self._submit(
+            [(lease, failed(lease, time.monotonic(), Failure("shutdown", why), retry_now=True))]
+        )
 
     async def _execute(self, leases: list[Lease], traced: bool) -> None:
         try:
@@ -139,7 +141,9 @@ class Executor:
             if not (self._deadlines.disarm(head) and (task is None or not task.cancelling())):
                 raise
             why = f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout})"
-            return ended(leases, started, "run_timeout", why, rolled_back=job.transactional)
+            return ended(
+                leases, started, Failure("run_timeout", why), rolled_back=job.transactional
+            )
         except TransactionUnavailable:
             raise
         except LeaseLost as exc:
@@ -148,8 +152,8 @@ class Executor:
             self._leases.lose(head, "handler raised LeaseLost")
             return None
         except InvalidResult as exc:  # a transactional run's result, refused before commit
-            why = describe_error(exc)
-            return ended(leases, started, "invalid_result", why, rolled_back=job.transactional)
+            failure = Failure("invalid_result", describe_error(exc))
+            return ended(leases, started, failure, rolled_back=job.transactional)
         except Exception as exc:
             return self._raised(leases, started, exc)
         finally:
@@ -157,19 +161,9 @@ class Executor:
         return self._returned(leases, started, value)
 
     def _raised(self, leases: list[Lease], started: float, exc: Exception) -> list[Outcome]:
-        error = describe_error(exc)
-        self._recorder.handler_raised(leases, error, exc)
-        tb = describe_traceback(exc)
-        rolled_back = leases[0].job.transactional
-        return ended(
-            leases,
-            started,
-            "handler_error",
-            error,
-            rolled_back=rolled_back,
-            traceback=tb,
-            error=exc,
-        )
+        failure = Failure("handler_error", describe_error(exc), exc)
+        self._recorder.handler_raised(leases, failure.message, exc)
+        return ended(leases, started, failure, rolled_back=leases[0].job.transactional)
 
     def _returned(self, leases: list[Lease], started: float, value: Any) -> list[Outcome]:
         """The outcomes of a handler that returned ``value``."""
@@ -180,11 +174,11 @@ class Executor:
                 f"TimeoutError: handler ran longer than run_timeout ({job.run_timeout}) and"
                 " could not be interrupted: it blocked the event loop"
             )
-            return ended(leases, started, "run_timeout", why)
+            return ended(leases, started, Failure("run_timeout", why))
         try:
             return returned(leases, started, value, strict=False)
         except Exception as exc:  # InvalidResult, or anything odd a custom object raises
-            return ended(leases, started, "invalid_result", describe_error(exc))
+            return ended(leases, started, Failure("invalid_result", describe_error(exc)))
 
     def _blocked(self, lease: Lease, seconds: float, core_wait: float, collector: float) -> None:
         if seconds >= LOOP_BLOCKED_S:

@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .._errors import describe_error, describe_traceback
 from .._structures import Result
@@ -91,30 +92,33 @@ def succeeded(started: float, value: object) -> Outcome:
     )
 
 
-def failed(
-    lease: Lease,
-    started: float,
-    code: str,
-    message: str,
-    *,
-    retry_now: bool = False,
-    traceback: str | None = None,
-    error: BaseException | None = None,
-) -> Outcome:
-    """FAILED with ``code`` (and the handler's ``traceback``, if it raised); the job's backoff
-    decides when it is retried (``retry_now``: at once, for a run abandoned at shutdown), None
-    when no attempt is left. A row once stolen after a crash has one attempt more: the steal's,
-    so the crash does not use up one of the handler's retries."""
+class Failure(NamedTuple):
+    """Why an attempt failed: its error code and message, and the exception that ended it
+    (whose traceback is kept, and which ``on_failure`` receives), if any."""
+
+    code: str
+    message: str
+    error: BaseException | None = None
+
+
+def failed(lease: Lease, started: float, failure: Failure, *, retry_now: bool = False) -> Outcome:
+    """FAILED as ``failure`` says (with its exception's traceback, if it raised); the job's
+    backoff decides when it is retried (``retry_now``: at once, for a run abandoned at
+    shutdown), None when no attempt is left. A row once stolen after a crash has one attempt
+    more: the steal's, so the crash does not use up one of the handler's retries."""
     run = lease.run
     allowed = run.max_attempts + (1 if lease.stolen else 0)
     delay = lease.job.retry_delay(run.attempt, allowed)
+    error = failure.error
     return Outcome(
         "FAILED",
         elapsed_ms(started),
-        error_code=code,
-        error_msg=message,
+        error_code=failure.code,
+        error_msg=failure.message,
         retry_delay_s=None if delay is None else 0.0 if retry_now else delay.total_seconds(),
-        traceback=traceback,
+        traceback=None
+        if error is None or error.__traceback__ is None
+        else describe_traceback(error),
         error=error,
     )
 
@@ -136,14 +140,12 @@ def marked(lease: Lease, started: float, *, strict: bool, rolled_back: bool) -> 
         except Exception as exc:  # InvalidResult, or anything odd a custom object raises
             if strict:
                 raise InvalidResult(f"run.succeed(): {describe_error(exc)}") from exc
-            return failed(lease, started, "invalid_result", f"run.succeed(): {describe_error(exc)}")
+            why = f"run.succeed(): {describe_error(exc)}"
+            return failed(lease, started, Failure("invalid_result", why))
     error = mark.value
     if isinstance(error, BaseException):
-        tb = describe_traceback(error) if error.__traceback__ is not None else None
-        return failed(
-            lease, started, "handler_error", describe_error(error), traceback=tb, error=error
-        )
-    return failed(lease, started, "handler_error", str(error))
+        return failed(lease, started, Failure("handler_error", describe_error(error), error))
+    return failed(lease, started, Failure("handler_error", str(error)))
 
 
 def returned(
@@ -172,20 +174,13 @@ def returned(
 
 
 def ended(
-    leases: Sequence[Lease],
-    started: float,
-    code: str,
-    message: str,
-    *,
-    rolled_back: bool = False,
-    traceback: str | None = None,
-    error: BaseException | None = None,
+    leases: Sequence[Lease], started: float, failure: Failure, *, rolled_back: bool = False
 ) -> list[Outcome]:
     """The outcomes of a handler that raised, timed out or returned what cannot be stored:
-    each run's mark stands (its success too, unless ``rolled_back``), the rest are FAILED
-    with ``code``."""
+    each run's mark stands (its success too, unless ``rolled_back``), the rest are FAILED as
+    ``failure`` says."""
     return [
         marked(lease, started, strict=False, rolled_back=rolled_back)
-        or failed(lease, started, code, message, traceback=traceback, error=error)
+        or failed(lease, started, failure)
         for lease in leases
     ]

@@ -184,9 +184,8 @@ class Transactions:
         """:meth:`run_async` for a ``def`` handler, in its worker thread: on a sync connection
         of its own, or in the transaction the scheduler's ``run_transaction`` opens (Django's
         ``atomic()`` on the project's database), whose writes the handler's ORM shares."""
-        committing: list[Outcome] | None = (
-            None  # set once the COMMIT (the block's exit) is under way
-        )
+        # Set once the COMMIT (the block's exit) is under way.
+        committing: list[Outcome] | None = None
         entered = False
         try:
             with self._sync_transaction(job) as conn:  # commits on a clean exit

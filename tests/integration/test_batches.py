@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 import psycopg
 import pytest
@@ -21,7 +21,7 @@ from pgsched._storage.store import Store
 from tests.integration.conftest import SchedulerFactory
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.roles import DbRoles
-from tests.support.rows import as_role, count, rows, seed_running, table
+from tests.support.rows import app_table, count, rows, seed_running
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("migrated")
@@ -29,6 +29,23 @@ pytestmark = pytest.mark.usefixtures("migrated")
 
 def _scopes(n: int) -> list[pgsched.Scope]:
     return [pgsched.Scope("tenant", f"{i:03}") for i in range(n)]
+
+
+class _TwoAttempts(TypedDict):
+    planner: FixedPlans
+    scopes: list[pgsched.Scope]
+    max_attempts: int
+    retry_backoff: list[str]
+
+
+def _two_attempts(db: Any, scopes: int) -> _TwoAttempts:
+    """A plan a minute old for each of ``scopes`` scopes, each run retried once at once."""
+    return {
+        "planner": FixedPlans(past_plan(db)),
+        "scopes": _scopes(scopes),
+        "max_attempts": 2,
+        "retry_backoff": [],
+    }
 
 
 def _by_scope(db: Any, schema: str) -> dict[str, dict[str, Any]]:
@@ -110,15 +127,7 @@ def test_marks_stand_and_the_unmarked_runs_follow_the_handler(
         async def handler(batch: pgsched.Batch) -> None:  # type: ignore[misc]
             decide(batch)
 
-    s.register(
-        handler,
-        name="marks",
-        planner=FixedPlans(past_plan(db)),
-        scopes=_scopes(5),
-        batch_size=50,
-        max_attempts=2,
-        retry_backoff=[],
-    )
+    s.register(handler, name="marks", batch_size=50, **_two_attempts(db, 5))
     report = s.run_once()
     assert (report.succeeded, report.failed) == (3, 2)
     found = _by_scope(db, migrated)
@@ -187,10 +196,7 @@ def test_a_batch_past_its_run_timeout_fails_its_unmarked_runs(
 
 @pytest.fixture
 def effects(db: Any, migrated: str, db_roles: DbRoles) -> sql.Composable:
-    name = table(migrated, "effects")
-    with as_role(db, db_roles.owner):
-        db.execute(sql.SQL("CREATE TABLE {} (scope text, attempt int)").format(name))
-    return name
+    return app_table(db, migrated, db_roles.owner, "effects", "scope text, attempt int")
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
@@ -227,16 +233,7 @@ def test_a_transactional_batch_commits_its_writes_with_all_its_rows_or_none(
                 await cur.executemany(insert, params(batch))
             check(batch)
 
-    s.register(
-        handler,
-        name="tx",
-        planner=FixedPlans(past_plan(db)),
-        scopes=_scopes(4),
-        batch_size=10,
-        transactional=True,
-        max_attempts=2,
-        retry_backoff=[],
-    )
+    s.register(handler, name="tx", batch_size=10, transactional=True, **_two_attempts(db, 4))
     report = s.run_once()
     assert (report.succeeded, report.failed) == (3, 1)
     written = db.execute(sql.SQL("SELECT scope, attempt FROM {} ORDER BY 1").format(effects))

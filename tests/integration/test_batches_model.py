@@ -24,14 +24,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import invariant, rule
 from psycopg import sql
 from psycopg.rows import dict_row
 
 import pgsched
 from tests.integration.conftest import SchedulerFactory
+from tests.support.models import DatabaseMachine, run_model
 from tests.support.plans import FixedPlans, past_plan
 from tests.support.rows import table
 from tests.support.waiting import wait_until
@@ -54,11 +55,7 @@ class Reported:
     error: str | None
 
 
-class BatchesMachine(RuleBasedStateMachine):
-    make_scheduler: Any = None
-    db: Any = None
-    schema = ""
-
+class BatchesMachine(DatabaseMachine):
     def __init__(self) -> None:
         super().__init__()
         self.job = f"b{uuid.uuid4().hex[:8]}"
@@ -66,6 +63,7 @@ class BatchesMachine(RuleBasedStateMachine):
         self.raising = False
         self.stall: threading.Event | None = None  # set: the stalled handler goes on
         self.stalled = threading.Event()  # the stalled handler has its batch
+        self.stall_victim = ""  # the runner_id of the replica that stalls
         self.lock = threading.Lock()
         self.reported: list[Reported] = []
         self.fencing: dict[str, int] = {}
@@ -81,7 +79,7 @@ class BatchesMachine(RuleBasedStateMachine):
 
         def handler(batch: pgsched.Batch) -> None:
             stall = self.stall
-            if stall is not None and batch[0].runner_id == stall_name(self):
+            if stall is not None and batch[0].runner_id == self.stall_victim:
                 self.stalled.set()
                 assert stall.wait(30)
             raising = self.raising
@@ -235,20 +233,12 @@ def _ended(row: dict[str, Any]) -> bool:
     )
 
 
-def stall_name(machine: BatchesMachine) -> str:
-    return getattr(machine, "stall_victim", "")
-
-
 def test_batches_follow_the_model(make_scheduler: SchedulerFactory, migrated: str, db: Any) -> None:
-    BatchesMachine.make_scheduler = staticmethod(make_scheduler)
-    BatchesMachine.db = db
-    BatchesMachine.schema = migrated
-    BatchesMachine.TestCase.settings = settings(
-        max_examples=15,
-        stateful_step_count=12,
-        deadline=None,
-        # The same step sequences in every run: a failure replays as it happened.
-        derandomize=True,
-        suppress_health_check=list(HealthCheck),
+    run_model(
+        BatchesMachine,
+        examples=15,
+        steps=12,
+        make_scheduler=make_scheduler,
+        db=db,
+        schema=migrated,
     )
-    BatchesMachine.TestCase().runTest()

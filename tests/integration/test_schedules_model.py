@@ -29,15 +29,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import invariant, rule
 from psycopg import sql
 
 import pgsched
 from pgsched._planning.schedules import check_schedule, recurrence_for
 from pgsched._structures import ScheduleSpec
 from tests.integration.conftest import SchedulerFactory
+from tests.support.models import DatabaseMachine, run_model
 from tests.support.rows import db_now
 from tests.support.threads import Recorder
 
@@ -94,11 +94,7 @@ def is_plan_of(spec: dict[str, Any], plan: datetime) -> bool:
     return recurrence_for(valid.spec_key).next_after(plan - _US) == plan
 
 
-class SchedulesMachine(RuleBasedStateMachine):
-    make_scheduler: Any = None
-    db: Any = None
-    schema = ""
-
+class SchedulesMachine(DatabaseMachine):
     def __init__(self) -> None:
         super().__init__()
         self.kind = f"m{uuid.uuid4().hex[:8]}"
@@ -231,15 +227,11 @@ class SchedulesMachine(RuleBasedStateMachine):
 def test_schedules_follow_the_model(
     make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
-    SchedulesMachine.make_scheduler = staticmethod(make_scheduler)
-    SchedulesMachine.db = db
-    SchedulesMachine.schema = migrated
-    SchedulesMachine.TestCase.settings = settings(
-        max_examples=10,
-        stateful_step_count=16,
-        deadline=None,
-        # The same ten step sequences in every run: a failure replays as it happened.
-        derandomize=True,
-        suppress_health_check=list(HealthCheck),
+    run_model(
+        SchedulesMachine,
+        examples=10,
+        steps=16,
+        make_scheduler=make_scheduler,
+        db=db,
+        schema=migrated,
     )
-    SchedulesMachine.TestCase().runTest()

@@ -15,7 +15,7 @@ import pgsched
 from tests.integration.conftest import SchedulerFactory
 from tests.support.options import LeaseTimes
 from tests.support.roles import DbRoles
-from tests.support.rows import as_role, make_stale, row_by_id, rows, table
+from tests.support.rows import app_table, make_stale, row_by_id, rows
 from tests.support.threads import running
 from tests.support.waiting import wait_until
 
@@ -24,12 +24,7 @@ pytestmark = pytest.mark.usefixtures("migrated")
 
 @pytest.fixture
 def ledger(db: Any, migrated: str, db_roles: DbRoles) -> sql.Composable:
-    name = table(migrated, "ledger")
-    # Created by the schema owner, like an application table its migrations would add, so
-    # the runtime role the schedulers run as may write it (sql/roles.sql default privileges).
-    with as_role(db, db_roles.owner):
-        db.execute(sql.SQL("CREATE TABLE {} (plan text, attempt int, runner text)").format(name))
-    return name
+    return app_table(db, migrated, db_roles.owner, "ledger", "plan text, attempt int, runner text")
 
 
 def ledger_rows(db: psycopg.Connection[Any], name: sql.Composable) -> list[tuple[Any, ...]]:

@@ -21,7 +21,7 @@ from pgsched._records import Finish
 from pgsched._storage.store import Store
 from tests.integration.conftest import SchedulerFactory
 from tests.support.roles import DbRoles
-from tests.support.rows import as_role, rows, table
+from tests.support.rows import app_table, rows
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("migrated")
@@ -29,10 +29,7 @@ pytestmark = pytest.mark.usefixtures("migrated")
 
 @pytest.fixture
 def ledger(db: Any, migrated: str, db_roles: DbRoles) -> sql.Composable:
-    name = table(migrated, "ledger")
-    with as_role(db, db_roles.owner):
-        db.execute(sql.SQL("CREATE TABLE {} (plan text, attempt int)").format(name))
-    return name
+    return app_table(db, migrated, db_roles.owner, "ledger", "plan text, attempt int")
 
 
 def _ledger(db: psycopg.Connection[Any], name: sql.Composable) -> list[tuple[Any, ...]]:

@@ -240,3 +240,13 @@ def rewrite_after_read(monkeypatch: Any, owner: type, read: str, rewrite: sql.Co
 
     monkeypatch.setattr(owner, read, read_then_rewrite)
     return original
+
+
+def app_table(db: Conn, schema: str, owner: str | None, name: str, columns: str) -> sql.Composable:
+    """An application's table ``name`` (``columns``: its column list, SQL) in ``schema``,
+    created by the schema's ``owner`` role as the application's migrations would, so the
+    runtime role the schedulers run as may write it (sql/roles.sql's default privileges)."""
+    created = table(schema, name)
+    with as_role(db, owner):
+        db.execute(sql.SQL("CREATE TABLE {} ({})").format(created, sql.SQL(columns)))
+    return created
