@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 from prometheus_client import CollectorRegistry
 
 from ._dsn import require_dsn, resolve_synchronous_claims, resolve_transaction_pooling
-from ._engine.runtime import ReplicaSettings, Runtime
+from ._engine.runtime import Runtime
+from ._engine.settings import ReplicaSettings
 from ._errors import ConfigError, PgschedError
 from ._facades.admin import Admin
 from ._facades.aio import AsyncAdmin

@@ -10,6 +10,10 @@ from pytimeparse.timeparse import timeparse as _parse_text
 
 from ._errors import ConfigError
 
+# One microsecond, PostgreSQL's timestamp resolution: the instant just before ``t`` is
+# ``t - US``, so an inclusive bound is an exclusive one a microsecond off.
+US = timedelta(microseconds=1)
+
 Duration = timedelta | int | float | str
 
 # Anything beyond a century is a typo, and it would overflow timestamp arithmetic in PostgreSQL.

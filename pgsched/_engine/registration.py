@@ -26,10 +26,8 @@ from .._storage.statements import Conn
 from .._storage.store import Store
 from .._version import installed_version
 from .recorder import Recorder
+from .settings import ReplicaSettings
 
-# At most one registration statement per renewal interval on an idle tick (10 s unless
-# configured); a short expiry (tests) refreshes at least three times within it.
-RENEWAL_DEFAULT = timedelta(seconds=10)
 # A replica is live while its row was renewed within this many renewal intervals: one late
 # renewal (a slow tick) does not make it gone; one that died is gone within 30 s by default.
 LIVE_RENEWALS = 3
@@ -50,16 +48,14 @@ class Registration:
         store: Store,
         pool: AsyncConnectionPool[Any],
         recorder: Recorder,
-        runner_id: str,
-        expiry: timedelta,
-        renewal: timedelta = RENEWAL_DEFAULT,
-        tick_interval: float = 1.0,
+        settings: ReplicaSettings,
     ) -> None:
         self._store, self._pool, self._recorder = store, pool, recorder
-        self._runner_id, self._expiry = runner_id, expiry
-        self.every = min(renewal.total_seconds(), self._expiry.total_seconds() / 3)
+        self._runner_id, self._expiry = settings.runner_id, settings.replica_expiry
+        self.every = min(settings.replica_renewal.total_seconds(), self._expiry.total_seconds() / 3)
         # Registrations ride on ticks: a tick slower than the interval renews at its pace.
-        self.live_for = timedelta(seconds=LIVE_RENEWALS * max(self.every, tick_interval))
+        tick = settings.tick_interval.total_seconds()
+        self.live_for = timedelta(seconds=LIVE_RENEWALS * max(self.every, tick))
         self._registered: list[JobEntry] = []
         self._registered_at = 0.0
         self._partitioned_at: float | None = None

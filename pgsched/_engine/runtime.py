@@ -14,17 +14,14 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
 from .._errors import describe_error
-from .._jobs.spec import NO_HOOKS, JobSpec, RunHooks
+from .._jobs.spec import JobSpec
 from .._records import Probe
-from .._run import RunTransaction
-from .._storage.answering import ENGINE_ANSWER_TIMEOUT_S
 from .._storage.connection import (
     RECONNECT_EVERY_S,
     Backoff,
@@ -44,7 +41,8 @@ from .execution import Executor
 from .hooks import Hooks
 from .leases import LeaseTable
 from .recorder import Recorder
-from .registration import RENEWAL_DEFAULT, Registration
+from .registration import Registration
+from .settings import ReplicaSettings
 from .transaction import Transactions
 from .visits import Visits
 from .writer import LeaseWriter
@@ -52,41 +50,6 @@ from .writer import LeaseWriter
 # A replica ticks this long after a plan falls due (database clock), not up to a tick later.
 _DUE_MARGIN_S = 0.005
 _LISTEN_CHECK_S = 5.0
-
-
-@dataclass(frozen=True)
-class ReplicaSettings:
-    """How one replica runs (from its ``Scheduler``)."""
-
-    schema: str
-    runner_id: str
-    max_concurrency: int
-    tick_interval: timedelta
-    shutdown_grace: timedelta
-    conninfo: str
-    app_name: str
-    # Behind a transaction-pooling PgBouncer: no LISTEN (the tick wakes the replica), no
-    # prepared statements, no session settings outside a transaction (docs/pgbouncer.md).
-    transaction_pooling: bool = False
-    # /healthz answers 503 once the tick loop or the writer has not succeeded for this long:
-    # under 30 s, so a replica that has scheduled nothing for that long never looks healthy.
-    health_timeout: timedelta = timedelta(seconds=20)
-    # Claims and terminal writes wait for a synchronous standby (synchronous_commit = on).
-    synchronous_claims: bool = False
-    # The engine's statements get no longer than this for an answer (the pool's bound).
-    answer_timeout: timedelta = timedelta(seconds=ENGINE_ANSWER_TIMEOUT_S)
-    # An operator's statement (this replica's HTTP API) may run this long on the server.
-    statement_timeout: timedelta = timedelta(seconds=30)
-    # The replica's row in `replicas` is removed once not refreshed for this long (a replica
-    # that died); short only in tests.
-    replica_expiry: timedelta = timedelta(minutes=10)
-    # The scheduler's on_failure / on_recovery, called for every job (docs/hooks.md).
-    hooks: RunHooks = NO_HOOKS
-    # How often the row is renewed: it shows the replica live for three of these.
-    replica_renewal: timedelta = RENEWAL_DEFAULT
-    # Where a sync transactional run's transaction comes from (Django's atomic()); None: a
-    # connection of the run's own.
-    run_transaction: RunTransaction | None = None
 
 
 def _transactions(settings: ReplicaSettings, store: Store, watch: ServerWatch) -> Transactions:
@@ -124,15 +87,7 @@ class Runtime:
         self.last_tick_at: float | None = None  # any tick, failed or not: the loop is alive
         self.recorder = Recorder(metrics, runner_id)
         self.leases = LeaseTable(settings.max_concurrency, self.recorder, self.wake)
-        self.registration = Registration(
-            store,
-            pool,
-            self.recorder,
-            runner_id,
-            settings.replica_expiry,
-            settings.replica_renewal,
-            self.tick_interval,
-        )
+        self.registration = Registration(store, pool, self.recorder, settings)
         self.writer = LeaseWriter(
             store=store,
             pool=pool,

@@ -25,14 +25,13 @@ from .._storage.connection import connect_options, database_error
 from .._storage.django_beat import DjangoBeatStore
 from .._storage.statements import Conn
 from .._structures import SCHEDULE_FIELDS, ScheduleSpec, Scope
-from .._times import format_duration
+from .._times import US, format_duration
 from .audit import Action, Entry
 from .schedules import ScheduleOperations, check_payload
 
 SCOPE_KIND = "periodic_task"
 _PERIODS = ("days", "hours", "minutes", "seconds", "microseconds")
 _OPTIONS = ("queue", "exchange", "routing_key")
-_US = timedelta(microseconds=1)
 Connector = Callable[[], AbstractAsyncContextManager[Conn]]
 
 
@@ -85,7 +84,7 @@ def _recurrence(row: Row, now: datetime) -> dict[str, Any]:
     if clocked is not None:
         if clocked <= now:
             raise Refused(f"clocked at {clocked.isoformat()}, which has passed")
-        return {"every": _US, "clocked": clocked, "until": clocked + _US}
+        return {"every": US, "clocked": clocked, "until": clocked + US}
     raise Refused("no interval, crontab, solar or clocked schedule")
 
 
@@ -174,7 +173,7 @@ class ImportReport:
 def describe(valid: ValidSchedule) -> str:
     if valid.every is None:
         recurrence = f"cron {valid.cron!r} in {valid.timezone}"
-    elif valid.every == _US and valid.starts_at is not None:
+    elif valid.every == US and valid.starts_at is not None:
         recurrence = f"once at {valid.starts_at.isoformat()}"
     else:
         recurrence = f"every {format_duration(valid.every)}"

@@ -32,14 +32,13 @@ from .._storage.skips import SkipStore
 from .._storage.statements import Conn
 from .._storage.store import Store
 from .._structures import GLOBAL, ExplainLine, Explanation, Scope, check_job_name
-from .._times import aware
+from .._times import US, aware
 
 DEFAULT_WINDOW = timedelta(hours=24)
 DEFAULT_LINES = 50
 MAX_LINES = 1000
 MAX_PLANS = 2000  # plan times listed for one answer: older ones are left out (truncated)
 JOB_ROWS = 30_000  # ledger rows a whole job's answer counts, about
-_US = timedelta(microseconds=1)
 _ROW_STATES = {"RUNNING": "running", "PENDING": "pending"}
 
 
@@ -226,17 +225,17 @@ def _plans(
     start, end = window
     if recurrence is None:
         return [], start, False
-    count, exact = recurrence_plans(recurrence, start - _US, end, MAX_PLANS)
+    count, exact = recurrence_plans(recurrence, start - US, end, MAX_PLANS)
     truncated = count > MAX_PLANS or not exact
     if truncated:
         if isinstance(recurrence, CadenceRecurrence):
             start = end - recurrence.every * (MAX_PLANS - 1)
         else:  # a cron: its density over the window, assumed even
             start = end - (end - start) * MAX_PLANS / max(count, MAX_PLANS + 1)
-    plans = list(recurrence.plans_between(start - _US, end))
+    plans = list(recurrence.plans_between(start - US, end))
     if skips_excluded(recurrence):
         # The plans its calendar skips are listed too, each said to be excluded.
-        plans = sorted({*plans, *recurrence.excluded_between(start - _US, end)})
+        plans = sorted({*plans, *recurrence.excluded_between(start - US, end)})
     plans = plans[-MAX_PLANS:]
     return plans, (plans[0] if plans and truncated else start), truncated
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Never
 
 from .._errors import ConfigError, NotFoundError
@@ -32,12 +32,11 @@ from .._storage.schedules import ScheduleStore
 from .._storage.statements import ANALYZE_AFTER, Conn
 from .._storage.store import Store
 from .._structures import Schedule, ScheduleSpec, Scope, check_job_name
-from .._times import Duration
+from .._times import US, Duration
 from .audit import Action, Audited, Entry
 
 MAX_PAGE = 1000
 MAX_BACKFILL_PLANS = 100_000  # per scope and call
-_US = timedelta(microseconds=1)
 
 
 class ScheduleOperations(Audited):
@@ -114,7 +113,7 @@ class ScheduleOperations(Audited):
         rows = ScheduleRows(
             kinds=[v.scope.kind for v in valid],
             ids=[v.scope.id for v in valid],
-            every_us=[None if v.every is None else v.every // _US for v in valid],
+            every_us=[None if v.every is None else v.every // US for v in valid],
             crons=[v.cron for v in valid],
             tzs=[v.timezone for v in valid],
             calendars=[v.calendar for v in valid],
@@ -209,7 +208,7 @@ class ScheduleOperations(Audited):
                     raise NotFoundError(f"job {spec.name!r}, scope {scope}: no such schedule")
                 got = plans_between(
                     stored_schedule(spec.name, row, spec.calendars),
-                    lo - _US,
+                    lo - US,
                     hi,
                     MAX_BACKFILL_PLANS,
                 )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from .._errors import ConfigError, FieldError, NotFoundError, PgschedError
 from .._jobs.spec import JobSpec, evaluate_scopes, scopes_mode
@@ -27,8 +27,8 @@ from .._storage.schedules import ScheduleStore
 from .._storage.statements import Conn
 from .._storage.store import Store
 from .._structures import GLOBAL, Scope, Triggered
+from .._times import US
 
-_US = timedelta(microseconds=1)
 _MOST_STEPS = 1000  # microseconds a run-now moves at most off scheduled plans
 ENDED_STATUSES = ("SUCCESS", "FAILED", "CANCELLED")
 
@@ -229,13 +229,13 @@ class ScheduledPlans:
         for _ in range(_MOST_STEPS):  # a cadence of a microsecond leaves no instant free
             if not self._on_plan(valid, plan):
                 break
-            plan += _US
+            plan += US
         return plan
 
     def _on_plan(self, valid: ValidSchedule | None, at: datetime) -> bool:
         """Whether ``at`` is a plan of the schedule ``valid``, or of the job's recurrence."""
         if valid is not None:
-            return plans_between(valid, at - _US, at, 1) == [at]
+            return plans_between(valid, at - US, at, 1) == [at]
         return self._recurrence is not None and is_plan(self._recurrence, at)
 
     def _is_plan(self, at: datetime) -> bool | None:

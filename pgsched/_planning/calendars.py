@@ -18,6 +18,7 @@ from typing import Literal, TypeGuard, cast
 from zoneinfo import ZoneInfo
 
 from .._errors import ConfigError
+from .._times import US
 from .recurrence import Recurrence, _transition_between, zone
 
 OnExcluded = Literal["skip", "next_working_day", "previous_working_day"]
@@ -26,7 +27,6 @@ HolidaySource = object  # a container of dates (``date in it``), or ``year -> da
 # leave no working day never loops; its recurrences yield nothing.
 _SEARCH_DAYS = 800
 _DAY = timedelta(days=1)
-_US = timedelta(microseconds=1)
 _WINDOWED_FROM = timedelta(hours=1)  # a moving calendar lists upcoming plans by windows
 _NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _FULL = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -341,7 +341,7 @@ class CalendarRecurrence(Recurrence):
                 if onto_t and day < wall.date():  # strictly after t's wall time that day
                     after = wall_instant(day, wall.time(), self.tz)
                 else:
-                    after = wall_instant(day, time(0), self.tz) - _US
+                    after = wall_instant(day, time(0), self.tz) - US
                 plan = self.inner.next_after(after)
                 if plan is not None and plan.astimezone(self.tz).date() == day:
                     moved = self.moved(plan)
@@ -400,7 +400,7 @@ class CalendarRecurrence(Recurrence):
             if day is None:
                 return None
             # Just before the working day begins, or (backward) just before it ends.
-            plan = step(wall_instant(day if forward else day + _DAY, time(0), cal_tz) - _US)
+            plan = step(wall_instant(day if forward else day + _DAY, time(0), cal_tz) - US)
         return None
 
     def _widened(self, start: datetime, end: datetime) -> tuple[datetime, datetime]:

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import NamedTuple, Protocol
 
 from .._records import CursorMove, DueCursor, Skip
+from .._times import US
 from .calendars import skips_excluded
 from .dynamic import CatchUpRules
 from .recurrence import CadenceRecurrence, CronRecurrence, Recurrence, jitter_offset
@@ -43,8 +44,6 @@ from .skips import (
     span,
     spans_between,
 )
-
-_US = timedelta(microseconds=1)
 
 
 class CursorRules(CatchUpRules, Protocol):
@@ -101,7 +100,7 @@ def first_plan(job: CursorRules, seen_at: datetime, lookback: timedelta) -> date
         latest = job.recurrence.latest_at_or_before(horizon)
         if latest is not None:
             return latest
-    return job.recurrence.next_after(horizon - lookback - _US)
+    return job.recurrence.next_after(horizon - lookback - US)
 
 
 def due_at(job: CursorRules, kind: str, ident: str, plan: datetime | None) -> datetime | None:
@@ -200,11 +199,11 @@ def _across_pause(
     job, recurrence = steps.job, steps.recurrence
     horizon = now - job.schedule_delay
     latest = job.catch_up == "latest_only"
-    resumed = recurrence.next_after(pause.end - job.schedule_delay - _US)
+    resumed = recurrence.next_after(pause.end - job.schedule_delay - US)
     if first + job.schedule_delay < pause.start and (
         not latest or resumed is None or resumed > horizon
     ):
-        return _catch_up(steps, kind, ident, first, (now, room, pause.start - _US))
+        return _catch_up(steps, kind, ident, first, (now, room, pause.start - US))
     window = (pause, job.schedule_delay, latest)
     resumed, skips = past_pause(recurrence.next_after, recurrence, (kind, ident), first, window)
     if resumed is None or resumed > horizon:
@@ -268,14 +267,14 @@ def _every(
     job, recurrence, scope = steps.job, steps.recurrence, (kind, ident)
     horizon = now - job.schedule_delay
     oldest = horizon - job.catch_up_window
-    start: datetime | None = first if first >= oldest else recurrence.next_after(oldest - _US)
+    start: datetime | None = first if first >= oldest else recurrence.next_after(oldest - US)
     # Older than catch_up_window: left for the newer plans, as latest_only leaves them.
     skips = spans_between(recurrence, scope, "superseded", first, start or oldest)
     if start is not None and job.max_lateness is not None:
         deadline = horizon - job.max_lateness
         if start < deadline:
             skips += spans_between(recurrence, scope, "max_lateness", start, deadline)
-            start = recurrence.next_after(deadline - _US)
+            start = recurrence.next_after(deadline - US)
     if until is not None:
         horizon = min(horizon, until - job.schedule_delay)
     if start is None or start > horizon:

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from .._records import DueSchedule, ScheduleMove, Skip
+from .._times import US
 from .calendars import Calendar, skips_excluded
 from .recurrence import CatchUp, Recurrence, jitter_offset
 from .schedules import ValidSchedule, first_plan_after, recurrence_for, stored_schedule
@@ -37,8 +38,6 @@ from .skips import (
     span,
     spans_between,
 )
-
-_US = timedelta(microseconds=1)
 
 
 class CatchUpRules(Protocol):
@@ -124,8 +123,8 @@ def decide(job: CatchUpRules, row: DueSchedule, now: datetime) -> Decision:
     if not passed:
         return decision
     # The plans its calendar skipped: after the plan before its next one (or its creation).
-    after = recurrence.latest_at_or_before(row.next_plan_time - _US) or row.created_at
-    lower = [t for t in (after, row.created_at, valid.starts_at and valid.starts_at - _US) if t]
+    after = recurrence.latest_at_or_before(row.next_plan_time - US) or row.created_at
+    lower = [t for t in (after, row.created_at, valid.starts_at and valid.starts_at - US) if t]
     if not lower:
         return decision
     excluded = excluded_spans(recurrence, (row.scope_kind, row.scope_id), max(lower), max(passed))
@@ -138,7 +137,7 @@ def _decided(
     valid, recurrence = schedule
     kind, ident = row.scope_kind, row.scope_id
     horizon = now - job.schedule_delay
-    first = first_plan_after(valid, row.next_plan_time - _US)  # the window may have moved
+    first = first_plan_after(valid, row.next_plan_time - US)  # the window may have moved
     skips = spans_between(
         recurrence, (kind, ident), "outside_window", row.next_plan_time, _before(first, horizon)
     )
@@ -152,11 +151,11 @@ def _decided(
     if pause is not None and first + job.schedule_delay < pause.end:
         # As for a code-defined job's cursor (cursors._across_pause).
         latest = job.catch_up == "latest_only"
-        resumed = first_plan_after(valid, pause.end - job.schedule_delay - _US)
+        resumed = first_plan_after(valid, pause.end - job.schedule_delay - US)
         if first + job.schedule_delay < pause.start and (
             not latest or resumed is None or resumed > horizon
         ):
-            return _claim(job, schedule, scope, (first, now, pause.start - _US), skips)
+            return _claim(job, schedule, scope, (first, now, pause.start - US), skips)
         step = lambda t: first_plan_after(valid, t)  # noqa: E731
         window = (pause, job.schedule_delay, latest)
         first, paused = past_pause(step, recurrence, scope, first, window)
@@ -169,7 +168,7 @@ def _decided(
 def _before(first: datetime | None, horizon: datetime) -> datetime:
     """Where the span of due plans outside the window ends (excluded): the first plan inside
     it, or past the last plan due."""
-    return horizon + _US if first is None else min(first, horizon + _US)
+    return horizon + US if first is None else min(first, horizon + US)
 
 
 def _claim(
@@ -195,7 +194,7 @@ def _claim(
             move = ScheduleMove(kind, ident, None, first_plan_after(valid, plan))
             return Decision(move, tuple(skips))
         skips += spans_between(recurrence, scope, "max_lateness", plan, deadline)
-        plan = first_plan_after(valid, deadline - _US)
+        plan = first_plan_after(valid, deadline - US)
         if plan is None or plan > horizon:
             return Decision(ScheduleMove(kind, ident, None, plan), tuple(skips))
     if job.jitter > timedelta(0):
@@ -220,9 +219,9 @@ def _pick(
         oldest = horizon - job.catch_up_window
         if first >= oldest:
             return first, []
-        start = first_plan_after(valid, oldest - _US)
+        start = first_plan_after(valid, oldest - US)
         return start, spans_between(recurrence, scope, "superseded", first, start or oldest)
-    until = horizon if valid.ends_at is None else min(horizon, valid.ends_at - _US)
+    until = horizon if valid.ends_at is None else min(horizon, valid.ends_at - US)
     after_first = first_plan_after(valid, first)  # memoised per spec: one step at most
     if after_first is None or after_first > until:
         return first, []  # the usual case: the stored next plan is the only one due

@@ -21,12 +21,11 @@ from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
-from .._times import format_duration
+from .._times import US, format_duration
 from .cron import cron_parts, parsed
 
 _T = TypeVar("_T")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_US = timedelta(microseconds=1)
 # Wider than any UTC offset change in the tz database (30 min to 2 h), so a scan of wall
 # times this far either side of a range sees every occurrence that maps into the range.
 _DAY = timedelta(days=1)
@@ -146,7 +145,7 @@ class CadenceRecurrence(Recurrence):
         if every <= timedelta(0):
             raise ValueError("cadence must be positive")
         self.every = every
-        self._step = every // _US
+        self._step = every // US
 
     def describe(self) -> str:
         return f"every {format_duration(self.every)}"
@@ -155,8 +154,8 @@ class CadenceRecurrence(Recurrence):
         return f"every {_legacy_cadence(self.every)}"  # the key cursors have stored since v1
 
     def latest_at_or_before(self, t: datetime) -> datetime:
-        offset = (t - EPOCH) // _US
-        return EPOCH + _US * (offset - offset % self._step)
+        offset = (t - EPOCH) // US
+        return EPOCH + US * (offset - offset % self._step)
 
     def next_after(self, t: datetime) -> datetime:
         return self.latest_at_or_before(t) + self.every
@@ -279,7 +278,7 @@ class CronRecurrence(Recurrence):
         offset = self._steady_offset(t)
         if offset is None:
             return None
-        aim = self._wall(t) + _US if backwards else self._wall(t)  # get_prev is strictly before
+        aim = self._wall(t) + US if backwards else self._wall(t)  # get_prev is strictly before
         best: datetime | None = None
         with self._stepper_lock:
             for stepper in self._steppers:
@@ -480,7 +479,7 @@ class PlanCursor:
             return
         oldest = horizon - self.catch_up_window
         # plans_between excludes its start; a plan exactly catch_up_window old still counts.
-        start = max(self._covered_until or oldest - _US, oldest - _US)
+        start = max(self._covered_until or oldest - US, oldest - US)
         if isinstance(self.recurrence, CadenceRecurrence):
             # Never list more than the newest `limit` cadence plans.
             start = max(start, horizon - self.recurrence.every * self.limit)
@@ -496,7 +495,7 @@ def recurrence_record(recurrence: Recurrence) -> dict[str, object] | None:
     caller without the job's code computes the same plans; None for a planner hook or a
     dynamic job, which no record can reproduce."""
     if isinstance(recurrence, CadenceRecurrence):
-        return {"every_us": recurrence.every // _US}
+        return {"every_us": recurrence.every // US}
     if isinstance(recurrence, CronRecurrence):
         return {
             "cron": recurrence.expr,
@@ -514,7 +513,7 @@ def recurrence_from_record(record: object) -> Recurrence | None:
         return None
     try:
         if isinstance(record.get("every_us"), int):
-            return CadenceRecurrence(_US * record["every_us"])
+            return CadenceRecurrence(US * record["every_us"])
         if isinstance(record.get("cron"), str):
             return CronRecurrence(
                 record["cron"],
@@ -529,7 +528,7 @@ def recurrence_from_record(record: object) -> Recurrence | None:
 
 def is_plan(recurrence: Recurrence, instant: datetime) -> bool:
     """Whether ``instant`` is one of ``recurrence``'s plans."""
-    return instant in recurrence.plans_between(instant - _US, instant)
+    return instant in recurrence.plans_between(instant - US, instant)
 
 
 def count_plans_between(recurrence: Recurrence, start: datetime, end: datetime, cap: int) -> int:
@@ -559,7 +558,7 @@ def jitter_offset(
     key = "\x1f".join((job, kind, scope_id, plan.astimezone(UTC).isoformat()))
     digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
     # Integer arithmetic: a float fraction could round up to exactly `jitter`.
-    return _US * (((jitter // _US) * int.from_bytes(digest, "big")) >> 64)
+    return US * (((jitter // US) * int.from_bytes(digest, "big")) >> 64)
 
 
 def unique_in_order(items: Iterable[_T]) -> list[_T]:

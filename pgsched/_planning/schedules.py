@@ -40,7 +40,7 @@ from .._structures import (
     check_job_name,
     trusted_scope,
 )
-from .._times import parse_duration
+from .._times import US, parse_duration
 from .calendars import Calendar, CalendarRecurrence, OnExcluded
 from .recurrence import CadenceRecurrence, CronRecurrence, Recurrence, zone
 
@@ -52,7 +52,6 @@ _REFERENCE = datetime(2000, 1, 1, tzinfo=UTC)
 # (which looks decades ahead) never overflows, and inside PostgreSQL's timestamptz range.
 _EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
 _LATEST = datetime(9000, 1, 1, tzinfo=UTC)
-_US = timedelta(microseconds=1)
 _SHOWN = 100  # characters of a value's repr quoted in an error message
 _REPR = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 4, _SHOWN, _SHOWN, _SHOWN
@@ -132,7 +131,7 @@ class ValidSchedule:
         the key for cadences too: a put that changes ``timezone`` replaces the spec
         (docs/schedules.md, "Replacing the spec").
         """
-        every = None if self.every is None else self.every // _US
+        every = None if self.every is None else self.every // US
         if self.calendar is not None and self.named is None:
             raise ConfigError(
                 f"job {self.job!r}, scope {self.scope}: calendar={self.calendar!r} is not"
@@ -244,7 +243,7 @@ def plans_between(
     lo = _lower_bound(valid, after)
     hi = _utc(until, "until")
     if valid.ends_at is not None:
-        hi = min(hi, valid.ends_at - _US)  # plan times are whole microseconds
+        hi = min(hi, valid.ends_at - US)  # plan times are whole microseconds
     if limit <= 0 or hi <= lo:
         return []
     recurrence = recurrence_for(valid.spec_key)
@@ -276,7 +275,7 @@ def recurrence_plans(
 def stored_schedule(job: str, row: Row, calendars: Calendars = NO_CALENDARS) -> ValidSchedule:
     """The schedule a row of ``schedules`` holds (trusted: it was checked when put), its
     calendar looked up in ``calendars``."""
-    every = None if row["every_us"] is None else _US * row["every_us"]
+    every = None if row["every_us"] is None else US * row["every_us"]
     payload: dict[str, Any] = row.get("payload") or {}
     name: str | None = row.get("calendar")
     return ValidSchedule(
@@ -358,7 +357,7 @@ def recurrence_for(key: SpecKey) -> Recurrence:
     every_us, cron, timezone, calendar, on_excluded = key
     inner: Recurrence
     if every_us is not None:
-        inner = CadenceRecurrence(_US * every_us)
+        inner = CadenceRecurrence(US * every_us)
     else:
         assert cron is not None
         inner = CronRecurrence(cron, zone(timezone))
@@ -379,7 +378,7 @@ def _chunked_plans(
         nxt = recurrence.next_after(lo)
         if nxt is None or nxt > hi:
             break
-        lo = nxt - _US
+        lo = nxt - US
         end = hi if hi - lo <= span else lo + span
         out.extend(recurrence.plans_between(lo, end))
         lo, span = end, span * 2
@@ -390,7 +389,7 @@ def _lower_bound(valid: ValidSchedule, after: datetime) -> datetime:
     """The instant plans must be strictly after: ``after``, or just before ``starts_at``."""
     lo = _utc(after, "after")
     if valid.starts_at is not None and valid.starts_at > lo:
-        lo = valid.starts_at - _US
+        lo = valid.starts_at - US
     return lo
 
 
@@ -516,7 +515,7 @@ class _Checker:
         try:
             utc = value.astimezone(UTC)
         except OverflowError:
-            utc = _LATEST if value.year > 2000 else _EARLIEST - _US
+            utc = _LATEST if value.year > 2000 else _EARLIEST - US
         if not _EARLIEST <= utc < _LATEST:
             raise self.bad(field, value, "must lie between the years 1900 and 9000")
         return utc

@@ -20,7 +20,7 @@ from typing import NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .._records import Skip
-from .._times import parse_duration
+from .._times import US, parse_duration
 from .calendars import skips_excluded
 from .recurrence import CadenceRecurrence, CronRecurrence, Recurrence, count_plans_between
 
@@ -38,7 +38,6 @@ REASONS = (
 # (the cursor's first sight, the replicas table), overlap is reserved.
 RECORDED = ("superseded", "max_lateness", "paused", "outside_window", "excluded")
 SKIP_COUNT_CAP = 10_000
-_US = timedelta(microseconds=1)
 # How far back a claim looks for plans its calendar excluded (a cursor re-planned after
 # a long pause records no older ones): a calendar's own search bound.
 EXCLUDED_LOOKBACK = timedelta(days=800)
@@ -77,8 +76,8 @@ def span(
     last: datetime,
 ) -> Skip:
     """The span of ``recurrence``'s plans from ``first`` to ``last`` (both plans) of a scope."""
-    plans = 1 + count_plans_between(recurrence, first, last + _US, SKIP_COUNT_CAP - 1)
-    previous = recurrence.latest_at_or_before(first - _US)
+    plans = 1 + count_plans_between(recurrence, first, last + US, SKIP_COUNT_CAP - 1)
+    previous = recurrence.latest_at_or_before(first - US)
     return Skip(scope[0], scope[1], reason, first, last, plans, previous)
 
 
@@ -93,7 +92,7 @@ def spans_between(
     no span when there is none before it)."""
     if first is None or before is None or before <= first:
         return []
-    last = recurrence.latest_at_or_before(before - _US)
+    last = recurrence.latest_at_or_before(before - US)
     if last is None or last < first:
         return []
     return [span(recurrence, scope, reason, first, last)]
@@ -110,10 +109,10 @@ def excluded_spans(
     after = max(after, upto - EXCLUDED_LOOKBACK)
     inner, out = recurrence.inner, []
     for start, end in recurrence.excluded_runs(after, upto):
-        first = inner.next_after(max(start - _US, after))
+        first = inner.next_after(max(start - US, after))
         if first is None or first >= end or first > upto:
             continue
-        last = inner.latest_at_or_before(min(end - _US, upto))
+        last = inner.latest_at_or_before(min(end - US, upto))
         if last is not None and last >= first:
             out.append(span(inner, scope, "excluded", first, last))
     return out
@@ -140,9 +139,9 @@ def past_pause(
     skips: list[Skip] = []
     if supersede:
         skips += spans_between(recurrence, scope, "superseded", first, pause.start - delay)
-    in_pause = first if first + delay >= pause.start else step(pause.start - delay - _US)
+    in_pause = first if first + delay >= pause.start else step(pause.start - delay - US)
     skips += spans_between(recurrence, scope, "paused", in_pause, pause.end - delay)
-    return step(pause.end - delay - _US), skips
+    return step(pause.end - delay - US), skips
 
 
 def described_recurrence(text: str | None) -> Recurrence | None:
