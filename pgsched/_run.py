@@ -144,12 +144,16 @@ class Batch(Sequence[Run]):
     and when it raises, they fail with its exception. For ``transactional=True`` jobs
     ``conn`` (and every run's ``conn``) is the one transaction of the whole batch."""
 
-    __slots__ = ("_runs", "conn", "job")
+    __slots__ = ("_runs", "job")
 
     def __init__(self, job: str, runs: Sequence[Run]) -> None:
         self.job = job
         self._runs = tuple(runs)
-        self.conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any] | None = None
+
+    @property
+    def conn(self) -> psycopg.AsyncConnection[Any] | psycopg.Connection[Any] | None:
+        """The transaction every run of a ``transactional=True`` batch shares (else None)."""
+        return self._runs[0].conn if self._runs else None
 
     @overload
     def __getitem__(self, index: int) -> Run: ...
@@ -168,12 +172,6 @@ class Batch(Sequence[Run]):
 
     def __repr__(self) -> str:
         return f"Batch(job={self.job!r}, runs={len(self._runs)})"
-
-    def lend(self, conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any] | None) -> None:
-        """Give the batch and each of its runs the transaction ``conn`` (None: take it back)."""
-        self.conn = conn
-        for run in self._runs:
-            run.conn = conn
 
 
 def watch(run: Run, liveness: Liveness) -> None:

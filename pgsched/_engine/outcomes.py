@@ -138,9 +138,9 @@ def marked(lease: Lease, started: float, *, strict: bool, rolled_back: bool) -> 
         try:
             return succeeded(started, mark.value)
         except Exception as exc:  # InvalidResult, or anything odd a custom object raises
-            if strict:
-                raise InvalidResult(f"run.succeed(): {describe_error(exc)}") from exc
             why = f"run.succeed(): {describe_error(exc)}"
+            if strict:
+                raise InvalidResult(why) from exc
             return failed(lease, started, Failure("invalid_result", why))
     error = mark.value
     if isinstance(error, BaseException):
@@ -157,8 +157,6 @@ def returned(
     (and, ``strict``, for a mark's)."""
     if leases[0].job.batch_size is None:
         lease = leases[0]
-        if lease.run.mark is None:
-            return [succeeded(started, value)]
         return [
             marked(lease, started, strict=strict, rolled_back=False) or succeeded(started, value)
         ]

@@ -160,7 +160,7 @@ class Transactions:
                 await self._store.configure_session(
                     conn, timeout, timeout + _IDLE_MARGIN, local=self._local, handler=True
                 )
-                _lend(arg, conn)
+                _lend(runs, conn)
                 conn.answer_timeout = timeout.total_seconds() + ANSWER_GRACE_S
                 done = outcomes(await job.handler(arg))
                 conn.answer_timeout = self._answer_timeout
@@ -176,7 +176,7 @@ class Transactions:
                     raise TransactionUnavailable(exc, committing) from exc
                 raise
             finally:
-                _lend(arg, None)
+                _lend(runs, None)
 
     def run_sync(
         self, job: JobSpec, arg: Run | Batch, *, runs: Sequence[Run], outcomes: ToOutcomes
@@ -197,7 +197,7 @@ class Transactions:
                         raise TransactionUnavailable(exc, None) from exc
                     raise
                 finally:
-                    _lend(arg, None)
+                    _lend(runs, None)
                 if done is None:
                     raise _Released  # the lease was lost: roll back
                 committing = [outcome for outcome, _ in done]
@@ -238,7 +238,7 @@ class Transactions:
         self._store.configure_session_sync(
             conn, timeout, timeout + _IDLE_MARGIN, local=local, handler=True
         )
-        _lend(arg, conn)
+        _lend(runs, conn)
         _answer_within(conn, timeout.total_seconds() + ANSWER_GRACE_S)
         done = outcomes(job.handler(arg))
         _answer_within(conn, self._answer_timeout)
@@ -247,13 +247,11 @@ class Transactions:
 
 
 def _lend(
-    arg: Run | Batch, conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any] | None
+    runs: Sequence[Run], conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any] | None
 ) -> None:
-    """Give the handler's run (or each run of its batch) the transaction ``conn``."""
-    if isinstance(arg, Batch):
-        arg.lend(conn)
-    else:
-        arg.conn = conn
+    """Give each run of the handler (one, or its batch's) the transaction ``conn``."""
+    for run in runs:
+        run.conn = conn
 
 
 def _rows(runs: Sequence[Run], outcomes: list[Outcome]) -> list[Finish]:

@@ -151,12 +151,11 @@ class Visits:
         while not stopping.is_set():
             # A batch job's slot takes a batch: its claims take as many whole batches as a
             # claim may (sharing a fan-out between replicas is done by the batch).
-            per_slot = job.batch_size or 1
-            most = (
-                self._claim_sizes.get(job.name, FIRST_CLAIM)
-                if job.batch_size is None
-                else max(job.batch_size, BATCH_JOB_CLAIM // job.batch_size * job.batch_size)
-            )
+            if job.batch_size is None:
+                per_slot, most = 1, self._claim_sizes.get(job.name, FIRST_CLAIM)
+            else:
+                per_slot = job.batch_size
+                most = BATCH_JOB_CLAIM // per_slot * per_slot
             try:
                 if first and not job.dynamic:
                     known, due = await self.sightings.see(conn, job, probe.now)
