@@ -7,6 +7,9 @@ it), its task id, and pgsched's ``plan_time`` header where a pgsched beat sent i
 **The plan a message publishes** (its nominal time):
 
 - pgsched: the ``pgsched_plan_time`` header, on pgsched's epoch-aligned grid of the cadence.
+- a plain beat whose entries are on that grid (kind ``grid``: bench/peers/beat_app.py's
+  ``on_grid`` schedule): the grid point at or before the arrival, up to a tenth of a cadence
+  early, so its lag is counted from the plan's time as pgsched's is.
 - plain beat and redbeat: their interval entries are not on a grid (each send is due one
   cadence after the previous send), so the entry's first arrival in the trial sets its grid,
   ``first + k * every``; a message belongs to the grid point at or before it, up to a tenth of
@@ -35,7 +38,7 @@ EARLY = 0.1  # of a cadence: a message this much before a grid point is that poi
 class Window:
     """What a trial measured: ``kind`` of beat, the entries, the window and the kill."""
 
-    kind: str  # pgsched | plain | redbeat
+    kind: str  # pgsched | grid | plain | redbeat
     entries: list[str]
     every_s: float
     start: float  # epoch seconds
@@ -45,6 +48,11 @@ class Window:
     @property
     def end(self) -> float:
         return self.start + self.length_s
+
+    @property
+    def on_grid(self) -> bool:
+        """The plans are on the epoch-aligned grid of the cadence, not each entry's own."""
+        return self.kind in ("pgsched", "grid")
 
 
 def nominal(arrivals: list[dict[str, Any]], w: Window) -> list[tuple[str, float, dict[str, Any]]]:
@@ -56,7 +64,7 @@ def nominal(arrivals: list[dict[str, Any]], w: Window) -> list[tuple[str, float,
     grid = phases(arrivals)
     out = []
     for a in arrivals:
-        first = grid[a["entry"]]
+        first = 0.0 if w.on_grid else grid[a["entry"]]
         k = math.floor((a["t"] - first) / w.every_s + EARLY)
         out.append((a["entry"], first + k * w.every_s, a))
     return out
@@ -98,7 +106,7 @@ def figures(arrivals: list[dict[str, Any]], w: Window) -> dict[str, Any]:
     split = w.kill_t if w.kill_t is not None else w.end
     settled = split - w.every_s
     grid = phases(arrivals)
-    phase = {e: 0.0 if w.kind == "pgsched" else grid.get(e, w.start) for e in w.entries}
+    phase = {e: 0.0 if w.on_grid else grid.get(e, w.start) for e in w.entries}
     expected_before = sum(slots(w, p, w.start, split) for p in phase.values())
     expected = sum(slots(w, p, w.start, w.end) for p in phase.values())
     before = [k for k in plans if k[1] < split]

@@ -88,7 +88,7 @@ class BeatConfig:
 
     key: str
     label: str
-    kind: str  # pgsched | plain | redbeat
+    kind: str  # pgsched | grid (a plain beat, entries on pgsched's grid) | plain | redbeat
     beats: int
     venv: str = ""  # "": the bench's interpreter; "peers": bench/.venv-peers (celery-redbeat)
 
@@ -105,6 +105,7 @@ CONFIGS = {
     for c in (
         BeatConfig("pgsched", "pgsched: 3 beats (`celery beat -S pgsched`)", "pgsched", 3),
         BeatConfig("beat", "one plain `celery beat`", "plain", 1),
+        BeatConfig("beat_grid", "one plain `celery beat`, entries on pgsched's grid", "grid", 1),
         BeatConfig("beat2", "two plain `celery beat`s", "plain", 2),
         BeatConfig("redbeat", "celery-redbeat 2.4.2: 3 beats", "redbeat", 3, venv="peers"),
     )

@@ -88,7 +88,9 @@ def goals(beat: dict[str, Any]) -> list[tuple[str, bool | None, str]]:
         )
     )
     out.append(_redbeat_goal(beat, trials.get("redbeat", [])))
-    out.append(_lag_goal(median.get("pgsched", {}), median.get("beat", {})))
+    out.append(
+        _lag_goal(median.get("pgsched", {}), median.get("beat_grid", {}), median.get("beat", {}))
+    )
     return out
 
 
@@ -109,13 +111,27 @@ def _redbeat_goal(beat: dict[str, Any], red: list[dict[str, Any]]) -> tuple[str,
     )
 
 
-def _lag_goal(mine: dict[str, Any], plain: dict[str, Any]) -> tuple[str, bool | None, str]:
-    goal = f"pgsched's p99 publish lag within {LAG_RATIO_GOAL:g} x one plain beat's"
-    ours, theirs = mine.get("lag_p99_s"), plain.get("lag_p99_s")
+def _lag_goal(
+    mine: dict[str, Any], grid: dict[str, Any], drift: dict[str, Any]
+) -> tuple[str, bool | None, str]:
+    """pgsched's p99 lag against a plain beat's on the same plans (``grid``: its entries on
+    pgsched's grid, both lags counted from the plan's time); beside it, against a plain
+    beat's interval entries (``drift``: only the delay added after each entry's first send)."""
+    goal = (
+        f"pgsched's p99 publish lag within {LAG_RATIO_GOAL:g} x one plain beat's"
+        " (entries on the same grid)"
+    )
+    ours, theirs = mine.get("lag_p99_s"), grid.get("lag_p99_s")
     if ours is None or not theirs:
         return goal, None, "not measured"
     ratio = ours / theirs
-    return goal, ratio <= LAG_RATIO_GOAL, f"{ours:.3f} s against {theirs:.3f} s: {ratio:.2f} x"
+    evidence = f"{ours:.3f} s against {theirs:.3f} s: {ratio:.2f} x"
+    if drift.get("lag_p99_s"):
+        evidence += (
+            f"; against a plain beat's interval entries (their drift only)"
+            f" {drift['lag_p99_s']:.3f} s: {ours / drift['lag_p99_s']:.2f} x"
+        )
+    return goal, ratio <= LAG_RATIO_GOAL, evidence
 
 
 def _ran(beat: dict[str, Any], key: str) -> list[dict[str, Any]]:

@@ -14,14 +14,23 @@ from bench.beat_figures import Window, figures
 
 
 def test_beat_smoke(pg_dsn: str, tmp_path: Path) -> None:
-    argv = ["--dsn", pg_dsn, "--configs", "pgsched,beat", "--rounds", "1", "--entries", "10"]
+    argv = [
+        "--dsn",
+        pg_dsn,
+        "--configs",
+        "pgsched,beat,beat_grid",
+        "--rounds",
+        "1",
+        "--entries",
+        "10",
+    ]
     argv += ["--every", "2", "--window", "6", "--warmup", "1", "--drain", "1"]
     argv += ["--results-dir", str(tmp_path), "--no-docs", "--no-install"]
     assert main(argv) == 0
     beat = json.loads((tmp_path / "beat.json").read_text())
-    assert set(beat["configs"]) == {"pgsched", "beat"}
+    assert set(beat["configs"]) == {"pgsched", "beat", "beat_grid"}
     (only,) = beat["rounds"]
-    assert only["order"] == ["pgsched", "beat"]
+    assert only["order"] == ["pgsched", "beat", "beat_grid"]
     for key, r in only["trials"].items():
         assert r["status"] == "ok", (key, r.get("reason"))
         assert r["expected"] == 30, key  # 10 entries x 3 slots of 2 s
@@ -55,3 +64,28 @@ def test_plain_beats_grid_counts_a_second_beat_as_duplicates_and_a_gap_as_lost()
     assert got["duplicated_new_task_id"] == 4
     assert got["lost_before_kill"] == 0 and got["lost_after_kill"] == 3
     assert got["lag_max_s"] == 0.11 and got["longest_silence_s"] > 19
+
+
+def test_a_plain_beat_on_the_grid_counts_its_lag_from_the_plans_time() -> None:
+    """Entries on the epoch grid: a message 0.2 s after a multiple of the cadence lags 0.2 s
+    (an interval entry's first send would set its grid and count none of it)."""
+    arrivals = [
+        {"t": 100.0 + 5 * k + 0.2, "entry": "e0", "origin": "a", "task_id": f"a{k}"}
+        for k in range(12)
+    ]
+    on_grid = figures(arrivals, Window("grid", ["e0"], 5, start=100.0, length_s=60.0, kill_t=None))
+    assert on_grid["published"] == 12 and on_grid["lost"] == 0
+    assert on_grid["lag_p50_s"] == 0.2 and on_grid["lag_max_s"] == 0.2
+    drift = figures(arrivals, Window("plain", ["e0"], 5, start=100.0, length_s=60.0, kill_t=None))
+    assert drift["lag_max_s"] == 0.0
+
+
+def test_the_grid_schedule_is_due_once_per_multiple_of_its_cadence() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from bench.peers.beat_app import on_grid
+
+    now = datetime.fromtimestamp(1_000_002.0, UTC)  # 2 s past a multiple of 5 s
+    every = on_grid(timedelta(seconds=5), nowfun=lambda: now)
+    assert every.is_due(datetime.fromtimestamp(999_999.0, UTC)) == (True, 3.0)
+    assert every.is_due(datetime.fromtimestamp(1_000_000.5, UTC)) == (False, 3.0)
