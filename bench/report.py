@@ -435,13 +435,16 @@ def goal_idle(report: dict[str, Any]) -> Goal:
     r = find(report, "f", "pgsched")
     if r is None or r.get("statements_per_tick") is None:
         return ("(f) idle tick: O(jobs) statements, < 50 ms DB time", None, "not measured")
-    ok = r["statements_per_tick"] <= 3 and r["db_ms_per_tick"] < 50
+    unsettled = "settled_s" in r and r["settled_s"] is None
+    ok = r["statements_per_tick"] <= 3 and r["db_ms_per_tick"] < 50 and not unsettled
+    settled = "" if r.get("settled_s") is None else f", from {r['settled_s']} s after start"
     return (
         "(f) idle tick with 100,000 scopes: O(jobs) statements, < 50 ms database time",
         ok,
         f"{fmt(r['statements_per_tick'])} statements and {fmt(r['db_ms_per_tick'])} ms "
         f"of database time per tick per replica (1 job), "
-        f"source {r['statements_source']}",
+        f"source {r['statements_source']}{settled}"
+        + (" (the replicas had not settled: first sight inside the window)" if unsettled else ""),
     )
 
 

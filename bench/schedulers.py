@@ -50,6 +50,11 @@ class Contender(Protocol):
         """Numbers of its own, from its replicas' counters at the end of the window."""
         ...
 
+    def settled(self, conn: psycopg.Connection[Any], scopes: int) -> bool:
+        """Whether its replicas are past their first sight of ``scopes`` scopes (an idle
+        window measures idle ticks only from then on)."""
+        ...
+
 
 class _Base:
     key = ""
@@ -71,6 +76,9 @@ class _Base:
 
     def extra_stats(self, counters: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
+
+    def settled(self, conn: psycopg.Connection[Any], scopes: int) -> bool:
+        return True  # it keeps no per-scope state to build on first sight
 
 
 class _OnPgschedTable(_Base):
@@ -130,6 +138,15 @@ class Pgsched(_OnPgschedTable):
 
     def command(self, python: str, dsn: str) -> list[str]:
         return [python, "-m", "pgsched", "--dsn", dsn, "run", self.app, "--no-http"]
+
+    def settled(self, conn: psycopg.Connection[Any], scopes: int) -> bool:
+        """Every scope has its cursor and none is due: the first sight's claims are done."""
+        row = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE due_at <= now()) FROM pgsched.cron_cursors"
+            " WHERE job_name = %s AND retired_at IS NULL",
+            (JOB,),
+        ).fetchone()
+        return row is not None and row[0] >= scopes and row[1] == 0
 
 
 class PgschedBatch(Pgsched):

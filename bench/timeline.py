@@ -10,7 +10,8 @@ one workload and returns the measured :class:`Window`; what is measured in that 
 * :class:`CatchUpStorm`: the replicas come back after ``downtime_s``, just after a plan fell
   due, with every missed plan due at once; measured from their start until that backlog
   has run (or ``window_s``).
-* :class:`Idle`: nothing falls due; ``window_s`` of idle ticks after the warm-up.
+* :class:`Idle`: nothing falls due; ``window_s`` of idle ticks after the warm-up, once the
+  replicas have settled (their first sight of the scopes done, at most ``SETTLE_CAP_S``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from bench.workloads import Workload
 
 # A catch-up storm starts this long after a plan fell due (the clock read is not exact).
 STORM_OFFSET_S = 0.5
+# An idle window waits at most this long after the warm-up for the replicas to settle.
+SETTLE_CAP_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,9 @@ class Window:
     start: datetime  # the measurement's start
     plans: list[datetime]  # the plans measured
     origin: datetime | None = None  # a catch-up storm: when the whole backlog fell due
+    # An idle window: seconds from the replicas' start until they had settled (None: not
+    # within the cap, so the window still holds their first sight).
+    settled_s: float | None = None
 
 
 class Stage(Protocol):
@@ -45,6 +51,7 @@ class Stage(Protocol):
     def begin_measurement(self, from_zero: bool = False) -> None: ...
     def alive(self) -> bool: ...
     def completed(self, plans: list[datetime]) -> int: ...
+    def settled(self) -> bool: ...
 
 
 class Timeline(Protocol):
@@ -136,8 +143,14 @@ class Idle:
 
     def run(self, stage: Stage, now: datetime) -> Window:
         stage.prepopulate(floor_plan(now, self.wl.every_s))
-        t0 = stage.start_replicas() + self.warmup
-        stage.sleep_until(t0)
+        started = stage.start_replicas()
+        stage.sleep_until(started + self.warmup)
+        cap = stage.now() + timedelta(seconds=SETTLE_CAP_S)
+        settled = stage.settled()
+        while not settled and stage.now() < cap and stage.alive():
+            stage.sleep_until(stage.now() + timedelta(seconds=0.5))
+            settled = stage.settled()
+        t0 = stage.now()
         stage.begin_measurement()
         stage.sleep_until(t0 + timedelta(seconds=self.wl.window_s))
-        return Window(t0, [])
+        return Window(t0, [], settled_s=(t0 - started).total_seconds() if settled else None)

@@ -184,6 +184,10 @@ class Trial:
     def completed(self, plans: list[datetime]) -> int:
         return measure.completed(self.dsn, plans)
 
+    def settled(self) -> bool:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            return self.contender.settled(conn, self.wl.scopes)
+
     # -- the trial ----------------------------------------------------------------------------
 
     def execute(self) -> dict[str, Any]:
@@ -224,6 +228,8 @@ class Trial:
         result.update(
             measure.statement_stats(stmts, self.counters0, counters1, seconds, self.opts.replicas)
         )
+        if self.wl.idle:
+            result["settled_s"] = None if window.settled_s is None else round(window.settled_s, 1)
         result["top_statements"] = top
         result.update(claims)
         result.update(self.contender.extra_stats(counters1))

@@ -24,6 +24,7 @@ class Probe:
     # Each job's earliest due cursor: a code-defined job's cursors, a dynamic job's stored
     # schedules (None: none is due ever).
     next_due: dict[str, datetime | None] = field(default_factory=dict)
+    replicas: tuple[str, ...] = ()  # the live replicas' runner ids, in order
 
     def cursors_due(self, job: str, delay: timedelta) -> bool:
         """True when a cursor (or schedule) of ``job`` has a plan due at the probe's now."""

@@ -23,8 +23,8 @@
 
 -- name: tick_probe :one
 -- One statement per tick: the database clock, pause flags, and which jobs have stale
--- leases, due retries or due PENDING rows (each read from a partial index), and when each
--- job's earliest cursor (or stored schedule) falls due. Its running_before is the previous
+-- leases, due retries or due PENDING rows (each read from a partial index), when each
+-- job's earliest cursor (or stored schedule) falls due, and the live replicas. Its running_before is the previous
 -- tick's (a tick an hour late may miss a row: the next finds it).
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t)
 SELECT (SELECT t FROM now) AS now,
@@ -52,7 +52,9 @@ SELECT (SELECT t FROM now) AS now,
        ARRAY(SELECT (SELECT min(c.due_at) FROM {schema}.cron_cursors c
                      WHERE c.job_name = d.job AND c.due_at IS NOT NULL)
              FROM unnest(%(static)s::text[]) WITH ORDINALITY AS d(job, n)
-             ORDER BY d.n) AS static_next
+             ORDER BY d.n) AS static_next,
+       -- the live replicas by runner id: each starts its claims at a place of its rank's
+       ARRAY(SELECT runner_id FROM {schema}.live_replicas ORDER BY runner_id) AS replicas
 
 -- name: generic_plans :exec
 -- Before tick_probe, in its transaction: plan it once per connection. Its custom plans were

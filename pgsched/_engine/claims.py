@@ -89,21 +89,28 @@ class Claimer:
         self._tx = transactions
         self._claims, self._skips = transactions.claims, transactions.skips
         self._schedules = ScheduleStore(transactions.claims.schema)
-        # where this replica's claim order starts
+        self._runner = transactions.runner
+        # where this replica's claim order starts when it is not among the live replicas yet
         self._start = zlib.crc32(transactions.runner.encode())
 
-    def order(self, jobs: Iterable[JobSpec]) -> list[JobSpec]:
+    def order(self, jobs: Iterable[JobSpec], replicas: Sequence[str] = ()) -> list[JobSpec]:
         """The order this replica claims ``jobs`` in each tick: higher priority first; jobs of
-        one priority in name order, started at a place of this replica's own. Replicas that
-        woke for the same plans of many jobs (the entries of a beat_schedule) then each start
-        on different jobs instead of queueing behind each other's claims of the same ones."""
+        one priority in name order, started at a place of this replica's own: its rank among
+        the live ``replicas`` spaces the places evenly (else one of its runner id's). Replicas
+        that woke for the same plans of many jobs (the entries of a beat_schedule) then each
+        start on a share of their own instead of queueing behind each other's claims."""
         ranked = sorted(jobs, key=lambda j: (-j.priority, j.name))
         ordered: list[JobSpec] = []
         for _, group in itertools.groupby(ranked, key=lambda j: j.priority):
             same = list(group)
-            start = self._start % len(same)
+            start = self._place(len(same), replicas)
             ordered += same[start:] + same[:start]
         return ordered
+
+    def _place(self, count: int, replicas: Sequence[str]) -> int:
+        if self._runner in replicas:
+            return replicas.index(self._runner) * count // len(replicas)
+        return self._start % count
 
     async def claim(
         self,

@@ -29,16 +29,24 @@ class Prober:
         self.clock: datetime | None = None  # the database's, at the newest probe
         self.read_at = 0.0  # monotonic time of the newest probe
         self._probe: Probe | None = None
+        self._expired = False
 
     async def read(self, conn: Conn, jobs: Mapping[str, JobSpec]) -> Probe:
         """Read the probe of ``jobs`` now."""
         dynamic = [name for name, job in jobs.items() if job.dynamic]
         probe = await self._store.tick_probe(conn, list(jobs), dynamic, self.clock)
         self.clock, self.read_at, self._probe = probe.now, time.monotonic(), probe
+        self._expired = False
         return probe
 
+    def expire(self) -> None:
+        """The next :meth:`fresh` reads the probe again."""
+        self._expired = True
+
     async def fresh(self, conn: Conn, jobs: Mapping[str, JobSpec]) -> Probe:
-        """The newest probe, read again when it is older than :data:`REPROBE_AFTER_S`."""
-        if self._probe is None or time.monotonic() - self.read_at >= REPROBE_AFTER_S:
+        """The newest probe, read again when it is older than :data:`REPROBE_AFTER_S` or
+        :meth:`expire` was called."""
+        age = time.monotonic() - self.read_at
+        if self._probe is None or self._expired or age >= REPROBE_AFTER_S:
             return await self.read(conn, jobs)
         return self._probe

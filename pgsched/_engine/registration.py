@@ -58,6 +58,8 @@ class Registration:
         self.live_for = timedelta(seconds=LIVE_RENEWALS * max(self.every, tick))
         self._registered: list[JobEntry] = []
         self._registered_at = 0.0
+        # Each job's entry, kept while its spec is the same object (a tick compares them all).
+        self._entries: dict[str, tuple[JobSpec, JobEntry]] = {}
         self._partitioned_at: float | None = None
         self._started_at = datetime.now(UTC)
         self.http_address: str | None = None  # set by the replica once its HTTP listens
@@ -65,7 +67,7 @@ class Registration:
     async def register(self, conn: Conn, jobs: Mapping[str, JobSpec], now: datetime) -> None:
         """Record the jobs (with their plans after the database's ``now``) and the row when
         the jobs changed or the last time is a renewal interval old."""
-        entries = sorted(job_entry(name, spec) for name, spec in jobs.items())
+        entries = sorted(self._entry_of(name, spec) for name, spec in jobs.items())
         clock = time.monotonic()
         if entries == self._registered and clock - self._registered_at < self.every:
             return
@@ -75,6 +77,17 @@ class Registration:
         if self._partitioned_at is None or clock - self._partitioned_at >= _PARTITIONS_EVERY:
             await self._partitions_ahead(conn)
             self._partitioned_at = clock
+
+    @property
+    def registered(self) -> bool:
+        """Whether this replica has registered once."""
+        return bool(self._registered_at)
+
+    def _entry_of(self, name: str, job: JobSpec) -> JobEntry:
+        held = self._entries.get(name)
+        if held is None or held[0] is not job:
+            held = self._entries[name] = (job, job_entry(name, job))
+        return held[1]
 
     async def _partitions_ahead(self, conn: Conn) -> None:
         """Create the ledger's partitions ahead; a failure (a lock not had in time) is

@@ -267,9 +267,13 @@ class Runtime:
             if not self._standbys_checked:
                 await _warn_unprotected(self._store, self.recorder, conn, self._hosts)
                 self._standbys_checked = True
-            await self.registration.register(conn, jobs, probe.now)
+            renewal = self.registration.registered
+            if not renewal:  # the jobs are on record before their first claim
+                await self.registration.register(conn, jobs, probe.now)
             await self.visits.sightings.settle(conn)
             ok = await self.visits.visit(conn, jobs, self._stopping)
+            if renewal:  # after the claims: a renewal never holds up a due plan
+                await self.registration.register(conn, jobs, probe.now)
             probe = await self.visits.prober.fresh(conn, jobs)
         soonest = _next_due(jobs, probe)
         self._next_due = (

@@ -77,7 +77,8 @@ class Visits:
         are claimed jointly once all of them are seen (or the claim is full); the others of
         that priority claim alone meanwhile, so the priorities keep their order."""
         ok, turns = True, list[Turn]()
-        for job in self._claimer.order(jobs.values()):
+        probe = await self.prober.fresh(conn, jobs)
+        for job in self._claimer.order(jobs.values(), probe.replicas):
             probe = await self.prober.fresh(conn, jobs)
             if turns and job.priority != turns[0].job.priority:
                 ok = await self._claim_jointly(conn, turns, probe, stopping) and ok
@@ -96,6 +97,8 @@ class Visits:
             if sum(t.cursors for t in turns) >= JOINT_CURSORS:
                 ok = await self._claim_jointly(conn, turns, probe, stopping) and ok
                 turns = []
+        if not turns:
+            return ok
         probe = await self.prober.fresh(conn, jobs)
         return await self._claim_jointly(conn, turns, probe, stopping) and ok
 
@@ -121,6 +124,9 @@ class Visits:
             return True
         try:
             claimed_by_job = await self._joint.claim(conn, turns, free, probe.now)
+            # The other replicas claimed meanwhile: the jobs after these are probed again
+            # rather than claimed on a probe that still shows the plans they took due.
+            self.prober.expire()
         except Exception as exc:
             if conn.broken or unavailable(exc):  # the whole tick fails: no use going on
                 raise

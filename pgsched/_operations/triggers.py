@@ -103,31 +103,27 @@ class TriggerScopes:
             )
 
 
+@dataclasses.dataclass(frozen=True)
 class Triggering:
-    """One trigger of ``job``: its scopes, then per scope either the scheduled plan that
-    covers its instant or a PENDING manual row (or the row that holds it back), with the
-    warnings the caller should see."""
+    """One trigger of ``job`` (``spec``: its code, when the caller registers it): its scopes,
+    then per scope either the scheduled plan that covers its instant or a PENDING manual row
+    (or the row that holds it back), with the warnings the caller should see."""
 
-    def __init__(
-        self,
-        store: Store,
-        schedules: ScheduleStore,
-        conn: Conn,
-        job: str,
-        spec: JobSpec | None,
-    ) -> None:
-        self._store, self._schedules, self._conn = store, schedules, conn
-        self._job, self._spec = job, spec
+    store: Store
+    schedules: ScheduleStore
+    conn: Conn
+    job: str
+    spec: JobSpec | None
 
     async def queue(
         self, scope: Scope | None, at: datetime | None, all_scopes: bool
     ) -> list[Triggered]:
-        job, spec = self._job, self._spec
-        record = await self._store.job_record(self._conn, job)
+        job, spec, store, conn = self.job, self.spec, self.store, self.conn
+        record = await store.job_record(conn, job)
         if spec is None and not record.known:
             raise NotFoundError(f"unknown job {job!r}: no replica has registered it")
-        chosen = await TriggerScopes(self._store, self._conn, job, spec).resolve(scope, all_scopes)
-        plans = ScheduledPlans(self._store, self._schedules, self._conn, job, spec, record)
+        chosen = await TriggerScopes(store, conn, job, spec).resolve(scope, all_scopes)
+        plans = ScheduledPlans(self, record)
         attempts = spec.max_attempts if spec is not None else record.max_attempts or 1
         warnings = trigger_warnings(job, at, record)
         rows = []
@@ -136,8 +132,8 @@ class Triggering:
             if row is None:
                 plan = at if at is not None else await plans.off_plan(one, record.now)
                 run_now = at is None or at <= record.now
-                row = await self._store.trigger(
-                    self._conn, job, one, plan, run_now=run_now, max_attempts=attempts
+                row = await store.trigger(
+                    conn, job, one, plan, run_now=run_now, max_attempts=attempts
                 )
             rows.append(_amended(row, row.scheduled_plan, warnings))
         check_not_ended(job, at, rows)  # raising rolls every row of this call back
@@ -163,16 +159,10 @@ class ScheduledPlans:
     the job's code, else the recurrence its replicas recorded (a planner hook's only as far as
     the plans of the next 30 s they recorded), or a dynamic job's stored schedule."""
 
-    def __init__(
-        self,
-        store: Store,
-        schedules: ScheduleStore,
-        conn: Conn,
-        job: str,
-        spec: JobSpec | None,
-        record: JobRecord,
-    ) -> None:
-        self._store, self._schedules, self._conn, self._job = store, schedules, conn, job
+    def __init__(self, trigger: Triggering, record: JobRecord) -> None:
+        spec = trigger.spec
+        self._store, self._schedules, self._conn = trigger.store, trigger.schedules, trigger.conn
+        self._job = trigger.job
         self._dynamic = spec.dynamic if spec is not None else record.scopes == "dynamic"
         self._calendars = spec.calendars if spec is not None else NO_CALENDARS
         self._recurrence: Recurrence | None = (

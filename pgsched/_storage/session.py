@@ -111,6 +111,7 @@ class SessionStatements(Statements):
             stale_jobs=frozenset(row["stale_jobs"]),
             retry=frozenset(row["retry"]),
             pending=frozenset(row["pending"]),
+            replicas=tuple(row["replicas"]),
             next_due=next_due,
         )
 

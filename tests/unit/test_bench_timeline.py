@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bench.timeline import CatchUpStorm
+from bench.timeline import SETTLE_CAP_S, CatchUpStorm, Idle
 from bench.workloads import WORKLOADS
 
 
@@ -41,6 +41,44 @@ class ClockStage:
     def completed(self, plans: list[datetime]) -> int:
         self.clock += timedelta(seconds=25)
         return len(plans) * WORKLOADS["e"].scopes
+
+    def settled(self) -> bool:
+        return True
+
+
+class SettlingStage(ClockStage):
+    """Replicas whose first sight of the scopes takes ``settle_s`` (``None``: forever)."""
+
+    def __init__(self, now: datetime, settle_s: float | None) -> None:
+        super().__init__(now)
+        self.settle_s = settle_s
+        self.measured_from: datetime | None = None
+
+    def begin_measurement(self, from_zero: bool = False) -> None:
+        self.measured_from = self.clock
+
+    def settled(self) -> bool:
+        assert self.spawned is not None
+        return self.settle_s is not None and self.clock >= self.spawned + timedelta(
+            seconds=self.settle_s
+        )
+
+
+def test_an_idle_window_starts_once_the_replicas_have_settled() -> None:
+    start = datetime(2026, 11, 28, 1, 30, tzinfo=UTC)
+    stage = SettlingStage(start, settle_s=31.0)
+    window = Idle(WORKLOADS["f"], timedelta(seconds=9)).run(stage, start)
+    assert stage.measured_from == window.start == start + timedelta(seconds=31)
+    assert window.settled_s == 31.0
+    assert stage.clock == window.start + timedelta(seconds=WORKLOADS["f"].window_s)
+
+
+def test_an_idle_window_that_never_settles_says_so() -> None:
+    start = datetime(2026, 11, 28, 1, 30, tzinfo=UTC)
+    stage = SettlingStage(start, settle_s=None)
+    window = Idle(WORKLOADS["f"], timedelta(seconds=9)).run(stage, start)
+    assert window.settled_s is None
+    assert window.start >= start + timedelta(seconds=9 + SETTLE_CAP_S)
 
 
 @pytest.mark.parametrize("second", [0.2, 20.0, 45.0, 59.9])

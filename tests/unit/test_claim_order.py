@@ -1,6 +1,6 @@
 """The order a replica claims its jobs in: higher priority first, and within a priority the
-jobs in name order from a start of the replica's own, so replicas woken for the same plans of
-many jobs begin on different ones."""
+jobs in name order from a start of the replica's own (spaced by its rank among the live
+replicas), so replicas woken for the same plans of many jobs begin on different ones."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ def _jobs() -> list[pgsched.JobSpec]:
     return specs
 
 
-def _order(runner: str, jobs: list[pgsched.JobSpec]) -> list[str]:
+def _order(runner: str, jobs: list[pgsched.JobSpec], replicas: tuple[str, ...] = ()) -> list[str]:
     claimer = Claimer(ClaimTransactions("pgsched", runner, Recorder(Metrics(), runner)))
-    return [job.name for job in claimer.order(reversed(jobs))]
+    return [job.name for job in claimer.order(reversed(jobs), replicas)]
 
 
 def test_each_job_once_higher_priority_first_then_a_rotation_of_the_name_order() -> None:
@@ -39,3 +39,12 @@ def test_replicas_start_on_different_jobs() -> None:
     jobs = _jobs()
     starts = {_order(f"beat-{pid}", jobs)[1] for pid in range(100, 110)}
     assert len(starts) > 5
+
+
+def test_live_replicas_start_a_share_apart_by_their_rank() -> None:
+    jobs = _jobs()
+    live = ("beat-a", "beat-b", "beat-c")
+    starts = [_order(runner, jobs, live)[1] for runner in live]
+    assert starts == ["e000", "e020", "e040"]  # 60 jobs of one priority, thirds
+    # one not among them yet (it has not registered) starts at its runner id's place
+    assert _order("beat-d", jobs, live) == _order("beat-d", jobs)

@@ -18,7 +18,12 @@ from pgsched._cli.main import _triggered_line
 from pgsched._errors import FieldError
 from pgsched._facades.http.server import api_field
 from pgsched._jobs.spec import build_job, scopes_mode
-from pgsched._operations.triggers import ScheduledPlans, TriggerScopes, check_not_ended
+from pgsched._operations.triggers import (
+    ScheduledPlans,
+    Triggering,
+    TriggerScopes,
+    check_not_ended,
+)
 from pgsched._records import JobRecord
 from pgsched._storage.schedules import ScheduleStore
 from pgsched._storage.store import Store
@@ -136,8 +141,7 @@ def test_a_run_now_is_planned_off_every_scheduled_plan(
         options = {"planner": FixedPlans(AT, AT + timedelta(microseconds=1))}
     spec = build_job(_noop, name="tick", **options)
     record = JobRecord(True, "global", None, None, None, None, True, now)
-    plans = ScheduledPlans(
-        Store("pgsched"), ScheduleStore("pgsched"), cast(Any, None), "tick", spec, record
-    )
+    trigger = Triggering(Store("pgsched"), ScheduleStore("pgsched"), cast(Any, None), "tick", spec)
+    plans = ScheduledPlans(trigger, record)
     planned = asyncio.run(plans.off_plan(GLOBAL, now))
     assert planned == now + timedelta(microseconds=expected_us)
