@@ -49,6 +49,8 @@ ENTRY_OPTIONS = frozenset(
         "retry_backoff",
         "priority",
         "run_timeout",
+        "calendar",
+        "on_excluded",
     }
 )
 # every_plan needs a per-tick bound; an entry that does not give one gets this.

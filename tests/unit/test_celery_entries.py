@@ -137,6 +137,37 @@ def test_pgsched_options_are_taken_out_and_others_pass_through() -> None:
     assert read.call_args() == ([1], {})
 
 
+def test_an_entry_on_a_calendar_plans_working_days_only() -> None:
+    app = _app(timezone="Europe/Berlin")
+    weekdays = pgsched.Calendar("mon-fri")
+    entries = _entries(
+        app,
+        report={
+            "schedule": crontab(hour=9, minute=0),
+            "options": {"pgsched": {"calendar": weekdays, "on_excluded": "next_working_day"}},
+        },
+        daily={
+            "schedule": crontab(hour=9, minute=0),
+            "options": {"pgsched": {"calendar": weekdays}},
+        },
+    )
+    scheduler, _ = build_scheduler(app, entries, None)
+    friday = datetime(2026, 12, 4, 12, tzinfo=UTC)
+    # Saturday's and Sunday's 09:00 move to Monday's, which is one plan; skipped, they are gone.
+    assert scheduler.upcoming("celery:report", friday, 2) == [
+        datetime(2026, 12, 7, 8, tzinfo=UTC),
+        datetime(2026, 12, 8, 8, tzinfo=UTC),
+    ]
+    assert scheduler.upcoming("celery:daily", friday, 1) == [datetime(2026, 12, 7, 8, tzinfo=UTC)]
+
+
+def test_a_bad_calendar_option_is_refused_naming_the_entry_job() -> None:
+    app = _app()
+    entries = _entries(app, e={"schedule": 10, "options": {"pgsched": {"on_excluded": "later"}}})
+    with pytest.raises(pgsched.ConfigError, match=r"celery:e.*on_excluded"):
+        build_scheduler(app, entries, None)
+
+
 def test_an_unknown_pgsched_option_is_refused_naming_the_entry() -> None:
     app = _app()
     (entry,) = _entries(app, e={"schedule": 10, "options": {"pgsched": {"catchup": "x"}}})
