@@ -6,6 +6,7 @@ and no handler, and tells the engine through a callback when freed slots should 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC
 from typing import TYPE_CHECKING
@@ -33,6 +34,7 @@ class LeaseTable:
         # overlap="forbid": the newest lease of each (job, scope); a newer one waits for it.
         self._tails: dict[tuple[str, Scope], Lease] = {}
         self._slots = 0  # taken: one per single run held, one per batch with a run held
+        self._job_slots: Counter[str] = Counter()  # of them, each job's
         self._backlog = False
         self._on_slots_freed = on_slots_freed
 
@@ -50,6 +52,16 @@ class LeaseTable:
         """Handler slots not taken: a batch takes one for all its runs."""
         return self.max_concurrency - self._slots
 
+    def free_for(self, job: str, contenders: int) -> int:
+        """The free slots ``job`` may take while ``contenders`` jobs (it among them) have
+        due work: its fair share of all the slots, ``ceil(max_concurrency / contenders)``,
+        less those it holds; alone, every free one. One job's backlog (a catch-up of many
+        plans) then leaves the other jobs their share."""
+        if contenders <= 1:
+            return self.free
+        share = -(-self.max_concurrency // contenders)
+        return max(0, min(self.free, share - self._job_slots[job]))
+
     def hold(self, leases: list[Lease]) -> None:
         """Take one slot for ``leases``: a single run's, or a batch's (which share it, and
         claimed together, are renewed together). Under ``overlap="forbid"`` each is chained
@@ -59,6 +71,7 @@ class LeaseTable:
             for lease in leases:
                 lease.slot = slot
         self._slots += 1
+        self._job_slots[leases[0].job.name] += 1
         for lease in leases:
             self._leases[lease.execution_id] = lease
             if lease.job.overlap == "forbid":
@@ -76,11 +89,11 @@ class LeaseTable:
         free once its last lease is released."""
         if self._leases.pop(lease.execution_id, None) is not None:
             slot = lease.slot
-            if slot is None:
-                self._slots -= 1
-            else:
+            if slot is not None:
                 slot.held -= 1
-                self._slots -= slot.held == 0
+            if slot is None or slot.held == 0:
+                self._slots -= 1
+                self._job_slots[lease.job.name] -= 1
         key = (lease.job.name, lease.run.scope)
         if self._tails.get(key) is lease:
             del self._tails[key]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -70,6 +71,11 @@ class Visits:
         # Per job, how many due plans its next claim takes: FIRST_CLAIM once a fan-out is
         # drained, doubling while claims come back full (a long fan-out keeps its size).
         self._claim_sizes: dict[str, int] = {}
+        # The jobs with work due when the visit began, and how many of each priority: while
+        # several of one priority have, each claims within its fair share of the slots
+        # (LeaseTable.free_for); a higher priority still claims first.
+        self._due: frozenset[str] = frozenset()
+        self._due_of_priority: Counter[int] = Counter()
 
     async def visit(self, conn: Conn, jobs: Mapping[str, JobSpec], stopping: asyncio.Event) -> bool:
         """Visit every job not paused, until ``stopping``; False if a job's claim failed
@@ -78,6 +84,8 @@ class Visits:
         that priority claim alone meanwhile, so the priorities keep their order."""
         ok, turns = True, list[Turn]()
         probe = await self.prober.fresh(conn, jobs)
+        self._due = due_jobs(jobs, probe)
+        self._due_of_priority = Counter(jobs[name].priority for name in self._due)
         for job in self._claimer.order(jobs.values(), probe.replicas):
             probe = await self.prober.fresh(conn, jobs)
             if turns and job.priority != turns[0].job.priority:
@@ -108,7 +116,17 @@ class Visits:
         known, written = await self.sightings.see(conn, job, probe.now)
         if not (written or probe.cursors_due(job.name, job.schedule_delay)):
             return None
-        return Turn(job, known, self._claim_sizes.get(job.name, FIRST_CLAIM))
+        share = self._free_for(job)
+        if share <= 0:  # its due cursors wait for a slot within its share
+            self._leases.note_backlog()
+            return None
+        return Turn(job, known, min(share, self._claim_sizes.get(job.name, FIRST_CLAIM)))
+
+    def _free_for(self, job: JobSpec) -> int:
+        """The free slots ``job`` may take: within its fair share while other jobs of its
+        priority have due work."""
+        contenders = self._due_of_priority[job.priority] + (job.name not in self._due)
+        return self._leases.free_for(job.name, contenders)
 
     async def _claim_jointly(
         self, conn: Conn, turns: list[Turn], probe: Probe, stopping: asyncio.Event
@@ -165,7 +183,7 @@ class Visits:
             try:
                 if first and not job.dynamic:
                     known, due = await self.sightings.see(conn, job, probe.now)
-                free = self._leases.free * per_slot
+                free = self._free_for(job) * per_slot
                 claimed = await self._claimer.claim(
                     conn, job, probe, free, first, due=due and free > 0, known=known, most=most
                 )
@@ -210,3 +228,15 @@ class Visits:
         await self._figures.after_claim(conn, claimed.claims)
         more = claimed.again or claimed.backlog
         self._claim_sizes[job.name] = min(2 * size, CLAIM_LIMIT) if more else FIRST_CLAIM
+
+
+def due_jobs(jobs: Mapping[str, JobSpec], probe: Probe) -> frozenset[str]:
+    """The jobs with work due at ``probe``: cursors or schedules due, retries, PENDING runs
+    or stale leases to close (paused ones aside)."""
+    waiting = probe.retry | probe.pending | probe.stale_jobs
+    return frozenset(
+        name
+        for name, job in jobs.items()
+        if name not in probe.paused
+        and (name in waiting or probe.cursors_due(name, job.schedule_delay))
+    )

@@ -186,6 +186,41 @@ def test_max_concurrency_holds_across_jobs_and_priority_goes_first(
     assert recorder.peak == 5
 
 
+def test_a_backlog_of_one_job_leaves_the_others_of_its_priority_their_share(
+    make_scheduler: SchedulerFactory, migrated: str, db: Any
+) -> None:
+    """Two jobs of one priority due at once, one with 12 scopes and one with 2, on 4 slots:
+    each claims within its fair share (2), so the small one runs beside the backlog."""
+    plan = past_plan(db)
+    s = make_scheduler(max_concurrency=4)
+    recorder = Recorder()
+    release = threading.Event()
+
+    def handler(run: pgsched.Run) -> None:
+        recorder.enter(run)
+        release.wait(30)
+        recorder.leave()
+
+    many = [pgsched.Scope("shard", f"{i:02d}") for i in range(12)]
+    s.register(handler, name="a_backlog", planner=FixedPlans(plan), scopes=many)
+    s.register(handler, name="b_small", planner=FixedPlans(plan), scopes=many[:2])
+
+    def ticks() -> float:
+        return s.metrics.registry.get_sample_value("pgsched_tick_duration_seconds_count") or 0
+
+    with ThreadPoolExecutor(1) as pool:
+        done = pool.submit(s.run_once)
+        try:
+            wait_until(lambda: ticks() >= 1 or done.done(), 30, "the tick to claim both jobs")
+        finally:
+            release.set()
+        done.result(60)
+    assert Counter(r["job_name"] for r in rows(db, migrated)) == {"a_backlog": 2, "b_small": 2}
+    # The small job's work is done: the backlog alone takes every slot.
+    assert s.run_once().claimed == 4
+    assert Counter(r["job_name"] for r in rows(db, migrated))["a_backlog"] == 6
+
+
 def test_second_replica_claims_what_the_first_could_not(
     make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:

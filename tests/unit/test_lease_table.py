@@ -208,3 +208,31 @@ def test_a_batch_claimed_together_is_renewed_together() -> None:
     leases.hold(batch)
     assert leases.due_for_heartbeat(now + 0.5) == []
     assert leases.due_for_heartbeat(now + 1.0) == batch
+
+
+def test_a_job_claims_within_its_fair_share_while_others_have_due_work() -> None:
+    leases, _ = table(max_concurrency=5)
+    backlog, other = job(name="backlog"), job(name="other")
+    assert leases.free_for("backlog", contenders=1) == 5  # alone: every free slot
+    assert leases.free_for("backlog", contenders=2) == 3  # ceil(5 / 2)
+    held = [lease(backlog, scope=pgsched.Scope("tenant", str(i))) for i in range(3)]
+    for one in held:
+        leases.hold([one])
+    assert leases.free_for("backlog", contenders=2) == 0  # its share is held
+    assert leases.free_for("other", contenders=2) == 2  # the free slots, within its share
+    leases.hold([lease(other, scope=A)])
+    assert leases.free_for("other", contenders=3) == 1  # ceil(5 / 3) = 2, one held
+    leases.release(held[0])
+    assert leases.free_for("backlog", contenders=2) == 1
+    assert leases.free_for("backlog", contenders=1) == 2  # the others' work is done: all free
+
+
+def test_a_batch_counts_one_slot_of_its_jobs_share() -> None:
+    leases, _ = table(max_concurrency=4)
+    spec = job(name="batched", batch_size=10)
+    batch = [lease(spec, scope=pgsched.Scope("tenant", str(i))) for i in range(5)]
+    leases.hold(batch)
+    assert leases.free_for("batched", contenders=2) == 1  # ceil(4 / 2) = 2, one held
+    for one in batch:
+        leases.release(one)
+    assert leases.free_for("batched", contenders=2) == 2
