@@ -6,6 +6,7 @@ running anything; ``python -m bench`` calls it at the end of a run.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import subprocess
@@ -638,7 +639,14 @@ MERGED = RESULTS / "merged.json"
 def main(argv: list[str]) -> int:
     """``python -m bench.report [RESULTS.json ...]``: several files are merged (a later
     file's result replaces an earlier one's) into bench/results/merged.json first."""
-    paths = [Path(a) for a in argv] or [RESULTS / "latest.json"]
+    parser = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__)
+    parser.add_argument(
+        "results", nargs="*", type=Path, help="results files (default: bench/results/latest.json)"
+    )
+    paths = parser.parse_args(argv).results or [RESULTS / "latest.json"]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        parser.error(f"no such results file: {', '.join(missing)}")
     reports = [json.loads(p.read_text()) for p in paths]
     path = paths[0]
     report = reports[0]
