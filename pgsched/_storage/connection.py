@@ -273,9 +273,12 @@ def make_pool(
     wait for the server is bounded by ``answer_timeout`` unless a borrow sets another."""
     watch = watch if watch is not None else ServerWatch()
 
-    async def check(conn: Conn) -> None:
+    async def check(conn: Conn, *, new: bool = False) -> None:
+        """A lent connection (``new``: one just made) may be used: its server takes writes
+        and is the watch's. A pooled one to an avoided host is dropped unused; a new one
+        reached that host only after the others, steered first, would not do."""
         address = f"{conn.info.host}:{conn.info.port}"
-        if watch.gives_way(address, conninfo):  # no round trip to a host known silent
+        if not new and watch.gives_way(address, conninfo):  # no round trip to a silent host
             await conn.close()
             raise NoAnswer(f"{address} is avoided (silent or refused): connection dropped")
         try:
@@ -284,11 +287,13 @@ def make_pool(
             _failed(pool, conn, exc)
             raise
         pool.refused = None
+        if new:
+            watch.answered(address)
 
     async def configure(conn: Conn) -> None:
         if isinstance(conn, _Answering):
             conn.answer_timeout = answer_timeout
-        await check(conn)
+        await check(conn, new=True)
         if session is not None:
             await session(conn)
 

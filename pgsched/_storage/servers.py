@@ -91,6 +91,13 @@ class ServerWatch:
         host, _, port = address.rpartition(":")
         self._avoid[(host, port)] = time.monotonic() + _AVOID_S
 
+    def answered(self, address: str) -> None:
+        """A new connection reached ``address`` and may be used: no longer avoided. Steered
+        last, the host was reached only because no other would do (a standby refuses a
+        read-write session), so it is the server to use now, silent a moment ago or not."""
+        host, _, port = address.rpartition(":")
+        self._avoid.pop((host, port), None)
+
     def gives_way(self, address: str, conninfo: str) -> bool:
         """True when a connection to ``address`` should be dropped unused: that host is
         avoided now and ``conninfo`` names another that is not (a silent host's other

@@ -30,6 +30,7 @@ from psycopg import sql
 import pgsched
 from tests.failover import figures as fig
 from tests.support.net import free_port, http
+from tests.support.partition import as_uid, open_dir
 from tests.support.postgres import REPLICATION, PrivateServer
 from tests.support.proxy import TcpProxy
 from tests.support.replica import Replica
@@ -83,6 +84,9 @@ class FailoverRun:
         self.via_proxy = options.get("via_proxy", False)
         self.stale_s = float(options.get("stale_s", 4))  # the jobs' stale_timeout
         self.drains = bool(options.get("drains", True))  # wait for the counted plans to end
+        self.runners: tuple[str, ...] = tuple(options.get("runners", ("r1", "r2")))
+        # The runner run as another user (tests.support.partition), whose packets a test drops.
+        self.cut: str | None = options.get("cut")
         self.timing = Timing.from_env()
         self.servers: list[PrivateServer] = []
         self.proxies: list[TcpProxy] = []
@@ -95,6 +99,7 @@ class FailoverRun:
         self._sampler: threading.Thread | None = None
         self.old: PrivateServer
         self.new: PrivateServer
+        self.serving: PrivateServer  # the primary: the old one until the promotion
         self.repl_proxy: TcpProxy | None = None
         self.client_proxy: TcpProxy | None = None
 
@@ -103,6 +108,7 @@ class FailoverRun:
     def setup(self) -> None:
         self.old = PrivateServer.create(REPLICATION, system_first=True)
         self.servers.append(self.old)
+        self.serving = self.old
         if self.lagging:
             self.repl_proxy = self._proxy(self.old.port)
         upstream = self.repl_proxy.port if self.repl_proxy else None
@@ -129,7 +135,7 @@ class FailoverRun:
         if self.via_proxy:
             self.client_proxy = self._proxy(self.old.port)
         wait_until(lambda: caught_up(self.old, self.new), 20, "the standby to catch up")
-        for runner in ("r1", "r2"):
+        for runner in self.runners:
             self._start(runner)
         self._sampler = threading.Thread(target=self._sample, name="fo-healthz", daemon=True)
         self._sampler.start()
@@ -182,8 +188,13 @@ class FailoverRun:
             "FO_STALE_TIMEOUT": f"{self.stale_s:g}s",
         }
         args = ["--schema", SCHEMA, "run", str(APP), "--runner-id", runner]
+        options: dict[str, Any] = {"cwd": self.tmp}
+        if runner == self.cut:  # another user's process, in a directory it may use
+            home = open_dir(f"fo-{runner}-")
+            env["HOME"] = str(home)
+            options = {"cwd": home, "log": self.tmp / f"{runner}.log", "wrap": as_uid()}
         self.replicas[runner] = Replica(
-            [*args, "--http-port", str(port)], cwd=self.tmp, env=env, name=runner
+            [*args, "--http-port", str(port)], env=env, name=runner, **options
         )
         self.http[runner], self.started[runner] = port, time.time()
 
@@ -227,6 +238,7 @@ class FailoverRun:
         standby; mark the time."""
         time.sleep(self.timing.outage_s if outage_s is None else outage_s)  # detection time
         self.new.promote()
+        self.serving = self.new
         self.marks["promoted"] = time.time()
 
     def wait_resumed(self, timeout: float = 10.0) -> float | None:
@@ -270,7 +282,7 @@ class FailoverRun:
             self._side(drop.format(sql.Identifier(self.side_schema)))
 
     def stop_replicas(self) -> dict[str, int | None]:
-        """SIGTERM both replicas; their exit codes (None: still running after 10 s, killed)."""
+        """SIGTERM the replicas; their exit codes (None: still running after 10 s, killed)."""
         for replica in self.replicas.values():
             replica.signal(signal.SIGTERM)
         deadline = time.monotonic() + 10
@@ -345,7 +357,7 @@ def drain(run: FailoverRun) -> bool:
     plans = fig.grid(run.marks["grid_start"], run.marks["grid_end"])
 
     def done() -> bool:
-        ledger = _ledger(run.new)
+        ledger = _ledger(run.serving)
         return all(
             fig.lost(plans, scopes, _succeeded(ledger, job), set()) == 0
             for job, scopes in (("work", WORK_SCOPES), ("tx", TX_SCOPES))
@@ -383,15 +395,15 @@ def stale_running(node: PrivateServer) -> int:
 def measure(run: FailoverRun, resumed_s: float | None) -> dict[str, Any]:
     """The scenario's figures; stops the replicas (after counting what needs them alive)."""
     drained = drain(run) if resumed_s is not None and run.drains else False
-    stale = stale_running(run.new)
+    stale = stale_running(run.serving)
     alive = all(replica.alive for replica in run.replicas.values())
     codes = run.stop_replicas()
-    running = with_status(run.new, "RUNNING")
-    ledger, effects = _ledger(run.new), side_effects(run)
+    running = with_status(run.serving, "RUNNING")
+    ledger, effects = _ledger(run.serving), side_effects(run)
     plans = fig.grid(run.marks["grid_start"], run.marks["grid_end"])
     work = [(e["scope"], e["plan"]) for e in effects if e["kind"] == "work"]
     seen = [(e["scope"], e["plan"]) for e in effects if e["kind"] == "tx_seen"]
-    tx = _tx_effects(run.new)
+    tx = _tx_effects(run.serving)
     activity: dict[str, list[float]] = {}
     for e in effects:
         activity.setdefault(e["runner"], []).append(e["at"])
@@ -418,7 +430,7 @@ def measure(run: FailoverRun, resumed_s: float | None) -> dict[str, Any]:
         "drained": drained,
         "stale_running": stale,
         "fencing_regressions": fig.fencing_regressions(
-            effects, run.marks["fault"], _leased_after(run.new, run.marks["promoted"])
+            effects, run.marks["fault"], _leased_after(run.serving, run.marks["promoted"])
         ),
         "healthz_samples": len(run.samples),
         "healthz_503": sum(1 for _, _, s in run.samples if s == 503),

@@ -47,9 +47,11 @@ class Replica:
         log: Path | None = None,
         separate_stderr: bool = False,
         program: tuple[str, ...] = ("-m", "pgsched"),
+        wrap: tuple[str, ...] = (),
     ) -> None:
         """``program`` is what the interpreter runs ARGS with: ``("manage.py",)`` runs a
-        Django project's ``manage.py ARGS``."""
+        Django project's ``manage.py ARGS``; ``wrap`` the command the interpreter runs under
+        (``tests.support.partition.as_uid``: another user's)."""
         self.name, self.args = name, args
         self.log = log or _unused(cwd / f"{name}.log")
         self.err_log = self.log.with_suffix(".err") if separate_stderr else None
@@ -65,7 +67,7 @@ class Replica:
             if self.err_log is not None:
                 err = files.enter_context(self.err_log.open("wb"))
             self.proc = subprocess.Popen(
-                [sys.executable, *program, *args],
+                [*wrap, sys.executable, *program, *args],
                 cwd=cwd,
                 env=dict(env),
                 stdout=out,

@@ -111,3 +111,13 @@ def test_steering_leaves_a_single_host_alone() -> None:
     watch = ServerWatch()
     watch.avoid("a:5432")
     assert watch.steer("host=a port=5432 dbname=app") == "host=a port=5432 dbname=app"
+
+
+def test_a_host_a_new_connection_reached_is_no_longer_avoided() -> None:
+    watch = ServerWatch()
+    dsn = "host=a,b port=5432,5433 dbname=app target_session_attrs=read-write"
+    watch.avoid("a:5432")
+    assert watch.gives_way("a:5432", dsn)  # a pooled connection to it is dropped unused
+    watch.answered("a:5432")  # a new one, steered to b first, came to a: a is the server now
+    assert watch.steer(dsn) == dsn
+    assert not watch.gives_way("a:5432", dsn)
