@@ -150,40 +150,47 @@ def test_max_concurrency_caps_one_tick(
     assert len({r.scope for r in recorder.runs}) == 10
 
 
+class HeldTick:
+    """One tick of ``scheduler`` whose handlers hold their slots until it has claimed every
+    job (its duration is recorded when it ends): runs that ended within the tick would free
+    slots, and a later job in the same tick may then rightly take them."""
+
+    def __init__(self) -> None:
+        self.recorder = Recorder()
+        self._release = threading.Event()
+
+    def handler(self, run: pgsched.Run) -> None:
+        self.recorder.enter(run)
+        self._release.wait(30)
+        self.recorder.leave()
+
+    def run(self, scheduler: pgsched.Scheduler) -> pgsched.TickReport:
+        def ticks() -> float:
+            sample = "pgsched_tick_duration_seconds_count"
+            return scheduler.metrics.registry.get_sample_value(sample) or 0
+
+        with ThreadPoolExecutor(1) as pool:
+            done = pool.submit(scheduler.run_once)
+            try:
+                wait_until(lambda: ticks() >= 1 or done.done(), 30, "the tick to claim every job")
+            finally:
+                self._release.set()
+            return done.result(60)
+
+
 def test_max_concurrency_holds_across_jobs_and_priority_goes_first(
     make_scheduler: SchedulerFactory, migrated: str, db: Any
 ) -> None:
-    """The handlers hold their slots until the tick has claimed every job (its duration is
-    recorded when it ends): runs that ended within the tick would free slots, and a later
-    job in the same tick may then rightly take them."""
     s = make_scheduler(max_concurrency=5)
     scopes = [pgsched.Scope("shard", str(i)) for i in range(5)]
-    recorder = Recorder()
-    release = threading.Event()
-
-    def handler(run: pgsched.Run) -> None:
-        recorder.enter(run)
-        release.wait(30)
-        recorder.leave()
-
-    s.register(handler, name="a_low", every="1d", scopes=scopes, priority=0)
-    s.register(handler, name="z_high", every="1d", scopes=scopes, priority=10)
-
-    def ticks() -> float:
-        return s.metrics.registry.get_sample_value("pgsched_tick_duration_seconds_count") or 0
-
-    with ThreadPoolExecutor(1) as pool:
-        done = pool.submit(s.run_once)
-        try:
-            wait_until(lambda: ticks() >= 1 or done.done(), 30, "the tick to claim every job")
-        finally:
-            release.set()
-        report = done.result(60)
-
+    held = HeldTick()
+    s.register(held.handler, name="a_low", every="1d", scopes=scopes, priority=0)
+    s.register(held.handler, name="z_high", every="1d", scopes=scopes, priority=10)
+    report = held.run(s)
     claimed_jobs = Counter(r["job_name"] for r in rows(db, migrated))
     assert report.claimed <= 5, f"claimed {report.claimed} with max_concurrency=5: {claimed_jobs}"
     assert claimed_jobs == {"z_high": 5}, "the higher priority job should take the scarce slots"
-    assert recorder.peak == 5
+    assert held.recorder.peak == 5
 
 
 def test_a_backlog_of_one_job_leaves_the_others_of_its_priority_their_share(
@@ -193,28 +200,11 @@ def test_a_backlog_of_one_job_leaves_the_others_of_its_priority_their_share(
     each claims within its fair share (2), so the small one runs beside the backlog."""
     plan = past_plan(db)
     s = make_scheduler(max_concurrency=4)
-    recorder = Recorder()
-    release = threading.Event()
-
-    def handler(run: pgsched.Run) -> None:
-        recorder.enter(run)
-        release.wait(30)
-        recorder.leave()
-
+    held = HeldTick()
     many = [pgsched.Scope("shard", f"{i:02d}") for i in range(12)]
-    s.register(handler, name="a_backlog", planner=FixedPlans(plan), scopes=many)
-    s.register(handler, name="b_small", planner=FixedPlans(plan), scopes=many[:2])
-
-    def ticks() -> float:
-        return s.metrics.registry.get_sample_value("pgsched_tick_duration_seconds_count") or 0
-
-    with ThreadPoolExecutor(1) as pool:
-        done = pool.submit(s.run_once)
-        try:
-            wait_until(lambda: ticks() >= 1 or done.done(), 30, "the tick to claim both jobs")
-        finally:
-            release.set()
-        done.result(60)
+    s.register(held.handler, name="a_backlog", planner=FixedPlans(plan), scopes=many)
+    s.register(held.handler, name="b_small", planner=FixedPlans(plan), scopes=many[:2])
+    held.run(s)
     assert Counter(r["job_name"] for r in rows(db, migrated)) == {"a_backlog": 2, "b_small": 2}
     # The small job's work is done: the backlog alone takes every slot.
     assert s.run_once().claimed == 4
